@@ -1,0 +1,1 @@
+"""DisTrAI: decentralized training of language models on a Bittensor-style subnet."""

@@ -1,0 +1,391 @@
+"""The embedded chain: one SQLite file that many processes share, following subtensor's rules.
+
+Blocks follow the wall clock: block `b` begins `b * block_time` seconds after genesis. A block's
+hash is drawn from fresh randomness by the first process that observes the block, so nobody can
+know it before the block exists. Blocks, and the epochs due in them, are produced lazily by the
+first read or write that finds the chain behind the clock; an epoch therefore sees the state as
+it stands when the block is produced (on a live chain that is the same moment, give or take a
+block).
+
+Every write is an sr25519-signed extrinsic (see `signing.py`), verified and applied in one
+transaction, so no process can act for a key it does not hold.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import sqlite3
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bittensor.keyfiles import Keypair
+
+from distrai.chain import rules
+from distrai.chain.base import Chain, ChainError, Commitment, Hyperparameters, Metagraph, Neuron, WalletLike
+from distrai.chain.local_db import SCHEMA, connect, get_meta, write_transaction
+from distrai.chain.local_epoch import run_subnet_epoch
+from distrai.chain.signing import SignedExtrinsic, sign_extrinsic, verify_extrinsic
+
+
+class LocalChain(Chain):
+    """One subnet of an embedded chain file."""
+
+    def __init__(self, path: str | Path, netuid: int = 1):
+        self.path = Path(path)
+        if not self.path.exists():
+            raise ChainError("NoChain", f"no embedded chain at {self.path}; create it with `distrai chain init`")
+        self.netuid = netuid
+        try:
+            self._conn = connect(self.path)
+            self.genesis = get_meta(self._conn, "genesis_hash")
+        except (KeyError, sqlite3.DatabaseError) as exc:
+            raise ChainError("NoChain", f"{self.path} is not an embedded chain file") from exc
+        if self._conn.execute("SELECT 1 FROM subnets WHERE netuid = ?", (netuid,)).fetchone() is None:
+            raise ChainError("SubnetNotExists", f"subnet {netuid} does not exist on {self.path}")
+
+    @classmethod
+    def create(
+        cls,
+        path: str | Path,
+        *,
+        netuid: int = 1,
+        block_time: float = 12.0,
+        hyperparameters: Hyperparameters | None = None,
+        emission_per_block: float = 1.0,
+        owner_cut: float = 0.18,
+        owner_coldkey: str = "",
+    ) -> LocalChain:
+        """Create the chain file if it does not exist, and subnet `netuid` on it if it is missing."""
+        if block_time <= 0:
+            raise ChainError("BadConfig", f"block_time must be positive, got {block_time}")
+        if not 0.0 <= owner_cut <= 1.0:
+            raise ChainError("BadConfig", f"owner_cut must lie in [0, 1], got {owner_cut}")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = connect(path)
+        hp = hyperparameters or Hyperparameters()
+        with write_transaction(conn):
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            genesis = hashlib.sha256(secrets.token_bytes(32)).hexdigest()
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('genesis_hash', ?)", ("0x" + genesis,))
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('genesis_time', ?)", (repr(time.time()),))
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('block_time', ?)", (repr(block_time),))
+            conn.execute("INSERT OR IGNORE INTO blocks VALUES (0, ?)", ("0x" + genesis,))
+            conn.execute(
+                "INSERT OR IGNORE INTO subnets (netuid, hyperparameters, owner_coldkey, emission_per_block,"
+                " owner_cut, last_epoch_block) VALUES (?, ?, ?, ?, ?, 0)",
+                (netuid, json.dumps(asdict(hp)), owner_coldkey, emission_per_block, owner_cut),
+            )
+        conn.close()
+        return cls(path, netuid)
+
+    # -- time ---------------------------------------------------------------------------------
+
+    def _clock(self) -> tuple[float, float]:
+        row = self._conn.execute(
+            "SELECT (SELECT value FROM meta WHERE key='genesis_time'), (SELECT value FROM meta WHERE key='block_time')"
+        ).fetchone()
+        return float(row[0]), float(row[1])
+
+    def block_time(self) -> float:
+        return self._clock()[1]
+
+    def block(self) -> int:
+        genesis_time, block_time = self._clock()
+        return max(0, int((time.time() - genesis_time) / block_time))
+
+    def advance(self, blocks: int) -> int:
+        """Move the clock on by `blocks` blocks for every process sharing this file (dev and tests)."""
+        if blocks < 0:
+            raise ChainError("BadConfig", "the clock cannot go back")
+        with write_transaction(self._conn) as conn:
+            genesis_time, block_time = self._clock()
+            conn.execute(
+                "UPDATE meta SET value = ? WHERE key = 'genesis_time'", (repr(genesis_time - blocks * block_time),)
+            )
+        self._produce()
+        return self.block()
+
+    def _produce(self) -> int:
+        """Produce every block up to the clock, running the epochs due in them."""
+        target = self.block()
+        last = self._conn.execute("SELECT MAX(number) FROM blocks").fetchone()[0]
+        if last >= target:
+            return target
+        with write_transaction(self._conn) as conn:
+            last, prev_hash = conn.execute("SELECT number, hash FROM blocks ORDER BY number DESC LIMIT 1").fetchone()
+            subnets = conn.execute("SELECT netuid, hyperparameters FROM subnets").fetchall()
+            tempos = {netuid: json.loads(hp)["tempo"] for netuid, hp in subnets}
+            for number in range(last + 1, target + 1):
+                digest = hashlib.sha256(f"{prev_hash}|{number}|".encode() + os.urandom(32)).hexdigest()
+                prev_hash = "0x" + digest
+                conn.execute("INSERT INTO blocks VALUES (?, ?)", (number, prev_hash))
+                for netuid, tempo in tempos.items():
+                    if rules.is_epoch_block(number, netuid, tempo):
+                        run_subnet_epoch(conn, netuid, number)
+            conn.execute("DELETE FROM registrations WHERE block < ?", (target - 1,))
+        return target
+
+    def block_hash(self, block: int | None = None) -> str:
+        current = self._produce()
+        number = current if block is None else block
+        if number > current:
+            raise ChainError("BlockNotYetProduced", f"block {number} is in the future (now {current})")
+        if number < 0:
+            raise ChainError("BadBlock", f"block {number} does not exist")
+        return self._conn.execute("SELECT hash FROM blocks WHERE number = ?", (number,)).fetchone()[0]
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def hyperparameters(self) -> Hyperparameters:
+        row = self._conn.execute("SELECT hyperparameters FROM subnets WHERE netuid = ?", (self.netuid,)).fetchone()
+        return Hyperparameters(**json.loads(row[0]))
+
+    def subnet_info(self) -> dict[str, Any]:
+        row = self._conn.execute(
+            "SELECT owner_coldkey, emission_per_block, owner_cut, owner_emission, burned, last_epoch_block"
+            " FROM subnets WHERE netuid = ?",
+            (self.netuid,),
+        ).fetchone()
+        keys = ("owner_coldkey", "emission_per_block", "owner_cut", "owner_emission", "burned", "last_epoch_block")
+        return dict(zip(keys, row, strict=True))
+
+    def metagraph(self) -> Metagraph:
+        block = self._produce()
+        rows = self._conn.execute(
+            "SELECT n.uid, n.hotkey, n.coldkey, COALESCE(s.amount, 0), n.validator_permit, n.registered_at,"
+            " n.last_update, n.rank, n.trust, n.consensus, n.validator_trust, n.incentive, n.dividends,"
+            " n.emission, COALESCE(e.amount, 0)"
+            " FROM neurons n LEFT JOIN stake s ON s.netuid = n.netuid AND s.hotkey = n.hotkey"
+            " LEFT JOIN earnings e ON e.netuid = n.netuid AND e.hotkey = n.hotkey"
+            " WHERE n.netuid = ? ORDER BY n.uid",
+            (self.netuid,),
+        ).fetchall()
+        neurons = tuple(
+            Neuron(
+                uid=r[0], hotkey=r[1], coldkey=r[2], stake=r[3], validator_permit=bool(r[4]),
+                registered_at=r[5], last_update=r[6], rank=r[7], trust=r[8], consensus=r[9],
+                validator_trust=r[10], incentive=r[11], dividends=r[12], emission=r[13], total_emission=r[14],
+            )
+            for r in rows
+        )
+        return Metagraph(netuid=self.netuid, block=block, neurons=neurons, commitments=self.commitments())
+
+    def commitments(self) -> dict[str, Commitment]:
+        rows = self._conn.execute(
+            "SELECT c.hotkey, c.data, c.block FROM commitments c JOIN neurons n"
+            " ON n.netuid = c.netuid AND n.hotkey = c.hotkey WHERE c.netuid = ?",
+            (self.netuid,),
+        ).fetchall()
+        return {hotkey: Commitment(hotkey, data, block) for hotkey, data, block in rows}
+
+    def weights(self) -> dict[int, dict[int, float]]:
+        """Each setter uid's weights as stored on chain (u16), normalized to sum to 1."""
+        out: dict[int, dict[int, int]] = {}
+        for uid, dest, value in self._conn.execute(
+            "SELECT uid, dest, value FROM weights WHERE netuid = ? ORDER BY uid, dest", (self.netuid,)
+        ):
+            out.setdefault(uid, {})[dest] = value
+        return {uid: dict(zip(row, rules.normalized(list(row.values())), strict=True)) for uid, row in out.items()}
+
+    def nonce(self, ss58: str) -> int:
+        row = self._conn.execute("SELECT nonce FROM accounts WHERE ss58 = ?", (ss58,)).fetchone()
+        return 0 if row is None else row[0]
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def submit(self, signer: Keypair, call: str, **args: Any) -> Any:
+        """Sign `call(**args)` with `signer` and apply it; retried once if the nonce raced."""
+        for attempt in range(3):
+            ext = sign_extrinsic(signer, self.genesis, call, args, self.nonce(signer.ss58_address))
+            try:
+                return self.apply(ext)
+            except ChainError as exc:
+                if exc.reason != "StaleNonce" or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def apply(self, ext: SignedExtrinsic) -> Any:
+        """Verify a signed extrinsic and apply it atomically; ChainError names any refusal."""
+        body = verify_extrinsic(ext)
+        if body["genesis"] != self.genesis:
+            raise ChainError("BadGenesis", "the extrinsic was signed for another chain")
+        call, args, signer = body["call"], body["args"], body["signer"]
+        handler = _CALLS.get(call)
+        if handler is None:
+            raise ChainError("UnknownCall", f"no call named {call!r}")
+        block = self._produce()
+        try:
+            with write_transaction(self._conn) as conn:
+                if body["nonce"] != self.nonce(signer):
+                    raise ChainError("StaleNonce", f"nonce {body['nonce']} is not the account's next")
+                conn.execute(
+                    "INSERT INTO accounts VALUES (?, 1) ON CONFLICT(ss58) DO UPDATE SET nonce = nonce + 1", (signer,)
+                )
+                result = handler(self, conn, signer, block, **args)
+                conn.execute(
+                    "INSERT INTO extrinsics (block, signer, call, ok) VALUES (?, ?, ?, 1)", (block, signer, call)
+                )
+        except TypeError as exc:
+            raise ChainError("BadArguments", f"{call}: {exc}") from exc
+        return result
+
+    def register(self, wallet: WalletLike) -> int:
+        hotkey = wallet.hotkey.ss58_address
+        uid = self.metagraph().uid_of(hotkey)
+        if uid is not None:
+            return uid
+        deadline = self.block() + 50
+        while True:
+            try:
+                return self.submit(wallet.coldkey, "burned_register", hotkey=hotkey)
+            except ChainError as exc:
+                if exc.reason != "TooManyRegistrationsThisBlock" or self.block() > deadline:
+                    raise
+                self.wait_for_block(self.block() + 1)
+
+    def add_stake(self, wallet: WalletLike, amount: float) -> None:
+        self.submit(wallet.coldkey, "add_stake", hotkey=wallet.hotkey.ss58_address, amount=amount)
+
+    def commit(self, wallet: WalletLike, data: str) -> None:
+        self.submit(wallet.hotkey, "set_commitment", data=data)
+
+    def set_weights(self, wallet: WalletLike, uids: Sequence[int], weights: Sequence[float]) -> None:
+        u16_uids, values = rules.weights_to_u16(uids, weights)
+        self.submit(wallet.hotkey, "set_weights", uids=u16_uids, weights=values, version_key=0)
+
+
+def _hp(conn: sqlite3.Connection, netuid: int) -> Hyperparameters:
+    row = conn.execute("SELECT hyperparameters FROM subnets WHERE netuid = ?", (netuid,)).fetchone()
+    return Hyperparameters(**json.loads(row[0]))
+
+
+def _uid_of(conn: sqlite3.Connection, netuid: int, hotkey: str) -> int | None:
+    row = conn.execute("SELECT uid FROM neurons WHERE netuid = ? AND hotkey = ?", (netuid, hotkey)).fetchone()
+    return None if row is None else row[0]
+
+
+def _burned_register(chain: LocalChain, conn: sqlite3.Connection, signer: str, block: int, *, hotkey: str) -> int:
+    netuid, hp = chain.netuid, _hp(conn, chain.netuid)
+    try:
+        Keypair(ss58_address=hotkey)
+    except Exception as exc:  # the SDK raises its own types for a malformed address
+        raise ChainError("BadHotkey", f"{hotkey!r} is not an ss58 address") from exc
+    owner = conn.execute("SELECT coldkey FROM owners WHERE hotkey = ?", (hotkey,)).fetchone()
+    if owner is not None and owner[0] != signer:
+        raise ChainError("NonAssociatedColdKey", f"hotkey {hotkey} belongs to another coldkey")
+    if _uid_of(conn, netuid, hotkey) is not None:
+        raise ChainError("HotKeyAlreadyRegisteredInSubNet", f"{hotkey} is already registered on subnet {netuid}")
+    count = conn.execute("SELECT count FROM registrations WHERE netuid = ? AND block = ?", (netuid, block)).fetchone()
+    if count is not None and count[0] >= hp.max_registrations_per_block:
+        raise ChainError("TooManyRegistrationsThisBlock", f"block {block} already has {count[0]} registrations")
+    conn.execute(
+        "INSERT INTO registrations VALUES (?, ?, 1) ON CONFLICT(netuid, block) DO UPDATE SET count = count + 1",
+        (netuid, block),
+    )
+    conn.execute("INSERT OR IGNORE INTO owners VALUES (?, ?)", (hotkey, signer))
+    n = conn.execute("SELECT COUNT(*) FROM neurons WHERE netuid = ?", (netuid,)).fetchone()[0]
+    if n < hp.max_uids:
+        uid = n
+    else:
+        candidates = [
+            rules.PruneCandidate(uid, registered_at, emission)
+            for uid, registered_at, emission in conn.execute(
+                "SELECT uid, registered_at, emission FROM neurons WHERE netuid = ?", (netuid,)
+            )
+        ]
+        uid = rules.neuron_to_prune(candidates, block, hp.immunity_period)
+        for table in ("neurons", "weights", "bonds"):
+            conn.execute(f"DELETE FROM {table} WHERE netuid = ? AND uid = ?", (netuid, uid))
+        conn.execute("DELETE FROM bonds WHERE netuid = ? AND dest = ?", (netuid, uid))
+    conn.execute(
+        "INSERT INTO neurons (netuid, uid, hotkey, coldkey, registered_at, last_update) VALUES (?, ?, ?, ?, ?, ?)",
+        (netuid, uid, hotkey, signer, block, block),
+    )
+    return uid
+
+
+def _add_stake(
+    chain: LocalChain, conn: sqlite3.Connection, signer: str, block: int, *, hotkey: str, amount: float
+) -> None:
+    if not (isinstance(amount, int | float) and 0 < amount < float("inf")):
+        raise ChainError("AmountTooLow", f"stake amount must be positive and finite, got {amount!r}")
+    owner = conn.execute("SELECT coldkey FROM owners WHERE hotkey = ?", (hotkey,)).fetchone()
+    if owner is None:
+        raise ChainError("HotKeyAccountNotExists", f"hotkey {hotkey} is not registered anywhere")
+    if owner[0] != signer:
+        raise ChainError("NonAssociatedColdKey", f"hotkey {hotkey} does not belong to {signer}")
+    conn.execute(
+        "INSERT INTO stake VALUES (?, ?, ?) ON CONFLICT(netuid, hotkey) DO UPDATE SET amount = amount + excluded.amount",
+        (chain.netuid, hotkey, float(amount)),
+    )
+
+
+def _set_weights(
+    chain: LocalChain,
+    conn: sqlite3.Connection,
+    signer: str,
+    block: int,
+    *,
+    uids: list[int],
+    weights: list[int],
+    version_key: int,
+) -> None:
+    netuid = chain.netuid
+    row = conn.execute(
+        "SELECT uid, validator_permit, weights_set_at FROM neurons WHERE netuid = ? AND hotkey = ?", (netuid, signer)
+    ).fetchone()
+    if row is None:
+        raise ChainError("HotKeyNotRegisteredInSubNet", f"{signer} is not registered on subnet {netuid}")
+    if not all(isinstance(v, int) for v in [*uids, *weights]):
+        raise ChainError("InvalidWeights", "uids and weights must be integers")
+    n = conn.execute("SELECT COUNT(*) FROM neurons WHERE netuid = ?", (netuid,)).fetchone()[0]
+    call = rules.WeightsCall(
+        setter_uid=row[0], n=n, has_permit=bool(row[1]), block=block, last_set_block=row[2], uids=uids, values=weights
+    )
+    rules.check_set_weights(call, _hp(conn, netuid))
+    conn.execute("DELETE FROM weights WHERE netuid = ? AND uid = ?", (netuid, row[0]))
+    conn.executemany(
+        "INSERT INTO weights VALUES (?, ?, ?, ?)", [(netuid, row[0], u, v) for u, v in zip(uids, weights, strict=True)]
+    )
+    conn.execute(
+        "UPDATE neurons SET last_update = ?, weights_set_at = ? WHERE netuid = ? AND uid = ?",
+        (block, block, netuid, row[0]),
+    )
+
+
+def _set_commitment(chain: LocalChain, conn: sqlite3.Connection, signer: str, block: int, *, data: str) -> None:
+    netuid, hp = chain.netuid, _hp(conn, chain.netuid)
+    if _uid_of(conn, netuid, signer) is None:
+        raise ChainError("HotKeyNotRegisteredInSubNet", f"{signer} is not registered on subnet {netuid}")
+    if not isinstance(data, str):
+        raise ChainError("BadArguments", "commitment data must be a string")
+    size = len(data.encode())
+    if size > hp.commitment_max_bytes:
+        raise ChainError("SpaceLimitExceeded", f"commitment of {size} bytes exceeds {hp.commitment_max_bytes}")
+    last = conn.execute("SELECT block FROM commitments WHERE netuid = ? AND hotkey = ?", (netuid, signer)).fetchone()
+    if last is not None and block - last[0] < hp.commitment_rate_limit:
+        raise ChainError(
+            "CommitmentSetRateLimitExceeded", f"last commitment at block {last[0]}, limit {hp.commitment_rate_limit}"
+        )
+    conn.execute(
+        "INSERT INTO commitments VALUES (?, ?, ?, ?) ON CONFLICT(netuid, hotkey)"
+        " DO UPDATE SET data = excluded.data, block = excluded.block",
+        (netuid, signer, data, block),
+    )
+
+
+_CALLS = {
+    "burned_register": _burned_register,
+    "add_stake": _add_stake,
+    "set_weights": _set_weights,
+    "set_commitment": _set_commitment,
+}

@@ -1,0 +1,109 @@
+"""Subtensor's rules as pure functions: weight checks, u16 normalization, pruning, permits.
+
+Error names are subtensor's, so a miner's operator sees the same words on either chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from distrai.chain.base import ChainError, Hyperparameters
+
+U16_MAX = 65535
+
+
+def weights_to_u16(uids: Sequence[int], weights: Sequence[float]) -> tuple[list[int], list[int]]:
+    """Max-upscale float weights to u16 (the largest becomes 65535), dropping zeros, as the SDK does."""
+    if len(uids) != len(weights):
+        raise ChainError("WeightVecNotEqualSize", f"{len(uids)} uids but {len(weights)} weights")
+    for w in weights:
+        if not (w >= 0.0) or w == float("inf"):
+            raise ChainError("InvalidWeights", f"weights must be finite and non-negative, got {w}")
+    top = max(weights, default=0.0)
+    if top == 0.0:
+        return [], []
+    pairs = [(int(u), round(w / top * U16_MAX)) for u, w in zip(uids, weights, strict=True)]
+    kept = [(u, v) for u, v in pairs if v > 0]
+    return [u for u, _ in kept], [v for _, v in kept]
+
+
+def normalized(values: Sequence[int]) -> list[float]:
+    total = sum(values)
+    return [v / total for v in values] if total else [0.0 for _ in values]
+
+
+@dataclass(frozen=True)
+class WeightsCall:
+    """Everything `check_set_weights` needs, read from the chain by the caller."""
+
+    setter_uid: int
+    n: int
+    has_permit: bool
+    block: int
+    last_set_block: int | None
+    uids: Sequence[int]
+    values: Sequence[int]
+
+
+def check_set_weights(call: WeightsCall, hp: Hyperparameters) -> None:
+    """Subtensor's `do_set_weights` checks, in its order; raises ChainError on the first failure."""
+    if len(call.uids) != len(call.values):
+        raise ChainError("WeightVecNotEqualSize", f"{len(call.uids)} uids but {len(call.values)} values")
+    if len(set(call.uids)) != len(call.uids):
+        raise ChainError("DuplicateUids", "a uid appears twice in the weights")
+    if any(not 0 <= u < call.n for u in call.uids):
+        raise ChainError("UidVecContainInvalidOne", f"uids must lie in [0, {call.n})")
+    if any(not 0 <= v <= U16_MAX for v in call.values):
+        raise ChainError("InvalidWeights", "weight values must be u16")
+    self_only = list(call.uids) == [call.setter_uid]
+    if not call.has_permit and not self_only:
+        raise ChainError("NeuronNoValidatorPermit", f"uid {call.setter_uid} has no validator permit")
+    if not self_only and len(call.uids) < min(hp.min_allowed_weights, call.n):
+        raise ChainError(
+            "WeightVecLengthIsLow",
+            f"{len(call.uids)} weights set, at least {min(hp.min_allowed_weights, call.n)} required",
+        )
+    if not self_only and hp.max_weight_limit < 1.0:
+        limit = round(hp.max_weight_limit * U16_MAX)
+        for v in normalized(call.values):
+            if round(v * U16_MAX) > limit:
+                raise ChainError("MaxWeightExceeded", f"a weight of {v:.4f} exceeds {hp.max_weight_limit:.4f}")
+    if call.last_set_block is not None and call.block - call.last_set_block < hp.weights_rate_limit:
+        raise ChainError(
+            "SettingWeightsTooFast",
+            f"last set at block {call.last_set_block}; wait until block {call.last_set_block + hp.weights_rate_limit}",
+        )
+
+
+@dataclass(frozen=True)
+class PruneCandidate:
+    uid: int
+    registered_at: int
+    score: float
+
+
+def neuron_to_prune(candidates: Sequence[PruneCandidate], block: int, immunity_period: int) -> int:
+    """The uid a new registration replaces when the subnet is full.
+
+    The lowest pruning score (last emission) among neurons past their immunity period, the
+    earliest registered then the lowest uid on ties; when every neuron is immune, the same rule
+    over all of them, as subtensor falls back to.
+    """
+    if not candidates:
+        raise ChainError("NoNeuronIdAvailable", "no neuron to prune")
+    mortal = [c for c in candidates if block - c.registered_at >= immunity_period]
+    pool = mortal or list(candidates)
+    return min(pool, key=lambda c: (c.score, c.registered_at, c.uid)).uid
+
+
+def validator_permits(stakes: Sequence[float], max_validators: int) -> list[bool]:
+    """The top `max_validators` uids by stake (ties to the lower uid) with non-zero stake get a permit."""
+    order = sorted(range(len(stakes)), key=lambda i: (-stakes[i], i))
+    chosen = {i for i in order[:max_validators] if stakes[i] > 0}
+    return [i in chosen for i in range(len(stakes))]
+
+
+def is_epoch_block(block: int, netuid: int, tempo: int) -> bool:
+    """Subtensor runs a subnet's epoch when (block + netuid + 1) is a multiple of (tempo + 1)."""
+    return tempo > 0 and (block + netuid + 1) % (tempo + 1) == 0

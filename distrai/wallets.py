@@ -1,0 +1,40 @@
+"""Development wallets in the bittensor wallet format (`~/.bittensor/wallets/<name>/...`).
+
+`btcli` and the bittensor SDK read what this writes. Keys made here are unencrypted: they are
+for local networks and tests, never for keys that hold value.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import bittensor as bt
+
+DEFAULT_WALLET_PATH = str(Path("~/.bittensor/wallets").expanduser())
+
+
+def open_wallet(name: str, hotkey: str = "default", path: str = DEFAULT_WALLET_PATH) -> bt.Wallet:
+    """An existing wallet; raises FileNotFoundError naming the missing key file."""
+    wallet = bt.Wallet(name=name, hotkey=hotkey, path=str(Path(path).expanduser()))
+    for keyfile in (wallet.coldkeypub_file, wallet.hotkey_file):
+        if not keyfile.exists_on_device():
+            raise FileNotFoundError(
+                f"wallet {name}/{hotkey}: no key file at {keyfile.path}; create it with `distrai wallet create`"
+            )
+    return wallet
+
+
+def create_dev_wallet(name: str, hotkey: str = "default", path: str = DEFAULT_WALLET_PATH) -> tuple[bt.Wallet, bool]:
+    """Create a wallet's coldkey and hotkey where missing, without passwords.
+
+    Returns the wallet and whether anything new was written; existing keys are never replaced.
+    """
+    wallet = bt.Wallet(name=name, hotkey=hotkey, path=str(Path(path).expanduser()))
+    created = False
+    if not wallet.coldkey_file.exists_on_device():
+        wallet.create_new_coldkey(use_password=False, overwrite=False, suppress=True)
+        created = True
+    if not wallet.hotkey_file.exists_on_device():
+        wallet.create_new_hotkey(use_password=False, overwrite=False, suppress=True)
+        created = True
+    return wallet, created

@@ -1,0 +1,50 @@
+"""The `distrai` command as a newcomer runs it: wallets, then the embedded chain."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import bittensor as bt
+
+
+def distrai(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HOME": str(tmp_path), "COLUMNS": "200", "DISTRAI_CHAIN": str(tmp_path / "chain.db")}
+    return subprocess.run(
+        [sys.executable, "-m", "distrai.cli", *args], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def test_wallet_chain_register_stake_metagraph(tmp_path):
+    wallets = str(tmp_path / "wallets")
+    made = distrai(tmp_path, "wallet", "create", "--wallet.name", "alice", "--wallet.hotkey", "h0", "--wallet.path", wallets)
+    assert made.returncode == 0, made.stdout + made.stderr
+    wallet = bt.Wallet("alice", "h0", path=wallets)
+    assert wallet.hotkey.ss58_address in made.stdout.replace("\n", "")
+    again = distrai(tmp_path, "wallet", "create", "--wallet.name", "alice", "--wallet.hotkey", "h0", "--wallet.path", wallets)
+    assert "exists" in again.stdout and bt.Wallet("alice", "h0", path=wallets).hotkey.ss58_address == wallet.hotkey.ss58_address
+
+    init = distrai(tmp_path, "chain", "init", "--block-time", "0.2", "--tempo", "5")
+    assert init.returncode == 0, init.stderr
+    reg = distrai(tmp_path, "chain", "register", "--wallet.name", "alice", "--wallet.hotkey", "h0", "--wallet.path", wallets)
+    assert reg.returncode == 0 and "is uid 0" in reg.stdout, reg.stdout + reg.stderr
+    stake = distrai(
+        tmp_path, "chain", "stake", "--amount", "42", "--wallet.name", "alice", "--wallet.hotkey", "h0", "--wallet.path", wallets
+    )
+    assert stake.returncode == 0 and "stake now 42" in stake.stdout, stake.stdout + stake.stderr
+    status = distrai(tmp_path, "chain", "status")
+    assert status.returncode == 0 and "1 / 256" in status.stdout
+    mg = distrai(tmp_path, "chain", "metagraph")
+    assert mg.returncode == 0 and wallet.hotkey.ss58_address[:10] in mg.stdout and "42.00" in mg.stdout
+
+
+def test_errors_are_one_clear_line(tmp_path):
+    missing_chain = distrai(tmp_path, "chain", "status")
+    assert missing_chain.returncode == 1
+    assert missing_chain.stdout.strip().count("\n") == 0
+    assert "no embedded chain" in missing_chain.stdout and "distrai chain init" in missing_chain.stdout
+    distrai(tmp_path, "chain", "init")
+    missing_wallet = distrai(tmp_path, "chain", "register", "--wallet.name", "ghost", "--wallet.path", str(tmp_path / "w"))
+    assert missing_wallet.returncode == 1
+    assert "ghost" in missing_wallet.stdout and "distrai wallet create" in missing_wallet.stdout

@@ -20,13 +20,21 @@ DEFAULT_CHAIN = os.environ.get("DISTRAI_CHAIN", "distrai-chain.db")
 
 
 def _wallet_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--wallet.name", dest="wallet_name", default=os.environ.get("BT_WALLET_NAME", "default"))
-    parser.add_argument("--wallet.hotkey", dest="wallet_hotkey", default=os.environ.get("BT_WALLET_HOTKEY", "default"))
-    parser.add_argument("--wallet.path", dest="wallet_path", default=os.environ.get("BT_WALLET_PATH", DEFAULT_WALLET_PATH))
+    parser.add_argument(
+        "--wallet.name", dest="wallet_name", default=os.environ.get("BT_WALLET_NAME", "default")
+    )
+    parser.add_argument(
+        "--wallet.hotkey", dest="wallet_hotkey", default=os.environ.get("BT_WALLET_HOTKEY", "default")
+    )
+    parser.add_argument(
+        "--wallet.path", dest="wallet_path", default=os.environ.get("BT_WALLET_PATH", DEFAULT_WALLET_PATH)
+    )
 
 
 def _chain_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--chain", dest="chain", default=DEFAULT_CHAIN, help="embedded chain file (env DISTRAI_CHAIN)")
+    parser.add_argument(
+        "--chain", dest="chain", default=DEFAULT_CHAIN, help="embedded chain file (env DISTRAI_CHAIN)"
+    )
     parser.add_argument("--netuid", type=int, default=int(os.environ.get("DISTRAI_NETUID", "1")))
 
 
@@ -34,11 +42,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="distrai", description=__doc__)
     groups = parser.add_subparsers(dest="group", required=True)
 
-    wallet = groups.add_parser("wallet", help="development wallets").add_subparsers(dest="command", required=True)
+    wallet = groups.add_parser("wallet", help="development wallets").add_subparsers(
+        dest="command", required=True
+    )
     create = wallet.add_parser("create", help="create an unencrypted coldkey and hotkey where missing")
     _wallet_args(create)
 
-    chain = groups.add_parser("chain", help="the embedded chain").add_subparsers(dest="command", required=True)
+    chain = groups.add_parser("chain", help="the embedded chain").add_subparsers(
+        dest="command", required=True
+    )
     init = chain.add_parser("init", help="create a chain file and a subnet on it")
     _chain_args(init)
     defaults = Hyperparameters()
@@ -49,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     for field, value in vars(defaults).items():
         flag = "--" + field.replace("_", "-")
         if isinstance(value, bool):
-            init.add_argument(flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=value, metavar="BOOL")
+            init.add_argument(
+                flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=value, metavar="BOOL"
+            )
         else:
             init.add_argument(flag, type=type(value), default=value)
     for name, text in (("status", "block, subnet and epoch"), ("metagraph", "every neuron of the subnet")):
@@ -86,7 +100,9 @@ def cmd_chain_init(args: argparse.Namespace) -> None:
         owner_cut=args.owner_cut,
         owner_coldkey=args.owner_coldkey,
     )
-    console.print(f"chain at {chain.path}: subnet {chain.netuid}, block {chain.block()}, genesis {chain.genesis[:18]}…")
+    console.print(
+        f"chain at {chain.path}: subnet {chain.netuid}, block {chain.block()}, genesis {chain.genesis[:18]}…"
+    )
 
 
 def cmd_chain_status(args: argparse.Namespace) -> None:
@@ -115,13 +131,31 @@ def cmd_chain_metagraph(args: argparse.Namespace) -> None:
     chain = _open_chain(args)
     mg = chain.metagraph()
     table = Table(title=f"subnet {mg.netuid} at block {mg.block}")
-    for col in ("uid", "hotkey", "stake", "permit", "trust", "incentive", "dividends", "emission", "earned", "updated"):
+    for col in (
+        "uid",
+        "hotkey",
+        "stake",
+        "permit",
+        "trust",
+        "incentive",
+        "dividends",
+        "emission",
+        "earned",
+        "updated",
+    ):
         table.add_column(col, justify="right" if col not in ("hotkey",) else "left")
     for n in mg.neurons:
         table.add_row(
-            str(n.uid), n.hotkey[:10] + "…", f"{n.stake:.2f}", "✓" if n.validator_permit else "",
-            f"{n.trust:.3f}", f"{n.incentive:.3f}", f"{n.dividends:.3f}", f"{n.emission:.4f}",
-            f"{n.total_emission:.4f}", str(n.last_update),
+            str(n.uid),
+            n.hotkey[:10] + "…",
+            f"{n.stake:.2f}",
+            "✓" if n.validator_permit else "",
+            f"{n.trust:.3f}",
+            f"{n.incentive:.3f}",
+            f"{n.dividends:.3f}",
+            f"{n.emission:.4f}",
+            f"{n.total_emission:.4f}",
+            str(n.last_update),
         )
     console.print(table)
 

@@ -24,7 +24,9 @@ def open_wallet(name: str, hotkey: str = "default", path: str = DEFAULT_WALLET_P
     return wallet
 
 
-def create_dev_wallet(name: str, hotkey: str = "default", path: str = DEFAULT_WALLET_PATH) -> tuple[bt.Wallet, bool]:
+def create_dev_wallet(
+    name: str, hotkey: str = "default", path: str = DEFAULT_WALLET_PATH
+) -> tuple[bt.Wallet, bool]:
     """Create a wallet's coldkey and hotkey where missing, without passwords.
 
     Returns the wallet and whether anything new was written; existing keys are never replaced.

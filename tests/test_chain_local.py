@@ -21,7 +21,9 @@ def h(tmp_path):
 def test_forged_signature_is_refused(h):
     owner, thief = h.new_wallet("owner"), h.new_wallet("thief")
     h.chain.register(owner)
-    payload = encode_payload(h.chain.genesis, "set_commitment", {"data": "evil"}, owner.hotkey.ss58_address, 0)
+    payload = encode_payload(
+        h.chain.genesis, "set_commitment", {"data": "evil"}, owner.hotkey.ss58_address, 0
+    )
     forged = SignedExtrinsic(payload, bytes(thief.hotkey.sign(payload)))
     with pytest.raises(ChainError) as refused:
         h.chain.apply(forged)
@@ -97,7 +99,11 @@ def test_full_subnet_prunes_the_lowest_non_immune_neuron(tmp_path):
     newcomer = h.new_wallet("new")
     assert h.chain.register(newcomer) == 2
     mg = h.chain.metagraph()
-    assert mg.hotkeys == [validator.hotkey.ss58_address, good.hotkey.ss58_address, newcomer.hotkey.ss58_address]
+    assert mg.hotkeys == [
+        validator.hotkey.ss58_address,
+        good.hotkey.ss58_address,
+        newcomer.hotkey.ss58_address,
+    ]
     immune = h.new_wallet("too-soon")
     assert h.chain.register(immune) != 2
 
@@ -158,7 +164,9 @@ def test_emission_accumulates_and_sums_to_issuance(h):
     h.advance(3 * (TEST_HYPERPARAMETERS.tempo + 1))
     info = h.chain.subnet_info()
     issued = info["emission_per_block"] * info["last_epoch_block"]
-    earned = sum(n.total_emission for n in h.chain.metagraph().neurons) + info["owner_emission"] + info["burned"]
+    earned = (
+        sum(n.total_emission for n in h.chain.metagraph().neurons) + info["owner_emission"] + info["burned"]
+    )
     assert earned == pytest.approx(issued)
     assert info["last_epoch_block"] > start
     assert h.chain.metagraph().neurons[1].total_emission > 0

@@ -36,7 +36,9 @@ def test_weights_to_u16_refuses_non_finite_or_negative(bad):
 
 
 def call(**overrides):
-    base = dict(setter_uid=0, n=4, has_permit=True, block=100, last_set_block=None, uids=[1, 2], values=[10, 20])
+    base = dict(
+        setter_uid=0, n=4, has_permit=True, block=100, last_set_block=None, uids=[1, 2], values=[10, 20]
+    )
     return rules.WeightsCall(**{**base, **overrides})
 
 
@@ -66,11 +68,6 @@ def test_prune_prefers_lowest_score_then_oldest_then_lowest_uid():
     assert rules.neuron_to_prune(pool, block=100, immunity_period=10) == 2
     all_immune = [c(0, 95, 0.3), c(1, 96, 0.2)]
     assert rules.neuron_to_prune(all_immune, block=100, immunity_period=10) == 1
-
-
-def test_validator_permits_go_to_top_nonzero_stakes():
-    assert rules.validator_permits([5.0, 0.0, 7.0, 5.0], 2) == [True, False, True, False]
-    assert rules.validator_permits([0.0, 0.0], 2) == [False, False]
 
 
 def test_epoch_blocks_follow_subtensor_schedule():

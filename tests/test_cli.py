@@ -18,19 +18,62 @@ def distrai(tmp_path, *args: str) -> subprocess.CompletedProcess:
 
 def test_wallet_chain_register_stake_metagraph(tmp_path):
     wallets = str(tmp_path / "wallets")
-    made = distrai(tmp_path, "wallet", "create", "--wallet.name", "alice", "--wallet.hotkey", "h0", "--wallet.path", wallets)
+    made = distrai(
+        tmp_path,
+        "wallet",
+        "create",
+        "--wallet.name",
+        "alice",
+        "--wallet.hotkey",
+        "h0",
+        "--wallet.path",
+        wallets,
+    )
     assert made.returncode == 0, made.stdout + made.stderr
     wallet = bt.Wallet("alice", "h0", path=wallets)
     assert wallet.hotkey.ss58_address in made.stdout.replace("\n", "")
-    again = distrai(tmp_path, "wallet", "create", "--wallet.name", "alice", "--wallet.hotkey", "h0", "--wallet.path", wallets)
-    assert "exists" in again.stdout and bt.Wallet("alice", "h0", path=wallets).hotkey.ss58_address == wallet.hotkey.ss58_address
+    again = distrai(
+        tmp_path,
+        "wallet",
+        "create",
+        "--wallet.name",
+        "alice",
+        "--wallet.hotkey",
+        "h0",
+        "--wallet.path",
+        wallets,
+    )
+    assert (
+        "exists" in again.stdout
+        and bt.Wallet("alice", "h0", path=wallets).hotkey.ss58_address == wallet.hotkey.ss58_address
+    )
 
     init = distrai(tmp_path, "chain", "init", "--block-time", "0.2", "--tempo", "5")
     assert init.returncode == 0, init.stderr
-    reg = distrai(tmp_path, "chain", "register", "--wallet.name", "alice", "--wallet.hotkey", "h0", "--wallet.path", wallets)
+    reg = distrai(
+        tmp_path,
+        "chain",
+        "register",
+        "--wallet.name",
+        "alice",
+        "--wallet.hotkey",
+        "h0",
+        "--wallet.path",
+        wallets,
+    )
     assert reg.returncode == 0 and "is uid 0" in reg.stdout, reg.stdout + reg.stderr
     stake = distrai(
-        tmp_path, "chain", "stake", "--amount", "42", "--wallet.name", "alice", "--wallet.hotkey", "h0", "--wallet.path", wallets
+        tmp_path,
+        "chain",
+        "stake",
+        "--amount",
+        "42",
+        "--wallet.name",
+        "alice",
+        "--wallet.hotkey",
+        "h0",
+        "--wallet.path",
+        wallets,
     )
     assert stake.returncode == 0 and "stake now 42" in stake.stdout, stake.stdout + stake.stderr
     status = distrai(tmp_path, "chain", "status")
@@ -45,6 +88,8 @@ def test_errors_are_one_clear_line(tmp_path):
     assert missing_chain.stdout.strip().count("\n") == 0
     assert "no embedded chain" in missing_chain.stdout and "distrai chain init" in missing_chain.stdout
     distrai(tmp_path, "chain", "init")
-    missing_wallet = distrai(tmp_path, "chain", "register", "--wallet.name", "ghost", "--wallet.path", str(tmp_path / "w"))
+    missing_wallet = distrai(
+        tmp_path, "chain", "register", "--wallet.name", "ghost", "--wallet.path", str(tmp_path / "w")
+    )
     assert missing_wallet.returncode == 1
     assert "ghost" in missing_wallet.stdout and "distrai wallet create" in missing_wallet.stdout

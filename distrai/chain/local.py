@@ -39,7 +39,9 @@ class LocalChain(Chain):
     def __init__(self, path: str | Path, netuid: int = 1):
         self.path = Path(path)
         if not self.path.exists():
-            raise ChainError("NoChain", f"no embedded chain at {self.path}; create it with `distrai chain init`")
+            raise ChainError(
+                "NoChain", f"no embedded chain at {self.path}; create it with `distrai chain init`"
+            )
         self.netuid = netuid
         try:
             self._conn = connect(self.path)
@@ -109,7 +111,8 @@ class LocalChain(Chain):
         with write_transaction(self._conn) as conn:
             genesis_time, block_time = self._clock()
             conn.execute(
-                "UPDATE meta SET value = ? WHERE key = 'genesis_time'", (repr(genesis_time - blocks * block_time),)
+                "UPDATE meta SET value = ? WHERE key = 'genesis_time'",
+                (repr(genesis_time - blocks * block_time),),
             )
         self._produce()
         return self.block()
@@ -121,7 +124,9 @@ class LocalChain(Chain):
         if last >= target:
             return target
         with write_transaction(self._conn) as conn:
-            last, prev_hash = conn.execute("SELECT number, hash FROM blocks ORDER BY number DESC LIMIT 1").fetchone()
+            last, prev_hash = conn.execute(
+                "SELECT number, hash FROM blocks ORDER BY number DESC LIMIT 1"
+            ).fetchone()
             subnets = conn.execute("SELECT netuid, hyperparameters FROM subnets").fetchall()
             tempos = {netuid: json.loads(hp)["tempo"] for netuid, hp in subnets}
             for number in range(last + 1, target + 1):
@@ -146,7 +151,9 @@ class LocalChain(Chain):
     # -- reads --------------------------------------------------------------------------------
 
     def hyperparameters(self) -> Hyperparameters:
-        row = self._conn.execute("SELECT hyperparameters FROM subnets WHERE netuid = ?", (self.netuid,)).fetchone()
+        row = self._conn.execute(
+            "SELECT hyperparameters FROM subnets WHERE netuid = ?", (self.netuid,)
+        ).fetchone()
         return Hyperparameters(**json.loads(row[0]))
 
     def subnet_info(self) -> dict[str, Any]:
@@ -155,7 +162,14 @@ class LocalChain(Chain):
             " FROM subnets WHERE netuid = ?",
             (self.netuid,),
         ).fetchone()
-        keys = ("owner_coldkey", "emission_per_block", "owner_cut", "owner_emission", "burned", "last_epoch_block")
+        keys = (
+            "owner_coldkey",
+            "emission_per_block",
+            "owner_cut",
+            "owner_emission",
+            "burned",
+            "last_epoch_block",
+        )
         return dict(zip(keys, row, strict=True))
 
     def metagraph(self) -> Metagraph:
@@ -171,9 +185,21 @@ class LocalChain(Chain):
         ).fetchall()
         neurons = tuple(
             Neuron(
-                uid=r[0], hotkey=r[1], coldkey=r[2], stake=r[3], validator_permit=bool(r[4]),
-                registered_at=r[5], last_update=r[6], rank=r[7], trust=r[8], consensus=r[9],
-                validator_trust=r[10], incentive=r[11], dividends=r[12], emission=r[13], total_emission=r[14],
+                uid=r[0],
+                hotkey=r[1],
+                coldkey=r[2],
+                stake=r[3],
+                validator_permit=bool(r[4]),
+                registered_at=r[5],
+                last_update=r[6],
+                rank=r[7],
+                trust=r[8],
+                consensus=r[9],
+                validator_trust=r[10],
+                incentive=r[11],
+                dividends=r[12],
+                emission=r[13],
+                total_emission=r[14],
             )
             for r in rows
         )
@@ -194,7 +220,9 @@ class LocalChain(Chain):
             "SELECT uid, dest, value FROM weights WHERE netuid = ? ORDER BY uid, dest", (self.netuid,)
         ):
             out.setdefault(uid, {})[dest] = value
-        return {uid: dict(zip(row, rules.normalized(list(row.values())), strict=True)) for uid, row in out.items()}
+        return {
+            uid: dict(zip(row, rules.normalized(list(row.values())), strict=True)) for uid, row in out.items()
+        }
 
     def nonce(self, ss58: str) -> int:
         row = self._conn.execute("SELECT nonce FROM accounts WHERE ss58 = ?", (ss58,)).fetchone()
@@ -228,11 +256,13 @@ class LocalChain(Chain):
                 if body["nonce"] != self.nonce(signer):
                     raise ChainError("StaleNonce", f"nonce {body['nonce']} is not the account's next")
                 conn.execute(
-                    "INSERT INTO accounts VALUES (?, 1) ON CONFLICT(ss58) DO UPDATE SET nonce = nonce + 1", (signer,)
+                    "INSERT INTO accounts VALUES (?, 1) ON CONFLICT(ss58) DO UPDATE SET nonce = nonce + 1",
+                    (signer,),
                 )
                 result = handler(self, conn, signer, block, **args)
                 conn.execute(
-                    "INSERT INTO extrinsics (block, signer, call, ok) VALUES (?, ?, ?, 1)", (block, signer, call)
+                    "INSERT INTO extrinsics (block, signer, call, ok) VALUES (?, ?, ?, 1)",
+                    (block, signer, call),
                 )
         except TypeError as exc:
             raise ChainError("BadArguments", f"{call}: {exc}") from exc
@@ -273,7 +303,9 @@ def _uid_of(conn: sqlite3.Connection, netuid: int, hotkey: str) -> int | None:
     return None if row is None else row[0]
 
 
-def _burned_register(chain: LocalChain, conn: sqlite3.Connection, signer: str, block: int, *, hotkey: str) -> int:
+def _burned_register(
+    chain: LocalChain, conn: sqlite3.Connection, signer: str, block: int, *, hotkey: str
+) -> int:
     netuid, hp = chain.netuid, _hp(conn, chain.netuid)
     try:
         Keypair(ss58_address=hotkey)
@@ -283,10 +315,16 @@ def _burned_register(chain: LocalChain, conn: sqlite3.Connection, signer: str, b
     if owner is not None and owner[0] != signer:
         raise ChainError("NonAssociatedColdKey", f"hotkey {hotkey} belongs to another coldkey")
     if _uid_of(conn, netuid, hotkey) is not None:
-        raise ChainError("HotKeyAlreadyRegisteredInSubNet", f"{hotkey} is already registered on subnet {netuid}")
-    count = conn.execute("SELECT count FROM registrations WHERE netuid = ? AND block = ?", (netuid, block)).fetchone()
+        raise ChainError(
+            "HotKeyAlreadyRegisteredInSubNet", f"{hotkey} is already registered on subnet {netuid}"
+        )
+    count = conn.execute(
+        "SELECT count FROM registrations WHERE netuid = ? AND block = ?", (netuid, block)
+    ).fetchone()
     if count is not None and count[0] >= hp.max_registrations_per_block:
-        raise ChainError("TooManyRegistrationsThisBlock", f"block {block} already has {count[0]} registrations")
+        raise ChainError(
+            "TooManyRegistrationsThisBlock", f"block {block} already has {count[0]} registrations"
+        )
     conn.execute(
         "INSERT INTO registrations VALUES (?, ?, 1) ON CONFLICT(netuid, block) DO UPDATE SET count = count + 1",
         (netuid, block),
@@ -341,7 +379,8 @@ def _set_weights(
 ) -> None:
     netuid = chain.netuid
     row = conn.execute(
-        "SELECT uid, validator_permit, weights_set_at FROM neurons WHERE netuid = ? AND hotkey = ?", (netuid, signer)
+        "SELECT uid, validator_permit, weights_set_at FROM neurons WHERE netuid = ? AND hotkey = ?",
+        (netuid, signer),
     ).fetchone()
     if row is None:
         raise ChainError("HotKeyNotRegisteredInSubNet", f"{signer} is not registered on subnet {netuid}")
@@ -349,12 +388,19 @@ def _set_weights(
         raise ChainError("InvalidWeights", "uids and weights must be integers")
     n = conn.execute("SELECT COUNT(*) FROM neurons WHERE netuid = ?", (netuid,)).fetchone()[0]
     call = rules.WeightsCall(
-        setter_uid=row[0], n=n, has_permit=bool(row[1]), block=block, last_set_block=row[2], uids=uids, values=weights
+        setter_uid=row[0],
+        n=n,
+        has_permit=bool(row[1]),
+        block=block,
+        last_set_block=row[2],
+        uids=uids,
+        values=weights,
     )
     rules.check_set_weights(call, _hp(conn, netuid))
     conn.execute("DELETE FROM weights WHERE netuid = ? AND uid = ?", (netuid, row[0]))
     conn.executemany(
-        "INSERT INTO weights VALUES (?, ?, ?, ?)", [(netuid, row[0], u, v) for u, v in zip(uids, weights, strict=True)]
+        "INSERT INTO weights VALUES (?, ?, ?, ?)",
+        [(netuid, row[0], u, v) for u, v in zip(uids, weights, strict=True)],
     )
     conn.execute(
         "UPDATE neurons SET last_update = ?, weights_set_at = ? WHERE netuid = ? AND uid = ?",
@@ -362,7 +408,9 @@ def _set_weights(
     )
 
 
-def _set_commitment(chain: LocalChain, conn: sqlite3.Connection, signer: str, block: int, *, data: str) -> None:
+def _set_commitment(
+    chain: LocalChain, conn: sqlite3.Connection, signer: str, block: int, *, data: str
+) -> None:
     netuid, hp = chain.netuid, _hp(conn, chain.netuid)
     if _uid_of(conn, netuid, signer) is None:
         raise ChainError("HotKeyNotRegisteredInSubNet", f"{signer} is not registered on subnet {netuid}")
@@ -370,11 +418,16 @@ def _set_commitment(chain: LocalChain, conn: sqlite3.Connection, signer: str, bl
         raise ChainError("BadArguments", "commitment data must be a string")
     size = len(data.encode())
     if size > hp.commitment_max_bytes:
-        raise ChainError("SpaceLimitExceeded", f"commitment of {size} bytes exceeds {hp.commitment_max_bytes}")
-    last = conn.execute("SELECT block FROM commitments WHERE netuid = ? AND hotkey = ?", (netuid, signer)).fetchone()
+        raise ChainError(
+            "SpaceLimitExceeded", f"commitment of {size} bytes exceeds {hp.commitment_max_bytes}"
+        )
+    last = conn.execute(
+        "SELECT block FROM commitments WHERE netuid = ? AND hotkey = ?", (netuid, signer)
+    ).fetchone()
     if last is not None and block - last[0] < hp.commitment_rate_limit:
         raise ChainError(
-            "CommitmentSetRateLimitExceeded", f"last commitment at block {last[0]}, limit {hp.commitment_rate_limit}"
+            "CommitmentSetRateLimitExceeded",
+            f"last commitment at block {last[0]}, limit {hp.commitment_rate_limit}",
         )
     conn.execute(
         "INSERT INTO commitments VALUES (?, ?, ?, ?) ON CONFLICT(netuid, hotkey)"

@@ -13,8 +13,8 @@ import sqlite3
 import numpy as np
 
 from distrai.chain import rules, yuma
-from distrai.chain.yuma_emission import split_emission
 from distrai.chain.base import Hyperparameters
+from distrai.chain.yuma_emission import split_emission
 
 
 def run_subnet_epoch(conn: sqlite3.Connection, netuid: int, block: int) -> None:
@@ -73,9 +73,16 @@ def run_subnet_epoch(conn: sqlite3.Connection, netuid: int, block: int) -> None:
             "UPDATE neurons SET rank = ?, trust = ?, consensus = ?, validator_trust = ?, incentive = ?,"
             " dividends = ?, emission = ?, validator_permit = ? WHERE netuid = ? AND uid = ?",
             (
-                float(result.rank[uid]), float(result.trust[uid]), float(result.consensus[uid]),
-                float(result.validator_trust[uid]), float(result.incentive[uid]), float(result.dividends[uid]),
-                earned, int(permits[uid]), netuid, uid,
+                float(result.rank[uid]),
+                float(result.trust[uid]),
+                float(result.consensus[uid]),
+                float(result.validator_trust[uid]),
+                float(result.incentive[uid]),
+                float(result.dividends[uid]),
+                earned,
+                int(permits[uid]),
+                netuid,
+                uid,
             ),
         )
         conn.execute(
@@ -88,6 +95,7 @@ def run_subnet_epoch(conn: sqlite3.Connection, netuid: int, block: int) -> None:
     )
     conn.execute("DELETE FROM bonds WHERE netuid = ?", (netuid,))
     new_bonds = [
-        (netuid, int(i), int(j), float(result.bonds[i, j])) for i, j in zip(*np.nonzero(result.bonds), strict=True)
+        (netuid, int(i), int(j), float(result.bonds[i, j]))
+        for i, j in zip(*np.nonzero(result.bonds), strict=True)
     ]
     conn.executemany("INSERT INTO bonds VALUES (?, ?, ?, ?)", new_bonds)

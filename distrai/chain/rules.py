@@ -68,7 +68,9 @@ def check_set_weights(call: WeightsCall, hp: Hyperparameters) -> None:
         limit = round(hp.max_weight_limit * U16_MAX)
         for v in normalized(call.values):
             if round(v * U16_MAX) > limit:
-                raise ChainError("MaxWeightExceeded", f"a weight of {v:.4f} exceeds {hp.max_weight_limit:.4f}")
+                raise ChainError(
+                    "MaxWeightExceeded", f"a weight of {v:.4f} exceeds {hp.max_weight_limit:.4f}"
+                )
     if call.last_set_block is not None and call.block - call.last_set_block < hp.weights_rate_limit:
         raise ChainError(
             "SettingWeightsTooFast",
@@ -95,13 +97,6 @@ def neuron_to_prune(candidates: Sequence[PruneCandidate], block: int, immunity_p
     mortal = [c for c in candidates if block - c.registered_at >= immunity_period]
     pool = mortal or list(candidates)
     return min(pool, key=lambda c: (c.score, c.registered_at, c.uid)).uid
-
-
-def validator_permits(stakes: Sequence[float], max_validators: int) -> list[bool]:
-    """The top `max_validators` uids by stake (ties to the lower uid) with non-zero stake get a permit."""
-    order = sorted(range(len(stakes)), key=lambda i: (-stakes[i], i))
-    chosen = {i for i in order[:max_validators] if stakes[i] > 0}
-    return [i in chosen for i in range(len(stakes))]
 
 
 def is_epoch_block(block: int, netuid: int, tempo: int) -> bool:

@@ -1,0 +1,288 @@
+"""The bittensor adapter: the `Chain` interface over the bittensor 11 SDK (`bt.Subtensor`).
+
+Reads go through the SDK's typed reads (the metagraph runtime API, the Commitments pallet, the
+subnet hyperparameters); writes go through its intents and raw calls, signed by the wallet's
+coldkey (registration, stake) or hotkey (weights, commitments). `set_weights` uses the SDK's
+`SetWeights`, which conforms the weights to the subnet (max-weight clip, u16 quantization),
+preflights registration and the rate limit, and commits timelock-encrypted weights instead of
+setting them when the subnet runs commit-reveal. Every refusal becomes `ChainError(reason)` with
+subtensor's error name.
+
+`network` is `finney`, `test`, `local` (a subtensor node at ws://127.0.0.1:9944, or
+`$BT_CHAIN_ENDPOINT`), or any ws:// or wss:// URL. Tests hand in a `substrate` instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import bittensor as bt
+from bittensor import hyperparams
+from bittensor.settings import resolve_endpoint
+
+from distrai.chain.base import Chain, ChainError, Commitment, Hyperparameters, Metagraph, Neuron, WalletLike
+
+RAW_FIELD_BYTES = 128
+"""A Commitments pallet `Raw` field holds at most 128 bytes; longer text spans several fields."""
+REGISTRATION_PATIENCE_BLOCKS = 50
+"""How many blocks `register` keeps retrying when the subnet's per-block registrations are full."""
+
+WEIGHT_PREFLIGHT_REASONS: Mapping[bt.ErrorCode, str] = {
+    bt.ErrorCode.NOT_REGISTERED: "HotKeyNotRegisteredInSubNet",
+    bt.ErrorCode.RATE_LIMITED: "SettingWeightsTooFast",
+    bt.ErrorCode.INVALID_ARGUMENT: "WeightVecLengthIsLow",
+    bt.ErrorCode.NOT_AUTHORIZED: "NeuronNoValidatorPermit",
+}
+"""The SDK refuses some weight sets before signing, with a code and no chain error name; these are
+the names subtensor gives the same refusals."""
+WEIGHT_POOL_ALIASES: Mapping[str, str] = {"RateLimitExceeded": "SettingWeightsTooFast"}
+"""The transaction pool reports a weights rate limit as the generic `RateLimitExceeded`."""
+
+
+def resolve_network(network: str) -> tuple[str, str]:
+    """(label, endpoint) for a network name or a ws:// / wss:// URL; ValueError names the choices."""
+    try:
+        return resolve_endpoint(network)
+    except ValueError as exc:
+        raise ValueError(f"unknown bittensor network {network!r}: use finney, test, local or a ws(s):// URL") from exc
+
+
+def commitment_info(data: str) -> dict[str, list[dict[str, str]]]:
+    """`data` as a Commitments `CommitmentInfo`: UTF-8 bytes in `Raw` fields of up to 128 bytes."""
+    raw = data.encode()
+    chunks = [raw[i : i + RAW_FIELD_BYTES] for i in range(0, len(raw), RAW_FIELD_BYTES)]
+    return {"fields": [{f"Raw{len(chunk)}": "0x" + chunk.hex()} for chunk in chunks]}
+
+
+def checked_weights(uids: Sequence[int], weights: Sequence[float]) -> tuple[list[int], list[float]]:
+    """Parallel uid and weight lists, refused with subtensor's names where the arguments are malformed."""
+    if len(uids) != len(weights):
+        raise ChainError("WeightVecNotEqualSize", f"{len(uids)} uids but {len(weights)} weights")
+    clean_uids = [int(u) for u in uids]
+    if any(u < 0 for u in clean_uids):
+        raise ChainError("UidVecContainInvalidOne", "uids must be non-negative")
+    if len(set(clean_uids)) != len(clean_uids):
+        raise ChainError("DuplicateUids", "a uid appears twice in the weights")
+    clean_weights = [float(w) for w in weights]
+    if any(not math.isfinite(w) or w < 0 for w in clean_weights):
+        raise ChainError("InvalidWeights", "weights must be finite and non-negative")
+    return clean_uids, clean_weights
+
+
+def hyperparameters_from(raw: Mapping[str, Any], commitment_fields: int) -> Hyperparameters:
+    """`Hyperparameters` from the SDK's raw subnet hyperparameters (subtensor's names and units).
+
+    Fractions come back through the SDK's unit table (u16 and per-million), so they carry the
+    chain's quantization. Subtensor limits commitments by space per epoch, not by a block count,
+    so `commitment_rate_limit` is 0; `commitment_max_bytes` is what the pallet's fields can hold."""
+
+    def value(name: str) -> Any:
+        if name not in raw:
+            raise ChainError("MissingHyperparameter", f"the chain reported no {name!r}")
+        return raw[name]
+
+    def fraction(name: str) -> float:
+        return float(hyperparams.normalized(name, int(value(name))))
+
+    yuma3 = bool(raw["yuma3_enabled"]) if "yuma3_enabled" in raw else int(value("yuma_version")) == 3
+    return Hyperparameters(
+        tempo=int(value("tempo")),
+        max_uids=int(value("max_allowed_uids")),
+        max_validators=int(value("max_validators")),
+        immunity_period=int(value("immunity_period")),
+        min_allowed_weights=int(value("min_allowed_weights")),
+        max_weight_limit=fraction("max_weights_limit"),
+        weights_rate_limit=int(value("weights_rate_limit")),
+        activity_cutoff=int(value("activity_cutoff")),
+        kappa=fraction("kappa"),
+        bonds_moving_avg=fraction("bonds_moving_avg"),
+        yuma3=yuma3,
+        commit_reveal_weights=bool(value("commit_reveal_weights_enabled")),
+        commitment_max_bytes=commitment_fields * RAW_FIELD_BYTES,
+        commitment_rate_limit=0,
+        max_registrations_per_block=int(value("max_regs_per_block")),
+    )
+
+
+def neuron_from(n: bt.MetagraphNeuron, validator_trust: float) -> Neuron:
+    """A project `Neuron` from the SDK's metagraph row (stake and emission in alpha)."""
+    return Neuron(
+        uid=n.uid,
+        hotkey=n.hotkey,
+        coldkey=n.coldkey,
+        stake=n.total_stake.amount,
+        validator_permit=n.validator_permit,
+        registered_at=n.block_at_registration,
+        last_update=n.last_update,
+        rank=n.rank,
+        trust=n.trust,
+        consensus=n.consensus,
+        validator_trust=validator_trust,
+        incentive=n.incentive,
+        dividends=n.dividends,
+        emission=n.emission.amount,
+    )
+
+
+def readable_commitments(by_hotkey: Mapping[str, bt.NeuronCommitment]) -> dict[str, Commitment]:
+    """The commitments anyone can read now (plain, or timelocked and already revealed)."""
+    out = {}
+    for hotkey, c in by_hotkey.items():
+        if c is not None and c.is_revealed:
+            out[hotkey] = Commitment(hotkey=hotkey, data=c.value if c.value is not None else c.data, block=c.block)
+    return out
+
+
+def refusal(
+    error: bt.ChainError | None,
+    message: str,
+    by_code: Mapping[bt.ErrorCode, str] | None = None,
+    aliases: Mapping[str, str] | None = None,
+) -> ChainError:
+    """A project `ChainError` from the SDK's: its chain error name, else a name for its code."""
+    if error is not None and error.name:
+        return ChainError((aliases or {}).get(error.name, error.name), message)
+    if error is not None and by_code and error.code in by_code:
+        return ChainError(by_code[error.code], message)
+    code = error.code.value if error is not None else bt.ErrorCode.UNKNOWN.value
+    return ChainError(code, message)
+
+
+@contextlib.contextmanager
+def sdk_refusals(
+    by_code: Mapping[bt.ErrorCode, str] | None = None, aliases: Mapping[str, str] | None = None
+) -> Iterator[None]:
+    """Turn the SDK's exceptions into `ChainError`; an unreachable node is `ConnectionFailed`."""
+    try:
+        yield
+    except bt.ChainError as exc:
+        raise refusal(exc, exc.message, by_code, aliases) from exc
+    except bt.RpcConnectionError as exc:
+        raise ChainError("ConnectionFailed", str(exc)) from exc
+    except bt.BittensorError as exc:
+        raise ChainError("Refused", str(exc)) from exc
+
+
+def raise_for(result: bt.ExtrinsicResult, aliases: Mapping[str, str] | None = None) -> None:
+    if not result.success:
+        raise refusal(result.error, result.message, aliases=aliases)
+
+
+class SubtensorChain(Chain):
+    """One subnet of a subtensor chain, through the bittensor SDK."""
+
+    def __init__(
+        self,
+        network: str = "finney",
+        netuid: int = 1,
+        *,
+        substrate: bt.Substrate | None = None,
+        version_key: int = 0,
+    ):
+        self.network, self.endpoint = resolve_network(network)
+        self.netuid = netuid
+        self.version_key = version_key
+        self._sdk = bt.Subtensor(network, substrate=substrate)
+
+    def close(self) -> None:
+        self._sdk.close()
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def block(self) -> int:
+        with sdk_refusals():
+            return self._sdk.block
+
+    def block_hash(self, block: int | None = None) -> str:
+        with sdk_refusals():
+            info = self._sdk.block_info(block)
+        if info is None or info.hash is None:
+            raise ChainError("BlockNotYetProduced", f"block {block} is not on chain yet")
+        return info.hash
+
+    def hyperparameters(self) -> Hyperparameters:
+        with sdk_refusals():
+            raw = self._sdk.read("subnet_hyperparameters", netuid=self.netuid)
+            fields = int(self._sdk.constant(bt.constants.Commitments.MaxFields))
+        if raw is None:
+            raise ChainError("SubnetNotExists", f"subnet {self.netuid} does not exist on {self.network}")
+        return hyperparameters_from(raw, fields)
+
+    def metagraph(self) -> Metagraph:
+        with sdk_refusals():
+            view = self._sdk.at()
+            mg = view.subnets.metagraph(self.netuid)
+            trust = view.query(bt.storage.SubtensorModule.ValidatorTrust, [self.netuid]) or []
+        if mg is None:
+            raise ChainError("SubnetNotExists", f"subnet {self.netuid} does not exist on {self.network}")
+        vtrust = [hyperparams.ratio_fraction("PerU16", int(t)) for t in trust]
+        neurons = tuple(neuron_from(n, vtrust[n.uid] if n.uid < len(vtrust) else 0.0) for n in mg.neurons)
+        registered = {n.hotkey: mg.commitments[n.uid] for n in mg.neurons}
+        return Metagraph(
+            netuid=self.netuid, block=mg.block, neurons=neurons, commitments=readable_commitments(registered)
+        )
+
+    def commitments(self) -> dict[str, Commitment]:
+        with sdk_refusals():
+            every = self._sdk.subnets.commitments(self.netuid)
+        return readable_commitments({hotkey: c for hotkey, c in every.items() if c.uid is not None})
+
+    def uid_of(self, hotkey: str) -> int | None:
+        with sdk_refusals():
+            uid = self._sdk.query(bt.storage.SubtensorModule.Uids, [self.netuid, hotkey])
+        return None if uid is None else int(uid)
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def register(self, wallet: WalletLike) -> int:
+        """Burned registration, retried while the subnet's per-block registrations are full."""
+        hotkey = wallet.hotkey.ss58_address
+        uid = self.uid_of(hotkey)
+        if uid is not None:
+            return uid
+        call = bt.calls.SubtensorModule.burned_register(netuid=self.netuid, hotkey=hotkey)
+        deadline = self.block() + REGISTRATION_PATIENCE_BLOCKS
+        while True:
+            with sdk_refusals():
+                result = self._sdk.submit_call(call, wallet, signer="coldkey")
+            try:
+                raise_for(result)
+                break
+            except ChainError as exc:
+                if exc.reason != "TooManyRegistrationsThisBlock" or self.block() > deadline:
+                    raise
+                self.wait_for_block(self.block() + 1)
+        uid = self.uid_of(hotkey)
+        if uid is None:
+            raise ChainError("HotKeyNotRegisteredInSubNet", f"{hotkey} was registered but holds no uid now")
+        return uid
+
+    def add_stake(self, wallet: WalletLike, amount: float) -> None:
+        """Stake `amount` TAO from the wallet's coldkey onto its hotkey (slippage-protected)."""
+        intent = bt.intents.AddStake(hotkey_ss58=wallet.hotkey.ss58_address, netuid=self.netuid, amount_tao=amount)
+        with sdk_refusals():
+            raise_for(self._sdk.execute(intent, wallet))
+
+    def commit(self, wallet: WalletLike, data: str) -> None:
+        call = bt.calls.Commitments.set_commitment(netuid=self.netuid, info=commitment_info(data))
+        with sdk_refusals():
+            raise_for(self._sdk.submit_call(call, wallet, signer="hotkey"))
+
+    def set_weights(self, wallet: WalletLike, uids: Sequence[int], weights: Sequence[float]) -> None:
+        """Weights through the SDK's `SetWeights`; all-zero weights go to the chain as an empty vector."""
+        clean_uids, clean_weights = checked_weights(uids, weights)
+        with sdk_refusals(WEIGHT_PREFLIGHT_REASONS, WEIGHT_POOL_ALIASES):
+            if any(w > 0 for w in clean_weights):
+                intent = bt.intents.SetWeights(
+                    netuid=self.netuid, uids=clean_uids, weights=clean_weights, version_key=self.version_key
+                )
+                result = self._sdk.execute(intent, wallet)
+            else:
+                call = bt.calls.SubtensorModule.set_mechanism_weights(
+                    netuid=self.netuid, mecid=0, dests=[], weights=[], version_key=self.version_key
+                )
+                result = self._sdk.submit_call(call, wallet, signer="hotkey")
+        raise_for(result, WEIGHT_POOL_ALIASES)

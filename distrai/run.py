@@ -1,0 +1,484 @@
+"""The run config: every knob the subnet owner sets, in one TOML file, read once at the edge.
+
+The content hash of the validated config (defaults filled in, canonical JSON) is the run id. The
+owner publishes `run_commitment(config)` as the chain commitment of the subnet owner's hotkey; every
+miner and validator checks its own config against it with `check_run_matches` and refuses to start,
+saying why, when they differ. Two files that differ only in comments, key order or spelled-out
+defaults are the same run; any knob changed is another.
+
+Shipped examples live in `distrai/configs/` (`shipped_config_path`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from distrai.windows import ChallengeInputs, WindowConfig
+
+RUN_COMMITMENT_PREFIX = "distrai-run:"
+MAX_COMMITMENT_BYTES = 128
+SHIPPED_CONFIGS = ("cpu-localnet", "gpu-subnet")
+_CONFIG_DIR = Path(__file__).parent / "configs"
+_RUN_ID = re.compile(r"[0-9a-f]{64}")
+_OPTION_NAME = re.compile(r"[a-z][a-z0-9_]*")
+_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_MIB = 1 << 20
+
+
+class RunConfigError(ValueError):
+    """A run config that cannot be read or is invalid; each line names the file, the field and the problem."""
+
+
+class RunMismatch(ValueError):
+    """This node's run config is not the one the subnet owner published."""
+
+
+def _list_to_tuple(value: Any) -> Any:
+    """TOML arrays arrive as lists; the frozen config keeps them as tuples."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+_AS_TUPLE = BeforeValidator(_list_to_tuple)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+ModelPreset = Literal["tiny", "small", "150m", "1b"]
+
+
+class ModelSource(_Section):
+    """A causal LM: a size preset built from `init_seed` (so every node starts from the same weights),
+    or `path_or_id` (a local folder or a hub id) pinned at `revision`."""
+
+    preset: ModelPreset | None = None
+    path_or_id: str | None = Field(default=None, min_length=1)
+    revision: str | None = Field(
+        default=None,
+        min_length=1,
+        description="hub commit hash or tag; for a local folder, the label of the version every node holds",
+    )
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    init_seed: int = Field(default=0, ge=0, description="seed of a preset model's initial weights")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSource:
+        if (self.preset is None) == (self.path_or_id is None):
+            raise ValueError("set exactly one of preset or path_or_id")
+        if self.path_or_id is not None and self.revision is None:
+            raise ValueError(
+                f"path_or_id {self.path_or_id!r} needs a revision, so every node loads the same weights"
+            )
+        if self.preset is not None and self.revision is not None:
+            raise ValueError("revision applies only to path_or_id, not to a preset")
+        if self.path_or_id is not None and self.init_seed != 0:
+            raise ValueError("init_seed applies only to a preset, not to path_or_id")
+        return self
+
+
+class DataConfig(_Section):
+    """Training text. `builtin` is the offline corpus shipped with the package; `files` are local text
+    files that every node holds at the same paths; `hub` is a Hugging Face dataset."""
+
+    source: Literal["builtin", "files", "hub"] = "builtin"
+    paths: Annotated[tuple[str, ...], _AS_TUPLE] = ()
+    hub_id: str | None = Field(default=None, min_length=1)
+    hub_config: str | None = Field(default=None, min_length=1)
+    hub_revision: str | None = Field(
+        default=None, min_length=1, description="commit or tag; None: default branch"
+    )
+    split: str = Field(default="train", min_length=1)
+    text_field: str = Field(default="text", min_length=1)
+    seq_len: int = Field(ge=2, description="tokens per training sequence")
+    max_tokens: int | None = Field(
+        default=None,
+        ge=2,
+        description="tokens read from the source; None: all of it (a hub dataset is streamed, so it needs a bound)",
+    )
+    heldout_fraction: float = Field(
+        default=0.01, gt=0.0, le=0.5, description="share of documents held out, never trained on"
+    )
+
+    @model_validator(mode="after")
+    def _source_fields(self) -> DataConfig:
+        hub_fields = [n for n in ("hub_id", "hub_config", "hub_revision") if getattr(self, n) is not None]
+        if self.source == "files" and not self.paths:
+            raise ValueError("source 'files' needs at least one entry in paths")
+        if self.source == "hub" and self.hub_id is None:
+            raise ValueError("source 'hub' needs hub_id")
+        if self.source == "hub" and self.max_tokens is None:
+            raise ValueError("source 'hub' needs max_tokens: a streamed dataset has no end to wait for")
+        if self.max_tokens is not None and self.max_tokens < self.seq_len:
+            raise ValueError(
+                f"max_tokens ({self.max_tokens}) is less than one sequence (seq_len {self.seq_len})"
+            )
+        if self.source != "files" and self.paths:
+            raise ValueError(f"paths applies only to source 'files', not {self.source!r}")
+        if self.source != "hub" and hub_fields:
+            raise ValueError(f"{', '.join(hub_fields)} applies only to source 'hub', not {self.source!r}")
+        return self
+
+
+class TaskConfig(_Section):
+    """`pretrain` (cross-entropy) or `distill` from a frozen `teacher`: loss = alpha·KL(teacher ‖ student)
+    at `temperature` over the teacher's `top_k` logits + (1 − alpha)·cross-entropy."""
+
+    kind: Literal["pretrain", "distill"] = "pretrain"
+    teacher: ModelSource | None = None
+    alpha: float = Field(default=0.5, ge=0.0, le=1.0, description="weight of the distillation term")
+    temperature: float = Field(default=2.0, gt=0.0)
+    top_k: int = Field(default=32, ge=1, description="teacher logits kept per position")
+
+    @model_validator(mode="after")
+    def _teacher_iff_distill(self) -> TaskConfig:
+        if self.kind == "distill" and self.teacher is None:
+            raise ValueError("kind 'distill' needs a teacher")
+        if self.kind == "pretrain":
+            if self.teacher is not None:
+                raise ValueError("teacher applies only to kind 'distill'")
+            changed = [
+                n
+                for n in ("alpha", "temperature", "top_k")
+                if getattr(self, n) != type(self).model_fields[n].default
+            ]
+            if changed:
+                raise ValueError(f"{', '.join(changed)} applies only to kind 'distill'")
+        return self
+
+
+class TrainConfig(_Section):
+    """The inner loop: H AdamW steps per window, checkable in segments of k steps."""
+
+    inner_steps: int = Field(ge=1, description="H: inner steps per window")
+    segment_steps: int = Field(ge=1, description="k: inner steps per segment; must divide inner_steps")
+    batch_size: int = Field(ge=1, description="sequences per inner step")
+    micro_batches: int = Field(
+        default=1,
+        ge=1,
+        description="default split of a step; a miner may choose another divisor of batch_size and record it",
+    )
+    lr: float = Field(default=3e-4, gt=0.0, description="inner AdamW learning rate")
+    weight_decay: float = Field(default=0.1, ge=0.0)
+    betas: Annotated[tuple[float, float], _AS_TUPLE] = (0.9, 0.95)
+    eps: float = Field(default=1e-8, gt=0.0)
+    max_grad_norm: float = Field(default=1.0, gt=0.0, description="gradient clipping norm per inner step")
+    warmup_steps: int = Field(
+        default=0, ge=0, description="linear warm-up of the inner learning rate, in inner steps"
+    )
+
+    @field_validator("segment_steps")
+    @classmethod
+    def _divides_inner_steps(cls, value: int, info: ValidationInfo) -> int:
+        steps = info.data.get("inner_steps")
+        if steps is not None and steps % value:
+            raise ValueError(f"{value} must divide inner_steps ({steps})")
+        return value
+
+    @field_validator("micro_batches")
+    @classmethod
+    def _divides_batch(cls, value: int, info: ValidationInfo) -> int:
+        batch = info.data.get("batch_size")
+        if batch is not None and batch % value:
+            raise ValueError(f"{value} must divide batch_size ({batch})")
+        return value
+
+    @field_validator("betas")
+    @classmethod
+    def _betas_in_range(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not all(0.0 <= b < 1.0 for b in value):
+            raise ValueError(f"{list(value)} must both be in [0, 1)")
+        return value
+
+    @property
+    def n_segments(self) -> int:
+        """Segments per window: H / k."""
+        return self.inner_steps // self.segment_steps
+
+
+class OuterConfig(_Section):
+    """The outer step (DiLoCo): Nesterov SGD over the weighted mean of the accepted pseudo-gradients."""
+
+    lr: float = Field(default=0.7, gt=0.0)
+    momentum: float = Field(default=0.9, ge=0.0, lt=1.0)
+    nesterov: bool = True
+    clip_to_median_norm: bool = Field(
+        default=True,
+        description="scale each accepted pseudo-gradient down to the median norm before averaging",
+    )
+
+
+def _codec_options(value: Any) -> Any:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"must be a table of option = number, got {value!r}")
+    for key, option in value.items():
+        if not isinstance(key, str) or not _OPTION_NAME.fullmatch(key):
+            raise ValueError(f"option name {key!r} must be lower_snake_case")
+        if isinstance(option, bool) or not isinstance(option, int | float) or not math.isfinite(option):
+            raise ValueError(f"option {key!r} must be a finite number, got {option!r}")
+    return dict(value)
+
+
+class CodecConfig(_Section):
+    """The pseudo-gradient codec and its options (the codec validates their names and ranges)."""
+
+    name: Literal["none", "int8", "topk"] = "none"
+    options: Annotated[dict[str, int | float], BeforeValidator(_codec_options)] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _none_has_no_options(self) -> CodecConfig:
+        if self.name == "none" and self.options:
+            raise ValueError("codec 'none' takes no options")
+        return self
+
+
+class VerificationConfig(_Section):
+    """How much each validator replays: the challenged miners, and segments per challenged miner."""
+
+    challenge_miners: int | float = Field(
+        default=0.25,
+        description="per validator: a count of miners (int) or a fraction of them (float in (0, 1])",
+    )
+    challenge_segments: int = Field(default=1, ge=1, description="segments replayed per challenged miner")
+    replay_tolerance: float = Field(
+        default=0.0, ge=0.0, description="relative distance a replay may differ by; 0.0 (bit-exact) on CPU"
+    )
+
+    @field_validator("challenge_miners", mode="before")
+    @classmethod
+    def _count_or_fraction(cls, value: Any) -> int | float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"must be a count (integer) or a fraction (float), got {value!r}")
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"a count must be at least 1, got {value}")
+        if isinstance(value, float) and not 0.0 < value <= 1.0:
+            raise ValueError(f"a fraction must be in (0, 1], got {value}")
+        return value
+
+
+class ScoreWeights(_Section):
+    """Relative weights of a miner's per-window score components (normalized by their sum)."""
+
+    present: float = Field(default=0.1, ge=0.0, description="manifest and update on time")
+    checks: float = Field(default=0.1, ge=0.0, description="signature, sizes, shapes, consistency passed")
+    replay: float = Field(default=0.3, ge=0.0, description="challenged segments replayed within tolerance")
+    usefulness: float = Field(default=0.5, ge=0.0, description="loss improvement from the update alone")
+    distill: float = Field(default=0.0, ge=0.0, description="student loss against the teacher (distill only)")
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> ScoreWeights:
+        if not math.isfinite(self.total()) or self.total() <= 0.0:
+            raise ValueError("at least one weight must be positive, and all finite")
+        return self
+
+    def total(self) -> float:
+        return self.present + self.checks + self.replay + self.usefulness + self.distill
+
+    def normalized(self) -> dict[str, float]:
+        """The weights scaled to sum to 1, by component name."""
+        return {name: value / self.total() for name, value in self.model_dump().items()}
+
+
+class ScoringConfig(_Section):
+    """From window scores to weights on chain, and to the aggregate."""
+
+    weights: ScoreWeights = Field(default_factory=ScoreWeights)
+    ema_alpha: float = Field(
+        default=0.1, gt=0.0, le=1.0, description="moving-average rate: new = alpha·window + (1 − alpha)·old"
+    )
+    burn_share: float = Field(
+        default=0.0, ge=0.0, lt=1.0, description="fraction of the weight given to the owner's uid"
+    )
+    aggregate_top_n: int = Field(
+        default=8, ge=1, description="most accepted updates the aggregate takes, best first"
+    )
+    ban_windows: int = Field(
+        default=10, ge=0, description="windows a miner caught in verified fraud is barred"
+    )
+
+
+class LimitsConfig(_Section):
+    """Largest documents and blobs a node downloads, in bytes."""
+
+    max_manifest_bytes: int = Field(default=1 * _MIB, ge=1024)
+    max_update_bytes: int = Field(default=512 * _MIB, ge=1024)
+    max_checkpoint_bytes: int = Field(default=16 * 1024 * _MIB, ge=1024)
+
+
+class RunConfig(_Section):
+    """One training run of the subnet: everything miners and validators must agree on."""
+
+    name: str = Field(min_length=1, max_length=64)
+    netuid: int = Field(ge=0, le=65535)
+    tokenizer: Literal["byte", "model"] = Field(
+        default="byte", description="the offline byte-level tokenizer, or the model's own (needs path_or_id)"
+    )
+    model: ModelSource
+    data: DataConfig
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    train: TrainConfig
+    outer: OuterConfig = Field(default_factory=OuterConfig)
+    codec: CodecConfig = Field(default_factory=CodecConfig)
+    windows: WindowConfig
+    verification: VerificationConfig = Field(default_factory=VerificationConfig)
+    scoring: ScoringConfig = Field(default_factory=ScoringConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        if not _RUN_NAME.fullmatch(value):
+            raise ValueError(
+                f"{value!r} may hold only letters, digits, '.', '_' and '-', starting with a letter or digit"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _sections_agree(self) -> RunConfig:
+        if self.tokenizer == "model" and self.model.path_or_id is None:
+            raise ValueError(
+                "tokenizer 'model' needs model.path_or_id: a preset model has no tokenizer of its own"
+            )
+        teacher = self.task.teacher
+        if teacher is not None and (teacher.preset is not None) != (self.tokenizer == "byte"):
+            raise ValueError(
+                "task.teacher must share the student's tokenizer: a preset teacher with tokenizer 'byte', "
+                "a path_or_id teacher with tokenizer 'model'"
+            )
+        if self.scoring.weights.distill > 0.0 and self.task.kind != "distill":
+            raise ValueError("scoring.weights.distill must be 0 unless task.kind is 'distill'")
+        segments = self.train.n_segments
+        if self.verification.challenge_segments > segments:
+            raise ValueError(
+                f"verification.challenge_segments ({self.verification.challenge_segments}) is more than the "
+                f"{segments} segments of a window (train.inner_steps / train.segment_steps)"
+            )
+        return self
+
+
+def _describe(error: Mapping[str, Any]) -> str:
+    """One pydantic error as `field.path: problem`."""
+    path = ".".join(str(part) for part in error["loc"])
+    if error["type"] in ("value_error", "assertion_error"):
+        problem = str(error["ctx"]["error"])
+    elif error["type"] == "missing":
+        problem = "is required"
+    elif error["type"] == "extra_forbidden":
+        problem = "is not a setting of the run config"
+    else:
+        problem = error["msg"]
+        if not isinstance(error["input"], Mapping | list | tuple):
+            problem += f" (got {error['input']!r})"
+    return f"{path}: {problem}" if path else problem
+
+
+def parse_run_config(data: Mapping[str, Any], source: str = "<run config>") -> RunConfig:
+    """Validate a parsed document; `RunConfigError` with one `source: field: problem` line per error."""
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise RunConfigError("\n".join(f"{source}: {_describe(e)}" for e in exc.errors())) from None
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    """Read and validate a run config TOML file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RunConfigError(f"{path}: cannot read the run config: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise RunConfigError(f"{path}: not UTF-8 text (bad byte at offset {exc.start})") from None
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RunConfigError(f"{path}: not valid TOML: {exc}") from None
+    return parse_run_config(document, str(path))
+
+
+def shipped_config_path(name: str) -> Path:
+    """Path of a run config shipped with the package (one of `SHIPPED_CONFIGS`)."""
+    if name not in SHIPPED_CONFIGS:
+        raise ValueError(f"no shipped run config {name!r}; shipped: {', '.join(SHIPPED_CONFIGS)}")
+    return _CONFIG_DIR / f"{name}.toml"
+
+
+def canonical_config_json(config: RunConfig) -> bytes:
+    """The config with every default filled in, as JSON with sorted keys and no spaces; floats are
+    written as their shortest round-tripping decimal, so every machine writes the same bytes."""
+    document = config.model_dump(mode="json")
+    return json.dumps(
+        document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode()
+
+
+def run_id(config: RunConfig) -> str:
+    """The run id: sha256 (hex) of the canonical JSON of the config."""
+    return hashlib.sha256(canonical_config_json(config)).hexdigest()
+
+
+def run_commitment(config: RunConfig) -> str:
+    """What the subnet owner publishes as its chain commitment: `distrai-run:<run id>`."""
+    return RUN_COMMITMENT_PREFIX + run_id(config)
+
+
+def parse_run_commitment(commitment_data: str) -> str:
+    """The run id in an owner's commitment; `RunMismatch` if it is not a run commitment."""
+    data = commitment_data.strip()
+    found = data.removeprefix(RUN_COMMITMENT_PREFIX)
+    if not data.startswith(RUN_COMMITMENT_PREFIX) or not _RUN_ID.fullmatch(found):
+        raise RunMismatch(
+            f"the subnet owner's commitment {data[:80]!r} is not a run commitment "
+            f"('{RUN_COMMITMENT_PREFIX}' and 64 lowercase hex digits)"
+        )
+    return found
+
+
+def check_run_matches(config: RunConfig, commitment_data: str | None) -> None:
+    """Raise `RunMismatch`, saying why, unless the owner's commitment names this config's run id."""
+    mine = run_id(config)
+    if commitment_data is None or not commitment_data.strip():
+        raise RunMismatch(
+            f"the subnet owner has published no run commitment, so run {mine} cannot be confirmed; "
+            f"the owner publishes it with its hotkey as '{RUN_COMMITMENT_PREFIX}<run id>'"
+        )
+    published = parse_run_commitment(commitment_data)
+    if published != mine:
+        raise RunMismatch(
+            f"this node's run config has run id {mine}, but the subnet owner published run id {published}: "
+            "use the owner's run config file"
+        )
+
+
+def challenge_inputs(
+    config: RunConfig, block_hash: str, window: int, miner_hotkeys: Iterable[str]
+) -> ChallengeInputs:
+    """The challenge inputs of `window` under this run, from the hash of the block at its commit deadline
+    and the miners whose commitment counts for it."""
+    return ChallengeInputs(
+        block_hash=block_hash,
+        run_id=run_id(config),
+        window=window,
+        miner_hotkeys=tuple(sorted(set(miner_hotkeys))),
+        miners_per_validator=config.verification.challenge_miners,
+        segments_per_miner=config.verification.challenge_segments,
+        n_segments=config.train.n_segments,
+    )

@@ -1,0 +1,268 @@
+"""Block → window → phase arithmetic, deadlines, and the challenge draw. Pure functions, no I/O.
+
+Window `w` covers blocks `[w * blocks_per_window, (w + 1) * blocks_per_window)`. Its phases are
+half-open spans at the run config's offsets:
+
+    TRAIN     [start, commit deadline)      miners train H steps and anchor their manifest
+    REVEAL    [commit deadline, reveal)     miners upload the update and the challenged checkpoints
+    VALIDATE  [reveal, aggregate deadline)  validators check, replay, score; the leader publishes the aggregate
+    WEIGHTS   [aggregate deadline, end)     everyone applies the outer step; validators set weights
+
+A deadline is the first block at which an act is late: a commitment counts for window `w` when it
+sits in a block `b` with `window_start(w) <= b < commit_deadline(w)`. The hash of the block *at* the
+commit deadline seeds the challenge, so no commitment that counts could have known it.
+
+The challenge draw ranks candidates by sha256 of a domain-separated, length-prefixed message, so it
+is deterministic, uniform over subsets, and independent of the order of any input list.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+SEED_BYTES = 32
+_BLOCK_HASH = re.compile(r"0x[0-9a-fA-F]+")
+_SEED_TAG = b"distrai/challenge-seed/v1"
+_MINER_TAG = b"distrai/challenge-miner/v1"
+_SEGMENT_TAG = b"distrai/challenge-segment/v1"
+
+
+class WindowConfig(BaseModel):
+    """Window length and phase offsets, in blocks. The offsets are counted from the window's first
+    block, strictly increasing, and inside the window; how long they last in seconds depends on the
+    chain's block time (12 s on a Bittensor chain)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    blocks_per_window: int = Field(ge=1, description="window length, in blocks")
+    commit_offset: int = Field(
+        ge=1, description="commit deadline, in blocks after the window's start; the train phase ends here"
+    )
+    reveal_offset: int = Field(description="reveal deadline, in blocks after the window's start")
+    aggregate_offset: int = Field(
+        description="deadline for the leader's aggregate, in blocks after the window's start"
+    )
+    checkpoint_every: int = Field(
+        default=10,
+        ge=1,
+        description="a full checkpoint of the global model is published every this many windows",
+    )
+
+    @field_validator("commit_offset", "reveal_offset", "aggregate_offset")
+    @classmethod
+    def _offsets_increase_inside_window(cls, value: int, info: ValidationInfo) -> int:
+        previous = {"reveal_offset": "commit_offset", "aggregate_offset": "reveal_offset"}.get(
+            info.field_name
+        )
+        if previous is not None and previous in info.data and value <= info.data[previous]:
+            raise ValueError(f"{value} must be after {previous} ({info.data[previous]})")
+        length = info.data.get("blocks_per_window")
+        if length is not None and value >= length:
+            raise ValueError(f"{value} must be inside the window, before blocks_per_window ({length})")
+        return value
+
+
+class Phase(Enum):
+    """The phases of a window (DESIGN.md, "A window"). The challenge is not a phase but the block at
+    the commit deadline, whose hash seeds it."""
+
+    TRAIN = "train"
+    REVEAL = "reveal"
+    VALIDATE = "validate"
+    WEIGHTS = "weights"
+
+
+def _non_negative(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return value
+
+
+def window_of(cfg: WindowConfig, block: int) -> int:
+    """The window that `block` belongs to."""
+    return _non_negative("block", block) // cfg.blocks_per_window
+
+
+def window_start(cfg: WindowConfig, window: int) -> int:
+    """The first block of `window`."""
+    return _non_negative("window", window) * cfg.blocks_per_window
+
+
+def window_end(cfg: WindowConfig, window: int) -> int:
+    """The first block after `window` (the start of the next one)."""
+    return window_start(cfg, window) + cfg.blocks_per_window
+
+
+def commit_deadline(cfg: WindowConfig, window: int) -> int:
+    """First block at which a commitment for `window` is late; its hash seeds the challenge."""
+    return window_start(cfg, window) + cfg.commit_offset
+
+
+def reveal_deadline(cfg: WindowConfig, window: int) -> int:
+    """First block at which a reveal for `window` is late."""
+    return window_start(cfg, window) + cfg.reveal_offset
+
+
+def aggregate_deadline(cfg: WindowConfig, window: int) -> int:
+    """First block at which the leader's aggregate for `window` is late and the next validator serves."""
+    return window_start(cfg, window) + cfg.aggregate_offset
+
+
+def phase(cfg: WindowConfig, block: int) -> Phase:
+    """The phase of its window that `block` falls in."""
+    offset = _non_negative("block", block) % cfg.blocks_per_window
+    if offset < cfg.commit_offset:
+        return Phase.TRAIN
+    if offset < cfg.reveal_offset:
+        return Phase.REVEAL
+    if offset < cfg.aggregate_offset:
+        return Phase.VALIDATE
+    return Phase.WEIGHTS
+
+
+def committed_in_time(cfg: WindowConfig, window: int, commit_block: int) -> bool:
+    """Whether a commitment recorded at `commit_block` counts for `window`."""
+    return (
+        window_start(cfg, window)
+        <= _non_negative("commit_block", commit_block)
+        < commit_deadline(cfg, window)
+    )
+
+
+def is_checkpoint_window(cfg: WindowConfig, window: int) -> bool:
+    """Whether a full checkpoint of the global model at the start of `window` is published."""
+    return _non_negative("window", window) % cfg.checkpoint_every == 0
+
+
+def blocks_until(block: int, target: int) -> int:
+    """Blocks to wait from `block` until `target` is reached; 0 when it already has been."""
+    return max(0, _non_negative("target", target) - _non_negative("block", block))
+
+
+def _digest(tag: bytes, *parts: bytes) -> bytes:
+    """sha256 over a tag and length-prefixed parts, so no two different part lists collide by concatenation."""
+    h = hashlib.sha256(tag)
+    for part in parts:
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return h.digest()
+
+
+def _hotkey(name: str, value: str) -> bytes:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+    return value.encode("utf-8")
+
+
+def _hotkey_list(name: str, values: Iterable[str]) -> set[str]:
+    if isinstance(values, str | bytes):
+        raise TypeError(f"{name} must be a collection of hotkeys, not a single string")
+    return {_hotkey(name, v).decode("utf-8") for v in values}
+
+
+def _check_seed(seed: bytes) -> bytes:
+    if not isinstance(seed, bytes) or len(seed) != SEED_BYTES:
+        raise ValueError(f"seed must be {SEED_BYTES} bytes from challenge_seed, got {seed!r:.80}")
+    return seed
+
+
+def challenge_seed(
+    block_hash_at_commit_deadline: str, run_id: str, window: int, validator_hotkey: str
+) -> bytes:
+    """The 32-byte seed of one validator's challenge in one window. The block hash is a `0x` hex
+    string (case does not matter); nobody knows it before the commit deadline's block exists."""
+    if not isinstance(block_hash_at_commit_deadline, str) or not _BLOCK_HASH.fullmatch(
+        block_hash_at_commit_deadline
+    ):
+        raise ValueError(
+            f"block hash must be a 0x-prefixed hex string, got {block_hash_at_commit_deadline!r:.80}"
+        )
+    return _digest(
+        _SEED_TAG,
+        block_hash_at_commit_deadline.lower().encode("ascii"),
+        _hotkey("run_id", run_id),
+        _non_negative("window", window).to_bytes(8, "big"),
+        _hotkey("validator_hotkey", validator_hotkey),
+    )
+
+
+def challenge_count(count_or_fraction: int | float, population: int) -> int:
+    """How many of `population` a challenge takes: an int is a count (capped at the population), a
+    float in (0, 1] a fraction rounded up (so a non-empty population always gives at least one).
+    The fraction is read from its shortest decimal form, so 0.3 of 10 is exactly 3."""
+    _non_negative("population", population)
+    if isinstance(count_or_fraction, bool) or not isinstance(count_or_fraction, int | float):
+        raise TypeError(f"count_or_fraction must be an int or a float, got {count_or_fraction!r}")
+    if isinstance(count_or_fraction, int):
+        return min(_non_negative("count", count_or_fraction), population)
+    if not 0.0 < count_or_fraction <= 1.0:
+        raise ValueError(f"a fraction must be in (0, 1], got {count_or_fraction}")
+    return math.ceil(Decimal(repr(count_or_fraction)) * population)
+
+
+def challenged_miners(seed: bytes, miner_hotkeys: Iterable[str], count_or_fraction: int | float) -> list[str]:
+    """The miners a seed challenges, most urgent first. Duplicates and input order do not matter;
+    every subset of the given size is equally likely."""
+    _check_seed(seed)
+    unique = _hotkey_list("miner_hotkeys", miner_hotkeys)
+    ranked = sorted(unique, key=lambda h: (_digest(_MINER_TAG, seed, h.encode("utf-8")), h))
+    return ranked[: challenge_count(count_or_fraction, len(ranked))]
+
+
+def challenged_segments(seed: bytes, miner_hotkey: str, n_segments: int, count: int) -> list[int]:
+    """The `count` segment indices (of `n_segments`) a seed challenges for one miner, ascending."""
+    _check_seed(seed)
+    hotkey = _hotkey("miner_hotkey", miner_hotkey)
+    if _non_negative("n_segments", n_segments) < _non_negative("count", count):
+        raise ValueError(f"cannot challenge {count} segments of {n_segments}")
+    ranked = sorted(
+        range(n_segments), key=lambda i: _digest(_SEGMENT_TAG, seed, hotkey, i.to_bytes(8, "big"))
+    )
+    return sorted(ranked[:count])
+
+
+@dataclass(frozen=True)
+class ChallengeInputs:
+    """What fixes every validator's challenge in one window. Miners and validators must agree on
+    `miner_hotkeys`: the miners whose commitment counts for the window, which the chain shows to all."""
+
+    block_hash: str
+    """hash of the block at the window's commit deadline"""
+    run_id: str
+    window: int
+    miner_hotkeys: tuple[str, ...]
+    miners_per_validator: int | float
+    """count or fraction of the miners each validator challenges"""
+    segments_per_miner: int
+    n_segments: int
+    """segments in a window: inner steps H / segment steps k"""
+
+
+def validator_challenges(inputs: ChallengeInputs, validator_hotkey: str) -> dict[str, list[int]]:
+    """What one validator challenges: each challenged miner's segment indices."""
+    seed = challenge_seed(inputs.block_hash, inputs.run_id, inputs.window, validator_hotkey)
+    return {
+        miner: challenged_segments(seed, miner, inputs.n_segments, inputs.segments_per_miner)
+        for miner in challenged_miners(seed, inputs.miner_hotkeys, inputs.miners_per_validator)
+    }
+
+
+def segments_to_reveal(
+    inputs: ChallengeInputs, miner_hotkey: str, validator_hotkeys: Iterable[str]
+) -> list[int]:
+    """Every segment any of `validator_hotkeys` challenges for `miner_hotkey`, ascending: a miner
+    cannot tell which validator will check it, so it reveals the union."""
+    wanted: set[int] = set()
+    for validator in _hotkey_list("validator_hotkeys", validator_hotkeys):
+        wanted.update(validator_challenges(inputs, validator).get(miner_hotkey, ()))
+    return sorted(wanted)

@@ -1,0 +1,445 @@
+"""The run config, its run id and the owner's commitment (distrai/run.py)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import tomllib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from distrai.run import (
+    MAX_COMMITMENT_BYTES,
+    SHIPPED_CONFIGS,
+    RunConfig,
+    RunConfigError,
+    RunMismatch,
+    canonical_config_json,
+    challenge_inputs,
+    check_run_matches,
+    load_run_config,
+    parse_run_commitment,
+    parse_run_config,
+    run_commitment,
+    run_id,
+    shipped_config_path,
+)
+from distrai.windows import validator_challenges
+
+MINIMAL_TOML = """\
+name = "test-run"
+netuid = 3
+
+[model]
+preset = "tiny"
+
+[data]
+seq_len = 32
+
+[train]
+inner_steps = 12
+segment_steps = 4
+batch_size = 4
+
+[windows]
+blocks_per_window = 20
+commit_offset = 8
+reveal_offset = 12
+aggregate_offset = 16
+"""
+
+# The same run as MINIMAL_TOML: comments, other key order, inline tables, and defaults spelled out.
+SAME_RUN_TOML = """\
+# a comment
+netuid = 3
+tokenizer = "byte"
+name = "test-run"
+
+[windows]  # offsets in blocks
+aggregate_offset = 16
+reveal_offset = 12
+commit_offset = 8
+blocks_per_window = 20
+checkpoint_every = 10
+
+[train]
+batch_size = 4
+segment_steps = 4
+inner_steps = 12
+betas = [0.9, 0.95]
+micro_batches = 1
+
+[outer]
+lr = 0.7
+momentum = 0.9
+nesterov = true
+clip_to_median_norm = true
+
+[codec]
+name = "none"
+
+[data]
+seq_len = 32
+source = "builtin"
+
+[model]
+dtype = "float32"
+preset = "tiny"
+
+[scoring]
+weights = { present = 0.1, checks = 0.1, replay = 0.3, usefulness = 0.5, distill = 0.0 }
+
+[verification]
+replay_tolerance = 0.0
+"""
+
+
+def minimal() -> dict:
+    return tomllib.loads(MINIMAL_TOML)
+
+
+def with_change(path: str, value) -> dict:
+    doc = copy.deepcopy(minimal())
+    *parents, key = path.split(".")
+    node = doc
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[key] = value
+    return doc
+
+
+def refusal(doc: dict) -> str:
+    with pytest.raises(RunConfigError) as refused:
+        parse_run_config(doc, "run.toml")
+    return str(refused.value)
+
+
+# --- shipped configs ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SHIPPED_CONFIGS)
+def test_shipped_configs_load(name):
+    config = load_run_config(shipped_config_path(name))
+    assert config.name
+    assert len(run_id(config)) == 64
+
+
+def test_cpu_example_is_small_and_offline():
+    config = load_run_config(shipped_config_path("cpu-localnet"))
+    assert (config.model.preset, config.tokenizer, config.data.source) == ("tiny", "byte", "builtin")
+    assert config.data.seq_len <= 128 and config.train.batch_size <= 16
+    assert 20 <= config.train.inner_steps <= 40 and 5 <= config.train.segment_steps <= 10
+    assert config.codec.name in ("topk", "int8")
+    assert 20 <= config.windows.blocks_per_window <= 30
+    assert config.verification.replay_tolerance == 0.0
+
+
+def test_gpu_example_is_a_real_run():
+    config = load_run_config(shipped_config_path("gpu-subnet"))
+    assert config.model.preset == "150m" and config.data.source == "hub"
+    assert 100 <= config.train.inner_steps <= 500
+    assert config.codec.name == "topk"
+    assert (
+        config.verification.challenge_segments * config.train.segment_steps / config.train.inner_steps <= 0.1
+    )
+
+
+def test_unknown_shipped_config_is_refused():
+    with pytest.raises(ValueError, match="cpu-localnet"):
+        shipped_config_path("laptop")
+
+
+# --- defaults -----------------------------------------------------------------------------------
+
+
+def test_defaults_fill_every_optional_section():
+    config = parse_run_config(minimal())
+    assert (
+        config.outer.lr,
+        config.outer.momentum,
+        config.outer.nesterov,
+        config.outer.clip_to_median_norm,
+    ) == (
+        0.7,
+        0.9,
+        True,
+        True,
+    )
+    assert config.tokenizer == "byte"
+    assert config.task.kind == "pretrain" and config.task.teacher is None
+    assert config.codec.name == "none" and config.codec.options == {}
+    assert config.data.source == "builtin"
+    assert config.model.dtype == "float32"
+    assert config.train.micro_batches == 1 and config.train.n_segments == 3
+    assert config.verification.replay_tolerance == 0.0
+    assert config.scoring.weights.distill == 0.0
+    assert config.scoring.burn_share == 0.0
+    assert sum(config.scoring.weights.normalized().values()) == pytest.approx(1.0)
+
+
+def test_config_is_frozen():
+    config = parse_run_config(minimal())
+    with pytest.raises(ValidationError):
+        config.netuid = 4
+    with pytest.raises(ValidationError):
+        config.train.inner_steps = 4
+
+
+def test_a_distill_run_validates():
+    doc = with_change(
+        "task", {"kind": "distill", "teacher": {"preset": "small"}, "alpha": 0.7, "temperature": 1.5}
+    )
+    doc["scoring"] = {"weights": {"distill": 0.2}}
+    config = parse_run_config(doc)
+    assert config.task.teacher.preset == "small"
+    assert config.task.alpha == 0.7 and config.task.top_k == 32
+
+
+def test_a_pinned_hub_model_with_its_own_tokenizer_validates():
+    doc = with_change("model", {"path_or_id": "org/model", "revision": "abc123"})
+    doc["tokenizer"] = "model"
+    doc["data"] = {"source": "hub", "hub_id": "org/data", "hub_config": "en", "seq_len": 128}
+    assert "run.toml: data: source 'hub' needs max_tokens" in refusal(doc)
+    doc["data"]["max_tokens"] = 10**6
+    config = parse_run_config(doc)
+    assert (config.model.path_or_id, config.model.revision, config.data.hub_id) == (
+        "org/model",
+        "abc123",
+        "org/data",
+    )
+
+
+# --- validation errors name the field ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        ("windows.reveal_offset", 7, "run.toml: windows.reveal_offset: 7 must be after commit_offset (8)"),
+        ("windows.aggregate_offset", 20, "run.toml: windows.aggregate_offset: 20 must be inside the window"),
+        (
+            "windows.commit_offset",
+            0,
+            "run.toml: windows.commit_offset: Input should be greater than or equal to 1",
+        ),
+        ("train.segment_steps", 5, "run.toml: train.segment_steps: 5 must divide inner_steps (12)"),
+        ("train.micro_batches", 3, "run.toml: train.micro_batches: 3 must divide batch_size (4)"),
+        ("train.lr", "fast", "run.toml: train.lr: Input should be a valid number (got 'fast')"),
+        ("train.lr", 0.0, "run.toml: train.lr: Input should be greater than 0"),
+        ("train.lr", float("inf"), "run.toml: train.lr: Input should be a finite number"),
+        ("outer.momentum", float("nan"), "run.toml: outer.momentum: Input should be a finite number"),
+        ("train.betas", [0.9, 1.0], "run.toml: train.betas: [0.9, 1.0] must both be in [0, 1)"),
+        (
+            "train.inner_steps",
+            True,
+            "run.toml: train.inner_steps: Input should be a valid integer (got True)",
+        ),
+        ("train.momentum", 0.9, "run.toml: train.momentum: is not a setting of the run config"),
+        ("model.preset", "huge", "run.toml: model.preset: Input should be 'tiny', 'small', '150m' or '1b'"),
+        ("model.path_or_id", "org/model", "run.toml: model: set exactly one of preset or path_or_id"),
+        ("data.source", "hub", "run.toml: data: source 'hub' needs hub_id"),
+        ("data.max_tokens", 16, "run.toml: data: max_tokens (16) is less than one sequence (seq_len 32)"),
+        ("data.source", "files", "run.toml: data: source 'files' needs at least one entry in paths"),
+        ("data.hub_id", "org/data", "run.toml: data: hub_id applies only to source 'hub'"),
+        ("data.heldout_fraction", 0.0, "run.toml: data.heldout_fraction: Input should be greater than 0"),
+        ("task.kind", "distill", "run.toml: task: kind 'distill' needs a teacher"),
+        ("task.alpha", 0.3, "run.toml: task: alpha applies only to kind 'distill'"),
+        ("codec.options", {"k": 8}, "run.toml: codec: codec 'none' takes no options"),
+        ("codec.options", {"k": True}, "run.toml: codec.options: option 'k' must be a finite number"),
+        ("codec.name", "zip", "run.toml: codec.name: Input should be 'none', 'int8' or 'topk'"),
+        (
+            "verification.challenge_miners",
+            0,
+            "run.toml: verification.challenge_miners: a count must be at least 1",
+        ),
+        (
+            "verification.challenge_miners",
+            1.5,
+            "run.toml: verification.challenge_miners: a fraction must be in (0, 1]",
+        ),
+        (
+            "verification.challenge_segments",
+            4,
+            "run.toml: verification.challenge_segments (4) is more than the 3",
+        ),
+        ("scoring.burn_share", 1.0, "run.toml: scoring.burn_share: Input should be less than 1"),
+        ("scoring.ema_alpha", 0.0, "run.toml: scoring.ema_alpha: Input should be greater than 0"),
+        (
+            "scoring.weights.distill",
+            0.5,
+            "run.toml: scoring.weights.distill must be 0 unless task.kind is 'distill'",
+        ),
+        (
+            "scoring.weights.usefulness",
+            -1.0,
+            "run.toml: scoring.weights.usefulness: Input should be greater than",
+        ),
+        ("limits.max_update_bytes", 10, "run.toml: limits.max_update_bytes: Input should be greater than"),
+        ("tokenizer", "model", "run.toml: tokenizer 'model' needs model.path_or_id"),
+        ("name", "my run", "run.toml: name: 'my run' may hold only letters"),
+        ("netuid", 70000, "run.toml: netuid: Input should be less than or equal to 65535"),
+    ],
+)
+def test_invalid_knobs_are_refused_with_the_field_named(path, value, expected):
+    assert expected in refusal(with_change(path, value))
+
+
+def test_a_missing_section_is_named():
+    doc = minimal()
+    del doc["windows"]
+    assert "run.toml: windows: is required" in refusal(doc)
+
+
+def test_every_problem_is_listed():
+    doc = with_change("train.lr", -1.0)
+    doc["netuid"] = -1
+    lines = refusal(doc).splitlines()
+    assert len(lines) == 2
+    assert all(line.startswith("run.toml: ") for line in lines)
+
+
+def test_a_teacher_must_share_the_students_tokenizer():
+    doc = with_change("task", {"kind": "distill", "teacher": {"path_or_id": "org/teacher", "revision": "v1"}})
+    assert "run.toml: task.teacher must share the student's tokenizer" in refusal(doc)
+
+
+def test_load_names_the_file(tmp_path):
+    bad = tmp_path / "cpu.toml"
+    bad.write_text(MINIMAL_TOML.replace("reveal_offset = 12", "reveal_offset = 6"))
+    with pytest.raises(
+        RunConfigError, match=r"cpu\.toml: windows\.reveal_offset: 6 must be after commit_offset \(8\)"
+    ):
+        load_run_config(bad)
+
+
+def test_load_refuses_broken_toml_and_missing_files(tmp_path):
+    broken = tmp_path / "broken.toml"
+    broken.write_text("name = \n")
+    with pytest.raises(RunConfigError, match=r"broken\.toml: not valid TOML"):
+        load_run_config(broken)
+    with pytest.raises(RunConfigError, match=r"absent\.toml: cannot read"):
+        load_run_config(tmp_path / "absent.toml")
+
+
+# --- run id -------------------------------------------------------------------------------------
+
+
+def test_comments_order_and_spelled_out_defaults_keep_the_run_id(tmp_path):
+    first, second = tmp_path / "a.toml", tmp_path / "b.toml"
+    first.write_text(MINIMAL_TOML)
+    second.write_text(SAME_RUN_TOML)
+    assert run_id(load_run_config(first)) == run_id(load_run_config(second))
+
+
+def test_an_integer_written_for_a_float_keeps_the_run_id():
+    assert run_id(parse_run_config(with_change("outer.lr", 1))) == run_id(
+        parse_run_config(with_change("outer.lr", 1.0))
+    )
+
+
+@pytest.mark.parametrize("name", SHIPPED_CONFIGS)
+def test_canonical_json_reads_back_as_the_same_run(name):
+    config = load_run_config(shipped_config_path(name))
+    again = parse_run_config(json.loads(canonical_config_json(config)))
+    assert again == config
+    assert run_id(again) == run_id(config)
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("name", "other-run"),
+        ("netuid", 4),
+        ("model.init_seed", 1),
+        ("data.seq_len", 33),
+        ("train.inner_steps", 24),
+        ("train.lr", 3.0001e-4),
+        ("outer.nesterov", False),
+        ("codec", {"name": "int8"}),
+        ("windows.checkpoint_every", 11),
+        ("verification.replay_tolerance", 1e-6),
+        ("scoring.burn_share", 0.1),
+        ("limits.max_manifest_bytes", 4096),
+    ],
+)
+def test_any_changed_knob_changes_the_run_id(path, value):
+    assert run_id(parse_run_config(with_change(path, value))) != run_id(parse_run_config(minimal()))
+
+
+KNOBS = st.fixed_dictionaries(
+    {
+        "train.segment_steps": st.sampled_from([1, 2, 3, 4, 6, 12]),
+        "train.lr": st.floats(min_value=1e-6, max_value=1.0),
+        "outer.momentum": st.floats(min_value=0.0, max_value=0.99),
+        "codec.name": st.sampled_from(["none", "int8", "topk"]),
+        "windows.blocks_per_window": st.integers(min_value=17, max_value=40),
+        "scoring.ema_alpha": st.floats(min_value=0.01, max_value=1.0),
+        "verification.challenge_miners": st.one_of(st.integers(1, 5), st.floats(0.01, 1.0)),
+    }
+)
+
+
+def build(knobs: dict) -> RunConfig:
+    doc = minimal()
+    for path, value in knobs.items():
+        section, key = path.split(".")
+        doc.setdefault(section, {})[key] = value
+    return parse_run_config(doc)
+
+
+@given(KNOBS, KNOBS, st.data())
+@settings(max_examples=150, deadline=None)
+def test_run_ids_agree_exactly_when_the_knobs_do(a, other, data):
+    redrawn = data.draw(st.sets(st.sampled_from(sorted(other))))
+    b = {**a, **{path: other[path] for path in redrawn}}
+    same_knobs = json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    assert (run_id(build(a)) == run_id(build(b))) == same_knobs
+
+
+# --- the owner's commitment ---------------------------------------------------------------------
+
+
+def test_commitment_fits_on_chain_and_reads_back():
+    config = load_run_config(shipped_config_path("gpu-subnet"))
+    commitment = run_commitment(config)
+    assert len(commitment.encode()) <= MAX_COMMITMENT_BYTES
+    assert parse_run_commitment(commitment) == run_id(config)
+    check_run_matches(config, commitment)
+    check_run_matches(config, f"  {commitment}\n")
+
+
+def test_a_node_with_another_config_refuses_and_names_both_ids():
+    mine = parse_run_config(minimal())
+    owners = parse_run_config(with_change("train.lr", 1e-3))
+    with pytest.raises(RunMismatch) as refused:
+        check_run_matches(mine, run_commitment(owners))
+    assert run_id(mine) in str(refused.value) and run_id(owners) in str(refused.value)
+
+
+@pytest.mark.parametrize("published", [None, "", "   "])
+def test_a_node_refuses_when_nothing_is_published(published):
+    with pytest.raises(RunMismatch, match="no run commitment"):
+        check_run_matches(parse_run_config(minimal()), published)
+
+
+@pytest.mark.parametrize("published", ["hello", "distrai-run:1234", "distrai-run:" + "A" * 64, "s3://bucket"])
+def test_a_node_refuses_a_commitment_that_is_not_a_run(published):
+    with pytest.raises(RunMismatch, match="not a run commitment"):
+        check_run_matches(parse_run_config(minimal()), published)
+
+
+# --- challenge inputs ---------------------------------------------------------------------------
+
+
+def test_challenge_inputs_follow_the_run():
+    config = load_run_config(shipped_config_path("cpu-localnet"))
+    inputs = challenge_inputs(config, "0x" + "12" * 32, 4, ["5c", "5a", "5b", "5a"])
+    assert inputs.run_id == run_id(config)
+    assert inputs.miner_hotkeys == ("5a", "5b", "5c")
+    assert inputs.n_segments == config.train.inner_steps // config.train.segment_steps
+    challenge = validator_challenges(inputs, "5validator")
+    assert len(challenge) == config.verification.challenge_miners
+    assert all(len(s) == config.verification.challenge_segments for s in challenge.values())

@@ -1,0 +1,344 @@
+"""Window arithmetic and the challenge draw (distrai/windows.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from distrai.windows import (
+    ChallengeInputs,
+    Phase,
+    WindowConfig,
+    aggregate_deadline,
+    blocks_until,
+    challenge_count,
+    challenge_seed,
+    challenged_miners,
+    challenged_segments,
+    commit_deadline,
+    committed_in_time,
+    is_checkpoint_window,
+    phase,
+    reveal_deadline,
+    segments_to_reveal,
+    validator_challenges,
+    window_end,
+    window_of,
+    window_start,
+)
+
+SMALL = WindowConfig(
+    blocks_per_window=10, commit_offset=4, reveal_offset=6, aggregate_offset=8, checkpoint_every=3
+)
+BLOCK_HASH = "0x" + "ab" * 32
+RUN = "f" * 64
+
+
+@st.composite
+def window_configs(draw):
+    length = draw(st.integers(min_value=4, max_value=500))
+    offsets = sorted(draw(st.sets(st.integers(min_value=1, max_value=length - 1), min_size=3, max_size=3)))
+    return WindowConfig(
+        blocks_per_window=length,
+        commit_offset=offsets[0],
+        reveal_offset=offsets[1],
+        aggregate_offset=offsets[2],
+        checkpoint_every=draw(st.integers(min_value=1, max_value=20)),
+    )
+
+
+def hotkeys(n: int, prefix: str = "miner") -> list[str]:
+    return [f"5{prefix}{i:04d}" for i in range(n)]
+
+
+def seed_number(i: int) -> bytes:
+    return challenge_seed("0x" + hashlib.sha256(str(i).encode()).hexdigest(), RUN, i, "5validator")
+
+
+# --- window config ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("offsets", "field", "words"),
+    [
+        (
+            {"commit_offset": 6, "reveal_offset": 6, "aggregate_offset": 8},
+            "reveal_offset",
+            "after commit_offset",
+        ),
+        (
+            {"commit_offset": 4, "reveal_offset": 6, "aggregate_offset": 5},
+            "aggregate_offset",
+            "after reveal_offset",
+        ),
+        (
+            {"commit_offset": 4, "reveal_offset": 6, "aggregate_offset": 10},
+            "aggregate_offset",
+            "inside the window",
+        ),
+        (
+            {"commit_offset": 0, "reveal_offset": 6, "aggregate_offset": 8},
+            "commit_offset",
+            "greater than or equal",
+        ),
+    ],
+)
+def test_window_config_refuses_offsets_out_of_order(offsets, field, words):
+    with pytest.raises(ValidationError) as refused:
+        WindowConfig(blocks_per_window=10, **offsets)
+    errors = refused.value.errors()
+    assert [e["loc"] for e in errors] == [(field,)]
+    assert words in str(refused.value)
+
+
+def test_window_config_is_frozen_and_strict():
+    with pytest.raises(ValidationError):
+        SMALL.commit_offset = 5
+    with pytest.raises(ValidationError):
+        WindowConfig(blocks_per_window="10", commit_offset=4, reveal_offset=6, aggregate_offset=8)
+    with pytest.raises(ValidationError):
+        WindowConfig(blocks_per_window=10, commit_offset=4, reveal_offset=6, aggregate_offset=8, tempo=3)
+
+
+# --- phases and deadlines -----------------------------------------------------------------------
+
+
+def test_phases_at_the_boundaries_of_a_small_window():
+    expected = [Phase.TRAIN] * 4 + [Phase.REVEAL] * 2 + [Phase.VALIDATE] * 2 + [Phase.WEIGHTS] * 2
+    assert [phase(SMALL, b) for b in range(10)] == expected
+    assert [phase(SMALL, b) for b in range(20, 30)] == expected
+    assert [window_of(SMALL, b) for b in (0, 9, 10, 19, 20)] == [0, 0, 1, 1, 2]
+    assert (window_start(SMALL, 2), window_end(SMALL, 2)) == (20, 30)
+    assert (commit_deadline(SMALL, 2), reveal_deadline(SMALL, 2), aggregate_deadline(SMALL, 2)) == (
+        24,
+        26,
+        28,
+    )
+
+
+def test_a_commitment_counts_only_inside_its_window_before_the_deadline():
+    assert [committed_in_time(SMALL, 1, b) for b in (9, 10, 13, 14, 20)] == [False, True, True, False, False]
+
+
+def test_checkpoint_windows_and_waiting():
+    assert [w for w in range(10) if is_checkpoint_window(SMALL, w)] == [0, 3, 6, 9]
+    assert blocks_until(5, 12) == 7
+    assert blocks_until(12, 12) == 0
+    assert blocks_until(20, 12) == 0
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.5])
+def test_blocks_and_windows_must_be_non_negative_ints(bad):
+    with pytest.raises((ValueError, TypeError)):
+        window_of(SMALL, bad)
+    with pytest.raises((ValueError, TypeError)):
+        window_start(SMALL, bad)
+
+
+@given(window_configs(), st.integers(min_value=0, max_value=10**9))
+@settings(max_examples=300, deadline=None)
+def test_every_block_lies_in_exactly_one_window_and_one_phase(cfg, block):
+    w = window_of(cfg, block)
+    assert window_start(cfg, w) <= block < window_end(cfg, w)
+    assert window_end(cfg, w) == window_start(cfg, w + 1)
+    spans = {
+        Phase.TRAIN: (window_start(cfg, w), commit_deadline(cfg, w)),
+        Phase.REVEAL: (commit_deadline(cfg, w), reveal_deadline(cfg, w)),
+        Phase.VALIDATE: (reveal_deadline(cfg, w), aggregate_deadline(cfg, w)),
+        Phase.WEIGHTS: (aggregate_deadline(cfg, w), window_end(cfg, w)),
+    }
+    holding = [p for p, (start, end) in spans.items() if start <= block < end]
+    assert holding == [phase(cfg, block)]
+
+
+@given(window_configs(), st.integers(min_value=0, max_value=10**6))
+@settings(max_examples=200, deadline=None)
+def test_deadlines_increase_within_and_across_windows(cfg, w):
+    marks = [
+        window_start(cfg, w),
+        commit_deadline(cfg, w),
+        reveal_deadline(cfg, w),
+        aggregate_deadline(cfg, w),
+        window_end(cfg, w),
+        commit_deadline(cfg, w + 1),
+    ]
+    assert marks == sorted(set(marks))
+    assert phase(cfg, commit_deadline(cfg, w) - 1) is Phase.TRAIN
+    assert phase(cfg, commit_deadline(cfg, w)) is Phase.REVEAL
+    assert phase(cfg, aggregate_deadline(cfg, w)) is Phase.WEIGHTS
+
+
+# --- challenge seed -----------------------------------------------------------------------------
+
+
+def test_challenge_seed_is_deterministic_and_depends_on_every_input():
+    seed = challenge_seed(BLOCK_HASH, RUN, 7, "5validator")
+    assert len(seed) == 32
+    assert seed == challenge_seed(BLOCK_HASH.upper().replace("0X", "0x"), RUN, 7, "5validator")
+    others = {
+        challenge_seed("0x" + "ac" * 32, RUN, 7, "5validator"),
+        challenge_seed(BLOCK_HASH, "e" * 64, 7, "5validator"),
+        challenge_seed(BLOCK_HASH, RUN, 8, "5validator"),
+        challenge_seed(BLOCK_HASH, RUN, 7, "5other"),
+    }
+    assert seed not in others and len(others) == 4
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("ab" * 32, RUN, 0, "5v"),
+        ("0x", RUN, 0, "5v"),
+        ("0xzz", RUN, 0, "5v"),
+        (BLOCK_HASH, "", 0, "5v"),
+        (BLOCK_HASH, RUN, -1, "5v"),
+        (BLOCK_HASH, RUN, 0, ""),
+    ],
+)
+def test_challenge_seed_refuses_bad_inputs(args):
+    with pytest.raises(ValueError):
+        challenge_seed(*args)
+
+
+# --- who and what is challenged -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("count_or_fraction", "population", "expected"),
+    [
+        (3, 10, 3),
+        (12, 10, 10),
+        (0, 10, 0),
+        (0.3, 10, 3),
+        (0.1, 10, 1),
+        (0.25, 3, 1),
+        (1.0, 7, 7),
+        (0.5, 0, 0),
+    ],
+)
+def test_challenge_count(count_or_fraction, population, expected):
+    assert challenge_count(count_or_fraction, population) == expected
+
+
+@pytest.mark.parametrize("bad", [0.0, 1.5, -1, True, "2"])
+def test_challenge_count_refuses_bad_values(bad):
+    with pytest.raises((ValueError, TypeError)):
+        challenge_count(bad, 10)
+
+
+@given(st.integers(min_value=0, max_value=10**6), st.integers(min_value=1, max_value=30), st.randoms())
+@settings(max_examples=100, deadline=None)
+def test_challenged_miners_ignore_order_and_duplicates(i, n, rnd):
+    seed = seed_number(i)
+    miners = hotkeys(n)
+    shuffled = miners + rnd.sample(miners, k=n // 2)
+    rnd.shuffle(shuffled)
+    chosen = challenged_miners(seed, miners, 0.3)
+    assert chosen == challenged_miners(seed, shuffled, 0.3)
+    assert len(chosen) == len(set(chosen)) == challenge_count(0.3, n)
+    assert set(chosen) <= set(miners)
+
+
+def test_challenged_miners_refuse_a_bare_string_or_a_bad_seed():
+    with pytest.raises(TypeError):
+        challenged_miners(seed_number(0), "5miner", 1)
+    with pytest.raises(ValueError):
+        challenged_miners(b"short", hotkeys(3), 1)
+
+
+@given(st.integers(min_value=0, max_value=10**6), st.integers(min_value=1, max_value=40), st.data())
+@settings(max_examples=100, deadline=None)
+def test_challenged_segments_are_distinct_sorted_and_in_range(i, n_segments, data):
+    count = data.draw(st.integers(min_value=0, max_value=n_segments))
+    segments = challenged_segments(seed_number(i), "5miner", n_segments, count)
+    assert segments == sorted(set(segments))
+    assert len(segments) == count
+    assert all(0 <= s < n_segments for s in segments)
+    assert segments == challenged_segments(seed_number(i), "5miner", n_segments, count)
+
+
+def test_challenged_segments_refuse_more_than_there_are():
+    with pytest.raises(ValueError, match="cannot challenge 5 segments of 4"):
+        challenged_segments(seed_number(0), "5miner", 4, 5)
+
+
+def test_challenges_are_roughly_uniform_over_2000_seeds():
+    seeds = [seed_number(i) for i in range(2000)]
+    miners = hotkeys(10)
+    miner_counts = Counter(m for s in seeds for m in challenged_miners(s, miners, 3))
+    share = 2000 * 3 / 10
+    assert set(miner_counts) == set(miners)
+    assert all(share / 2 <= c <= 2 * share for c in miner_counts.values())
+    segment_counts = Counter(x for s in seeds for x in challenged_segments(s, "5miner", 12, 2))
+    share = 2000 * 2 / 12
+    assert set(segment_counts) == set(range(12))
+    assert all(share / 2 <= c <= 2 * share for c in segment_counts.values())
+
+
+def test_different_validators_challenge_different_miners():
+    miners = hotkeys(20)
+    picks = {
+        tuple(challenged_miners(challenge_seed(BLOCK_HASH, RUN, 3, v), miners, 3)) for v in hotkeys(5, "val")
+    }
+    assert len(picks) > 1
+
+
+# --- what a miner reveals -----------------------------------------------------------------------
+
+
+@given(
+    st.integers(min_value=0, max_value=10**6),
+    st.integers(min_value=1, max_value=12),
+    st.integers(min_value=1, max_value=6),
+    st.sampled_from([1, 2, 0.25, 0.5, 1.0]),
+    st.integers(min_value=1, max_value=20),
+    st.data(),
+)
+@settings(max_examples=60, deadline=None)
+def test_miners_reveal_exactly_the_union_of_every_validators_challenge(
+    i, n_miners, n_validators, per_validator, n_segments, data
+):
+    inputs = ChallengeInputs(
+        block_hash="0x" + hashlib.sha256(str(i).encode()).hexdigest(),
+        run_id=RUN,
+        window=i,
+        miner_hotkeys=tuple(hotkeys(n_miners)),
+        miners_per_validator=per_validator,
+        segments_per_miner=data.draw(st.integers(min_value=1, max_value=n_segments)),
+        n_segments=n_segments,
+    )
+    validators = hotkeys(n_validators, "val")
+    challenges = [validator_challenges(inputs, v) for v in validators]
+    for miner in inputs.miner_hotkeys:
+        reveal = set(segments_to_reveal(inputs, miner, reversed(validators)))
+        wanted = set()
+        for challenge in challenges:
+            wanted.update(challenge.get(miner, []))
+        assert reveal == wanted
+    for challenge in challenges:
+        assert len(challenge) == challenge_count(per_validator, n_miners)
+        assert all(len(segs) == inputs.segments_per_miner for segs in challenge.values())
+
+
+def test_an_unchallenged_miner_reveals_nothing():
+    inputs = ChallengeInputs(BLOCK_HASH, RUN, 5, tuple(hotkeys(8)), 1, 2, 6)
+    challenged = set(validator_challenges(inputs, "5val"))
+    missed = sorted(set(inputs.miner_hotkeys) - challenged)
+    assert len(missed) == 7
+    assert segments_to_reveal(inputs, missed[0], ["5val"]) == []
+    assert segments_to_reveal(inputs, "5stranger", ["5val"]) == []
+
+
+def test_reveal_set_does_not_depend_on_validator_order():
+    inputs = ChallengeInputs(BLOCK_HASH, RUN, 5, tuple(hotkeys(10)), 0.5, 2, 8)
+    validators = hotkeys(4, "val")
+    shuffled = validators[:]
+    random.Random(1).shuffle(shuffled)
+    for miner in inputs.miner_hotkeys:
+        assert segments_to_reveal(inputs, miner, validators) == segments_to_reveal(inputs, miner, shuffled)

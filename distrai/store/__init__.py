@@ -87,7 +87,9 @@ def open_store(
             path_style=path_style if path_style is not None else parse_flag(query.get("path_style", "false")),
         )
         return S3Store(config, bandwidth_bytes_per_s=bandwidth_bytes_per_s, retry=retry)
-    raise StoreError(f"unsupported store URL {url!r}: use file:///absolute/path, a plain path, or s3://bucket/prefix")
+    raise StoreError(
+        f"unsupported store URL {url!r}: use file:///absolute/path, a plain path, or s3://bucket/prefix"
+    )
 
 
 def file_path(url: str) -> str:
@@ -109,7 +111,9 @@ def s3_query(url: str) -> dict[str, str]:
     fields = parse_qs(urlsplit(url).query, keep_blank_values=True, strict_parsing=False)
     unknown = sorted(set(fields) - set(S3_QUERY_FIELDS))
     if unknown:
-        raise StoreError(f"unknown setting {', '.join(unknown)} in {url!r}: known are {', '.join(S3_QUERY_FIELDS)}")
+        raise StoreError(
+            f"unknown setting {', '.join(unknown)} in {url!r}: known are {', '.join(S3_QUERY_FIELDS)}"
+        )
     repeated = sorted(name for name, values in fields.items() if len(values) > 1)
     if repeated:
         raise StoreError(f"setting {', '.join(repeated)} given more than once in {url!r}")

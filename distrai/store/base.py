@@ -32,7 +32,7 @@ class IntegrityError(StoreError):
 
 
 def check_key(key: str) -> str:
-    if not KEY_PATTERN.match(key) or any(part in (".", "..") for part in key.split("/")):
+    if not KEY_PATTERN.fullmatch(key) or any(part in (".", "..") for part in key.split("/")):
         raise StoreError(f"invalid store key {key!r}: use `/`-separated names of letters, digits and ._-")
     return key
 

@@ -1,0 +1,214 @@
+"""The file store: keys are files under a root directory, on a local or a shared network disk.
+
+Every write goes to a temp file in the key's own directory, is fsynced and then renamed over the
+key with `os.replace`, which is atomic on POSIX: readers in any process see the old value or the
+new one, never a part; of two writers of one key, one complete value wins. Temp file names end in
+`~tmp`, a character no key may hold, so they are never listed or mistaken for keys.
+
+A key cannot be both a value and a directory of other keys here (`a` and `a/b`); such a write is
+refused with a `StoreError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import os
+import secrets
+import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO, TypeVar
+
+from distrai.store.base import NotFound, Store, StoreError, TooLarge, check_key
+from distrai.store.retry import RetryPolicy, call_with_retries
+from distrai.store.throttle import Bandwidth, check_max_bytes, copy_stream
+
+T = TypeVar("T")
+
+TEMP_SUFFIX = "~tmp"
+UNSYNCABLE_DIRECTORY_ERRNOS = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EBADF})
+TRANSIENT_ERRNOS = frozenset({errno.EAGAIN, errno.EBUSY, errno.ETIMEDOUT, errno.ESTALE, errno.EIO})
+
+
+def is_transient_os_error(error: BaseException) -> bool:
+    """Errors worth retrying on a (network) disk: busy, timed out, stale handle, I/O hiccup."""
+    return isinstance(error, OSError) and error.errno in TRANSIENT_ERRNOS
+
+
+def is_key(name: str) -> bool:
+    try:
+        check_key(name)
+    except StoreError:
+        return False
+    return True
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename in `directory` durable, where the file system can sync a directory at all."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    except OSError as error:
+        if error.errno not in UNSYNCABLE_DIRECTORY_ERRNOS:
+            raise
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, fill: Callable[[BinaryIO], None]) -> None:
+    """Create or replace `path` all or nothing: `fill` a temp file beside it, fsync, rename.
+
+    On any failure the temp file is removed and `path` is untouched.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.parent / f".{path.name[:100]}.{secrets.token_hex(8)}{TEMP_SUFFIX}"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            fill(out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    fsync_directory(path.parent)
+
+
+class FileStore(Store):
+    """A `Store` in the directory `root` (created if missing)."""
+
+    def __init__(
+        self,
+        root: Path | str,
+        *,
+        bandwidth_bytes_per_s: float | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.root = Path(root).absolute()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.url = self.root.as_uri()
+        self._bandwidth = Bandwidth.limited(bandwidth_bytes_per_s)
+        self._retry = retry or RetryPolicy()
+
+    def __repr__(self) -> str:
+        return f"FileStore({str(self.root)!r})"
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        self._run(f"put {key!r}", lambda: self._write(path, key, io.BytesIO(data)))
+
+    def get(self, key: str, max_bytes: int) -> bytes:
+        path, max_bytes = self._path(key), check_max_bytes(max_bytes)
+
+        def read() -> bytes:
+            buffer = io.BytesIO()
+            with self._open_for_read(path, key, max_bytes) as source:
+                copy_stream(
+                    source, buffer, max_bytes=max_bytes, pace=self._bandwidth.received, what=self._what(key)
+                )
+            return buffer.getvalue()
+
+        return self._run(f"get {key!r}", read)
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def list(self, prefix: str = "") -> list[str]:
+        directory = prefix.rpartition("/")[0]
+        if directory and not is_key(directory):
+            return []
+        return self._run(f"list {prefix!r}", lambda: sorted(self._walk(directory, prefix)))
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+
+        def remove() -> None:
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                os.unlink(path)
+
+        self._run(f"delete {key!r}", remove)
+
+    def put_file(self, key: str, path: Path) -> None:
+        target = self._path(key)
+
+        def upload() -> None:
+            with open(path, "rb") as source:
+                self._write(target, key, source)
+
+        self._run(f"put_file {key!r}", upload)
+
+    def get_file(self, key: str, path: Path, max_bytes: int) -> None:
+        source_path, max_bytes, target = self._path(key), check_max_bytes(max_bytes), Path(path)
+
+        def download() -> None:
+            with self._open_for_read(source_path, key, max_bytes) as source:
+                write_atomically(
+                    target,
+                    lambda out: copy_stream(
+                        source, out, max_bytes=max_bytes, pace=self._bandwidth.received, what=self._what(key)
+                    ),
+                )
+
+        self._run(f"get_file {key!r}", download)
+
+    def _path(self, key: str) -> Path:
+        return self.root / check_key(key)
+
+    def _what(self, key: str) -> str:
+        return f"{key!r} in {self.url}"
+
+    def _run(self, describe: str, operation: Callable[[], T]) -> T:
+        """Run with retries; an OS error that is left becomes a `StoreError` naming the key."""
+        try:
+            return call_with_retries(
+                operation, policy=self._retry, is_transient=is_transient_os_error, describe=describe
+            )
+        except OSError as error:
+            raise StoreError(f"file store {describe} in {self.url} failed: {error}") from error
+
+    def _write(self, path: Path, key: str, source: BinaryIO) -> None:
+        """Write `source` to `path` atomically, naming a clash between a key and a directory."""
+        try:
+            write_atomically(
+                path,
+                lambda out: copy_stream(
+                    source, out, max_bytes=None, pace=self._bandwidth.sent, what=self._what(key)
+                ),
+            )
+        except (FileExistsError, NotADirectoryError) as error:
+            raise StoreError(
+                f"cannot write {key!r} in {self.url}: a part of its path is already a key"
+            ) from error
+        except IsADirectoryError as error:
+            raise StoreError(
+                f"cannot write {key!r} in {self.url}: it is already a directory of other keys"
+            ) from error
+
+    @contextlib.contextmanager
+    def _open_for_read(self, path: Path, key: str, max_bytes: int) -> Iterator[BinaryIO]:
+        """Open `key` for reading after checking that it is a file that fits under `max_bytes`."""
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError) as error:
+            raise NotFound(f"no key {key!r} in {self.url}") from error
+        with os.fdopen(fd, "rb") as source:
+            status = os.fstat(fd)
+            if not stat.S_ISREG(status.st_mode):
+                raise NotFound(f"no key {key!r} in {self.url}: it is a directory of other keys")
+            if status.st_size > max_bytes:
+                raise TooLarge(f"{self._what(key)} is {status.st_size} bytes, over the limit of {max_bytes}")
+            yield source
+
+    def _walk(self, directory: str, prefix: str) -> Iterator[str]:
+        start = self.root / directory if directory else self.root
+        for folder, _, files in os.walk(start):
+            relative = Path(folder).relative_to(self.root).as_posix()
+            base = "" if relative == "." else relative + "/"
+            for name in files:
+                key = base + name
+                if key.startswith(prefix) and is_key(key):
+                    yield key

@@ -1,0 +1,84 @@
+"""Retries with exponential backoff and jitter, for transient errors only.
+
+The policy is plain data and `backoff_delay` is a pure function of it; `call_with_retries` is the
+one loop that both stores run their operations through, each with its own `is_transient` test.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How many times to try an operation, and how long to wait between tries.
+
+    `attempts` counts every try, the first included (1 = never retry). The wait before retry `i`
+    (0-based) is `min(max_delay_s, base_delay_s * 2**i)`, shortened by a random fraction of at
+    most `jitter` so that many clients that failed together do not retry together.
+    """
+
+    attempts: int = 5
+    base_delay_s: float = 0.25
+    max_delay_s: float = 8.0
+    jitter: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"RetryPolicy.attempts must be at least 1, got {self.attempts}")
+        if not 0 <= self.base_delay_s <= self.max_delay_s:
+            raise ValueError(
+                f"RetryPolicy needs 0 <= base_delay_s <= max_delay_s, got {self.base_delay_s} and {self.max_delay_s}"
+            )
+        if not 0 <= self.jitter <= 1:
+            raise ValueError(f"RetryPolicy.jitter must be in [0, 1], got {self.jitter}")
+
+
+def backoff_delay(policy: RetryPolicy, retry_index: int, unit_random: float) -> float:
+    """Seconds to wait before retry `retry_index` (0-based), given a random number in [0, 1)."""
+    ceiling = min(policy.max_delay_s, policy.base_delay_s * 2.0 ** min(retry_index, 64))
+    return ceiling * (1.0 - policy.jitter * unit_random)
+
+
+def call_with_retries(
+    operation: Callable[[], T],
+    *,
+    policy: RetryPolicy,
+    is_transient: Callable[[BaseException], bool],
+    describe: str,
+    rng: random.Random | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Run `operation`; on an error that `is_transient` accepts, wait and try again.
+
+    A permanent error, or the last transient one once the attempts are spent, propagates unchanged.
+    Every retry is logged as a warning naming `describe`, the error and the wait.
+    """
+    rng = rng or random.Random()
+    for retry_index in range(policy.attempts - 1):
+        try:
+            return operation()
+        except Exception as error:
+            if not is_transient(error):
+                raise
+            delay = backoff_delay(policy, retry_index, rng.random())
+            log.warning(
+                "%s failed (%s: %s); retry %d of %d in %.2f s",
+                describe,
+                type(error).__name__,
+                error,
+                retry_index + 1,
+                policy.attempts - 1,
+                delay,
+            )
+            sleep(delay)
+    return operation()

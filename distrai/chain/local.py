@@ -100,6 +100,11 @@ class LocalChain(Chain):
     def block_time(self) -> float:
         return self._clock()[1]
 
+    def block_timestamp(self, block: int) -> float:
+        """Unix time at which `block` begins."""
+        genesis_time, block_time = self._clock()
+        return genesis_time + block * block_time
+
     def block(self) -> int:
         genesis_time, block_time = self._clock()
         return max(0, int((time.time() - genesis_time) / block_time))
@@ -379,7 +384,7 @@ def _set_weights(
 ) -> None:
     netuid = chain.netuid
     row = conn.execute(
-        "SELECT uid, validator_permit, weights_set_at FROM neurons WHERE netuid = ? AND hotkey = ?",
+        "SELECT uid, validator_permit, last_update FROM neurons WHERE netuid = ? AND hotkey = ?",
         (netuid, signer),
     ).fetchone()
     if row is None:
@@ -403,8 +408,8 @@ def _set_weights(
         [(netuid, row[0], u, v) for u, v in zip(uids, weights, strict=True)],
     )
     conn.execute(
-        "UPDATE neurons SET last_update = ?, weights_set_at = ? WHERE netuid = ? AND uid = ?",
-        (block, block, netuid, row[0]),
+        "UPDATE neurons SET last_update = ? WHERE netuid = ? AND uid = ?",
+        (block, netuid, row[0]),
     )
 
 

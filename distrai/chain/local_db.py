@@ -28,7 +28,7 @@ CREATE TABLE IF NOT EXISTS subnets (
 );
 CREATE TABLE IF NOT EXISTS neurons (
     netuid INTEGER NOT NULL, uid INTEGER NOT NULL, hotkey TEXT NOT NULL, coldkey TEXT NOT NULL,
-    registered_at INTEGER NOT NULL, last_update INTEGER NOT NULL, weights_set_at INTEGER,
+    registered_at INTEGER NOT NULL, last_update INTEGER NOT NULL,
     validator_permit INTEGER NOT NULL DEFAULT 0,
     rank REAL NOT NULL DEFAULT 0, trust REAL NOT NULL DEFAULT 0, consensus REAL NOT NULL DEFAULT 0,
     validator_trust REAL NOT NULL DEFAULT 0, incentive REAL NOT NULL DEFAULT 0,

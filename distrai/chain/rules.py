@@ -71,7 +71,8 @@ def check_set_weights(call: WeightsCall, hp: Hyperparameters) -> None:
                 raise ChainError(
                     "MaxWeightExceeded", f"a weight of {v:.4f} exceeds {hp.max_weight_limit:.4f}"
                 )
-    if call.last_set_block is not None and call.block - call.last_set_block < hp.weights_rate_limit:
+    # The anchor is the block of the last set or of registration; 0 means never, as in subtensor.
+    if call.last_set_block and call.block - call.last_set_block < hp.weights_rate_limit:
         raise ChainError(
             "SettingWeightsTooFast",
             f"last set at block {call.last_set_block}; wait until block {call.last_set_block + hp.weights_rate_limit}",

@@ -29,6 +29,8 @@ RAW_FIELD_BYTES = 128
 """A Commitments pallet `Raw` field holds at most 128 bytes; longer text spans several fields."""
 REGISTRATION_PATIENCE_BLOCKS = 50
 """How many blocks `register` keeps retrying when the subnet's per-block registrations are full."""
+MAX_POLL_SECONDS = 1.0
+"""The longest pause between two polls of `wait_for_block`, which otherwise polls at a quarter block."""
 
 WEIGHT_PREFLIGHT_REASONS: Mapping[bt.ErrorCode, str] = {
     bt.ErrorCode.NOT_REGISTERED: "HotKeyNotRegisteredInSubNet",
@@ -47,7 +49,9 @@ def resolve_network(network: str) -> tuple[str, str]:
     try:
         return resolve_endpoint(network)
     except ValueError as exc:
-        raise ValueError(f"unknown bittensor network {network!r}: use finney, test, local or a ws(s):// URL") from exc
+        raise ValueError(
+            f"unknown bittensor network {network!r}: use finney, test, local or a ws(s):// URL"
+        ) from exc
 
 
 def commitment_info(data: str) -> dict[str, list[dict[str, str]]]:
@@ -132,7 +136,9 @@ def readable_commitments(by_hotkey: Mapping[str, bt.NeuronCommitment]) -> dict[s
     out = {}
     for hotkey, c in by_hotkey.items():
         if c is not None and c.is_revealed:
-            out[hotkey] = Commitment(hotkey=hotkey, data=c.value if c.value is not None else c.data, block=c.block)
+            out[hotkey] = Commitment(
+                hotkey=hotkey, data=c.value if c.value is not None else c.data, block=c.block
+            )
     return out
 
 
@@ -155,7 +161,8 @@ def refusal(
 def sdk_refusals(
     by_code: Mapping[bt.ErrorCode, str] | None = None, aliases: Mapping[str, str] | None = None
 ) -> Iterator[None]:
-    """Turn the SDK's exceptions into `ChainError`; an unreachable node is `ConnectionFailed`."""
+    """Turn the SDK's exceptions into `ChainError`: an unreachable node is `ConnectionFailed`, and
+    arguments the SDK refuses before signing are `BadArguments`."""
     try:
         yield
     except bt.ChainError as exc:
@@ -163,7 +170,7 @@ def sdk_refusals(
     except bt.RpcConnectionError as exc:
         raise ChainError("ConnectionFailed", str(exc)) from exc
     except bt.BittensorError as exc:
-        raise ChainError("Refused", str(exc)) from exc
+        raise ChainError("BadArguments", str(exc)) from exc
 
 
 def raise_for(result: bt.ExtrinsicResult, aliases: Mapping[str, str] | None = None) -> None:
@@ -172,7 +179,10 @@ def raise_for(result: bt.ExtrinsicResult, aliases: Mapping[str, str] | None = No
 
 
 class SubtensorChain(Chain):
-    """One subnet of a subtensor chain, through the bittensor SDK."""
+    """One subnet of a subtensor chain, through the bittensor SDK.
+
+    `version_key` goes with every weight set; a subnet may require a minimum (its weights version).
+    Construction does not connect: the first read or write does."""
 
     def __init__(
         self,
@@ -199,9 +209,18 @@ class SubtensorChain(Chain):
     def block_hash(self, block: int | None = None) -> str:
         with sdk_refusals():
             info = self._sdk.block_info(block)
-        if info is None or info.hash is None:
-            raise ChainError("BlockNotYetProduced", f"block {block} is not on chain yet")
-        return info.hash
+        if info is not None and info.hash is not None:
+            return info.hash
+        if block is not None and block <= self.block():
+            raise ChainError("BlockUnavailable", f"the node serves no block {block}")
+        raise ChainError("BlockNotYetProduced", f"block {block} is not on chain yet")
+
+    def wait_for_block(self, block: int, timeout: float | None = None, poll: float | None = None) -> int:
+        """As `Chain.wait_for_block`; by default it polls every quarter block, or every second if sooner."""
+        if poll is None:
+            with sdk_refusals():
+                poll = min(MAX_POLL_SECONDS, self._sdk.block_time() / 4)
+        return super().wait_for_block(block, timeout, poll)
 
     def hyperparameters(self) -> Hyperparameters:
         with sdk_refusals():
@@ -262,8 +281,10 @@ class SubtensorChain(Chain):
 
     def add_stake(self, wallet: WalletLike, amount: float) -> None:
         """Stake `amount` TAO from the wallet's coldkey onto its hotkey (slippage-protected)."""
-        intent = bt.intents.AddStake(hotkey_ss58=wallet.hotkey.ss58_address, netuid=self.netuid, amount_tao=amount)
         with sdk_refusals():
+            intent = bt.intents.AddStake(
+                hotkey_ss58=wallet.hotkey.ss58_address, netuid=self.netuid, amount_tao=amount
+            )
             raise_for(self._sdk.execute(intent, wallet))
 
     def commit(self, wallet: WalletLike, data: str) -> None:

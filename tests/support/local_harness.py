@@ -43,7 +43,9 @@ class LocalHarness:
         self.local.advance(blocks)
 
 
-def make_local_harness(tmp_path: Path, hyperparameters: Hyperparameters = TEST_HYPERPARAMETERS) -> LocalHarness:
+def make_local_harness(
+    tmp_path: Path, hyperparameters: Hyperparameters = TEST_HYPERPARAMETERS
+) -> LocalHarness:
     chain = LocalChain.create(
         tmp_path / "chain.db", netuid=1, block_time=FROZEN_BLOCK_TIME, hyperparameters=hyperparameters
     )

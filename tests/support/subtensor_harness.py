@@ -1,0 +1,48 @@
+"""The bittensor adapter over the SDK over an in-memory substrate over a fresh embedded chain.
+
+The contract tests run this harness beside the embedded one: the same behaviours, reached through
+`SubtensorChain` and the SDK's own code instead of `LocalChain` directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import bittensor as bt
+
+from distrai.chain.base import Hyperparameters
+from distrai.chain.local import LocalChain
+from distrai.chain.subtensor import SubtensorChain
+from distrai.wallets import create_dev_wallet
+from support.local_harness import FROZEN_BLOCK_TIME, TEST_HYPERPARAMETERS
+from support.memory_substrate import MemorySubstrate
+
+
+@dataclass
+class SubtensorHarness:
+    chain: SubtensorChain
+    local: LocalChain
+    substrate: MemorySubstrate
+    wallet_path: Path
+
+    def new_wallet(self, name: str) -> bt.Wallet:
+        wallet, _ = create_dev_wallet(name, "default", str(self.wallet_path))
+        return wallet
+
+    def add_stake(self, wallet: bt.Wallet, amount: float) -> None:
+        self.chain.add_stake(wallet, amount)
+
+    def advance(self, blocks: int) -> None:
+        self.local.advance(blocks)
+
+
+def make_subtensor_harness(
+    tmp_path: Path, hyperparameters: Hyperparameters = TEST_HYPERPARAMETERS
+) -> SubtensorHarness:
+    local = LocalChain.create(
+        tmp_path / "chain.db", netuid=1, block_time=FROZEN_BLOCK_TIME, hyperparameters=hyperparameters
+    )
+    substrate = MemorySubstrate(local)
+    chain = SubtensorChain("local", netuid=1, substrate=substrate)
+    return SubtensorHarness(chain=chain, local=local, substrate=substrate, wallet_path=tmp_path / "wallets")

@@ -1,0 +1,70 @@
+"""The validator's state on disk: written atomically, resumed exactly, aligned with the metagraph."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ValidatorState(BaseModel):
+    """Scores and averages per uid (index = uid), the last window done, and bans by hotkey."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    window: int = -1
+    """The last window whose scores are folded into `averages`; -1 before the first."""
+    hotkeys: list[str] = Field(default_factory=list)
+    averages: list[float] = Field(default_factory=list)
+    last_scores: list[float] = Field(default_factory=list)
+    banned_until: dict[str, int] = Field(default_factory=dict)
+    """Hotkey → the first window in which it may score again."""
+    last_weights_block: int = -1
+
+    def aligned(self, hotkeys: list[str]) -> ValidatorState:
+        """This state for the metagraph's current hotkeys (index = uid).
+
+        A uid whose hotkey changed (a new registration took the slot) starts from zero; the
+        arrays grow or shrink with the metagraph; bans stay with their hotkeys.
+        """
+        averages, scores = [], []
+        for uid, hotkey in enumerate(hotkeys):
+            same = uid < len(self.hotkeys) and self.hotkeys[uid] == hotkey
+            averages.append(self.averages[uid] if same else 0.0)
+            scores.append(self.last_scores[uid] if same else 0.0)
+        return self.model_copy(update={"hotkeys": list(hotkeys), "averages": averages, "last_scores": scores})
+
+    def is_banned(self, hotkey: str, window: int) -> bool:
+        return self.banned_until.get(hotkey, -1) > window
+
+
+def save_state(state: ValidatorState, path: Path) -> None:
+    """Write by temp file, fsync and rename: a crash leaves the old state or the new, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(state.model_dump_json(indent=1))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_state(path: Path, run_id: str) -> ValidatorState:
+    """The saved state, or a fresh one if none exists; a state of another run is refused."""
+    if not path.exists():
+        return ValidatorState(run_id=run_id)
+    try:
+        state = ValidatorState.model_validate(json.loads(path.read_text()))
+    except (ValueError, json.JSONDecodeError) as exc:
+        raise ValueError(f"validator state {path} is unreadable: {exc}") from exc
+    if state.run_id != run_id:
+        raise ValueError(f"validator state {path} belongs to run {state.run_id[:12]}…, not {run_id[:12]}…")
+    return state

@@ -1,0 +1,95 @@
+"""What makes a training step reproducible, and what does not.
+
+A validator replays a miner's steps and compares the result, so the step must be a pure function
+of (model state, optimizer state, batch). This module holds the switches that make it so.
+
+CPU. Same start state + same batches + same settings gives bit-identical parameters and optimizer
+state. The settings that matter, all found by experiment on torch 2.13 / MKL:
+
+- The intra-op thread count. ATen splits an elementwise op into one chunk per thread; inside
+  a chunk, whole vector lanes run a vectorized kernel (for SiLU and exp, a SLEEF approximation)
+  and the leftover tail runs the scalar libm function. The two round differently in the last
+  bit, and where the chunk edges fall depends on the thread count (measured on a 1M-parameter
+  Llama step: 1, 2 and 4 threads agreed, 3 did not, first in the MLP's SiLU). So the step pins
+  the thread count (`pinned_threads`) to the step config's `cpu_threads`, whatever the caller
+  set, and a replay must use the miner's value.
+- The CPU's vector ISA. AVX2 and AVX512 kernels give different bits, and so can MKL's GEMM paths.
+  Two machines agree bit for bit when both run with the same `ATEN_CPU_CAPABILITY` and
+  `MKL_CBWR` (set before torch is imported). With `ATEN_CPU_CAPABILITY=default` the scalar and
+  vector paths agree and the thread count stops mattering. `fingerprint` records all of these,
+  so a validator knows whether it can expect bit equality or must compare with a tolerance.
+- Dropout and other randomness: none. Models are loaded with every dropout set to zero and the
+  step draws no random numbers, so no RNG state needs replaying.
+
+CUDA. `configure_determinism` turns on `torch.use_deterministic_algorithms`, sets
+`CUBLAS_WORKSPACE_CONFIG`, turns off cuDNN autotuning and TF32. With those, one GPU model with one
+driver / CUDA / torch build repeats itself. Still not deterministic, and so compared with a
+calibrated tolerance: results across GPU models (A100 vs H100 pick different GEMM kernels),
+across library versions, and against CPU results. Attention runs in "eager" mode (plain matmul +
+softmax): not every fused SDPA kernel has a deterministic backward (the memory-efficient one
+accumulates with atomics), and which SDPA backend runs depends on hardware, shapes and dtype.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+CUBLAS_WORKSPACE = ":4096:8"
+
+
+@contextmanager
+def pinned_threads(threads: int | None) -> Iterator[None]:
+    """Run the body with exactly `threads` intra-op threads (None: leave the caller's setting)."""
+    if threads is None:
+        yield
+        return
+    if threads < 1:
+        raise ValueError(f"cpu_threads must be at least 1, got {threads}")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def configure_determinism(device: torch.device | str) -> None:
+    """Process-wide switches for reproducible steps; call once at start-up, before CUDA is used."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        configured = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+        if configured is None:
+            if torch.cuda.is_initialized():
+                raise RuntimeError(
+                    "CUBLAS_WORKSPACE_CONFIG must be set before CUDA is initialized; "
+                    f"export CUBLAS_WORKSPACE_CONFIG={CUBLAS_WORKSPACE} or call configure_determinism first"
+                )
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_WORKSPACE
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    torch.use_deterministic_algorithms(True)
+
+
+def fingerprint(device: torch.device | str) -> dict[str, str]:
+    """The settings a bit-exact replay depends on; equal fingerprints are needed for equal bits."""
+    device = torch.device(device)
+    found = {
+        "torch": torch.__version__,
+        "device": device.type,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "aten_cpu_capability_env": os.environ.get("ATEN_CPU_CAPABILITY", ""),
+        "mkl_cbwr": os.environ.get("MKL_CBWR", ""),
+        "deterministic_algorithms": str(torch.are_deterministic_algorithms_enabled()),
+    }
+    if device.type == "cuda":
+        found["cuda"] = str(torch.version.cuda)
+        found["cudnn"] = str(torch.backends.cudnn.version())
+        found["gpu"] = torch.cuda.get_device_name(device)
+        found["cublas_workspace"] = os.environ.get("CUBLAS_WORKSPACE_CONFIG", "")
+    return found

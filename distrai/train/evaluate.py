@@ -1,0 +1,35 @@
+"""Held-out evaluation: the mean next-token loss of a model on fixed sequences."""
+
+from __future__ import annotations
+
+import torch
+
+from distrai.train.determinism import pinned_threads
+from distrai.train.loss import LossFn, causal_lm_loss
+
+
+def evaluate(
+    model: torch.nn.Module,
+    sequences: torch.Tensor,
+    *,
+    loss_fn: LossFn = causal_lm_loss,
+    batch_size: int = 32,
+    cpu_threads: int | None = 1,
+) -> float:
+    """Mean loss per predicted token over `sequences` [M, T] (e.g. `TokenData.heldout`), in eval
+    mode and without gradients; the model's training mode is restored afterwards."""
+    if sequences.dim() != 2 or sequences.shape[0] == 0 or sequences.shape[1] < 2:
+        raise ValueError(f"evaluation needs sequences [M >= 1, T >= 2], got shape {tuple(sequences.shape)}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    total = 0.0
+    try:
+        with torch.no_grad(), pinned_threads(cpu_threads):
+            for chunk in sequences.split(batch_size):
+                total += float(loss_fn(model, chunk.to(device))) * chunk.shape[0]
+    finally:
+        model.train(was_training)
+    return total / sequences.shape[0]

@@ -1,0 +1,164 @@
+"""The miner's inner loop: H steps from the global model, with a committed state every k steps.
+
+Every window starts from (θ_global, a fresh AdamW with no state, step 0), so anyone holding the
+global model can compute boundary 0's hash (`window_start_state`). Boundaries sit at inner steps
+0, k, 2k, …, H (H/k + 1 of them); segment s runs from boundary s to boundary s+1. Each boundary
+carries the canonical hash of (parameters, optimizer state, step), a linear sketch of the
+parameters, and, when asked, the state itself so the miner can reveal it later. The
+pseudo-gradient is θ_global − θ_local in float32 on the CPU: the direction an outer SGD step
+subtracts, as DiLoCo defines it.
+
+`run_steps` is the shared core of training and replay: it sets the scheduled learning rate of
+each inner step and calls the one `train_step`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from distrai.train.loss import LossFn
+from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer, set_lr
+from distrai.train.sketch import sketch
+from distrai.train.state import TrainState, capture_state, state_hash
+from distrai.train.step import StepConfig, StepResult, step_with
+
+
+@dataclass(frozen=True)
+class InnerConfig:
+    """H inner steps in segments of k, the inner optimizer, how each step runs, and the sketch."""
+
+    inner_steps: int
+    segment_steps: int
+    optimizer: InnerOptimizerConfig = field(default_factory=InnerOptimizerConfig)
+    step: StepConfig = field(default_factory=StepConfig)
+    sketch_seed: str = ""
+    sketch_size: int = 64
+
+    def __post_init__(self) -> None:
+        if self.inner_steps < 1 or self.segment_steps < 1:
+            raise ValueError(
+                f"inner_steps and segment_steps must be positive, got {self.inner_steps} and {self.segment_steps}"
+            )
+        if self.inner_steps % self.segment_steps:
+            raise ValueError(
+                f"inner_steps={self.inner_steps} is not a whole number of segments of {self.segment_steps}"
+            )
+
+    @property
+    def n_segments(self) -> int:
+        return self.inner_steps // self.segment_steps
+
+
+@dataclass(frozen=True)
+class BoundaryState:
+    """The commitment at one boundary, and the state when it was kept."""
+
+    step: int
+    state_hash: str
+    sketch: list[float]
+    state: TrainState | None
+
+
+@dataclass(frozen=True)
+class InnerResult:
+    """What a window's inner loop produced: the update, per-step losses and step results, and
+    the H/k + 1 boundaries."""
+
+    pseudo_gradient: dict[str, torch.Tensor]
+    losses: list[float]
+    boundaries: list[BoundaryState]
+    steps: list[StepResult]
+
+
+def float_params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A float32 CPU copy of the model's named parameters."""
+    return {name: p.detach().to("cpu", torch.float32, copy=True) for name, p in model.named_parameters()}
+
+
+def pseudo_gradient(
+    global_params: Mapping[str, torch.Tensor], local_params: Mapping[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """θ_global − θ_local per parameter, float32 on the CPU."""
+    if global_params.keys() != local_params.keys():
+        raise ValueError("global and local parameters have different names")
+    return {
+        name: global_params[name].to("cpu", torch.float32) - local_params[name].to("cpu", torch.float32)
+        for name in global_params
+    }
+
+
+def window_start_state(model: torch.nn.Module) -> TrainState:
+    """Boundary 0 of a window whose global parameters the model holds: no optimizer state, step 0."""
+    return TrainState(
+        params={n: p.detach().to("cpu", copy=True) for n, p in model.named_parameters()}, optimizer={}, step=0
+    )
+
+
+def run_steps(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batches: Iterable[torch.Tensor],
+    loss_fn: LossFn,
+    config: InnerConfig,
+    first_step: int,
+) -> list[StepResult]:
+    """Inner steps first_step, first_step + 1, … on `batches` in order, each at its scheduled
+    learning rate."""
+    results = []
+    for offset, batch in enumerate(batches):
+        set_lr(optimizer, config.optimizer.lr_at(first_step + offset))
+        results.append(step_with(config.step, model, optimizer, batch, loss_fn))
+    return results
+
+
+def boundary(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int, config: InnerConfig, keep_state: bool
+) -> BoundaryState:
+    """Capture, hash and sketch the state after `step` inner steps."""
+    state = capture_state(model, optimizer, step)
+    numbers = sketch(state.params, config.sketch_seed, config.sketch_size).tolist()
+    return BoundaryState(
+        step=step, state_hash=state_hash(state), sketch=numbers, state=state if keep_state else None
+    )
+
+
+def inner_loop(
+    model: torch.nn.Module,
+    batch_for_step: Callable[[int], torch.Tensor],
+    loss_fn: LossFn,
+    config: InnerConfig,
+    *,
+    keep_states: bool = True,
+    on_boundary: Callable[[BoundaryState], None] | None = None,
+) -> InnerResult:
+    """Train `config.inner_steps` steps from the model's current parameters (θ_global) with a
+    fresh inner optimizer; the model ends holding θ_local.
+
+    `batch_for_step(t)` gives the batch of inner step t. `on_boundary` sees each boundary as it
+    is made (for example to write its state to disk); `keep_states=False` drops the states from
+    the result to save memory, keeping hashes and sketches."""
+    optimizer = make_inner_optimizer(model, config.optimizer)
+    global_params = float_params(model)
+    boundaries: list[BoundaryState] = []
+    results: list[StepResult] = []
+
+    def add_boundary(step: int) -> None:
+        boundaries.append(boundary(model, optimizer, step, config, keep_states))
+        if on_boundary is not None:
+            on_boundary(boundaries[-1])
+
+    add_boundary(0)
+    for segment in range(config.n_segments):
+        first = segment * config.segment_steps
+        batches = (batch_for_step(t) for t in range(first, first + config.segment_steps))
+        results.extend(run_steps(model, optimizer, batches, loss_fn, config, first))
+        add_boundary(first + config.segment_steps)
+    return InnerResult(
+        pseudo_gradient=pseudo_gradient(global_params, float_params(model)),
+        losses=[r.loss for r in results],
+        boundaries=boundaries,
+        steps=results,
+    )

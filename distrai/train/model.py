@@ -1,0 +1,192 @@
+"""Models: Llama-family causal LMs from size presets, or any causal LM through `from_pretrained`.
+
+Why Llama: it is the architecture of most small open models (SmolLM, TinyLlama, Llama 3.2), so
+a hub checkpoint and a preset take one code path; it has rotary positions (no learned position
+table tied to a length), no biases, and no dropout in its default config, so a training step
+draws no random numbers and replays exactly. GPT-2 style models default to dropout in the
+embeddings, attention and residual paths, and learn absolute positions up to a fixed length.
+
+Attention is always `attn_implementation="eager"`: see `determinism.py` for why SDPA is not
+used. Every dropout probability in a loaded config is set to zero, so a step is a pure
+function of its inputs. Remote code is never trusted (`trust_remote_code` stays False).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from distrai.train.tokenizer import byte_tokenizer
+
+ATTENTION = "eager"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+TOKENIZER_KINDS = ("auto", "byte", "model")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A Llama shape (parameter counts in `PRESETS` are with the 260-token byte vocabulary)."""
+
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+    max_positions: int
+
+
+PRESETS: dict[str, Preset] = {  # tiny 0.99M, small 14.4M, 150m 155M, 1b 1.03B parameters
+    "tiny": Preset(hidden_size=192, num_layers=2, num_heads=4, intermediate_size=512, max_positions=512),
+    "small": Preset(hidden_size=384, num_layers=8, num_heads=6, intermediate_size=1024, max_positions=1024),
+    "150m": Preset(hidden_size=1024, num_layers=12, num_heads=16, intermediate_size=2816, max_positions=2048),
+    "1b": Preset(hidden_size=2048, num_layers=20, num_heads=16, intermediate_size=5632, max_positions=2048),
+}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which model: a preset (initialized from `init_seed`) or `path_or_id` (a local folder or a hub id
+    at `revision`), held in `dtype`."""
+
+    preset: str | None = None
+    path_or_id: str | None = None
+    revision: str | None = None
+    dtype: str = "float32"
+    init_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if (self.preset is None) == (self.path_or_id is None):
+            raise ValueError("ModelSpec needs exactly one of preset and path_or_id")
+        if self.preset is not None and self.preset not in PRESETS:
+            raise ValueError(f"unknown model preset {self.preset!r}; choose one of {sorted(PRESETS)}")
+        if self.preset is not None and self.revision is not None:
+            raise ValueError("ModelSpec.revision applies to path_or_id only, not to a preset")
+        if self.preset is None and self.init_seed != 0:
+            raise ValueError("ModelSpec.init_seed applies to a preset only, not to path_or_id")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; choose one of {sorted(DTYPES)}")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+
+def preset_config(name: str, tokenizer: PreTrainedTokenizerBase) -> LlamaConfig:
+    """The Llama config of preset `name`, sized to `tokenizer`."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
+    preset = PRESETS[name]
+    return LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=preset.hidden_size,
+        intermediate_size=preset.intermediate_size,
+        num_hidden_layers=preset.num_layers,
+        num_attention_heads=preset.num_heads,
+        num_key_value_heads=preset.num_heads,
+        max_position_embeddings=preset.max_positions,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+        attention_dropout=0.0,
+        use_cache=False,
+        attn_implementation=ATTENTION,
+    )
+
+
+def load_tokenizer(spec: ModelSpec, kind: str = "auto") -> PreTrainedTokenizerBase:
+    """The tokenizer for `spec`: "byte" (the offline byte-level one), "model" (the checkpoint's own,
+    `path_or_id` only), or "auto" (the checkpoint's own when it has one: always for a hub id, for a
+    local folder when it holds tokenizer files; otherwise bytes)."""
+    if kind not in TOKENIZER_KINDS:
+        raise ValueError(f"unknown tokenizer kind {kind!r}; choose one of {TOKENIZER_KINDS}")
+    if kind == "model" and spec.path_or_id is None:
+        raise ValueError("tokenizer 'model' needs a path_or_id model: a preset has no tokenizer of its own")
+    if kind == "byte" or spec.path_or_id is None:
+        return byte_tokenizer()
+    folder = Path(spec.path_or_id)
+    has_files = any((folder / name).exists() for name in TOKENIZER_FILES)
+    if folder.is_dir() and not has_files:
+        if kind == "model":
+            raise ValueError(f"model folder {folder} holds no tokenizer files ({', '.join(TOKENIZER_FILES)})")
+        return byte_tokenizer()
+    return AutoTokenizer.from_pretrained(spec.path_or_id, revision=spec.revision)
+
+
+def load_model(
+    spec: ModelSpec, *, tokenizer: PreTrainedTokenizerBase | None = None, device: torch.device | str = "cpu"
+) -> PreTrainedModel:
+    """Build a preset or load a checkpoint, dropout-free, with eager attention, on `device`."""
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(spec)
+    if spec.preset is not None:
+        config = preset_config(spec.preset, tokenizer)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(spec.init_seed)
+            model = LlamaForCausalLM(config)
+        model = model.to(dtype=spec.torch_dtype)
+    else:
+        config = AutoConfig.from_pretrained(spec.path_or_id, revision=spec.revision)
+        _zero_dropout(config)
+        config.use_cache = False
+        model = AutoModelForCausalLM.from_pretrained(
+            spec.path_or_id,
+            revision=spec.revision,
+            config=config,
+            dtype=spec.torch_dtype,
+            attn_implementation=ATTENTION,
+        )
+    _check_fits(model, tokenizer)
+    _check_no_dropout(model)
+    return model.to(device)
+
+
+def load_teacher(
+    spec: ModelSpec, *, tokenizer: PreTrainedTokenizerBase | None = None, device: torch.device | str = "cpu"
+) -> PreTrainedModel:
+    """A frozen model for distillation: eval mode, no parameter requires grad."""
+    teacher = load_model(spec, tokenizer=tokenizer, device=device)
+    teacher.eval()
+    teacher.requires_grad_(False)
+    return teacher
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Number of distinct parameters (tied weights counted once)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def _zero_dropout(config: PretrainedConfig) -> None:
+    for key, value in config.to_dict().items():
+        is_dropout = "dropout" in key or "pdrop" in key
+        if is_dropout and isinstance(value, float) and value > 0:
+            setattr(config, key, 0.0)
+
+
+def _check_no_dropout(model: torch.nn.Module) -> None:
+    active = [
+        name
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Dropout) and module.p > 0
+    ]
+    if active:
+        raise ValueError(f"model has active dropout in {active[:5]}; training steps would not replay exactly")
+
+
+def _check_fits(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+    rows = model.get_input_embeddings().num_embeddings
+    if rows < len(tokenizer):
+        raise ValueError(
+            f"tokenizer has {len(tokenizer)} tokens but the model's embedding has only {rows} rows"
+        )

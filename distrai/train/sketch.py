@@ -1,0 +1,54 @@
+"""A small linear sketch of a model's parameters: `size` numbers S·θ for a fixed random S.
+
+S is a count sketch: every parameter coordinate goes to one of `size` buckets with a random sign,
+both taken from a 32-bit integer hash of (seed, parameter name, coordinate index) computed with
+exact integer tensor arithmetic, so every machine builds the same S without storing it. Because
+S is linear, sketch(θ_a) − sketch(θ_b) = sketch(θ_a − θ_b): a validator can relate committed
+boundary sketches to a published pseudo-gradient without the full states, and
+E‖S·x‖² = ‖x‖². Sums run in float64 on the CPU with `torch.bincount`, a sequential loop, so the
+numbers do not depend on the thread count; compare sketches with a tolerance all the same (the
+hash is the exact commitment, the sketch the cheap approximate one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+
+import torch
+
+MASK32 = 0xFFFFFFFF
+MIX = 0x45D9F3B
+CHUNK = 1 << 22
+
+
+def _name_key(seed: str, name: str) -> int:
+    return int.from_bytes(
+        hashlib.sha256(json.dumps(["distrai.sketch", seed, name]).encode()).digest()[:4], "little"
+    )
+
+
+def _mix32(values: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash, evaluated in int64 so no product overflows."""
+    values = ((values >> 16) ^ values) * MIX & MASK32
+    values = ((values >> 16) ^ values) * MIX & MASK32
+    return (values >> 16) ^ values
+
+
+def sketch(params: Mapping[str, torch.Tensor], seed: str, size: int = 64) -> torch.Tensor:
+    """float64 [size] count sketch of the named tensors under `seed`."""
+    if not 1 <= size <= 1 << 16:
+        raise ValueError(f"sketch size must be in [1, 65536], got {size}")
+    total = torch.zeros(size, dtype=torch.float64)
+    for name in sorted(params):
+        flat = params[name].detach().to("cpu").reshape(-1)
+        key = _name_key(seed, name)
+        for start in range(0, flat.numel(), CHUNK):
+            values = flat[start : start + CHUNK].to(torch.float64)
+            index = torch.arange(start, start + values.numel(), dtype=torch.int64)
+            hashed = _mix32((index + key) & MASK32)
+            signs = (hashed >> 31).to(torch.float64) * 2 - 1
+            buckets = (hashed & 0xFFFF) % size
+            total += torch.bincount(buckets, weights=values * signs, minlength=size)
+    return total

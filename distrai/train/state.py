@@ -1,0 +1,154 @@
+"""Training state at a segment boundary: parameters, inner-optimizer state and step, as CPU
+tensors; its canonical hash; and its bit-exact serialization (safetensors with a JSON header).
+
+Names. Parameters are keyed by the model's parameter names (tied weights once). Optimizer
+state is keyed `"{parameter name}/{state key}"`, e.g. `model.norm.weight/exp_avg`; AdamW keeps
+`step`, `exp_avg`, `exp_avg_sq`. A parameter the optimizer has not stepped yet has no entries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from distrai.train.hashing import hash_sections
+from distrai.train.tensorfile import decode_tensors, encode_tensors
+
+STATE_FORMAT = "distrai.train_state/1"
+PARAM_PREFIX = "param/"
+OPTIM_PREFIX = "optim/"
+
+
+@dataclass(frozen=True)
+class TrainState:
+    """Parameters and optimizer state after `step` inner steps of the window."""
+
+    params: dict[str, torch.Tensor]
+    optimizer: dict[str, torch.Tensor]
+    step: int
+
+
+def capture_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) -> TrainState:
+    """Copy the model's parameters and the optimizer's per-parameter state to the CPU."""
+    named = dict(model.named_parameters())
+    names = {id(p): name for name, p in named.items()}
+    optim: dict[str, torch.Tensor] = {}
+    for param, entries in optimizer.state.items():
+        if id(param) not in names:
+            raise ValueError("optimizer holds state for a tensor that is not a parameter of the model")
+        for key, value in entries.items():
+            if not isinstance(value, torch.Tensor):
+                raise ValueError(f"optimizer state {key!r} is {type(value).__name__}, not a tensor")
+            optim[f"{names[id(param)]}/{key}"] = value.detach().to("cpu", copy=True)
+    params = {name: p.detach().to("cpu", copy=True) for name, p in named.items()}
+    return TrainState(params=params, optimizer=optim, step=step)
+
+
+def restore_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: TrainState) -> None:
+    """Put `state` into the model and optimizer, bit for bit (checked against the model first)."""
+    check_state(model, state)
+    named = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, param in named.items():
+            param.copy_(state.params[name])
+    optimizer.state.clear()
+    for key, value in state.optimizer.items():
+        name, entry = key.rsplit("/", 1)
+        param = named[name]
+        target = "cpu" if value.dim() == 0 else param.device
+        optimizer.state[param][entry] = value.to(target, copy=True)
+
+
+def check_state(model: torch.nn.Module, state: TrainState) -> None:
+    """Refuse a state whose names, shapes or dtypes do not fit the model, or whose values are
+    not finite; the message names the first offending tensor."""
+    named = dict(model.named_parameters())
+    missing = sorted(set(named) - set(state.params))
+    extra = sorted(set(state.params) - set(named))
+    if missing or extra:
+        raise ValueError(
+            f"state parameters do not match the model: missing {missing[:5]}, unexpected {extra[:5]}"
+        )
+    for name, param in named.items():
+        _check_tensor(f"parameter {name}", state.params[name], param.shape, param.dtype)
+    entries: dict[str, set[str]] = {}
+    for key, value in state.optimizer.items():
+        name, _, entry = key.rpartition("/")
+        if name not in named:
+            raise ValueError(f"optimizer state {key!r} names no parameter of the model")
+        entries.setdefault(name, set()).add(entry)
+        if value.dim() == 0:
+            _check_tensor(f"optimizer state {key}", value, torch.Size([]), value.dtype)
+        else:
+            _check_tensor(f"optimizer state {key}", value, named[name].shape, named[name].dtype)
+    if len({frozenset(keys) for keys in entries.values()}) > 1:
+        raise ValueError("optimizer state has different entries for different parameters")
+    if state.step < 0:
+        raise ValueError(f"state step must be non-negative, got {state.step}")
+
+
+def state_hash(state: TrainState) -> str:
+    """Canonical hex SHA-256 of (step, parameters, optimizer state)."""
+    step = torch.tensor([state.step], dtype=torch.int64)
+    return hash_sections(
+        "train_state", {"param": state.params, "optim": state.optimizer, "step": {"step": step}}
+    )
+
+
+def states_equal(a: TrainState, b: TrainState) -> bool:
+    """Bit equality of two states (same names, dtypes, shapes and values)."""
+    return (
+        a.step == b.step
+        and a.params.keys() == b.params.keys()
+        and a.optimizer.keys() == b.optimizer.keys()
+        and all(_same(a.params[k], b.params[k]) for k in a.params)
+        and all(_same(a.optimizer[k], b.optimizer[k]) for k in a.optimizer)
+    )
+
+
+def encode_state(state: TrainState) -> bytes:
+    """Serialize to safetensors bytes; the step and format live in the JSON header record."""
+    tensors = {PARAM_PREFIX + k: v for k, v in state.params.items()}
+    tensors.update({OPTIM_PREFIX + k: v for k, v in state.optimizer.items()})
+    return encode_tensors(tensors, {"step": state.step}, STATE_FORMAT)
+
+
+def decode_state(data: bytes) -> TrainState:
+    """Parse bytes written by `encode_state` (no pickle; tensors and JSON only)."""
+    tensors, record = decode_tensors(data, STATE_FORMAT)
+    step = record.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise ValueError(f"train state step must be a non-negative integer, got {step!r}")
+    params: dict[str, torch.Tensor] = {}
+    optim: dict[str, torch.Tensor] = {}
+    for key, value in tensors.items():
+        if key.startswith(PARAM_PREFIX):
+            params[key.removeprefix(PARAM_PREFIX)] = value
+        elif key.startswith(OPTIM_PREFIX):
+            optim[key.removeprefix(OPTIM_PREFIX)] = value
+        else:
+            raise ValueError(f"train state holds unexpected tensor {key!r}")
+    return TrainState(params=params, optimizer=optim, step=step)
+
+
+def save_state(state: TrainState, path: str | Path) -> None:
+    """Write `encode_state(state)` to `path`."""
+    Path(path).write_bytes(encode_state(state))
+
+
+def load_state(path: str | Path) -> TrainState:
+    """Read a state written by `save_state`."""
+    return decode_state(Path(path).read_bytes())
+
+
+def _check_tensor(what: str, tensor: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> None:
+    if tensor.shape != shape or tensor.dtype != dtype:
+        raise ValueError(f"{what} is {tensor.dtype} {tuple(tensor.shape)}, expected {dtype} {tuple(shape)}")
+    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        raise ValueError(f"{what} holds NaN or Inf")
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)

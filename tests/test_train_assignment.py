@@ -1,0 +1,116 @@
+"""Batch assignment: a pure function, disjoint between miners of a window, never touching the
+reserve or the held-out split."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from support.tiny_models import tiny_data
+
+from distrai.train.assignment import (
+    assigned_indices,
+    batch_indices,
+    miner_slot,
+    permute,
+    shard_size,
+    unassigned_indices,
+)
+
+hotkeys = st.lists(
+    st.text(alphabet="abcdefgh0123456789", min_size=1, max_size=8), min_size=1, max_size=6, unique=True
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 300), key=st.binary(min_size=1, max_size=16))
+def test_permute_is_a_permutation(n, key):
+    assert sorted(permute(i, n, key) for i in range(n)) == list(range(n))
+
+
+@settings(max_examples=30, deadline=None)
+@given(miners=hotkeys, window=st.integers(0, 10**6), step=st.integers(0, 500), run=st.text(max_size=10))
+def test_batch_indices_are_pure(miners, window, step, run):
+    hotkey = miners[-1]
+    first = batch_indices(run, window, hotkey, step, 4, 1000, miners)
+    random.seed(step)
+    np.random.seed(step)
+    torch.manual_seed(step)
+    assert batch_indices(run, window, hotkey, step, 4, 1000, list(reversed(miners))) == first
+    assert all(0 <= i < 1000 for i in first)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    miners=hotkeys,
+    window=st.integers(0, 10**6),
+    n=st.integers(60, 2000),
+    batch=st.integers(1, 8),
+    steps=st.integers(1, 12),
+)
+def test_miners_of_a_window_get_disjoint_data_and_the_reserve_is_untouched(miners, window, n, batch, steps):
+    assume(shard_size(n, len(miners)) >= batch)
+    seen: dict[int, str] = {}
+    for hotkey in miners:
+        for index in assigned_indices("run", window, hotkey, steps, batch, n, miners):
+            assert seen.setdefault(index, hotkey) == hotkey
+    reserve = n - len(miners) * shard_size(n, len(miners))
+    spare = unassigned_indices("run", window, reserve, n, miners, salt="challenge")
+    assert len(set(spare)) == reserve
+    assert not set(spare) & set(seen)
+
+
+@settings(max_examples=20, deadline=None)
+@given(miners=hotkeys, window=st.integers(0, 1000))
+def test_a_miner_cycles_through_exactly_its_shard(miners, window):
+    n = 300
+    size = shard_size(n, len(miners))
+    hotkey = miners[0]
+    first_pass = assigned_indices("run", window, hotkey, size, 1, n, miners)
+    assert len(set(first_pass)) == size
+    assert batch_indices("run", window, hotkey, size, 1, n, miners) == first_pass[:1]
+
+
+def test_slots_rotate_between_windows():
+    miners = [f"miner{i}" for i in range(8)]
+    slots = {miner_slot("run", window, "miner0", miners) for window in range(40)}
+    assert len(slots) > 1
+    assert sorted(miner_slot("run", 5, m, miners) for m in miners) == list(range(8))
+
+
+def test_batches_change_with_window_step_and_run():
+    miners = ["a", "b"]
+    base = batch_indices("run", 0, "a", 0, 8, 10_000, miners)
+    assert batch_indices("run", 1, "a", 0, 8, 10_000, miners) != base
+    assert batch_indices("run", 0, "a", 1, 8, 10_000, miners) != base
+    assert batch_indices("other", 0, "a", 0, 8, 10_000, miners) != base
+
+
+def test_heldout_split_is_never_assigned():
+    data = tiny_data(seq_len=32, documents=120, heldout_fraction=0.1)
+    miners = ["a", "b", "c"]
+    assigned = [i for m in miners for i in assigned_indices("run", 2, m, 10, 4, data.n_train, miners)]
+    heldout_rows = {tuple(row.tolist()) for row in data.heldout}
+    assigned_rows = {tuple(row.tolist()) for row in data.batch(assigned)}
+    assert all(0 <= i < data.n_train for i in assigned)
+    assert not heldout_rows & assigned_rows
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: batch_indices("r", 0, "z", 0, 2, 100, ["a", "b"]), "not among the window's 2 miners"),
+        (lambda: batch_indices("r", 0, "a", 0, 2, 100, ["a", "a"]), "duplicate hotkeys"),
+        (lambda: batch_indices("r", 0, "a", 0, 40, 100, ["a", "b"]), "smaller than a batch of 40"),
+        (lambda: batch_indices("r", 0, "a", -1, 2, 100, ["a"]), "step must be non-negative"),
+        (lambda: unassigned_indices("r", 0, 60, 100, ["a"]), r"count must be in \[1, 50\]"),
+        (lambda: permute(5, 5, b"k"), "outside"),
+    ],
+)
+def test_bad_requests_are_refused(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()

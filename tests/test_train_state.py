@@ -3,6 +3,8 @@ refusal of malformed states, and the linear sketch."""
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -27,6 +29,7 @@ from distrai.train.state import (
     states_equal,
 )
 from distrai.train.step import train_step
+from distrai.wire import WireError
 
 DATA = tiny_data(seq_len=32, documents=120)
 
@@ -126,12 +129,14 @@ def test_check_state_names_what_is_wrong():
 
 
 def test_decode_refuses_foreign_or_broken_bytes():
-    with pytest.raises(ValueError, match="shorter than a safetensors header"):
+    with pytest.raises(WireError, match="shorter than the 8-byte header length"):
         decode_state(b"abc")
-    with pytest.raises(ValueError, match="runs past the end"):
+    with pytest.raises(WireError, match="malformed_safetensors"):
         decode_state((10**6).to_bytes(8, "little") + b"{}")
-    with pytest.raises(ValueError, match="not valid JSON"):
+    with pytest.raises(WireError, match="malformed_safetensors"):
         decode_state((4).to_bytes(8, "little") + b"{{{{")
+    with pytest.raises(WireError, match="pickle"):
+        decode_state(pickle.dumps({"param/x": 1}))
     with pytest.raises(ValueError, match="expected a 'distrai.train_state/1' blob"):
         decode_state(encode_outer_state(OuterState(momentum={}, step=0)))
 

@@ -75,6 +75,18 @@ def build_parser() -> argparse.ArgumentParser:
     _chain_args(stake)
     _wallet_args(stake)
     stake.add_argument("--amount", type=float, required=True)
+    net = groups.add_parser(
+        "localnet", help="run a whole subnet on this machine (chain, store, miners, validators)"
+    )
+    net.add_argument("--miners", type=int, default=3)
+    net.add_argument("--validators", type=int, default=2)
+    net.add_argument("--windows", type=int, default=5, help="windows each neuron runs before it stops")
+    net.add_argument("--idle-miners", type=int, default=0, help="how many of the miners publish zero updates")
+    net.add_argument("--block-time", type=float, default=1.0, help="seconds per block of the embedded chain")
+    net.add_argument("--work", default="localnet", help="scratch folder for chain, store, wallets and logs")
+    net.add_argument(
+        "--run.config", dest="run_config", default=None, help="run config (default: the shipped CPU one)"
+    )
     return parser
 
 
@@ -176,6 +188,12 @@ def cmd_chain_stake(args: argparse.Namespace) -> None:
     console.print(f"staked {args.amount:g} to {wallet.hotkey.ss58_address}; stake now {total:g}")
 
 
+def cmd_localnet(args: argparse.Namespace) -> None:
+    from distrai.localnet_cmd import run_localnet
+
+    run_localnet(args, console)
+
+
 COMMANDS = {
     ("wallet", "create"): cmd_wallet_create,
     ("chain", "init"): cmd_chain_init,
@@ -183,13 +201,14 @@ COMMANDS = {
     ("chain", "metagraph"): cmd_chain_metagraph,
     ("chain", "register"): cmd_chain_register,
     ("chain", "stake"): cmd_chain_stake,
+    ("localnet", None): cmd_localnet,
 }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        COMMANDS[(args.group, args.command)](args)
+        COMMANDS[(args.group, getattr(args, "command", None))](args)
     except (ChainError, FileNotFoundError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}", highlight=False)
         return 1

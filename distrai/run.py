@@ -184,6 +184,11 @@ class TrainConfig(_Section):
     warmup_steps: int = Field(
         default=0, ge=0, description="linear warm-up of the inner learning rate, in inner steps"
     )
+    cpu_threads: int = Field(
+        default=1,
+        ge=1,
+        description="intra-op CPU threads of each step; results depend on it, so replays follow it",
+    )
 
     @field_validator("segment_steps")
     @classmethod
@@ -312,6 +317,17 @@ class ScoringConfig(_Section):
     )
     ban_windows: int = Field(
         default=10, ge=0, description="windows a miner caught in verified fraud is barred"
+    )
+    usefulness_full_drop: float = Field(
+        default=0.02,
+        gt=0.0,
+        le=1.0,
+        description="relative loss drop on the miner's assigned data that earns a full usefulness score",
+    )
+    usefulness_sequences: int = Field(
+        default=16,
+        ge=1,
+        description="assigned and unassigned sequences each that a validator evaluates per miner",
     )
 
 

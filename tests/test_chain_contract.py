@@ -97,3 +97,8 @@ def test_block_hashes_are_fixed_once_produced_and_unknown_before(harness):
     with pytest.raises(ChainError) as future:
         harness.chain.block_hash(now + 5)
     assert future.value.reason == "BlockNotYetProduced"
+
+
+def test_subnet_owner_is_the_coldkey_the_subnet_was_created_with(harness):
+    assert harness.chain.subnet_owner() == harness.local.subnet_owner()
+    assert harness.chain.subnet_owner() == harness.owner_coldkey

@@ -25,6 +25,8 @@ def test_window_score_weighs_components_and_zeroes_failures():
     full = {"present": 1.0, "checks": 1.0, "replay": 1.0, "usefulness": 1.0}
     assert window_score(full, W, passed=True) == pytest.approx(1.0)
     assert window_score({**full, "usefulness": 0.0}, W, passed=True) == pytest.approx(0.5)
+    unchallenged = {"present": 1.0, "checks": 1.0, "usefulness": 0.5}
+    assert window_score(unchallenged, W, passed=True) == pytest.approx((0.1 + 0.1 + 0.25) / 0.7)
     assert window_score(full, W, passed=False) == 0.0
     with pytest.raises(ValueError, match="usefulness"):
         window_score({**full, "usefulness": 1.5}, W, passed=True)

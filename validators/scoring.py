@@ -32,20 +32,22 @@ def usefulness_score(loss_drop_assigned: float, loss_drop_unassigned: float, sca
 
 
 def window_score(components: Mapping[str, float], weights: ScoreWeights, *, passed: bool) -> float:
-    """The weighted sum of the components in [0, 1]; zero unless every hard check passed."""
+    """The weighted mean, in [0, 1], of the components that were measured; zero unless every gate passed.
+
+    A component left out (for example `replay` for a miner nobody challenged) neither helps nor
+    hurts: the weights of the measured components are renormalized among themselves.
+    """
     unknown = set(components) - set(COMPONENTS)
     if unknown:
         raise ValueError(f"unknown score components: {sorted(unknown)}")
-    if not passed:
-        return 0.0
-    share = weights.normalized()
-    total = 0.0
-    for name in COMPONENTS:
-        value = components.get(name, 0.0)
+    for name, value in components.items():
         if not (math.isfinite(value) and 0.0 <= value <= 1.0):
             raise ValueError(f"score component {name} = {value} must lie in [0, 1]")
-        total += share[name] * value
-    return total
+    share = weights.normalized()
+    measured = sum(share[name] for name in components)
+    if not passed or measured == 0:
+        return 0.0
+    return sum(share[name] * value for name, value in components.items()) / measured
 
 
 def ema_update(previous: Sequence[float], scores: Sequence[float], alpha: float) -> list[float]:

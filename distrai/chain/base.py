@@ -141,6 +141,10 @@ class Chain(ABC):
     def metagraph(self) -> Metagraph: ...
 
     @abstractmethod
+    def subnet_owner(self) -> str:
+        """The ss58 address of the subnet owner's coldkey ("" when the subnet has none)."""
+
+    @abstractmethod
     def register(self, wallet: WalletLike) -> int:
         """Register the wallet's hotkey on the subnet (signed by its coldkey); returns its uid.
 
@@ -157,6 +161,10 @@ class Chain(ABC):
     @abstractmethod
     def set_weights(self, wallet: WalletLike, uids: Sequence[int], weights: Sequence[float]) -> None:
         """Set this validator's weights (signed by the hotkey); subtensor's checks apply."""
+
+    def block_time(self) -> float:
+        """Seconds per block (subtensor's 12 unless the implementation knows better)."""
+        return 12.0
 
     def commitment(self, hotkey: str) -> Commitment | None:
         return self.commitments().get(hotkey)

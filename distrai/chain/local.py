@@ -161,6 +161,9 @@ class LocalChain(Chain):
         ).fetchone()
         return Hyperparameters(**json.loads(row[0]))
 
+    def subnet_owner(self) -> str:
+        return self.subnet_info()["owner_coldkey"]
+
     def subnet_info(self) -> dict[str, Any]:
         row = self._conn.execute(
             "SELECT owner_coldkey, emission_per_block, owner_cut, owner_emission, burned, last_epoch_block"

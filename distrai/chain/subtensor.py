@@ -249,6 +249,11 @@ class SubtensorChain(Chain):
             every = self._sdk.subnets.commitments(self.netuid)
         return readable_commitments({hotkey: c for hotkey, c in every.items() if c.uid is not None})
 
+    def subnet_owner(self) -> str:
+        with sdk_refusals():
+            owner = self._sdk.query(bt.storage.SubtensorModule.SubnetOwner, [self.netuid])
+        return "" if owner is None else str(owner)
+
     def uid_of(self, hotkey: str) -> int | None:
         with sdk_refusals():
             uid = self._sdk.query(bt.storage.SubtensorModule.Uids, [self.netuid, hotkey])

@@ -31,6 +31,7 @@ class LocalHarness:
     chain: LocalChain
     local: LocalChain
     wallet_path: Path
+    owner_coldkey: str
 
     def new_wallet(self, name: str) -> bt.Wallet:
         wallet, _ = create_dev_wallet(name, "default", str(self.wallet_path))
@@ -46,7 +47,17 @@ class LocalHarness:
 def make_local_harness(
     tmp_path: Path, hyperparameters: Hyperparameters = TEST_HYPERPARAMETERS
 ) -> LocalHarness:
+    owner, _ = create_dev_wallet("subnet-owner", "default", str(tmp_path / "wallets"))
     chain = LocalChain.create(
-        tmp_path / "chain.db", netuid=1, block_time=FROZEN_BLOCK_TIME, hyperparameters=hyperparameters
+        tmp_path / "chain.db",
+        netuid=1,
+        block_time=FROZEN_BLOCK_TIME,
+        hyperparameters=hyperparameters,
+        owner_coldkey=owner.coldkeypub.ss58_address,
     )
-    return LocalHarness(chain=chain, local=chain, wallet_path=tmp_path / "wallets")
+    return LocalHarness(
+        chain=chain,
+        local=chain,
+        wallet_path=tmp_path / "wallets",
+        owner_coldkey=owner.coldkeypub.ss58_address,
+    )

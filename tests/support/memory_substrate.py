@@ -118,6 +118,7 @@ class MemorySubstrate:
         self.timelocked_commits: list[TimelockedCommit] = []
         self._storage: dict[tuple[str, str], Callable[[list], Any]] = {
             ("SubtensorModule", "Uids"): self._uid,
+            ("SubtensorModule", "SubnetOwner"): lambda p: self.local.subnet_owner() or None,
             ("SubtensorModule", "CommitRevealWeightsEnabled"): lambda p: self._hp(p).commit_reveal_weights,
             ("SubtensorModule", "WeightsSetRateLimit"): lambda p: self._hp(p).weights_rate_limit,
             ("SubtensorModule", "MinAllowedWeights"): lambda p: self._hp(p).min_allowed_weights,

@@ -25,6 +25,7 @@ class SubtensorHarness:
     local: LocalChain
     substrate: MemorySubstrate
     wallet_path: Path
+    owner_coldkey: str
 
     def new_wallet(self, name: str) -> bt.Wallet:
         wallet, _ = create_dev_wallet(name, "default", str(self.wallet_path))
@@ -40,9 +41,20 @@ class SubtensorHarness:
 def make_subtensor_harness(
     tmp_path: Path, hyperparameters: Hyperparameters = TEST_HYPERPARAMETERS
 ) -> SubtensorHarness:
+    owner, _ = create_dev_wallet("subnet-owner", "default", str(tmp_path / "wallets"))
     local = LocalChain.create(
-        tmp_path / "chain.db", netuid=1, block_time=FROZEN_BLOCK_TIME, hyperparameters=hyperparameters
+        tmp_path / "chain.db",
+        netuid=1,
+        block_time=FROZEN_BLOCK_TIME,
+        hyperparameters=hyperparameters,
+        owner_coldkey=owner.coldkeypub.ss58_address,
     )
     substrate = MemorySubstrate(local)
     chain = SubtensorChain("local", netuid=1, substrate=substrate)
-    return SubtensorHarness(chain=chain, local=local, substrate=substrate, wallet_path=tmp_path / "wallets")
+    return SubtensorHarness(
+        chain=chain,
+        local=local,
+        substrate=substrate,
+        wallet_path=tmp_path / "wallets",
+        owner_coldkey=owner.coldkeypub.ss58_address,
+    )

@@ -1,0 +1,121 @@
+"""The global model G_w, its checkpoints, and the step from G_w to G_{w+1} by an aggregate.
+
+Every node holds the same G_w: the run's initial parameters, then, window after window, the outer
+step over the updates the leader's aggregate accepted. `apply_aggregate` refuses an aggregate that
+does not start from this node's G_w or does not land on the hash it names, so nodes never drift
+apart silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+from distrai.codec import Codec, CodecError
+from distrai.run import OuterConfig as RunOuterConfig
+from distrai.runtime import params_hash
+from distrai.train.outer import Contribution, OuterConfig, OuterState, outer_step
+from distrai.train.tensorfile import decode_tensors, encode_tensors
+from distrai.wire import WireError
+from distrai.wire import decode_tensors as decode_wire_tensors
+from distrai.wire.manifest import AggregateManifest
+
+CHECKPOINT_FORMAT = "distrai.global_checkpoint/1"
+
+
+class SyncError(Exception):
+    """An aggregate or checkpoint this node cannot follow, with the reason."""
+
+
+@dataclass(frozen=True)
+class GlobalModel:
+    window: int
+    """These parameters are G_window: the base every miner trains from in `window`."""
+    params: dict[str, torch.Tensor]
+    outer: OuterState
+
+    @property
+    def hash(self) -> str:
+        return params_hash(self.params)
+
+
+def outer_config(run_outer: RunOuterConfig) -> OuterConfig:
+    return OuterConfig(
+        lr=run_outer.lr,
+        momentum=run_outer.momentum,
+        nesterov=run_outer.nesterov,
+        clip_to_median_norm=run_outer.clip_to_median_norm,
+    )
+
+
+def decode_update(
+    blob: bytes, codec: Codec, shapes: Mapping[str, tuple[int, ...]], max_bytes: int
+) -> dict[str, torch.Tensor]:
+    """A miner's update blob → its pseudo-gradient; WireError or CodecError name what is wrong."""
+    payload, metadata = decode_wire_tensors(blob, max_bytes=max_bytes)
+    return codec.decode(payload, metadata, dict(shapes))
+
+
+def apply_aggregate(
+    model: GlobalModel,
+    aggregate: AggregateManifest,
+    fetch_blob: Callable[[str], bytes],
+    codec: Codec,
+    config: RunOuterConfig,
+    max_update_bytes: int,
+) -> GlobalModel:
+    """G_{w+1} from G_w and the aggregate of window w."""
+    if aggregate.window != model.window:
+        raise SyncError(f"aggregate is for window {aggregate.window}, the model is at {model.window}")
+    if aggregate.base_hash != model.hash:
+        raise SyncError(f"aggregate of window {aggregate.window} starts from another model")
+    shapes = {name: tuple(t.shape) for name, t in model.params.items()}
+    contributions = []
+    for accepted in aggregate.accepted:
+        try:
+            update = decode_update(fetch_blob(accepted.update_sha256), codec, shapes, max_update_bytes)
+        except (WireError, CodecError) as exc:
+            raise SyncError(f"update of {accepted.hotkey} in the aggregate is unreadable: {exc}") from exc
+        contributions.append(
+            Contribution(key=accepted.hotkey, pseudo_gradient=update, weight=accepted.weight)
+        )
+    result = outer_step(model.params, contributions, model.outer, outer_config(config))
+    following = GlobalModel(window=model.window + 1, params=result.params, outer=result.state)
+    if following.hash != aggregate.result_hash:
+        raise SyncError(f"applying the aggregate of window {aggregate.window} does not reach its result hash")
+    return following
+
+
+def skip_window(model: GlobalModel) -> GlobalModel:
+    """A window without an aggregate leaves the model and the outer momentum as they were."""
+    return GlobalModel(window=model.window + 1, params=model.params, outer=model.outer)
+
+
+def encode_checkpoint(model: GlobalModel) -> bytes:
+    tensors = {f"param/{k}": v for k, v in model.params.items()}
+    tensors.update({f"momentum/{k}": v for k, v in model.outer.momentum.items()})
+    return encode_tensors(
+        tensors, {"window": model.window, "outer_step": model.outer.step}, CHECKPOINT_FORMAT
+    )
+
+
+def decode_checkpoint(data: bytes, shapes: Mapping[str, tuple[int, ...]], max_bytes: int) -> GlobalModel:
+    """A published checkpoint, checked against the model's parameter names and shapes."""
+    tensors, record = decode_tensors(data, CHECKPOINT_FORMAT, max_bytes=max_bytes)
+    window, step = record.get("window"), record.get("outer_step")
+    if not (isinstance(window, int) and isinstance(step, int) and window >= 0 and step >= 0):
+        raise SyncError("checkpoint record lacks a valid window and outer_step")
+    params = {k.removeprefix("param/"): v for k, v in tensors.items() if k.startswith("param/")}
+    momentum = {k.removeprefix("momentum/"): v for k, v in tensors.items() if k.startswith("momentum/")}
+    if len(params) + len(momentum) != len(tensors):
+        raise SyncError("checkpoint holds tensors that are neither parameters nor momentum")
+    for what, group in (("parameters", params), ("momentum", momentum)):
+        if group and {k: tuple(v.shape) for k, v in group.items()} != dict(shapes):
+            raise SyncError(f"checkpoint {what} do not match the model's names and shapes")
+        if any(v.dtype != torch.float32 or not bool(torch.isfinite(v).all()) for v in group.values()):
+            raise SyncError(f"checkpoint {what} must be finite float32")
+    if not params:
+        raise SyncError("checkpoint holds no parameters")
+    return GlobalModel(window=window, params=params, outer=OuterState(momentum=momentum, step=step))

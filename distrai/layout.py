@@ -1,0 +1,42 @@
+"""Where each document and blob of a run lives in a store. One place, so every node agrees."""
+
+from __future__ import annotations
+
+
+def window_prefix(run_id: str, window: int) -> str:
+    return f"runs/{run_id[:16]}/w{window:08d}"
+
+
+def manifest_key(run_id: str, window: int, hotkey: str) -> str:
+    return f"{window_prefix(run_id, window)}/manifests/{hotkey}.json"
+
+
+def state_key(run_id: str, window: int, hotkey: str, step: int) -> str:
+    """A revealed boundary state (parameters and inner-optimizer state after `step` inner steps)."""
+    return f"{window_prefix(run_id, window)}/states/{hotkey}/{step:06d}.safetensors"
+
+
+def aggregate_key(run_id: str, window: int) -> str:
+    return f"{window_prefix(run_id, window)}/aggregate.json"
+
+
+def report_key(run_id: str, window: int, validator_hotkey: str) -> str:
+    return f"{window_prefix(run_id, window)}/reports/{validator_hotkey}.json"
+
+
+def checkpoint_prefix(run_id: str) -> str:
+    return f"runs/{run_id[:16]}/checkpoints/"
+
+
+def checkpoint_key(run_id: str, window: int) -> str:
+    """A full checkpoint of G_window (the base of `window`) with the outer optimizer's state."""
+    return f"{checkpoint_prefix(run_id)}w{window:08d}.safetensors"
+
+
+def checkpoint_window(key: str) -> int | None:
+    """The window of a checkpoint key, or None for a key that is not one."""
+    name = key.rsplit("/", 1)[-1]
+    if not (name.startswith("w") and name.endswith(".safetensors")):
+        return None
+    digits = name[1 : -len(".safetensors")]
+    return int(digits) if digits.isdigit() else None

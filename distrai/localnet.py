@@ -1,0 +1,227 @@
+"""`distrai localnet`: a whole subnet on one machine — wallets, an embedded chain, a file store,
+the owner's run commitment, and miners and validators as separate processes started through the
+real entry points (`neurons/miner.py`, `neurons/validator.py`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from distrai.chain.base import Hyperparameters
+from distrai.chain.local import LocalChain
+from distrai.run import RunConfig, load_run_config, run_commitment, shipped_config_path
+from distrai.wallets import create_dev_wallet
+
+MARKER = ".distrai-localnet"
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class LocalnetOptions:
+    work: Path
+    miners: int = 3
+    validators: int = 2
+    windows: int = 5
+    block_time: float = 1.0
+    idle_miners: int = 0
+    run_config: Path = field(default_factory=lambda: shipped_config_path("cpu-localnet"))
+
+
+@dataclass
+class Neuron:
+    name: str
+    role: str
+    wallet_name: str
+    work_dir: Path
+    log_path: Path
+    args: list[str]
+    process: subprocess.Popen | None = None
+
+    def start(self, env: dict[str, str]) -> None:
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, *self.args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=REPO,
+            start_new_session=True,
+        )
+        log.close()
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGINT first (the node finishes its step and saves), then SIGKILL if it does not exit."""
+        if not self.running():
+            return
+        self.process.send_signal(signal.SIGINT)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def kill(self) -> None:
+        if self.running():
+            self.process.kill()
+            self.process.wait()
+
+
+def prepare_work_dir(work: Path) -> None:
+    """Make `work` an empty localnet folder; refuse to clear a folder localnet did not make."""
+    if work.exists() and any(work.iterdir()):
+        if not (work / MARKER).exists():
+            raise ValueError(
+                f"{work} is not empty and was not made by `distrai localnet`; choose another --work"
+            )
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / MARKER).write_text("made by distrai localnet; cleared by the next run\n")
+
+
+def chain_hyperparameters(config: RunConfig) -> Hyperparameters:
+    """A development subnet whose epochs and weight limits fit the run's windows."""
+    bpw = config.windows.blocks_per_window
+    return Hyperparameters(
+        tempo=max(2, bpw // 3),
+        max_uids=64,
+        max_validators=16,
+        immunity_period=10_000,
+        min_allowed_weights=1,
+        weights_rate_limit=max(1, bpw // 2),
+        activity_cutoff=10_000,
+        commitment_max_bytes=1024,
+        commitment_rate_limit=1,
+        max_registrations_per_block=64,
+    )
+
+
+class Localnet:
+    def __init__(self, options: LocalnetOptions):
+        self.options = options
+        self.work = options.work.resolve()
+        self.config = load_run_config(options.run_config)
+        self.neurons: list[Neuron] = []
+        self.chain: LocalChain | None = None
+        self.started_block = 0
+
+    @property
+    def wallet_path(self) -> Path:
+        return self.work / "wallets"
+
+    @property
+    def store_url(self) -> str:
+        return f"file://{self.work / 'store'}"
+
+    def setup(self) -> None:
+        """Wallets, chain, registrations, stake, permits and the owner's run commitment."""
+        prepare_work_dir(self.work)
+        o = self.options
+        owner, _ = create_dev_wallet("owner", "default", str(self.wallet_path))
+        chain = LocalChain.create(
+            self.work / "chain.db",
+            netuid=self.config.netuid,
+            block_time=o.block_time,
+            hyperparameters=chain_hyperparameters(self.config),
+            owner_coldkey=owner.coldkeypub.ss58_address,
+        )
+        self.chain = chain
+        chain.register(owner)
+        chain.commit(owner, run_commitment(self.config))
+        for i in range(o.validators):
+            wallet, _ = create_dev_wallet(f"validator{i}", "default", str(self.wallet_path))
+            chain.register(wallet)
+            chain.add_stake(wallet, 1000.0 * (o.validators - i))
+            self._add("validator", f"validator{i}", [])
+        for i in range(o.miners):
+            wallet, _ = create_dev_wallet(f"miner{i}", "default", str(self.wallet_path))
+            chain.register(wallet)
+            idle = ["--miner.idle"] if i >= o.miners - o.idle_miners else []
+            self._add("miner", f"miner{i}", idle)
+        chain.advance(chain.hyperparameters().tempo + 2)
+        self.started_block = chain.block()
+
+    def _add(self, role: str, name: str, extra: list[str]) -> None:
+        work_dir = self.work / "nodes" / name
+        work_dir.mkdir(parents=True, exist_ok=True)
+        script = str(REPO / "neurons" / f"{role}.py")
+        args = [
+            script,
+            "--run.config",
+            str(self.options.run_config),
+            "--netuid",
+            str(self.config.netuid),
+            "--wallet.name",
+            name,
+            "--wallet.hotkey",
+            "default",
+            "--wallet.path",
+            str(self.wallet_path),
+            "--subtensor.network",
+            "embedded",
+            "--chain.path",
+            str(self.work / "chain.db"),
+            "--store.url",
+            self.store_url,
+            "--work.dir",
+            str(work_dir),
+            "--max.windows",
+            str(self.options.windows),
+            *extra,
+        ]
+        self.neurons.append(Neuron(name, role, name, work_dir, self.work / "logs" / f"{name}.log", args))
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            PYTHONUNBUFFERED="1",
+            OMP_NUM_THREADS="1",
+            MKL_NUM_THREADS="1",
+            TOKENIZERS_PARALLELISM="false",
+            HF_HUB_OFFLINE="1",
+            HF_DATASETS_OFFLINE="1",
+            WANDB_MODE="offline",
+            WANDB_SILENT="true",
+            COLUMNS="160",
+        )
+        return env
+
+    def start(self) -> None:
+        (self.work / "logs").mkdir(exist_ok=True)
+        for neuron in self.neurons:
+            neuron.start(self.env())
+
+    def neuron(self, name: str) -> Neuron:
+        return next(n for n in self.neurons if n.name == name)
+
+    def restart(self, name: str) -> None:
+        neuron = self.neuron(name)
+        neuron.kill()
+        neuron.start(self.env())
+
+    def wait(self, timeout: float, poll=None) -> bool:
+        """Until every neuron has exited (True) or `timeout` seconds pass (False)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if poll is not None:
+                poll()
+            if not any(n.running() for n in self.neurons):
+                return True
+            time.sleep(0.5)
+        return False
+
+    def stop(self) -> None:
+        for neuron in self.neurons:
+            if neuron.running():
+                neuron.process.send_signal(signal.SIGINT)
+        for neuron in self.neurons:
+            neuron.stop()

@@ -1,0 +1,60 @@
+"""The `distrai localnet` command: set up, run with a live view, stop cleanly, print the results."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+
+from distrai.localnet import Localnet, LocalnetOptions
+from distrai.localnet_view import heldout_losses, live_table, miner_results, processed_windows, results_table
+from distrai.run import shipped_config_path
+
+STARTUP_SECONDS = 120
+
+
+def run_localnet(args: argparse.Namespace, console: Console) -> None:
+    options = LocalnetOptions(
+        work=Path(args.work),
+        miners=args.miners,
+        validators=args.validators,
+        windows=args.windows,
+        block_time=args.block_time,
+        idle_miners=args.idle_miners,
+        run_config=Path(args.run_config) if args.run_config else shipped_config_path("cpu-localnet"),
+    )
+    if options.miners < 1 or options.validators < 1 or options.windows < 1:
+        raise ValueError("--miners, --validators and --windows must each be at least 1")
+    if not 0 <= options.idle_miners <= options.miners:
+        raise ValueError("--idle-miners must lie between 0 and --miners")
+    net = Localnet(options)
+    console.print(f"setting up in {net.work}: {options.miners} miners, {options.validators} validators")
+    net.setup()
+    window_seconds = net.config.windows.blocks_per_window * options.block_time
+    timeout = STARTUP_SECONDS + (options.windows + 2) * window_seconds
+    net.start()
+    console.print(f"started {len(net.neurons)} processes; logs in {net.work / 'logs'}; Ctrl-C stops them all")
+    try:
+        with Live(live_table(net), console=console, refresh_per_second=2) as live:
+            finished = net.wait(timeout, poll=lambda: live.update(live_table(net)))
+    except KeyboardInterrupt:
+        console.print("stopping every process…")
+        net.stop()
+        return
+    net.stop()
+    console.print()
+    if not finished:
+        console.print(
+            f"[yellow]the network did not finish {options.windows} windows in {timeout:.0f}s; stopped it[/]"
+        )
+    windows = processed_windows(net)
+    if not windows:
+        console.print("no window was validated; see the logs")
+        return
+    console.print(results_table(miner_results(net, windows)))
+    first, last = heldout_losses(net, windows[0], windows[-1])
+    console.print(
+        f"held-out loss of the global model: {first:.3f} at window {windows[0]} → {last:.3f} after window {windows[-1]}"
+    )

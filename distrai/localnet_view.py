@@ -1,0 +1,151 @@
+"""What `distrai localnet` shows: a live table while the network runs, and the results at the end."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from statistics import mean
+
+from rich.table import Table
+
+from distrai.chain.local import LocalChain
+from distrai.layout import report_key
+from distrai.localnet import Localnet
+from distrai.metrics import read_metrics
+from distrai.run import run_id
+from distrai.runtime import Runtime, build_runtime
+from distrai.store import StoreError, open_store
+from distrai.sync import StoreCache, Syncer
+from distrai.train.evaluate import evaluate
+from distrai.wallets import open_wallet
+from distrai.windows import phase, window_of
+
+
+def live_table(net: Localnet) -> Table:
+    chain = net.chain
+    block = chain.block()
+    cfg = net.config.windows
+    mg = chain.metagraph()
+    table = Table(
+        title=f"DisTrAI localnet — block {block}, window {window_of(cfg, block)}, phase {phase(cfg, block).name.lower()}"
+    )
+    for col in ("neuron", "uid", "process", "last window", "latest"):
+        table.add_column(col)
+    for neuron in net.neurons:
+        records = (
+            read_metrics(neuron.work_dir / "metrics.jsonl")
+            if (neuron.work_dir / "metrics.jsonl").exists()
+            else []
+        )
+        last = records[-1] if records else None
+        uid = mg.uid_of(_hotkey(net, neuron.name))
+        if neuron.role == "miner" and last and last.get("idle"):
+            latest = "idle: published a zero update"
+        elif neuron.role == "miner" and last:
+            latest = (
+                f"loss {last['loss_first']:.3f} → {last['loss_last']:.3f}, {last['tokens_per_s']:.0f} tok/s"
+            )
+        elif last:
+            latest = f"{last['accepted']}/{last['updates']} updates accepted"
+        else:
+            latest = "starting"
+        state = (
+            "running"
+            if neuron.running()
+            else f"exited ({neuron.process.returncode})"
+            if neuron.process
+            else "—"
+        )
+        table.add_row(neuron.name, str(uid), state, str(last["window"]) if last else "—", latest)
+    return table
+
+
+def _hotkey(net: Localnet, name: str) -> str:
+    return open_wallet(name, "default", str(net.wallet_path)).hotkey.ss58_address
+
+
+@dataclass(frozen=True)
+class MinerResult:
+    name: str
+    uid: int
+    windows_accepted: int
+    mean_score: float
+    weight: float
+    incentive: float
+    emission: float
+
+
+def miner_results(net: Localnet, windows: list[int]) -> list[MinerResult]:
+    """Per miner, from the leading validator's signed reports and the chain."""
+    chain: LocalChain = net.chain
+    mg = chain.metagraph()
+    store = open_store(net.store_url)
+    leader = _hotkey(net, "validator0")
+    reports = []
+    for w in windows:
+        try:
+            envelope = json.loads(store.get(report_key(run_id(net.config), w, leader), 1 << 24))
+            reports.append(envelope["body"]["miners"])
+        except (StoreError, KeyError, json.JSONDecodeError):
+            continue
+    leader_uid = mg.uid_of(leader)
+    weights = chain.weights().get(leader_uid, {})
+    results = []
+    for neuron in net.neurons:
+        if neuron.role != "miner":
+            continue
+        hotkey = _hotkey(net, neuron.name)
+        uid = mg.uid_of(hotkey)
+        scores = [r[hotkey]["score"] for r in reports if hotkey in r]
+        n = mg.neurons[uid]
+        results.append(
+            MinerResult(
+                name=neuron.name,
+                uid=uid,
+                windows_accepted=sum(1 for s in scores if s > 0),
+                mean_score=mean(scores) if scores else 0.0,
+                weight=weights.get(uid, 0.0),
+                incentive=n.incentive,
+                emission=n.total_emission,
+            )
+        )
+    return results
+
+
+def results_table(results: list[MinerResult]) -> Table:
+    table = Table(title="miners")
+    for col in ("miner", "uid", "windows accepted", "mean score", "weight", "incentive", "emission earned"):
+        table.add_column(col, justify="left" if col == "miner" else "right")
+    for r in results:
+        table.add_row(
+            r.name,
+            str(r.uid),
+            str(r.windows_accepted),
+            f"{r.mean_score:.3f}",
+            f"{r.weight:.3f}",
+            f"{r.incentive:.3f}",
+            f"{r.emission:.3f}",
+        )
+    return table
+
+
+def heldout_losses(net: Localnet, first: int, last: int) -> tuple[float, float]:
+    """Held-out loss of the global model at the start of window `first` and after window `last`."""
+    runtime: Runtime = build_runtime(net.config)
+    syncer = Syncer(runtime, net.chain, StoreCache())
+    losses = []
+    for target in (first, last + 1):
+        model = syncer.catch_up(None, target)
+        runtime.load_params(model.params)
+        losses.append(evaluate(runtime.model, runtime.data.heldout, loss_fn=runtime.loss_fn))
+    return losses[0], losses[1]
+
+
+def processed_windows(net: Localnet) -> list[int]:
+    """The windows the validators reported on, in order."""
+    windows = set()
+    for neuron in net.neurons:
+        path = neuron.work_dir / "metrics.jsonl"
+        if neuron.role == "validator" and path.exists():
+            windows.update(r["window"] for r in read_metrics(path))
+    return sorted(windows)

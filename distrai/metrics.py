@@ -1,0 +1,71 @@
+"""Metrics of a node: one JSON line per record in a local file (the dashboard's source), and the
+same numbers to wandb (offline unless an API key is set)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+
+class Metrics:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        role: str,
+        hotkey: str,
+        run_id: str,
+        wandb_project: str | None = None,
+        wandb_entity: str | None = None,
+        config: dict[str, Any] | None = None,
+    ):
+        self.path = path
+        self.base = {"role": role, "hotkey": hotkey, "run_id": run_id}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = path.open("a", encoding="utf-8")
+        self._wandb = None
+        if wandb_project:
+            import wandb
+
+            mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
+            self._wandb = wandb.init(
+                project=wandb_project,
+                entity=wandb_entity,
+                name=f"{role}-{hotkey[:8]}",
+                mode=mode,
+                dir=str(path.parent),
+                config=config or {},
+                reinit="create_new",
+            )
+
+    def log(self, window: int, values: dict[str, Any]) -> None:
+        """Append one record; non-finite numbers are written as null (JSON has no NaN)."""
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in values.items()}
+        record = {"time": time.time(), "window": window, **self.base, **clean}
+        self._file.write(json.dumps(record, sort_keys=True) + "\n")
+        self._file.flush()
+        if self._wandb is not None:
+            numbers = {
+                k: v for k, v in clean.items() if isinstance(v, int | float) and not isinstance(v, bool)
+            }
+            self._wandb.log({"window": window, **numbers})
+
+    def close(self) -> None:
+        self._file.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Every record of a metrics file; a torn last line (a node killed mid-write) is skipped."""
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records

@@ -1,0 +1,119 @@
+"""What a node builds from the run config before its first window: tokenizer, data, model, loss,
+inner-loop settings and codec. Miners and validators build the same things the same way."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from distrai.codec import Codec, get_codec
+from distrai.run import ModelSource, RunConfig, run_id
+from distrai.train.data import DataSpec, TokenData, build_token_data
+from distrai.train.distill import DistillationLoss, DistillConfig
+from distrai.train.hashing import hash_tensors
+from distrai.train.inner import InnerConfig
+from distrai.train.loss import LossFn, causal_lm_loss
+from distrai.train.model import ModelSpec, load_model, load_teacher, load_tokenizer
+from distrai.train.optimizer import InnerOptimizerConfig
+from distrai.train.step import StepConfig
+
+PARAMS_TAG = "global_params"
+
+
+def model_spec(source: ModelSource) -> ModelSpec:
+    return ModelSpec(
+        preset=source.preset,
+        path_or_id=source.path_or_id,
+        revision=source.revision,
+        dtype=source.dtype,
+        init_seed=source.init_seed if source.preset is not None else 0,
+    )
+
+
+def inner_config(config: RunConfig, run: str) -> InnerConfig:
+    t = config.train
+    return InnerConfig(
+        inner_steps=t.inner_steps,
+        segment_steps=t.segment_steps,
+        optimizer=InnerOptimizerConfig(
+            lr=t.lr, betas=tuple(t.betas), eps=t.eps, weight_decay=t.weight_decay, warmup_steps=t.warmup_steps
+        ),
+        step=StepConfig(
+            micro_batches=t.micro_batches, max_grad_norm=t.max_grad_norm, cpu_threads=t.cpu_threads
+        ),
+        sketch_seed=run,
+    )
+
+
+def params_hash(params: dict[str, torch.Tensor]) -> str:
+    """The canonical hash of a global model's parameters (the `base_hash` of manifests)."""
+    return hash_tensors(PARAMS_TAG, params)
+
+
+@dataclass
+class Runtime:
+    config: RunConfig
+    run_id: str
+    tokenizer: PreTrainedTokenizerBase
+    data: TokenData
+    model: PreTrainedModel
+    loss_fn: LossFn
+    inner: InnerConfig
+    codec: Codec
+    device: torch.device
+
+    def initial_params(self) -> dict[str, torch.Tensor]:
+        """The run's starting global model: every node builds the same bytes from the config."""
+        fresh = load_model(model_spec(self.config.model), tokenizer=self.tokenizer)
+        return {name: p.detach().to(torch.float32).clone() for name, p in fresh.named_parameters()}
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {name: tuple(p.shape) for name, p in self.model.named_parameters()}
+
+    def load_params(self, params: dict[str, torch.Tensor]) -> None:
+        """Put the global parameters into the working model."""
+        with torch.no_grad():
+            for name, p in self.model.named_parameters():
+                p.copy_(params[name].to(p.dtype))
+
+
+def build_runtime(config: RunConfig, device: str = "cpu") -> Runtime:
+    spec = model_spec(config.model)
+    tokenizer = load_tokenizer(spec, "byte" if config.tokenizer == "byte" else "model")
+    d = config.data
+    data = build_token_data(
+        DataSpec(
+            source=d.source,
+            paths=tuple(d.paths),
+            hub_id=d.hub_id,
+            hub_config=d.hub_config,
+            hub_revision=d.hub_revision,
+            split=d.split,
+            text_field=d.text_field,
+            seq_len=d.seq_len,
+            max_tokens=d.max_tokens,
+            heldout_fraction=d.heldout_fraction,
+        ),
+        tokenizer,
+    )
+    model = load_model(spec, tokenizer=tokenizer, device=device)
+    loss_fn: LossFn = causal_lm_loss
+    if config.task.kind == "distill":
+        teacher = load_teacher(model_spec(config.task.teacher), tokenizer=tokenizer, device=device)
+        loss_fn = DistillationLoss(
+            teacher, DistillConfig(config.task.alpha, config.task.temperature, config.task.top_k)
+        )
+    run = run_id(config)
+    return Runtime(
+        config=config,
+        run_id=run,
+        tokenizer=tokenizer,
+        data=data,
+        model=model,
+        loss_fn=loss_fn,
+        inner=inner_config(config, run),
+        codec=get_codec(config.codec.name, **dict(config.codec.options)),
+        device=torch.device(device),
+    )

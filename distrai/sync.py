@@ -1,0 +1,178 @@
+"""Reaching G_w from what the network published: checkpoints and aggregates in validators' stores.
+
+Validators are tried in order of stake (the leader first); the first one whose aggregate of a
+window verifies and applies cleanly is followed. A window nobody aggregated leaves the model as
+it was. A node that joins late starts from the newest checkpoint it can verify, or from the run's
+initial parameters at the run's first window.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from distrai.announce import Announcement, parse_announcement
+from distrai.chain.base import Chain, Metagraph
+from distrai.globalmodel import GlobalModel, SyncError, apply_aggregate, decode_checkpoint, skip_window
+from distrai.layout import aggregate_key, checkpoint_prefix, checkpoint_window
+from distrai.run import RUN_COMMITMENT_PREFIX, parse_run_commitment
+from distrai.runtime import Runtime
+from distrai.store import Store, StoreError, open_store
+from distrai.train.outer import OuterState
+from distrai.windows import window_of
+from distrai.wire import WireError, open_document
+from distrai.wire.manifest import AggregateManifest, parse_body
+
+log = logging.getLogger(__name__)
+
+
+class StoreCache:
+    """One open store per announced URL."""
+
+    def __init__(self, opener: Callable[[str], Store] = open_store):
+        self._opener = opener
+        self._stores: dict[str, Store] = {}
+
+    def get(self, url: str) -> Store:
+        if url not in self._stores:
+            self._stores[url] = self._opener(url)
+        return self._stores[url]
+
+
+@dataclass(frozen=True)
+class PeerView:
+    """The metagraph and each hotkey's announcement, read once."""
+
+    metagraph: Metagraph
+    announcements: dict[str, Announcement]
+
+    def validators_by_stake(self) -> list[tuple[str, str]]:
+        """(hotkey, store URL) of permitted validators that announced a store, most stake first."""
+        ranked = sorted(
+            (n for n in self.metagraph.neurons if n.validator_permit and n.hotkey in self.announcements),
+            key=lambda n: (-n.stake, n.uid),
+        )
+        return [(n.hotkey, self.announcements[n.hotkey].store_url) for n in ranked]
+
+
+def peer_view(chain: Chain) -> PeerView:
+    mg = chain.metagraph()
+    announcements = {}
+    for hotkey, commitment in mg.commitments.items():
+        parsed = parse_announcement(commitment.data)
+        if parsed is not None:
+            announcements[hotkey] = parsed
+    return PeerView(mg, announcements)
+
+
+def run_start_block(chain: Chain, run_id: str) -> int | None:
+    """The block at which the subnet owner published this run: its first window starts there."""
+    mg = chain.metagraph()
+    owner = chain.subnet_owner()
+    blocks = [
+        c.block
+        for hotkey, c in mg.commitments.items()
+        if c.data.startswith(RUN_COMMITMENT_PREFIX)
+        and mg.neuron(hotkey) is not None
+        and mg.neuron(hotkey).coldkey == owner
+        and _run_of(c.data) == run_id
+    ]
+    return min(blocks) if blocks else None
+
+
+def _run_of(data: str) -> str | None:
+    try:
+        return parse_run_commitment(data)
+    except ValueError:
+        return None
+
+
+class Syncer:
+    """Moves a node's copy of the global model forward to the window it needs."""
+
+    def __init__(self, runtime: Runtime, chain: Chain, stores: StoreCache):
+        self.runtime = runtime
+        self.chain = chain
+        self.stores = stores
+        self.limits = runtime.config.limits
+
+    def first_window(self) -> int:
+        start = run_start_block(self.chain, self.runtime.run_id)
+        return 0 if start is None else window_of(self.runtime.config.windows, start)
+
+    def initial(self) -> GlobalModel:
+        return GlobalModel(self.first_window(), self.runtime.initial_params(), OuterState(momentum={}))
+
+    def catch_up(self, model: GlobalModel | None, target: int) -> GlobalModel:
+        """G_target, starting from `model` when it is not ahead of the target."""
+        view = peer_view(self.chain)
+        if model is None or model.window > target:
+            model = self.newest_checkpoint(view, target) or self.initial()
+        while model.window < target:
+            model = self.step(model, view)
+        return model
+
+    def step(self, model: GlobalModel, view: PeerView) -> GlobalModel:
+        """G_{w+1} from the first verifiable aggregate of window w, or G_w again if there is none."""
+        for hotkey, url in view.validators_by_stake():
+            try:
+                store = self.stores.get(url)
+                key = aggregate_key(self.runtime.run_id, model.window)
+                if not store.exists(key):
+                    continue
+                aggregate = self.read_aggregate(
+                    store.get(key, self.limits.max_manifest_bytes), hotkey, model.window
+                )
+                following = apply_aggregate(
+                    model,
+                    aggregate,
+                    lambda sha, s=store: s.get_blob(sha, self.limits.max_update_bytes),
+                    self.runtime.codec,
+                    self.runtime.config.outer,
+                    self.limits.max_update_bytes,
+                )
+            except (StoreError, WireError, SyncError) as exc:
+                log.warning("window %d: not following %s's aggregate: %s", model.window, hotkey[:10], exc)
+                continue
+            log.info(
+                "window %d: applied %s's aggregate of %d updates",
+                model.window,
+                hotkey[:10],
+                len(aggregate.accepted),
+            )
+            return following
+        log.info("window %d: no aggregate published; the global model stays", model.window)
+        return skip_window(model)
+
+    def read_aggregate(self, data: bytes, signer: str, window: int) -> AggregateManifest:
+        mg = self.chain.metagraph()
+        doc = open_document(
+            data,
+            max_bytes=self.limits.max_manifest_bytes,
+            is_registered=lambda hk: mg.uid_of(hk) is not None,
+            run_id=self.runtime.run_id,
+            window=window,
+            signer=signer,
+        )
+        return parse_body(AggregateManifest, doc.body)
+
+    def newest_checkpoint(self, view: PeerView, target: int) -> GlobalModel | None:
+        shapes = self.runtime.shapes()
+        for hotkey, url in view.validators_by_stake():
+            try:
+                store = self.stores.get(url)
+                keys = store.list(checkpoint_prefix(self.runtime.run_id))
+                windows = sorted(
+                    (w, k) for k in keys if (w := checkpoint_window(k)) is not None and w <= target
+                )
+                if not windows:
+                    continue
+                data = store.get(windows[-1][1], self.limits.max_checkpoint_bytes)
+                model = decode_checkpoint(data, shapes, self.limits.max_checkpoint_bytes)
+            except (StoreError, WireError, SyncError, ValueError) as exc:
+                log.warning("checkpoint of %s unusable: %s", hotkey[:10], exc)
+                continue
+            log.info("starting from %s's checkpoint of window %d", hotkey[:10], model.window)
+            return model
+        return None

@@ -1,0 +1,285 @@
+"""The miner's loop, window after window: sync → train → commit → reveal.
+
+1. Sync: reach G_w from the validators' published aggregates (`distrai.sync`).
+2. Train: H inner steps on the miner's assigned data, saving the state at every segment boundary.
+3. Commit (before the commit deadline): encode the pseudo-gradient with the run's codec (error
+   feedback carried across windows), sign the manifest, put it in the miner's store, and anchor
+   its hash on chain in the miner's announcement. Nothing downloadable yet names the update.
+4. Reveal (after the commit deadline, before the reveal deadline): the update blob, and the two
+   boundary states of every segment any validator challenges (seeded by the hash of the block at
+   the commit deadline, unknown while training).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from distrai.announce import Announcement, committed_updates
+from distrai.chain.base import Chain, ChainError, WalletLike
+from distrai.globalmodel import GlobalModel
+from distrai.layout import manifest_key, state_key
+from distrai.metrics import Metrics
+from distrai.run import challenge_inputs
+from distrai.runtime import Runtime
+from distrai.store import Store, StoreError
+from distrai.sync import StoreCache, Syncer
+from distrai.train.assignment import batch_indices
+from distrai.train.hashing import hash_tensors
+from distrai.train.inner import BoundaryState, inner_loop, window_start_state
+from distrai.train.sketch import sketch
+from distrai.train.state import TrainState, load_state, save_state, state_hash
+from distrai.windows import (
+    Phase,
+    commit_deadline,
+    committed_in_time,
+    phase,
+    reveal_deadline,
+    segments_to_reveal,
+    window_of,
+    window_start,
+)
+from distrai.wire import sign_document
+from distrai.wire.tensors import encode_tensors as encode_payload
+
+log = logging.getLogger("distrai.miner")
+RESIDUAL_TAG = "codec_residual"
+
+
+@dataclass(frozen=True)
+class MinerOptions:
+    work_dir: Path
+    idle: bool = False
+    """Publish a zero update without training (a lazy miner, for demonstrations and tests)."""
+
+
+@dataclass(frozen=True)
+class Trained:
+    pseudo_gradient: dict[str, torch.Tensor]
+    losses: list[float]
+    boundaries: list[tuple[int, str, list[float]]]
+    tokens: int
+
+
+class Miner:
+    def __init__(
+        self,
+        runtime: Runtime,
+        chain: Chain,
+        wallet: WalletLike,
+        store: Store,
+        store_url: str,
+        options: MinerOptions,
+        metrics: Metrics | None = None,
+        stores: StoreCache | None = None,
+    ):
+        self.rt = runtime
+        self.chain = chain
+        self.wallet = wallet
+        self.hotkey = wallet.hotkey.ss58_address
+        self.store = store
+        self.store_url = store_url
+        self.options = options
+        self.metrics = metrics
+        self.syncer = Syncer(runtime, chain, stores or StoreCache())
+        self.model: GlobalModel | None = None
+        self.residual: dict[str, torch.Tensor] | None = self._load_residual()
+        self.last_window = -1
+        self.windows = runtime.config.windows
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def announce(self) -> None:
+        """Say where this miner publishes (before its first update commitment)."""
+        self.chain.commit(self.wallet, Announcement(self.store_url).encode())
+
+    def run(self, stop: threading.Event, max_windows: int | None = None) -> None:
+        done = 0
+        while not stop.is_set() and (max_windows is None or done < max_windows):
+            block = self.chain.block()
+            w = window_of(self.windows, block)
+            if w <= self.last_window or phase(self.windows, block) is not Phase.TRAIN:
+                self._sleep_until(window_start(self.windows, max(w, self.last_window) + 1), stop)
+                continue
+            self.run_window(w)
+            done += 1
+
+    def _sleep_until(self, block: int, stop: threading.Event) -> None:
+        while not stop.is_set() and self.chain.block() < block:
+            stop.wait(min(0.5, self.chain.block_time() / 4))
+
+    # -- one window -----------------------------------------------------------------------------
+
+    def run_window(self, w: int) -> None:
+        started = time.monotonic()
+        miners = sorted(self.chain.metagraph().hotkeys)
+        self.model = self.syncer.catch_up(self.model, w)
+        self.rt.load_params(self.model.params)
+        states_dir = self.options.work_dir / "states" / f"w{w}"
+        trained = self.idle_update(states_dir) if self.options.idle else self.train(w, miners, states_dir)
+        train_seconds = time.monotonic() - started
+
+        encoded = self.rt.codec.encode(trained.pseudo_gradient, self.residual)
+        blob = encode_payload(encoded.payload, encoded.metadata)
+        body = self.manifest(w, trained, blob, encoded.metadata, encoded.residual)
+        manifest = sign_document(self.wallet.hotkey, body)
+        if not self.commit(w, manifest):
+            shutil.rmtree(states_dir, ignore_errors=True)
+            return
+        self.residual = encoded.residual
+        self._save_residual()
+        revealed = self.reveal(w, blob, states_dir)
+        shutil.rmtree(states_dir, ignore_errors=True)
+        self.last_window = w
+        log.info(
+            "window %d: trained %d steps (loss %.3f → %.3f) in %.1fs; update %d bytes; revealed %d states",
+            w,
+            len(trained.losses),
+            trained.losses[0],
+            trained.losses[-1],
+            train_seconds,
+            len(blob),
+            revealed,
+        )
+        if self.metrics:
+            self.metrics.log(
+                w,
+                {
+                    "loss_first": trained.losses[0],
+                    "loss_last": trained.losses[-1],
+                    "tokens_per_s": trained.tokens / max(train_seconds, 1e-9),
+                    "bytes_sent": len(blob) + len(manifest),
+                    "states_revealed": revealed,
+                    "idle": self.options.idle,
+                },
+            )
+
+    def train(self, w: int, miners: list[str], states_dir: Path) -> Trained:
+        cfg, data = self.rt.config, self.rt.data
+        states_dir.mkdir(parents=True, exist_ok=True)
+
+        def batch_for_step(t: int) -> torch.Tensor:
+            indices = batch_indices(
+                self.rt.run_id, w, self.hotkey, t, cfg.train.batch_size, data.n_train, miners
+            )
+            return data.batch(indices)
+
+        def keep(boundary: BoundaryState) -> None:
+            save_state(boundary.state, states_dir / f"{boundary.step:06d}.safetensors")
+
+        result = inner_loop(self.rt.model, batch_for_step, self.rt.loss_fn, self.rt.inner, on_boundary=keep)
+        return Trained(
+            pseudo_gradient=result.pseudo_gradient,
+            losses=result.losses,
+            boundaries=[(b.step, b.state_hash, b.sketch) for b in result.boundaries],
+            tokens=sum(s.tokens for s in result.steps),
+        )
+
+    def idle_update(self, states_dir: Path) -> Trained:
+        """A well-formed manifest for a zero update: the state never moves from G_w."""
+        states_dir.mkdir(parents=True, exist_ok=True)
+        start: TrainState = window_start_state(self.rt.model)
+        digest = state_hash(start)
+        numbers = sketch(start.params, self.rt.inner.sketch_seed, self.rt.inner.sketch_size).tolist()
+        steps = list(range(0, self.rt.inner.inner_steps + 1, self.rt.inner.segment_steps))
+        for step in steps:
+            save_state(start, states_dir / f"{step:06d}.safetensors")
+        zero = {name: torch.zeros_like(p) for name, p in self.model.params.items()}
+        return Trained(zero, [0.0] * self.rt.inner.inner_steps, [(s, digest, numbers) for s in steps], 0)
+
+    def manifest(
+        self,
+        w: int,
+        trained: Trained,
+        blob: bytes,
+        codec_metadata: dict[str, str],
+        residual_out: dict[str, torch.Tensor] | None,
+    ) -> dict:
+        return {
+            "kind": "update",
+            "run_id": self.rt.run_id,
+            "window": w,
+            "hotkey": self.hotkey,
+            "base_hash": self.model.hash,
+            "update": {
+                "sha256": hashlib.sha256(blob).hexdigest(),
+                "size": len(blob),
+                "codec": self.rt.config.codec.name,
+                "codec_metadata": dict(codec_metadata),
+            },
+            "micro_batches": self.rt.inner.step.micro_batches,
+            "losses": trained.losses,
+            "boundaries": [{"step": s, "state_hash": h, "sketch": k} for s, h, k in trained.boundaries],
+            "residual_in_hash": None if self.residual is None else hash_tensors(RESIDUAL_TAG, self.residual),
+            "residual_out_hash": None if residual_out is None else hash_tensors(RESIDUAL_TAG, residual_out),
+        }
+
+    def commit(self, w: int, manifest: bytes) -> bool:
+        deadline = commit_deadline(self.windows, w)
+        if self.chain.block() >= deadline:
+            log.warning(
+                "window %d: training ended after the commit deadline (block %d); update dropped", w, deadline
+            )
+            return False
+        try:
+            self.store.put(manifest_key(self.rt.run_id, w, self.hotkey), manifest)
+            announcement = Announcement(self.store_url, w, hashlib.sha256(manifest).hexdigest())
+            self.chain.commit(self.wallet, announcement.encode())
+        except (StoreError, ChainError) as exc:
+            log.error("window %d: commit failed: %s", w, exc)
+            return False
+        committed = self.chain.commitment(self.hotkey)
+        if committed is None or not committed_in_time(self.windows, w, committed.block):
+            log.warning("window %d: the commitment landed after the deadline", w)
+            return False
+        return True
+
+    def reveal(self, w: int, blob: bytes, states_dir: Path) -> int:
+        """Upload the update and every challenged segment's two boundary states; returns states sent."""
+        deadline = commit_deadline(self.windows, w)
+        self.chain.wait_for_block(deadline + 1)
+        mg = self.chain.metagraph()
+        in_time = committed_updates(mg.commitments, w, lambda b: committed_in_time(self.windows, w, b))
+        inputs = challenge_inputs(self.rt.config, self.chain.block_hash(deadline), w, in_time)
+        validators = [n.hotkey for n in mg.neurons if n.validator_permit]
+        segments = segments_to_reveal(inputs, self.hotkey, validators) if self.hotkey in in_time else []
+        k = self.rt.inner.segment_steps
+        steps = sorted({s * k for s in segments} | {(s + 1) * k for s in segments})
+        try:
+            self.store.put_blob(blob)
+            for step in steps:
+                data = (states_dir / f"{step:06d}.safetensors").read_bytes()
+                self.store.put(state_key(self.rt.run_id, w, self.hotkey, step), data)
+        except (StoreError, OSError) as exc:
+            log.error("window %d: reveal failed: %s", w, exc)
+            return 0
+        if self.chain.block() >= reveal_deadline(self.windows, w):
+            log.warning("window %d: the reveal finished after the reveal deadline", w)
+        return len(steps)
+
+    # -- error feedback across windows and restarts ---------------------------------------------
+
+    def _residual_path(self) -> Path:
+        return self.options.work_dir / "codec_residual.safetensors"
+
+    def _load_residual(self) -> dict[str, torch.Tensor] | None:
+        path = self._residual_path()
+        if not path.exists():
+            return None
+        state = load_state(path)
+        return state.params
+
+    def _save_residual(self) -> None:
+        if self.residual is None:
+            return
+        self.options.work_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self._residual_path().with_suffix(".tmp")
+        save_state(TrainState(params=self.residual, optimizer={}, step=0), tmp)
+        tmp.replace(self._residual_path())

@@ -1,0 +1,56 @@
+"""A DisTrAI miner: trains its share of the global model every window and publishes the update.
+
+    python neurons/miner.py --run.config RUN.toml --wallet.name NAME --wallet.hotkey HOTKEY \
+        --subtensor.network finney --store.url s3://bucket/prefix --store.endpoint URL --device cuda
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from distrai.chain.base import ChainError  # noqa: E402
+from distrai.node import build_node, build_parser, stop_on_signals  # noqa: E402
+from miners.miner import Miner, MinerOptions  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser("neurons/miner.py", __doc__)
+    parser.add_argument(
+        "--miner.idle",
+        action="store_true",
+        default=False,
+        help="publish a zero update every window without training (shows what a lazy miner earns)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        node = build_node(args, "miner")
+    except (ValueError, FileNotFoundError, ChainError) as exc:
+        print(f"miner cannot start: {exc}", file=sys.stderr)
+        return 2
+    miner = Miner(
+        node.runtime,
+        node.chain,
+        node.wallet,
+        node.store,
+        node.store_url,
+        MinerOptions(work_dir=node.work_dir, idle=getattr(args, "miner.idle")),
+        node.metrics,
+        node.stores,
+    )
+    miner.announce()
+    logging.getLogger("distrai.miner").info(
+        "miner %s started on run %s…", node.wallet.hotkey.ss58_address, node.runtime.run_id[:12]
+    )
+    try:
+        miner.run(stop_on_signals(), node.max_windows)
+    finally:
+        node.metrics.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""A DisTrAI validator: checks and scores every miner's update, aggregates the best into the next
+global model, and sets weights on chain.
+
+    python neurons/validator.py --run.config RUN.toml --wallet.name NAME --wallet.hotkey HOTKEY \
+        --subtensor.network finney --store.url s3://bucket/prefix --store.endpoint URL
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from distrai.chain.base import ChainError  # noqa: E402
+from distrai.node import build_node, build_parser, stop_on_signals  # noqa: E402
+from validators.validator import Validator, ValidatorOptions  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser("neurons/validator.py", __doc__).parse_args(argv)
+    try:
+        node = build_node(args, "validator")
+    except (ValueError, FileNotFoundError, ChainError) as exc:
+        print(f"validator cannot start: {exc}", file=sys.stderr)
+        return 2
+    validator = Validator(
+        node.runtime,
+        node.chain,
+        node.wallet,
+        node.store,
+        node.store_url,
+        ValidatorOptions(work_dir=node.work_dir),
+        node.metrics,
+        node.stores,
+    )
+    validator.announce()
+    logging.getLogger("distrai.validator").info(
+        "validator %s started on run %s… at window %d",
+        node.wallet.hotkey.ss58_address,
+        node.runtime.run_id[:12],
+        validator.state.window,
+    )
+    try:
+        validator.run(stop_on_signals(), node.max_windows)
+    finally:
+        node.metrics.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""The checks a validator runs on one miner's window, cheapest first, each with a named verdict.
+
+Everything a miner sends is untrusted: every failure becomes a verdict with a reason in the
+report, never an exception that reaches the validator's loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import torch
+
+from distrai.announce import Announcement
+from distrai.codec import CodecError
+from distrai.globalmodel import GlobalModel, decode_update
+from distrai.layout import manifest_key
+from distrai.runtime import Runtime
+from distrai.store import Store, StoreError
+from distrai.wire import WireError, open_document
+from distrai.wire.manifest import UpdateManifest, parse_body
+
+PASS = "pass"
+
+
+@dataclass
+class MinerVerdict:
+    """What the validator found for one miner in one window."""
+
+    hotkey: str
+    uid: int
+    verdicts: dict[str, str] = field(default_factory=dict)
+    numbers: dict[str, float] = field(default_factory=dict)
+    manifest: UpdateManifest | None = None
+    update: dict[str, torch.Tensor] | None = None
+    blob: bytes | None = None
+    score: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return all(v == PASS for v in self.verdicts.values())
+
+    @property
+    def reason(self) -> str | None:
+        """The first failed check and why, or None."""
+        for name, verdict in self.verdicts.items():
+            if verdict != PASS:
+                return f"{name}: {verdict}"
+        return None
+
+    def fail(self, check: str, why: str) -> MinerVerdict:
+        self.verdicts[check] = why
+        return self
+
+
+def check_miner(
+    runtime: Runtime,
+    model: GlobalModel,
+    window: int,
+    hotkey: str,
+    uid: int,
+    announcement: Announcement,
+    store: Store,
+    is_registered,
+) -> MinerVerdict:
+    """Fetch and check the miner's manifest and update; stops at the first failed check."""
+    cfg, limits = runtime.config, runtime.config.limits
+    verdict = MinerVerdict(hotkey=hotkey, uid=uid)
+    try:
+        data = store.get(manifest_key(runtime.run_id, window, hotkey), limits.max_manifest_bytes)
+    except StoreError as exc:
+        return verdict.fail("manifest", f"not fetched: {exc}")
+    if hashlib.sha256(data).hexdigest() != announcement.manifest_sha256:
+        return verdict.fail("manifest", "hash_mismatch: the manifest is not the one committed on chain")
+    try:
+        doc = open_document(
+            data,
+            max_bytes=limits.max_manifest_bytes,
+            is_registered=is_registered,
+            run_id=runtime.run_id,
+            window=window,
+            signer=hotkey,
+        )
+        manifest = parse_body(UpdateManifest, doc.body)
+    except WireError as exc:
+        return verdict.fail("manifest", str(exc))
+    verdict.verdicts["manifest"] = PASS
+    verdict.manifest = manifest
+    problems = []
+    if manifest.hotkey != hotkey:
+        problems.append("names another hotkey")
+    if manifest.base_hash != model.hash:
+        problems.append("trained from another base model")
+    if not manifest.shape_matches(cfg.train.inner_steps, cfg.train.segment_steps):
+        problems.append(
+            f"does not cover {cfg.train.inner_steps} steps in segments of {cfg.train.segment_steps}"
+        )
+    if cfg.train.batch_size % manifest.micro_batches:
+        problems.append(f"micro_batches {manifest.micro_batches} does not divide the batch")
+    if manifest.update.codec != cfg.codec.name:
+        problems.append(f"codec {manifest.update.codec!r} is not the run's {cfg.codec.name!r}")
+    if manifest.update.size > limits.max_update_bytes:
+        problems.append(f"update of {manifest.update.size} bytes exceeds {limits.max_update_bytes}")
+    if problems:
+        return verdict.fail("consistency", "; ".join(problems))
+    verdict.verdicts["consistency"] = PASS
+    try:
+        blob = store.get_blob(manifest.update.sha256, limits.max_update_bytes)
+        if len(blob) != manifest.update.size:
+            raise StoreError(f"update is {len(blob)} bytes, the manifest says {manifest.update.size}")
+        shapes = {name: tuple(t.shape) for name, t in model.params.items()}
+        verdict.update = decode_update(blob, runtime.codec, shapes, limits.max_update_bytes)
+        verdict.blob = blob
+    except (StoreError, WireError, CodecError) as exc:
+        return verdict.fail("update", str(exc))
+    verdict.verdicts["update"] = PASS
+    verdict.numbers["update_bytes"] = float(len(blob))
+    return verdict
+
+
+def flag_copies(verdicts: list[MinerVerdict], commit_blocks: dict[str, int]) -> None:
+    """Identical updates from several hotkeys: all but the earliest committer fail as copies
+    (when the earliest block is shared, all of them fail: nobody can be shown to be first)."""
+    by_sha: dict[str, list[MinerVerdict]] = {}
+    for v in verdicts:
+        if v.manifest is not None and v.passed:
+            by_sha.setdefault(v.manifest.update.sha256, []).append(v)
+    for group in by_sha.values():
+        if len(group) < 2:
+            continue
+        first = min(commit_blocks[v.hotkey] for v in group)
+        firsts = [v for v in group if commit_blocks[v.hotkey] == first]
+        for v in group:
+            if v not in firsts or len(firsts) > 1:
+                v.fail("copy", "identical to another hotkey's update committed no later")

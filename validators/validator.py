@@ -1,0 +1,274 @@
+"""The validator's loop, window after window: gather → check → score → aggregate → set weights.
+
+For window w:
+1. At the start, reach G_w (following the published aggregates) and note the miners.
+2. After the reveal deadline, gather every update committed in time and check it
+   (`checks.py`), flag copies, and measure usefulness (`usefulness.py`).
+3. Score, publish the signed aggregate of the best accepted updates (with copies of their blobs,
+   so followers need only this validator's store) and the signed report, before the aggregate
+   deadline. The validator with the most stake leads; every validator's aggregate is there for the
+   next in line if the leader's is missing or wrong.
+4. Fold the scores into the moving average, save the state atomically, and set weights when
+   the chain's rate limit allows.
+Replay of challenged segments plugs in at step 2 (the miners already reveal the states).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from distrai.announce import Announcement, committed_updates
+from distrai.chain.base import Chain, ChainError, Metagraph, WalletLike
+from distrai.globalmodel import GlobalModel, encode_checkpoint, outer_config
+from distrai.layout import aggregate_key, checkpoint_key, report_key
+from distrai.metrics import Metrics
+from distrai.runtime import Runtime, params_hash
+from distrai.store import Store, StoreError
+from distrai.sync import StoreCache, Syncer
+from distrai.train.outer import Contribution, outer_step
+from distrai.windows import (
+    Phase,
+    aggregate_deadline,
+    committed_in_time,
+    is_checkpoint_window,
+    phase,
+    reveal_deadline,
+    window_of,
+    window_start,
+)
+from distrai.wire import sign_document
+from validators.checks import PASS, MinerVerdict, check_miner, flag_copies
+from validators.scoring import ema_update, usefulness_score, weights_from_averages, window_score
+from validators.state import ValidatorState, load_state, save_state
+from validators.usefulness import measure, sample_sequences
+
+log = logging.getLogger("distrai.validator")
+
+
+@dataclass(frozen=True)
+class ValidatorOptions:
+    work_dir: Path
+
+
+class Validator:
+    def __init__(
+        self,
+        runtime: Runtime,
+        chain: Chain,
+        wallet: WalletLike,
+        store: Store,
+        store_url: str,
+        options: ValidatorOptions,
+        metrics: Metrics | None = None,
+        stores: StoreCache | None = None,
+    ):
+        self.rt = runtime
+        self.chain = chain
+        self.wallet = wallet
+        self.hotkey = wallet.hotkey.ss58_address
+        self.store = store
+        self.store_url = store_url
+        self.options = options
+        self.metrics = metrics
+        self.stores = stores or StoreCache()
+        self.syncer = Syncer(runtime, chain, self.stores)
+        self.windows = runtime.config.windows
+        self.state_path = options.work_dir / "validator_state.json"
+        self.state: ValidatorState = load_state(self.state_path, runtime.run_id)
+        self.model: GlobalModel | None = None
+
+    def announce(self) -> None:
+        self.chain.commit(self.wallet, Announcement(self.store_url).encode())
+
+    def run(self, stop: threading.Event, max_windows: int | None = None) -> None:
+        done = 0
+        while not stop.is_set() and (max_windows is None or done < max_windows):
+            block = self.chain.block()
+            w = window_of(self.windows, block)
+            late = phase(self.windows, block) in (Phase.VALIDATE, Phase.WEIGHTS)
+            if w <= self.state.window or late:
+                self._sleep_until(window_start(self.windows, max(w, self.state.window) + 1), stop)
+                continue
+            self.run_window(w, stop)
+            done += 1
+
+    def _sleep_until(self, block: int, stop: threading.Event) -> None:
+        while not stop.is_set() and self.chain.block() < block:
+            stop.wait(min(0.5, self.chain.block_time() / 4))
+
+    # -- one window -----------------------------------------------------------------------------
+
+    def run_window(self, w: int, stop: threading.Event) -> None:
+        miners = sorted(self.chain.metagraph().hotkeys)
+        self.model = self.syncer.catch_up(self.model, w)
+        if is_checkpoint_window(self.windows, w):
+            self.publish(checkpoint_key(self.rt.run_id, w), encode_checkpoint(self.model))
+        self._sleep_until(reveal_deadline(self.windows, w), stop)
+        if stop.is_set():
+            return
+        started = time.monotonic()
+        mg = self.chain.metagraph()
+        verdicts = self.check_window(w, mg, miners)
+        accepted = self.aggregate(w, verdicts)
+        self.publish_report(w, verdicts)
+        seconds = time.monotonic() - started
+        if self.chain.block() >= aggregate_deadline(self.windows, w):
+            log.warning("window %d: validation finished after the aggregate deadline", w)
+        self.fold_scores(w, mg, verdicts)
+        self.set_weights(mg)
+        log.info(
+            "window %d: %d updates checked, %d accepted, in %.1fs; scores %s",
+            w,
+            len(verdicts),
+            len(accepted),
+            seconds,
+            {v.uid: round(v.score, 3) for v in verdicts},
+        )
+        if self.metrics:
+            self.metrics.log(
+                w,
+                {
+                    "updates": len(verdicts),
+                    "accepted": len(accepted),
+                    "validate_seconds": seconds,
+                    **{f"score/{v.uid}": v.score for v in verdicts},
+                    **{f"average/{uid}": a for uid, a in enumerate(self.state.averages)},
+                },
+            )
+
+    def check_window(self, w: int, mg: Metagraph, miners: list[str]) -> list[MinerVerdict]:
+        in_time = committed_updates(mg.commitments, w, lambda b: committed_in_time(self.windows, w, b))
+        verdicts = []
+        for hotkey, announcement in sorted(in_time.items()):
+            uid = mg.uid_of(hotkey)
+            if uid is None or self.state.is_banned(hotkey, w):
+                continue
+            try:
+                store = self.stores.get(announcement.store_url)
+            except (StoreError, ValueError) as exc:
+                verdicts.append(MinerVerdict(hotkey, uid).fail("store", f"unusable store URL: {exc}"))
+                continue
+            verdicts.append(
+                check_miner(
+                    self.rt,
+                    self.model,
+                    w,
+                    hotkey,
+                    uid,
+                    announcement,
+                    store,
+                    lambda hk: mg.uid_of(hk) is not None,
+                )
+            )
+        flag_copies(verdicts, {hk: mg.commitments[hk].block for hk in in_time})
+        for v in verdicts:
+            self.score(w, v, miners)
+        return verdicts
+
+    def score(self, w: int, verdict: MinerVerdict, miners: list[str]) -> None:
+        if not verdict.passed:
+            verdict.score = 0.0
+            return
+        own, other = sample_sequences(self.rt, w, verdict.hotkey, miners)
+        result = measure(self.rt, self.model, verdict.update, own, other)
+        scoring = self.rt.config.scoring
+        useful = usefulness_score(result.drop_assigned, result.drop_unassigned, scoring.usefulness_full_drop)
+        verdict.numbers.update(
+            loss_before=result.base_assigned,
+            loss_after=result.after_assigned,
+            drop_assigned=result.drop_assigned,
+            drop_unassigned=result.drop_unassigned,
+        )
+        verdict.verdicts["useful"] = (
+            PASS if useful > 0 else "the update does not lower the loss on its own data"
+        )
+        components = {"present": 1.0, "checks": 1.0, "usefulness": useful}
+        verdict.score = window_score(components, scoring.weights, passed=verdict.passed)
+
+    def aggregate(self, w: int, verdicts: list[MinerVerdict]) -> list[MinerVerdict]:
+        ranked = sorted((v for v in verdicts if v.passed and v.score > 0), key=lambda v: (-v.score, v.hotkey))
+        accepted = ranked[: self.rt.config.scoring.aggregate_top_n]
+        total = sum(v.score for v in accepted)
+        contributions = [Contribution(v.hotkey, v.update, v.score / total) for v in accepted]
+        result = outer_step(
+            self.model.params, contributions, self.model.outer, outer_config(self.rt.config.outer)
+        )
+        for v in accepted:
+            self.store.put_blob(v.blob)
+        body = {
+            "kind": "aggregate",
+            "run_id": self.rt.run_id,
+            "window": w,
+            "base_hash": self.model.hash,
+            "accepted": [
+                {"hotkey": c.key, "update_sha256": v.manifest.update.sha256, "weight": c.weight}
+                for c, v in zip(contributions, accepted, strict=True)
+            ],
+            "result_hash": params_hash(result.params),
+        }
+        self.publish(aggregate_key(self.rt.run_id, w), sign_document(self.wallet.hotkey, body))
+        return accepted
+
+    def publish_report(self, w: int, verdicts: list[MinerVerdict]) -> None:
+        body = {
+            "kind": "report",
+            "run_id": self.rt.run_id,
+            "window": w,
+            "validator": self.hotkey,
+            "miners": {
+                v.hotkey: {
+                    "uid": v.uid,
+                    "verdicts": v.verdicts,
+                    "numbers": v.numbers,
+                    "score": v.score,
+                    "reason": v.reason,
+                }
+                for v in verdicts
+            },
+        }
+        self.publish(report_key(self.rt.run_id, w, self.hotkey), sign_document(self.wallet.hotkey, body))
+
+    def publish(self, key: str, data: bytes) -> None:
+        try:
+            self.store.put(key, data)
+        except StoreError as exc:
+            log.error("could not publish %s: %s", key, exc)
+
+    # -- scores and weights ---------------------------------------------------------------------
+
+    def fold_scores(self, w: int, mg: Metagraph, verdicts: list[MinerVerdict]) -> None:
+        state = self.state.aligned(mg.hotkeys)
+        scores = [0.0] * mg.n
+        for v in verdicts:
+            if v.uid < mg.n and mg.hotkeys[v.uid] == v.hotkey:
+                scores[v.uid] = v.score
+        averages = ema_update(state.averages, scores, self.rt.config.scoring.ema_alpha)
+        self.state = state.model_copy(update={"window": w, "averages": averages, "last_scores": scores})
+        save_state(self.state, self.state_path)
+
+    def set_weights(self, mg: Metagraph) -> None:
+        me = mg.neuron(self.hotkey)
+        if me is None or not me.validator_permit:
+            log.info("no validator permit yet; weights not set")
+            return
+        if mg.block - me.last_update < self.chain.hyperparameters().weights_rate_limit:
+            return
+        owner = self.chain.subnet_owner()
+        owner_uid = next((n.uid for n in mg.neurons if owner and n.coldkey == owner), None)
+        weights = weights_from_averages(
+            self.state.averages, burn_share=self.rt.config.scoring.burn_share, owner_uid=owner_uid
+        )
+        if sum(weights) <= 0:
+            return
+        try:
+            self.chain.set_weights(self.wallet, list(range(len(weights))), weights)
+        except ChainError as exc:
+            log.warning("setting weights refused: %s", exc)
+            return
+        self.state = self.state.model_copy(update={"last_weights_block": mg.block})
+        save_state(self.state, self.state_path)
+        log.info("weights set: %s", {uid: round(x, 3) for uid, x in enumerate(weights) if x > 0})

@@ -1,0 +1,117 @@
+"""The entry points as operators run them: flags with environment variables, and clear refusals to
+start on a wrong run config, an unregistered hotkey, or a run the owner never published."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from distrai.chain.base import Hyperparameters
+from distrai.chain.local import LocalChain
+from distrai.node import FLAGS
+from distrai.run import load_run_config, run_commitment, shipped_config_path
+from distrai.wallets import create_dev_wallet
+
+REPO = Path(__file__).resolve().parents[1]
+CPU = shipped_config_path("cpu-localnet")
+
+
+def neuron(role: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO / "neurons" / f"{role}.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+    )
+
+
+@pytest.mark.parametrize("role", ["miner", "validator"])
+def test_help_lists_every_flag_with_its_environment_variable(role):
+    out = neuron(role, "--help")
+    assert out.returncode == 0
+    text = " ".join(out.stdout.split())
+    for flag, env, _, _ in FLAGS:
+        assert flag in text and f"env {env}" in text
+    assert ("--miner.idle" in text) == (role == "miner")
+
+
+@pytest.fixture
+def subnet(tmp_path):
+    wallets = str(tmp_path / "wallets")
+    owner, _ = create_dev_wallet("owner", "default", wallets)
+    miner, _ = create_dev_wallet("miner", "default", wallets)
+    chain = LocalChain.create(
+        tmp_path / "chain.db",
+        block_time=1000.0,
+        hyperparameters=Hyperparameters(max_registrations_per_block=8),
+        owner_coldkey=owner.coldkeypub.ss58_address,
+    )
+    chain.register(owner)
+    chain.register(miner)
+    return chain, owner, wallets, tmp_path
+
+
+def common(chain, wallets, tmp_path, config, name="miner"):
+    return [
+        "--run.config",
+        str(config),
+        "--wallet.name",
+        name,
+        "--wallet.path",
+        wallets,
+        "--subtensor.network",
+        "embedded",
+        "--chain.path",
+        str(chain.path),
+        "--store.url",
+        f"file://{tmp_path / 'store'}",
+        "--work.dir",
+        str(tmp_path / "work"),
+        "--max.windows",
+        "0",
+    ]
+
+
+def test_a_node_refuses_a_run_the_owner_did_not_publish(subnet):
+    chain, owner, wallets, tmp_path = subnet
+    out = neuron("miner", *common(chain, wallets, tmp_path, CPU))
+    assert out.returncode == 2 and "published no run commitment" in out.stderr
+
+    chain.commit(owner, run_commitment(load_run_config(CPU)))
+    changed = tmp_path / "changed.toml"
+    changed.write_text(CPU.read_text().replace("lr = 1e-3", "lr = 2e-3"))
+    out = neuron("validator", *common(chain, wallets, tmp_path, changed))
+    assert out.returncode == 2 and "published run id" in out.stderr
+
+    out = neuron("miner", *common(chain, wallets, tmp_path, CPU))
+    assert out.returncode == 0, out.stderr
+
+
+def test_a_node_refuses_an_unregistered_hotkey(subnet):
+    chain, owner, wallets, tmp_path = subnet
+    create_dev_wallet("stranger", "default", wallets)
+    out = neuron("miner", *common(chain, wallets, tmp_path, CPU, name="stranger"))
+    assert out.returncode == 2 and "is not registered" in out.stderr
+
+
+def test_flags_come_from_the_environment(subnet):
+    chain, owner, wallets, tmp_path = subnet
+    chain.commit(owner, run_commitment(load_run_config(CPU)))
+    env = {
+        "DISTRAI_RUN_CONFIG": str(CPU),
+        "BT_WALLET_NAME": "miner",
+        "BT_WALLET_PATH": wallets,
+        "BT_SUBTENSOR_NETWORK": "embedded",
+        "DISTRAI_CHAIN": str(chain.path),
+        "DISTRAI_STORE_URL": f"file://{tmp_path / 'store'}",
+        "DISTRAI_WORK_DIR": str(tmp_path / "w"),
+        "DISTRAI_MAX_WINDOWS": "0",
+    }
+    out = neuron("miner", env=env)
+    assert out.returncode == 0, out.stderr
+    assert "miner" in out.stdout + out.stderr and (tmp_path / "w" / "metrics.jsonl").exists()

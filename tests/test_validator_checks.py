@@ -1,0 +1,163 @@
+"""A validator's checks on one miner's window: honest work passes, and every kind of bad input
+becomes a named verdict (never an exception that would stop the validator)."""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+
+import pytest
+import torch
+from bittensor.keyfiles import Keypair
+
+from distrai.announce import Announcement
+from distrai.globalmodel import GlobalModel
+from distrai.layout import manifest_key
+from distrai.run import load_run_config, shipped_config_path
+from distrai.runtime import build_runtime
+from distrai.store import FileStore
+from distrai.train.outer import OuterState
+from distrai.wire import encode_tensors, sign_document
+from validators.checks import PASS, check_miner, flag_copies
+
+WINDOW = 3
+MINER = Keypair.create_from_uri("//Miner")
+THIEF = Keypair.create_from_uri("//Thief")
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    return build_runtime(load_run_config(shipped_config_path("cpu-localnet")))
+
+
+@pytest.fixture(scope="module")
+def model(runtime):
+    return GlobalModel(WINDOW, runtime.initial_params(), OuterState(momentum={}))
+
+
+def update_blob(runtime, model, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    delta = {n: 1e-3 * torch.randn(p.shape, generator=generator) for n, p in model.params.items()}
+    encoded = runtime.codec.encode(delta, None)
+    return encode_tensors(encoded.payload, encoded.metadata), encoded.metadata
+
+
+def manifest_body(runtime, model, blob, metadata, hotkey, **overrides):
+    cfg = runtime.config.train
+    body = {
+        "kind": "update",
+        "run_id": runtime.run_id,
+        "window": WINDOW,
+        "hotkey": hotkey,
+        "base_hash": model.hash,
+        "update": {
+            "sha256": hashlib.sha256(blob).hexdigest(),
+            "size": len(blob),
+            "codec": runtime.config.codec.name,
+            "codec_metadata": dict(metadata),
+        },
+        "micro_batches": 1,
+        "losses": [3.0] * cfg.inner_steps,
+        "boundaries": [
+            {"step": s, "state_hash": "ab" * 32, "sketch": [0.0]}
+            for s in range(0, cfg.inner_steps + 1, cfg.segment_steps)
+        ],
+        "residual_in_hash": None,
+        "residual_out_hash": None,
+    }
+    body.update(overrides)
+    return body
+
+
+def publish(store, runtime, hotkey, manifest: bytes, blob: bytes | None) -> Announcement:
+    store.put(manifest_key(runtime.run_id, WINDOW, hotkey), manifest)
+    if blob is not None:
+        store.put_blob(blob)
+    return Announcement(store.url, WINDOW, hashlib.sha256(manifest).hexdigest())
+
+
+def check(runtime, model, store, announcement, hotkey=MINER.ss58_address):
+    registered = {MINER.ss58_address, THIEF.ss58_address}
+    return check_miner(runtime, model, WINDOW, hotkey, 1, announcement, store, lambda hk: hk in registered)
+
+
+def test_honest_update_passes(runtime, model, tmp_path):
+    store = FileStore(tmp_path)
+    blob, meta = update_blob(runtime, model)
+    manifest = sign_document(MINER, manifest_body(runtime, model, blob, meta, MINER.ss58_address))
+    verdict = check(runtime, model, store, publish(store, runtime, MINER.ss58_address, manifest, blob))
+    assert verdict.passed, verdict.verdicts
+    assert set(verdict.update) == set(model.params)
+
+
+@pytest.mark.parametrize(
+    ("case", "check_name", "words"),
+    [
+        ("no manifest", "manifest", "not fetched"),
+        ("tampered after commit", "manifest", "hash_mismatch"),
+        ("signed by another key", "manifest", "wrong_signer"),
+        ("wrong window", "manifest", "wrong_window"),
+        ("pickle", "manifest", "pickle"),
+        ("other base", "consistency", "another base model"),
+        ("too few steps", "consistency", "does not cover"),
+        ("no blob", "update", "no key"),
+        ("garbage blob", "update", "malformed_safetensors"),
+        ("wrong size", "update", "the manifest says"),
+    ],
+)
+def test_bad_input_becomes_a_named_verdict(runtime, model, tmp_path, case, check_name, words):
+    store = FileStore(tmp_path)
+    blob, meta = update_blob(runtime, model)
+    hk = MINER.ss58_address
+    body = manifest_body(runtime, model, blob, meta, hk)
+    signer = MINER
+    publish_blob: bytes | None = blob
+    if case == "signed by another key":
+        signer = THIEF
+    elif case == "wrong window":
+        body["window"] = WINDOW + 1
+    elif case == "other base":
+        body["base_hash"] = "cd" * 32
+    elif case == "too few steps":
+        body["losses"] = body["losses"][:-5]
+        body["boundaries"] = body["boundaries"][:-1]
+    elif case == "no blob":
+        publish_blob = None
+    elif case == "garbage blob":
+        garbage = b"\x10\x00\x00\x00\x00\x00\x00\x00not a header at all"
+        body["update"] = {
+            **body["update"],
+            "sha256": hashlib.sha256(garbage).hexdigest(),
+            "size": len(garbage),
+        }
+        publish_blob = garbage
+    elif case == "wrong size":
+        body["update"] = {**body["update"], "size": len(blob) + 1}
+    manifest = sign_document(signer, body)
+    if case == "pickle":
+        manifest = pickle.dumps(body)
+    announcement = publish(store, runtime, hk, manifest, publish_blob)
+    if case == "no manifest":
+        store.delete(manifest_key(runtime.run_id, WINDOW, hk))
+    if case == "tampered after commit":
+        store.put(
+            manifest_key(runtime.run_id, WINDOW, hk), sign_document(MINER, {**body, "micro_batches": 2})
+        )
+    verdict = check(runtime, model, store, announcement)
+    assert not verdict.passed
+    assert verdict.verdicts[check_name] != PASS
+    assert words in verdict.verdicts[check_name], verdict.verdicts
+
+
+def test_copied_update_fails_for_the_later_committer(runtime, model, tmp_path):
+    store = FileStore(tmp_path)
+    blob, meta = update_blob(runtime, model)
+    verdicts = []
+    for kp in (MINER, THIEF):
+        manifest = sign_document(kp, manifest_body(runtime, model, blob, meta, kp.ss58_address))
+        announcement = publish(store, runtime, kp.ss58_address, manifest, blob)
+        verdicts.append(check(runtime, model, store, announcement, kp.ss58_address))
+    assert all(v.passed for v in verdicts)
+    flag_copies(verdicts, {MINER.ss58_address: 10, THIEF.ss58_address: 11})
+    assert verdicts[0].passed
+    assert not verdicts[1].passed and "identical" in verdicts[1].verdicts["copy"]

@@ -16,21 +16,22 @@ def state_key(run_id: str, window: int, hotkey: str, step: int) -> str:
     return f"{window_prefix(run_id, window)}/states/{hotkey}/{step:06d}.safetensors"
 
 
-def aggregate_key(run_id: str, window: int) -> str:
-    return f"{window_prefix(run_id, window)}/aggregate.json"
+def aggregate_key(run_id: str, window: int, validator_hotkey: str) -> str:
+    """Per validator: stores may be shared (one bucket for a whole local network)."""
+    return f"{window_prefix(run_id, window)}/aggregates/{validator_hotkey}.json"
 
 
 def report_key(run_id: str, window: int, validator_hotkey: str) -> str:
     return f"{window_prefix(run_id, window)}/reports/{validator_hotkey}.json"
 
 
-def checkpoint_prefix(run_id: str) -> str:
-    return f"runs/{run_id[:16]}/checkpoints/"
+def checkpoint_prefix(run_id: str, validator_hotkey: str) -> str:
+    return f"runs/{run_id[:16]}/checkpoints/{validator_hotkey}/"
 
 
-def checkpoint_key(run_id: str, window: int) -> str:
+def checkpoint_key(run_id: str, window: int, validator_hotkey: str) -> str:
     """A full checkpoint of G_window (the base of `window`) with the outer optimizer's state."""
-    return f"{checkpoint_prefix(run_id)}w{window:08d}.safetensors"
+    return f"{checkpoint_prefix(run_id, validator_hotkey)}w{window:08d}.safetensors"
 
 
 def checkpoint_window(key: str) -> int | None:

@@ -96,6 +96,8 @@ class Syncer:
         self.chain = chain
         self.stores = stores
         self.limits = runtime.config.limits
+        self.bytes_received = 0
+        """Bytes of aggregates, updates and checkpoints this node has downloaded."""
 
     def first_window(self) -> int:
         start = run_start_block(self.chain, self.runtime.run_id)
@@ -118,7 +120,7 @@ class Syncer:
         for hotkey, url in view.validators_by_stake():
             try:
                 store = self.stores.get(url)
-                key = aggregate_key(self.runtime.run_id, model.window)
+                key = aggregate_key(self.runtime.run_id, model.window, hotkey)
                 if not store.exists(key):
                     continue
                 aggregate = self.read_aggregate(
@@ -145,6 +147,10 @@ class Syncer:
         log.info("window %d: no aggregate published; the global model stays", model.window)
         return skip_window(model)
 
+    def _counted(self, data: bytes) -> bytes:
+        self.bytes_received += len(data)
+        return data
+
     def read_aggregate(self, data: bytes, signer: str, window: int) -> AggregateManifest:
         mg = self.chain.metagraph()
         doc = open_document(
@@ -162,13 +168,13 @@ class Syncer:
         for hotkey, url in view.validators_by_stake():
             try:
                 store = self.stores.get(url)
-                keys = store.list(checkpoint_prefix(self.runtime.run_id))
+                keys = store.list(checkpoint_prefix(self.runtime.run_id, hotkey))
                 windows = sorted(
                     (w, k) for k in keys if (w := checkpoint_window(k)) is not None and w <= target
                 )
                 if not windows:
                     continue
-                data = store.get(windows[-1][1], self.limits.max_checkpoint_bytes)
+                data = self._counted(store.get(windows[-1][1], self.limits.max_checkpoint_bytes))
                 model = decode_checkpoint(data, shapes, self.limits.max_checkpoint_bytes)
             except (StoreError, WireError, SyncError, ValueError) as exc:
                 log.warning("checkpoint of %s unusable: %s", hotkey[:10], exc)

@@ -135,7 +135,7 @@ class Miner:
             return
         self.residual = encoded.residual
         self._save_residual()
-        revealed = self.reveal(w, blob, states_dir)
+        revealed, revealed_bytes = self.reveal(w, blob, states_dir)
         shutil.rmtree(states_dir, ignore_errors=True)
         self.last_window = w
         log.info(
@@ -155,8 +155,10 @@ class Miner:
                     "loss_first": trained.losses[0],
                     "loss_last": trained.losses[-1],
                     "tokens_per_s": trained.tokens / max(train_seconds, 1e-9),
-                    "bytes_sent": len(blob) + len(manifest),
+                    "bytes_sent": len(blob) + len(manifest) + revealed_bytes,
+                    "bytes_received": self.syncer.bytes_received,
                     "states_revealed": revealed,
+                    "emission": self.own_emission(),
                     "idle": self.options.idle,
                 },
             )
@@ -241,8 +243,9 @@ class Miner:
             return False
         return True
 
-    def reveal(self, w: int, blob: bytes, states_dir: Path) -> int:
-        """Upload the update and every challenged segment's two boundary states; returns states sent."""
+    def reveal(self, w: int, blob: bytes, states_dir: Path) -> tuple[int, int]:
+        """Upload the update and every challenged segment's two boundary states; returns the number
+        of states and their bytes."""
         deadline = commit_deadline(self.windows, w)
         self.chain.wait_for_block(deadline + 1)
         mg = self.chain.metagraph()
@@ -252,17 +255,23 @@ class Miner:
         segments = segments_to_reveal(inputs, self.hotkey, validators) if self.hotkey in in_time else []
         k = self.rt.inner.segment_steps
         steps = sorted({s * k for s in segments} | {(s + 1) * k for s in segments})
+        sent = 0
         try:
             self.store.put_blob(blob)
             for step in steps:
                 data = (states_dir / f"{step:06d}.safetensors").read_bytes()
                 self.store.put(state_key(self.rt.run_id, w, self.hotkey, step), data)
+                sent += len(data)
         except (StoreError, OSError) as exc:
             log.error("window %d: reveal failed: %s", w, exc)
-            return 0
+            return 0, sent
         if self.chain.block() >= reveal_deadline(self.windows, w):
             log.warning("window %d: the reveal finished after the reveal deadline", w)
-        return len(steps)
+        return len(steps), sent
+
+    def own_emission(self) -> float:
+        neuron = self.chain.metagraph().neuron(self.hotkey)
+        return 0.0 if neuron is None else neuron.total_emission
 
     # -- error feedback across windows and restarts ---------------------------------------------
 

@@ -120,7 +120,7 @@ def test_checkpoint_of_another_model_is_refused():
 
 
 def test_checkpoint_keys_name_their_window():
-    assert checkpoint_window(checkpoint_key("ab" * 32, 42)) == 42
+    assert checkpoint_window(checkpoint_key("ab" * 32, 42, "5Validator")) == 42
     assert checkpoint_window("runs/x/checkpoints/readme.txt") is None
 
 

@@ -65,6 +65,8 @@ def test_localnet_trains_pays_honest_miners_and_survives_a_validator_restart(net
 
     for neuron in net.neurons:
         assert neuron.process.returncode == 0, neuron.log_path.read_text()[-3000:]
+    for neuron in net.neurons:
+        assert "not following" not in neuron.log_path.read_text(), f"{neuron.name} refused an aggregate"
     restarted_log = net.neuron("validator1").log_path.read_text()
     assert f"at window {before.window}" in restarted_log
 

@@ -106,7 +106,7 @@ class Validator:
         miners = sorted(self.chain.metagraph().hotkeys)
         self.model = self.syncer.catch_up(self.model, w)
         if is_checkpoint_window(self.windows, w):
-            self.publish(checkpoint_key(self.rt.run_id, w), encode_checkpoint(self.model))
+            self.publish(checkpoint_key(self.rt.run_id, w, self.hotkey), encode_checkpoint(self.model))
         self._sleep_until(reveal_deadline(self.windows, w), stop)
         if stop.is_set():
             return
@@ -119,7 +119,7 @@ class Validator:
         if self.chain.block() >= aggregate_deadline(self.windows, w):
             log.warning("window %d: validation finished after the aggregate deadline", w)
         self.fold_scores(w, mg, verdicts)
-        self.set_weights(mg)
+        weights = self.set_weights(mg)
         log.info(
             "window %d: %d updates checked, %d accepted, in %.1fs; scores %s",
             w,
@@ -135,6 +135,10 @@ class Validator:
                     "updates": len(verdicts),
                     "accepted": len(accepted),
                     "validate_seconds": seconds,
+                    "bytes_received": self.syncer.bytes_received
+                    + sum(int(v.numbers.get("update_bytes", 0)) for v in verdicts),
+                    "emission": mg.neuron(self.hotkey).total_emission if mg.neuron(self.hotkey) else 0.0,
+                    **{f"weight/{uid}": x for uid, x in enumerate(weights)},
                     **{f"score/{v.uid}": v.score for v in verdicts},
                     **{f"average/{uid}": a for uid, a in enumerate(self.state.averages)},
                 },
@@ -210,7 +214,7 @@ class Validator:
             ],
             "result_hash": params_hash(result.params),
         }
-        self.publish(aggregate_key(self.rt.run_id, w), sign_document(self.wallet.hotkey, body))
+        self.publish(aggregate_key(self.rt.run_id, w, self.hotkey), sign_document(self.wallet.hotkey, body))
         return accepted
 
     def publish_report(self, w: int, verdicts: list[MinerVerdict]) -> None:
@@ -250,25 +254,27 @@ class Validator:
         self.state = state.model_copy(update={"window": w, "averages": averages, "last_scores": scores})
         save_state(self.state, self.state_path)
 
-    def set_weights(self, mg: Metagraph) -> None:
+    def set_weights(self, mg: Metagraph) -> list[float]:
+        """Set weights from the averages when allowed; returns the weights set (empty if none)."""
         me = mg.neuron(self.hotkey)
         if me is None or not me.validator_permit:
             log.info("no validator permit yet; weights not set")
-            return
+            return []
         if mg.block - me.last_update < self.chain.hyperparameters().weights_rate_limit:
-            return
+            return []
         owner = self.chain.subnet_owner()
         owner_uid = next((n.uid for n in mg.neurons if owner and n.coldkey == owner), None)
         weights = weights_from_averages(
             self.state.averages, burn_share=self.rt.config.scoring.burn_share, owner_uid=owner_uid
         )
         if sum(weights) <= 0:
-            return
+            return []
         try:
             self.chain.set_weights(self.wallet, list(range(len(weights))), weights)
         except ChainError as exc:
             log.warning("setting weights refused: %s", exc)
-            return
+            return []
         self.state = self.state.model_copy(update={"last_weights_block": mg.block})
         save_state(self.state, self.state_path)
         log.info("weights set: %s", {uid: round(x, 3) for uid, x in enumerate(weights) if x > 0})
+        return weights

@@ -1,0 +1,33 @@
+"""Node metrics: a local JSON-lines file the dashboard reads, and wandb in offline mode."""
+
+from __future__ import annotations
+
+import math
+
+from distrai.metrics import Metrics, read_metrics
+
+
+def test_records_append_and_survive_a_torn_last_line(tmp_path):
+    path = tmp_path / "m" / "metrics.jsonl"
+    metrics = Metrics(path, role="miner", hotkey="5abc", run_id="r")
+    metrics.log(3, {"loss": 2.5, "tokens_per_s": 100.0, "bad": math.nan})
+    metrics.log(4, {"loss": 2.0})
+    metrics.close()
+    with path.open("a") as f:
+        f.write('{"window": 5, "lo')
+    records = read_metrics(path)
+    assert [r["window"] for r in records] == [3, 4]
+    assert records[0]["loss"] == 2.5 and records[0]["bad"] is None and records[0]["role"] == "miner"
+
+
+def test_wandb_runs_offline_without_an_api_key(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    metrics = Metrics(
+        tmp_path / "metrics.jsonl", role="validator", hotkey="5xyz", run_id="r", wandb_project="distrai"
+    )
+    metrics.log(1, {"score/0": 0.5, "note": "text is kept locally only"})
+    metrics.close()
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and any(runs[0].rglob("*.wandb"))
+    assert read_metrics(tmp_path / "metrics.jsonl")[0]["score/0"] == 0.5

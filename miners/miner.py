@@ -108,7 +108,7 @@ class Miner:
             if w <= self.last_window or phase(self.windows, block) is not Phase.TRAIN:
                 self._sleep_until(window_start(self.windows, max(w, self.last_window) + 1), stop)
                 continue
-            self.run_window(w)
+            self.run_window(w, stop)
             done += 1
 
     def _sleep_until(self, block: int, stop: threading.Event) -> None:
@@ -117,7 +117,7 @@ class Miner:
 
     # -- one window -----------------------------------------------------------------------------
 
-    def run_window(self, w: int) -> None:
+    def run_window(self, w: int, stop: threading.Event) -> None:
         started = time.monotonic()
         miners = sorted(self.chain.metagraph().hotkeys)
         self.model = self.syncer.catch_up(self.model, w)
@@ -135,7 +135,7 @@ class Miner:
             return
         self.residual = encoded.residual
         self._save_residual()
-        revealed, revealed_bytes = self.reveal(w, blob, states_dir)
+        revealed, revealed_bytes = self.reveal(w, blob, states_dir, stop)
         shutil.rmtree(states_dir, ignore_errors=True)
         self.last_window = w
         log.info(
@@ -243,11 +243,14 @@ class Miner:
             return False
         return True
 
-    def reveal(self, w: int, blob: bytes, states_dir: Path) -> tuple[int, int]:
+    def reveal(self, w: int, blob: bytes, states_dir: Path, stop: threading.Event) -> tuple[int, int]:
         """Upload the update and every challenged segment's two boundary states; returns the number
         of states and their bytes."""
         deadline = commit_deadline(self.windows, w)
-        self.chain.wait_for_block(deadline + 1)
+        self._sleep_until(deadline + 1, stop)
+        if stop.is_set():
+            log.info("window %d: stopping before the reveal", w)
+            return 0, 0
         mg = self.chain.metagraph()
         in_time = committed_updates(mg.commitments, w, lambda b: committed_in_time(self.windows, w, b))
         inputs = challenge_inputs(self.rt.config, self.chain.block_hash(deadline), w, in_time)

@@ -98,6 +98,8 @@ class Syncer:
         self.limits = runtime.config.limits
         self.bytes_received = 0
         """Bytes of aggregates, updates and checkpoints this node has downloaded."""
+        self.followed: dict[int, tuple[str, AggregateManifest]] = {}
+        """Window → (validator hotkey, aggregate) this node followed."""
 
     def first_window(self) -> int:
         start = run_start_block(self.chain, self.runtime.run_id)
@@ -143,6 +145,7 @@ class Syncer:
                 hotkey[:10],
                 len(aggregate.accepted),
             )
+            self.followed[model.window] = (hotkey, aggregate)
             return following
         log.info("window %d: no aggregate published; the global model stays", model.window)
         return skip_window(model)

@@ -96,6 +96,9 @@ def test_localnet_trains_pays_honest_miners_and_survives_a_validator_restart(net
         averages = [alpha * s + (1 - alpha) * a for a, s in zip(averages, scores, strict=True)]
     assert final.averages == pytest.approx(averages, abs=1e-12)
 
+    agreement = [r["leader_agreed_last_window"] for r in records if r.get("leader_agreed_last_window") is not None]
+    assert agreement and all(a == 1.0 for a in agreement), agreement
+
     done = processed_windows(net)
     first, last = heldout_losses(net, done[0], done[-1])
     assert last < first - 0.5, (first, last)

@@ -80,6 +80,7 @@ class Validator:
         self.state_path = options.work_dir / "validator_state.json"
         self.state: ValidatorState = load_state(self.state_path, runtime.run_id)
         self.model: GlobalModel | None = None
+        self.own_aggregates: dict[int, dict] = {}
 
     def announce(self) -> None:
         self.chain.commit(self.wallet, Announcement(self.store_url).encode())
@@ -105,6 +106,7 @@ class Validator:
     def run_window(self, w: int, stop: threading.Event) -> None:
         miners = sorted(self.chain.metagraph().hotkeys)
         self.model = self.syncer.catch_up(self.model, w)
+        agreement = self.compare_with_leader(w - 1)
         if is_checkpoint_window(self.windows, w):
             self.publish(checkpoint_key(self.rt.run_id, w, self.hotkey), encode_checkpoint(self.model))
         self._sleep_until(reveal_deadline(self.windows, w), stop)
@@ -135,6 +137,7 @@ class Validator:
                     "updates": len(verdicts),
                     "accepted": len(accepted),
                     "validate_seconds": seconds,
+                    "leader_agreed_last_window": agreement,
                     "bytes_received": self.syncer.bytes_received
                     + sum(int(v.numbers.get("update_bytes", 0)) for v in verdicts),
                     "emission": mg.neuron(self.hotkey).total_emission if mg.neuron(self.hotkey) else 0.0,
@@ -215,7 +218,28 @@ class Validator:
             "result_hash": params_hash(result.params),
         }
         self.publish(aggregate_key(self.rt.run_id, w, self.hotkey), sign_document(self.wallet.hotkey, body))
+        self.own_aggregates = {w: body}
         return accepted
+
+    def compare_with_leader(self, w: int) -> float | None:
+        """1.0 when the aggregate this node followed for window w accepted the same updates with
+        the same result as this validator's own, 0.0 when not; None when there is nothing to compare."""
+        mine = self.own_aggregates.get(w)
+        followed = self.syncer.followed.get(w)
+        if mine is None or followed is None:
+            return None
+        leader, theirs = followed
+        same = theirs.result_hash == mine["result_hash"] and sorted(
+            a.hotkey for a in theirs.accepted
+        ) == sorted(a["hotkey"] for a in mine["accepted"])
+        if leader != self.hotkey:
+            if same:
+                log.info("window %d: the leader's aggregate matches this validator's", w)
+            else:
+                log.warning(
+                    "window %d: the leader %s accepted other updates or reached another model", w, leader[:10]
+                )
+        return 1.0 if same else 0.0
 
     def publish_report(self, w: int, verdicts: list[MinerVerdict]) -> None:
         body = {

@@ -24,13 +24,13 @@ import torch
 
 from distrai.announce import Announcement, committed_updates
 from distrai.chain.base import Chain, ChainError, WalletLike
-from distrai.globalmodel import GlobalModel
 from distrai.layout import manifest_key, state_key
 from distrai.metrics import Metrics
+from distrai.participant import Participant
 from distrai.run import challenge_inputs
 from distrai.runtime import Runtime
 from distrai.store import Store, StoreError
-from distrai.sync import StoreCache, Syncer
+from distrai.sync import StoreCache
 from distrai.train.assignment import batch_indices
 from distrai.train.hashing import hash_tensors
 from distrai.train.inner import BoundaryState, inner_loop, window_start_state
@@ -68,7 +68,7 @@ class Trained:
     tokens: int
 
 
-class Miner:
+class Miner(Participant):
     def __init__(
         self,
         runtime: Runtime,
@@ -80,25 +80,12 @@ class Miner:
         metrics: Metrics | None = None,
         stores: StoreCache | None = None,
     ):
-        self.rt = runtime
-        self.chain = chain
-        self.wallet = wallet
-        self.hotkey = wallet.hotkey.ss58_address
-        self.store = store
-        self.store_url = store_url
+        super().__init__(runtime, chain, wallet, store, store_url, metrics, stores)
         self.options = options
-        self.metrics = metrics
-        self.syncer = Syncer(runtime, chain, stores or StoreCache())
-        self.model: GlobalModel | None = None
         self.residual: dict[str, torch.Tensor] | None = self._load_residual()
         self.last_window = -1
-        self.windows = runtime.config.windows
 
     # -- the loop -------------------------------------------------------------------------------
-
-    def announce(self) -> None:
-        """Say where this miner publishes (before its first update commitment)."""
-        self.chain.commit(self.wallet, Announcement(self.store_url).encode())
 
     def run(self, stop: threading.Event, max_windows: int | None = None) -> None:
         done = 0
@@ -106,14 +93,10 @@ class Miner:
             block = self.chain.block()
             w = window_of(self.windows, block)
             if w <= self.last_window or phase(self.windows, block) is not Phase.TRAIN:
-                self._sleep_until(window_start(self.windows, max(w, self.last_window) + 1), stop)
+                self.sleep_until(window_start(self.windows, max(w, self.last_window) + 1), stop)
                 continue
             self.run_window(w, stop)
             done += 1
-
-    def _sleep_until(self, block: int, stop: threading.Event) -> None:
-        while not stop.is_set() and self.chain.block() < block:
-            stop.wait(min(0.5, self.chain.block_time() / 4))
 
     # -- one window -----------------------------------------------------------------------------
 
@@ -247,7 +230,7 @@ class Miner:
         """Upload the update and every challenged segment's two boundary states; returns the number
         of states and their bytes."""
         deadline = commit_deadline(self.windows, w)
-        self._sleep_until(deadline + 1, stop)
+        self.sleep_until(deadline + 1, stop)
         if stop.is_set():
             log.info("window %d: stopping before the reveal", w)
             return 0, 0

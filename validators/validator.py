@@ -21,14 +21,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from distrai.announce import Announcement, committed_updates
+from distrai.announce import committed_updates
 from distrai.chain.base import Chain, ChainError, Metagraph, WalletLike
-from distrai.globalmodel import GlobalModel, encode_checkpoint, outer_config
+from distrai.globalmodel import encode_checkpoint, outer_config
 from distrai.layout import aggregate_key, checkpoint_key, report_key
 from distrai.metrics import Metrics
+from distrai.participant import Participant
 from distrai.runtime import Runtime, params_hash
 from distrai.store import Store, StoreError
-from distrai.sync import StoreCache, Syncer
+from distrai.sync import StoreCache
 from distrai.train.outer import Contribution, outer_step
 from distrai.windows import (
     Phase,
@@ -54,7 +55,7 @@ class ValidatorOptions:
     work_dir: Path
 
 
-class Validator:
+class Validator(Participant):
     def __init__(
         self,
         runtime: Runtime,
@@ -66,24 +67,11 @@ class Validator:
         metrics: Metrics | None = None,
         stores: StoreCache | None = None,
     ):
-        self.rt = runtime
-        self.chain = chain
-        self.wallet = wallet
-        self.hotkey = wallet.hotkey.ss58_address
-        self.store = store
-        self.store_url = store_url
+        super().__init__(runtime, chain, wallet, store, store_url, metrics, stores)
         self.options = options
-        self.metrics = metrics
-        self.stores = stores or StoreCache()
-        self.syncer = Syncer(runtime, chain, self.stores)
-        self.windows = runtime.config.windows
         self.state_path = options.work_dir / "validator_state.json"
         self.state: ValidatorState = load_state(self.state_path, runtime.run_id)
-        self.model: GlobalModel | None = None
         self.own_aggregates: dict[int, dict] = {}
-
-    def announce(self) -> None:
-        self.chain.commit(self.wallet, Announcement(self.store_url).encode())
 
     def run(self, stop: threading.Event, max_windows: int | None = None) -> None:
         done = 0
@@ -92,14 +80,10 @@ class Validator:
             w = window_of(self.windows, block)
             late = phase(self.windows, block) in (Phase.VALIDATE, Phase.WEIGHTS)
             if w <= self.state.window or late:
-                self._sleep_until(window_start(self.windows, max(w, self.state.window) + 1), stop)
+                self.sleep_until(window_start(self.windows, max(w, self.state.window) + 1), stop)
                 continue
             self.run_window(w, stop)
             done += 1
-
-    def _sleep_until(self, block: int, stop: threading.Event) -> None:
-        while not stop.is_set() and self.chain.block() < block:
-            stop.wait(min(0.5, self.chain.block_time() / 4))
 
     # -- one window -----------------------------------------------------------------------------
 
@@ -109,7 +93,7 @@ class Validator:
         agreement = self.compare_with_leader(w - 1)
         if is_checkpoint_window(self.windows, w):
             self.publish(checkpoint_key(self.rt.run_id, w, self.hotkey), encode_checkpoint(self.model))
-        self._sleep_until(reveal_deadline(self.windows, w), stop)
+        self.sleep_until(reveal_deadline(self.windows, w), stop)
         if stop.is_set():
             return
         started = time.monotonic()

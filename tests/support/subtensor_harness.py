@@ -15,27 +15,18 @@ from distrai.chain.base import Hyperparameters
 from distrai.chain.local import LocalChain
 from distrai.chain.subtensor import SubtensorChain
 from distrai.wallets import create_dev_wallet
-from support.local_harness import FROZEN_BLOCK_TIME, TEST_HYPERPARAMETERS
+from support.local_harness import FROZEN_BLOCK_TIME, TEST_HYPERPARAMETERS, LocalHarness
 from support.memory_substrate import MemorySubstrate
 
 
 @dataclass
-class SubtensorHarness:
-    chain: SubtensorChain
-    local: LocalChain
-    substrate: MemorySubstrate
-    wallet_path: Path
-    owner_coldkey: str
+class SubtensorHarness(LocalHarness):
+    """The embedded harness with `chain` swapped for the adapter over the memory substrate."""
 
-    def new_wallet(self, name: str) -> bt.Wallet:
-        wallet, _ = create_dev_wallet(name, "default", str(self.wallet_path))
-        return wallet
+    substrate: MemorySubstrate | None = None
 
     def add_stake(self, wallet: bt.Wallet, amount: float) -> None:
         self.chain.add_stake(wallet, amount)
-
-    def advance(self, blocks: int) -> None:
-        self.local.advance(blocks)
 
 
 def make_subtensor_harness(

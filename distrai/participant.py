@@ -1,0 +1,46 @@
+"""What a miner and a validator share: who they are, where they publish, their copy of the global
+model, and waiting for blocks in a way a stop signal can interrupt."""
+
+from __future__ import annotations
+
+import threading
+
+from distrai.announce import Announcement
+from distrai.chain.base import Chain, WalletLike
+from distrai.globalmodel import GlobalModel
+from distrai.metrics import Metrics
+from distrai.runtime import Runtime
+from distrai.store import Store
+from distrai.sync import StoreCache, Syncer
+
+
+class Participant:
+    def __init__(
+        self,
+        runtime: Runtime,
+        chain: Chain,
+        wallet: WalletLike,
+        store: Store,
+        store_url: str,
+        metrics: Metrics | None = None,
+        stores: StoreCache | None = None,
+    ):
+        self.rt = runtime
+        self.chain = chain
+        self.wallet = wallet
+        self.hotkey = wallet.hotkey.ss58_address
+        self.store = store
+        self.store_url = store_url
+        self.metrics = metrics
+        self.stores = stores or StoreCache()
+        self.syncer = Syncer(runtime, chain, self.stores)
+        self.windows = runtime.config.windows
+        self.model: GlobalModel | None = None
+
+    def announce(self) -> None:
+        """Say on chain where this node publishes (miners later add their window's manifest hash)."""
+        self.chain.commit(self.wallet, Announcement(self.store_url).encode())
+
+    def sleep_until(self, block: int, stop: threading.Event) -> None:
+        while not stop.is_set() and self.chain.block() < block:
+            stop.wait(min(0.5, self.chain.block_time() / 4))

@@ -124,6 +124,11 @@ class Localnet:
 
     def setup(self) -> None:
         """Wallets, chain, registrations, stake, permits and the owner's run commitment."""
+        if not (REPO / "neurons" / "miner.py").exists():
+            raise ValueError(
+                f"neurons/miner.py is not beside the installed package ({REPO}); "
+                "run from a checkout installed with `pip install -e .`"
+            )
         prepare_work_dir(self.work)
         o = self.options
         owner, _ = create_dev_wallet("owner", "default", str(self.wallet_path))

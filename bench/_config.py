@@ -1,0 +1,175 @@
+"""The benchmark's configuration, and what every method shares: model, data and batch schedule.
+
+All four methods (DDP, DiLoCo fp32 / int8 / top-k) start from the same initial model and consume
+exactly the same batches, in the same order (`worker_schedule`). DDP runs those steps one after
+another with all-reduced gradients; a DiLoCo row runs them as R = steps / H windows of H inner steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from distrai.train.assignment import batch_indices
+from distrai.train.data import DataSpec, TokenData, build_token_data
+from distrai.train.inner import InnerConfig
+from distrai.train.model import ModelSpec, load_model, load_tokenizer
+from distrai.train.optimizer import InnerOptimizerConfig
+from distrai.train.outer import OuterConfig
+from distrai.train.step import StepConfig
+
+RUN_ID = "bench-convergence"
+
+
+@dataclass(frozen=True)
+class CodecChoice:
+    """One DiLoCo row: a label, the codec (name and options) its workers upload with, the number
+    of inner steps H per round, and the outer optimizer."""
+
+    label: str
+    name: str
+    options: dict[str, object] = field(default_factory=dict)
+    inner_steps: int = 200
+    outer: OuterConfig = field(default_factory=OuterConfig)
+
+
+SPARSELOCO_OUTER = OuterConfig(lr=4.0, momentum=0.0, nesterov=False)
+"""Outer SGD without momentum for top-k (as in SparseLoCo, where error feedback stands in for
+momentum); the learning rate was chosen by the sweep recorded in docs/benchmarks.md."""
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """Everything that sets the benchmark's numbers."""
+
+    preset: str = "tiny"
+    seq_len: int = 64
+    batch_size: int = 8
+    workers: int = 4
+    steps: int = 800
+    data_window: int = 200
+    segment_steps: int = 25
+    lr: float = 1e-3
+    weight_decay: float = 0.1
+    warmup_steps: int = 20
+    codecs: tuple[CodecChoice, ...] = (
+        CodecChoice("DiLoCo fp32", "none"),
+        CodecChoice("DiLoCo + int8", "int8", {"chunk": 4096}),
+        CodecChoice("DiLoCo + top-k", "topk", {"chunk": 4096, "k": 64}, 50, SPARSELOCO_OUTER),
+    )
+    documents: int = 4000
+    heldout_fraction: float = 0.05
+    distill_steps: int = 400
+    throughput_steps: int = 100
+    throughput_segments: tuple[int, ...] = (25, 10, 5)
+    throughput_repeats: int = 3
+
+    def __post_init__(self) -> None:
+        if self.workers < 2:
+            raise ValueError(f"the benchmark needs at least 2 workers, got {self.workers}")
+        for name in ("steps", "data_window", "batch_size", "distill_steps", "throughput_repeats"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for choice in self.codecs:
+            if choice.inner_steps < 1 or self.steps % choice.inner_steps:
+                raise ValueError(
+                    f"{choice.label}: H = {choice.inner_steps} does not divide the {self.steps} steps per worker"
+                )
+            self.inner_config(choice.inner_steps)
+        for segment in self.throughput_segments:
+            self.inner_config(self.throughput_steps, segment)
+
+    @property
+    def tokens(self) -> int:
+        """The token budget of every method: workers × steps × batch × sequence length."""
+        return self.workers * self.steps * self.batch_size * self.seq_len
+
+    def model_spec(self, init_seed: int = 0) -> ModelSpec:
+        return ModelSpec(preset=self.preset, init_seed=init_seed)
+
+    def optimizer_config(self) -> InnerOptimizerConfig:
+        return InnerOptimizerConfig(
+            lr=self.lr, weight_decay=self.weight_decay, warmup_steps=self.warmup_steps
+        )
+
+    def inner_config(self, inner_steps: int, segment_steps: int | None = None) -> InnerConfig:
+        """The inner loop of a window of `inner_steps` steps, with a boundary every `segment_steps`
+        (default: the benchmark's, or the whole window if that is shorter)."""
+        segment = min(self.segment_steps, inner_steps) if segment_steps is None else segment_steps
+        return InnerConfig(
+            inner_steps=inner_steps,
+            segment_steps=segment,
+            optimizer=self.optimizer_config(),
+            step=StepConfig(cpu_threads=1),
+            sketch_seed=RUN_ID,
+        )
+
+    def data_spec(self) -> DataSpec:
+        return DataSpec(
+            seq_len=self.seq_len, builtin_documents=self.documents, heldout_fraction=self.heldout_fraction
+        )
+
+
+def quick(config: BenchConfig) -> BenchConfig:
+    """A seconds-long version of `config` that runs every code path (for the smoke test): tiny sizes
+    and 2 workers, so that starting the worker processes stays cheap."""
+    return replace(
+        config,
+        workers=2,
+        seq_len=32,
+        batch_size=4,
+        steps=8,
+        data_window=4,
+        segment_steps=2,
+        warmup_steps=2,
+        codecs=tuple(
+            replace(c, inner_steps=4 if c.inner_steps >= config.data_window else 2) for c in config.codecs
+        ),
+        documents=200,
+        heldout_fraction=0.1,
+        distill_steps=3,
+        throughput_steps=4,
+        throughput_segments=(2,),
+        throughput_repeats=2,
+    )
+
+
+def worker_names(config: BenchConfig) -> list[str]:
+    return [f"worker-{w}" for w in range(config.workers)]
+
+
+def load_data(config: BenchConfig) -> tuple[PreTrainedTokenizerBase, TokenData]:
+    tokenizer = load_tokenizer(config.model_spec(), "byte")
+    return tokenizer, build_token_data(config.data_spec(), tokenizer)
+
+
+def new_model(config: BenchConfig, tokenizer: PreTrainedTokenizerBase, init_seed: int = 0) -> PreTrainedModel:
+    return load_model(config.model_spec(init_seed), tokenizer=tokenizer)
+
+
+def worker_schedule(config: BenchConfig, data: TokenData, worker: int) -> list[list[int]]:
+    """Training-sequence indices of `worker`'s batch at each global step 0 … steps − 1: the data
+    assignment of hotkey `worker-w` at step t mod W of window t div W (W = `data_window`), the
+    same batches whatever a method's H."""
+    miners = worker_names(config)
+    return [
+        batch_indices(
+            RUN_ID,
+            step // config.data_window,
+            miners[worker],
+            step % config.data_window,
+            config.batch_size,
+            data.n_train,
+            miners,
+        )
+        for step in range(config.steps)
+    ]
+
+
+def load_params(model: torch.nn.Module, params: dict[str, torch.Tensor]) -> None:
+    """Copy named float32 parameters into the model."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            param.copy_(params[name])

@@ -82,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     net.add_argument("--validators", type=int, default=2)
     net.add_argument("--windows", type=int, default=5, help="windows each neuron runs before it stops")
     net.add_argument("--idle-miners", type=int, default=0, help="how many of the miners publish zero updates")
+    net.add_argument(
+        "--adversary",
+        default="",
+        metavar="TYPE[,TYPE…]",
+        help="add one cheating miner per type beside the honest ones (idle, noise, copycat, stale, lazy, "
+        "wrongdata, forged, scaled, nan, oversize, pickle, badsig, unregistered, replay)",
+    )
     net.add_argument("--block-time", type=float, default=1.0, help="seconds per block of the embedded chain")
     net.add_argument("--work", default="localnet", help="scratch folder for chain, store, wallets and logs")
     net.add_argument(

@@ -18,8 +18,8 @@ from distrai.run import OuterConfig as RunOuterConfig
 from distrai.runtime import params_hash
 from distrai.train.outer import Contribution, OuterConfig, OuterState, outer_step
 from distrai.train.tensorfile import decode_tensors, encode_tensors
+from distrai.update import decode_update
 from distrai.wire import WireError
-from distrai.wire import decode_tensors as decode_wire_tensors
 from distrai.wire.manifest import AggregateManifest
 
 CHECKPOINT_FORMAT = "distrai.global_checkpoint/1"
@@ -50,14 +50,6 @@ def outer_config(run_outer: RunOuterConfig) -> OuterConfig:
     )
 
 
-def decode_update(
-    blob: bytes, codec: Codec, shapes: Mapping[str, tuple[int, ...]], max_bytes: int
-) -> dict[str, torch.Tensor]:
-    """A miner's update blob → its pseudo-gradient; WireError or CodecError name what is wrong."""
-    payload, metadata = decode_wire_tensors(blob, max_bytes=max_bytes)
-    return codec.decode(payload, metadata, dict(shapes))
-
-
 def apply_aggregate(
     model: GlobalModel,
     aggregate: AggregateManifest,
@@ -75,7 +67,8 @@ def apply_aggregate(
     contributions = []
     for accepted in aggregate.accepted:
         try:
-            update = decode_update(fetch_blob(accepted.update_sha256), codec, shapes, max_update_bytes)
+            blob = fetch_blob(accepted.update_sha256)
+            update = decode_update(blob, codec, shapes, max_update_bytes, accepted.hotkey, aggregate.window)
         except (WireError, CodecError) as exc:
             raise SyncError(f"update of {accepted.hotkey} in the aggregate is unreadable: {exc}") from exc
         contributions.append(

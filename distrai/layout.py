@@ -41,3 +41,8 @@ def checkpoint_window(key: str) -> int | None:
         return None
     digits = name[1 : -len(".safetensors")]
     return int(digits) if digits.isdigit() else None
+
+
+def residual_key(run_id: str, window: int, hotkey: str) -> str:
+    """A revealed codec residual: the error feedback a miner carried into `window`."""
+    return f"{window_prefix(run_id, window)}/residuals/{hotkey}.safetensors"

@@ -31,6 +31,8 @@ class LocalnetOptions:
     windows: int = 5
     block_time: float = 1.0
     idle_miners: int = 0
+    adversaries: tuple[str, ...] = ()
+    """One extra miner per entry, cheating in that way (`miners.behaviour.ADVERSARIES`)."""
     run_config: Path = field(default_factory=lambda: shipped_config_path("cpu-localnet"))
 
 
@@ -152,6 +154,10 @@ class Localnet:
             chain.register(wallet)
             idle = ["--miner.idle"] if i >= o.miners - o.idle_miners else []
             self._add("miner", f"miner{i}", idle)
+        for name in o.adversaries:
+            wallet, _ = create_dev_wallet(f"adversary-{name}", "default", str(self.wallet_path))
+            chain.register(wallet)
+            self._add("miner", f"adversary-{name}", ["--miner.adversary", name])
         chain.advance(chain.hyperparameters().tempo + 2)
         self.started_block = chain.block()
 

@@ -11,8 +11,20 @@ from rich.live import Live
 from distrai.localnet import Localnet, LocalnetOptions
 from distrai.localnet_view import heldout_losses, live_table, miner_results, processed_windows, results_table
 from distrai.run import shipped_config_path
+from miners.behaviour import ADVERSARIES
 
 STARTUP_SECONDS = 120
+
+
+def parse_adversaries(text: str) -> tuple[str, ...]:
+    """`--adversary lazy,noise` → ("lazy", "noise"); unknown or repeated types are refused."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in ADVERSARIES]
+    if unknown:
+        raise ValueError(f"unknown --adversary {', '.join(unknown)}; known: {', '.join(ADVERSARIES)}")
+    if len(set(names)) != len(names):
+        raise ValueError("--adversary names a type twice; each type adds one miner")
+    return names
 
 
 def run_localnet(args: argparse.Namespace, console: Console) -> None:
@@ -23,6 +35,7 @@ def run_localnet(args: argparse.Namespace, console: Console) -> None:
         windows=args.windows,
         block_time=args.block_time,
         idle_miners=args.idle_miners,
+        adversaries=parse_adversaries(args.adversary),
         run_config=Path(args.run_config) if args.run_config else shipped_config_path("cpu-localnet"),
     )
     if options.miners < 1 or options.validators < 1 or options.windows < 1:

@@ -19,6 +19,9 @@ from distrai.sync import StoreCache, Syncer
 from distrai.train.evaluate import evaluate
 from distrai.wallets import open_wallet
 from distrai.windows import phase, window_of
+from distrai.wire import WireError, open_document
+
+MAX_REPORT_BYTES = 1 << 24
 
 
 def live_table(net: Localnet) -> Table:
@@ -39,12 +42,12 @@ def live_table(net: Localnet) -> Table:
         )
         last = records[-1] if records else None
         uid = mg.uid_of(_hotkey(net, neuron.name))
-        if neuron.role == "miner" and last and last.get("idle"):
-            latest = "idle: published a zero update"
-        elif neuron.role == "miner" and last:
+        if neuron.role == "miner" and last:
             latest = (
                 f"loss {last['loss_first']:.3f} → {last['loss_last']:.3f}, {last['tokens_per_s']:.0f} tok/s"
             )
+            if last.get("behaviour", "honest") != "honest":
+                latest = f"adversary {last['behaviour']}; {latest}"
         elif last:
             latest = f"{last['accepted']}/{last['updates']} updates accepted"
         else:
@@ -127,6 +130,29 @@ def results_table(results: list[MinerResult]) -> Table:
             f"{r.emission:.3f}",
         )
     return table
+
+
+def signed_reports(net: Localnet, windows: list[int]) -> list[dict]:
+    """Every validator's report of each of `windows`, signature checked, as report bodies."""
+    store = open_store(net.store_url)
+    mg = net.chain.metagraph()
+    bodies = []
+    for w in windows:
+        for neuron in net.neurons:
+            if neuron.role != "validator":
+                continue
+            validator = _hotkey(net, neuron.name)
+            try:
+                doc = open_document(
+                    store.get(report_key(run_id(net.config), w, validator), MAX_REPORT_BYTES),
+                    max_bytes=MAX_REPORT_BYTES,
+                    is_registered=lambda hk: mg.uid_of(hk) is not None,
+                    signer=validator,
+                )
+            except (StoreError, WireError):
+                continue
+            bodies.append(doc.body)
+    return bodies
 
 
 def heldout_losses(net: Localnet, first: int, last: int) -> tuple[float, float]:

@@ -5,26 +5,33 @@
 3. Commit (before the commit deadline): encode the pseudo-gradient with the run's codec (error
    feedback carried across windows), sign the manifest, put it in the miner's store, and anchor
    its hash on chain in the miner's announcement. Nothing downloadable yet names the update.
-4. Reveal (after the commit deadline, before the reveal deadline): the update blob, and the two
-   boundary states of every segment any validator challenges (seeded by the hash of the block at
-   the commit deadline, unknown while training).
+4. Reveal (after the commit deadline, before the reveal deadline): the update blob, and, if any
+   validator challenges this miner (seeded by the hash of the block at the commit deadline,
+   unknown while training), the two boundary states of every challenged segment, the last
+   boundary state and the incoming codec residual, so the validator can replay the segments and
+   re-encode the update from the trajectory.
+
+What the miner does at each of these points is its `Behaviour` (`behaviour.py`): honest by
+default; `--miner.adversary TYPE` swaps in one of the cheats a validator must catch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
+import os
 import shutil
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from distrai.announce import Announcement, committed_updates
 from distrai.chain.base import Chain, ChainError, WalletLike
-from distrai.layout import manifest_key, state_key
+from distrai.layout import manifest_key, residual_key, state_key
 from distrai.metrics import Metrics
 from distrai.participant import Participant
 from distrai.run import challenge_inputs
@@ -32,10 +39,10 @@ from distrai.runtime import Runtime
 from distrai.store import Store, StoreError
 from distrai.sync import StoreCache
 from distrai.train.assignment import batch_indices
-from distrai.train.hashing import hash_tensors
 from distrai.train.inner import BoundaryState, inner_loop, window_start_state
 from distrai.train.sketch import sketch
 from distrai.train.state import TrainState, load_state, save_state, state_hash
+from distrai.update import residual_hash
 from distrai.windows import (
     Phase,
     commit_deadline,
@@ -46,18 +53,17 @@ from distrai.windows import (
     window_of,
     window_start,
 )
-from distrai.wire import sign_document
-from distrai.wire.tensors import encode_tensors as encode_payload
+from distrai.wire import encode_tensors
+from miners.behaviour import Behaviour, honest
 
 log = logging.getLogger("distrai.miner")
-RESIDUAL_TAG = "codec_residual"
 
 
 @dataclass(frozen=True)
 class MinerOptions:
     work_dir: Path
-    idle: bool = False
-    """Publish a zero update without training (a lazy miner, for demonstrations and tests)."""
+    behaviour: Behaviour = field(default_factory=honest)
+    """Honest, or one of the adversaries of `behaviour.ADVERSARIES` (for demonstrations and tests)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,8 @@ class Trained:
     losses: list[float]
     boundaries: list[tuple[int, str, list[float]]]
     tokens: int
+    steps: int
+    """inner steps actually trained (fewer than the losses claim, for a lazy miner)"""
 
 
 class Miner(Participant):
@@ -82,6 +90,7 @@ class Miner(Participant):
     ):
         super().__init__(runtime, chain, wallet, store, store_url, metrics, stores)
         self.options = options
+        self.behaviour = options.behaviour
         self.residual: dict[str, torch.Tensor] | None = self._load_residual()
         self.last_window = -1
 
@@ -106,19 +115,23 @@ class Miner(Participant):
         self.model = self.syncer.catch_up(self.model, w)
         self.rt.load_params(self.model.params)
         states_dir = self.options.work_dir / "states" / f"w{w}"
-        trained = self.idle_update(states_dir) if self.options.idle else self.train(w, miners, states_dir)
+        trained = self.behaviour.train(self, w, miners, states_dir)
         train_seconds = time.monotonic() - started
 
-        encoded = self.rt.codec.encode(trained.pseudo_gradient, self.residual)
-        blob = encode_payload(encoded.payload, encoded.metadata)
-        body = self.manifest(w, trained, blob, encoded.metadata, encoded.residual)
-        manifest = sign_document(self.wallet.hotkey, body)
-        if not self.commit(w, manifest):
+        encoded = self.rt.codec.encode(self.behaviour.update(self, trained.pseudo_gradient), self.residual)
+        blob = self.behaviour.blob(self, w, encoded)
+        body = self.behaviour.manifest(
+            self, w, self.manifest(w, trained, blob, encoded.metadata, encoded.residual)
+        )
+        manifest = self.behaviour.sign(self, w, body)
+        if not self.behaviour.commits(self) or not self.commit(w, manifest):
             shutil.rmtree(states_dir, ignore_errors=True)
             return
-        self.residual = encoded.residual
+        residual_in, self.residual = self.residual, encoded.residual
         self._save_residual()
-        revealed, revealed_bytes = self.reveal(w, blob, states_dir, stop)
+        revealed, revealed_bytes = self.reveal(
+            w, self.behaviour.reveal_blob(self, w, blob), residual_in, states_dir, stop
+        )
         shutil.rmtree(states_dir, ignore_errors=True)
         self.last_window = w
         log.info(
@@ -141,43 +154,59 @@ class Miner(Participant):
                     "bytes_sent": len(blob) + len(manifest) + revealed_bytes,
                     "bytes_received": self.syncer.bytes_received,
                     "states_revealed": revealed,
+                    "revealed_bytes": revealed_bytes,
                     "emission": self.own_emission(),
-                    "idle": self.options.idle,
+                    "train_seconds": train_seconds,
+                    "steps_trained": trained.steps,
+                    "behaviour": self.behaviour.name,
                 },
             )
 
-    def train(self, w: int, miners: list[str], states_dir: Path) -> Trained:
+    def train(
+        self,
+        w: int,
+        miners: list[str],
+        states_dir: Path,
+        data_of: str | None = None,
+        steps: int | None = None,
+    ) -> Trained:
+        """H inner steps on this miner's assigned batches, keeping every boundary state in
+        `states_dir` (an adversary may pass another hotkey's data, or fewer steps)."""
         cfg, data = self.rt.config, self.rt.data
         states_dir.mkdir(parents=True, exist_ok=True)
+        owner = data_of or self.hotkey
 
         def batch_for_step(t: int) -> torch.Tensor:
-            indices = batch_indices(
-                self.rt.run_id, w, self.hotkey, t, cfg.train.batch_size, data.n_train, miners
-            )
+            indices = batch_indices(self.rt.run_id, w, owner, t, cfg.train.batch_size, data.n_train, miners)
             return data.batch(indices)
 
         def keep(boundary: BoundaryState) -> None:
             save_state(boundary.state, states_dir / f"{boundary.step:06d}.safetensors")
 
-        result = inner_loop(self.rt.model, batch_for_step, self.rt.loss_fn, self.rt.inner, on_boundary=keep)
+        inner = self.rt.inner if steps is None else dataclasses.replace(self.rt.inner, inner_steps=steps)
+        result = inner_loop(self.rt.model, batch_for_step, self.rt.loss_fn, inner, on_boundary=keep)
         return Trained(
             pseudo_gradient=result.pseudo_gradient,
             losses=result.losses,
             boundaries=[(b.step, b.state_hash, b.sketch) for b in result.boundaries],
             tokens=sum(s.tokens for s in result.steps),
+            steps=len(result.steps),
         )
 
     def idle_update(self, states_dir: Path) -> Trained:
-        """A well-formed manifest for a zero update: the state never moves from G_w."""
+        """A well-formed manifest for a zero update: every boundary claims G_w's starting state
+        (one file on disk, linked under every boundary's name)."""
         states_dir.mkdir(parents=True, exist_ok=True)
         start: TrainState = window_start_state(self.rt.model)
         digest = state_hash(start)
         numbers = sketch(start.params, self.rt.inner.sketch_seed, self.rt.inner.sketch_size).tolist()
         steps = list(range(0, self.rt.inner.inner_steps + 1, self.rt.inner.segment_steps))
-        for step in steps:
-            save_state(start, states_dir / f"{step:06d}.safetensors")
+        first = states_dir / f"{steps[0]:06d}.safetensors"
+        save_state(start, first)
+        for step in steps[1:]:
+            os.link(first, states_dir / f"{step:06d}.safetensors")
         zero = {name: torch.zeros_like(p) for name, p in self.model.params.items()}
-        return Trained(zero, [0.0] * self.rt.inner.inner_steps, [(s, digest, numbers) for s in steps], 0)
+        return Trained(zero, [0.0] * self.rt.inner.inner_steps, [(s, digest, numbers) for s in steps], 0, 0)
 
     def manifest(
         self,
@@ -202,8 +231,8 @@ class Miner(Participant):
             "micro_batches": self.rt.inner.step.micro_batches,
             "losses": trained.losses,
             "boundaries": [{"step": s, "state_hash": h, "sketch": k} for s, h, k in trained.boundaries],
-            "residual_in_hash": None if self.residual is None else hash_tensors(RESIDUAL_TAG, self.residual),
-            "residual_out_hash": None if residual_out is None else hash_tensors(RESIDUAL_TAG, residual_out),
+            "residual_in_hash": None if self.residual is None else residual_hash(self.residual),
+            "residual_out_hash": None if residual_out is None else residual_hash(residual_out),
         }
 
     def commit(self, w: int, manifest: bytes) -> bool:
@@ -226,9 +255,17 @@ class Miner(Participant):
             return False
         return True
 
-    def reveal(self, w: int, blob: bytes, states_dir: Path, stop: threading.Event) -> tuple[int, int]:
-        """Upload the update and every challenged segment's two boundary states; returns the number
-        of states and their bytes."""
+    def reveal(
+        self,
+        w: int,
+        blob: bytes | None,
+        residual_in: dict[str, torch.Tensor] | None,
+        states_dir: Path,
+        stop: threading.Event,
+    ) -> tuple[int, int]:
+        """Upload the update and, when challenged, every challenged segment's two boundary states,
+        the last boundary state and the incoming residual; returns the number of states and the
+        bytes of everything revealed beyond the update."""
         deadline = commit_deadline(self.windows, w)
         self.sleep_until(deadline + 1, stop)
         if stop.is_set():
@@ -239,14 +276,21 @@ class Miner(Participant):
         inputs = challenge_inputs(self.rt.config, self.chain.block_hash(deadline), w, in_time)
         validators = [n.hotkey for n in mg.neurons if n.validator_permit]
         segments = segments_to_reveal(inputs, self.hotkey, validators) if self.hotkey in in_time else []
-        k = self.rt.inner.segment_steps
-        steps = sorted({s * k for s in segments} | {(s + 1) * k for s in segments})
+        k, last = self.rt.inner.segment_steps, self.rt.inner.inner_steps
+        steps = sorted(
+            {s * k for s in segments} | {(s + 1) * k for s in segments} | ({last} if segments else set())
+        )
         sent = 0
         try:
-            self.store.put_blob(blob)
+            if blob is not None:
+                self.store.put_blob(blob)
             for step in steps:
                 data = (states_dir / f"{step:06d}.safetensors").read_bytes()
                 self.store.put(state_key(self.rt.run_id, w, self.hotkey, step), data)
+                sent += len(data)
+            if segments and residual_in is not None:
+                data = encode_tensors(residual_in)
+                self.store.put(residual_key(self.rt.run_id, w, self.hotkey), data)
                 sent += len(data)
         except (StoreError, OSError) as exc:
             log.error("window %d: reveal failed: %s", w, exc)

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from distrai.chain.base import ChainError  # noqa: E402
 from distrai.node import build_node, build_parser, stop_on_signals  # noqa: E402
+from miners.behaviour import ADVERSARIES, behaviour  # noqa: E402
 from miners.miner import Miner, MinerOptions  # noqa: E402
 
 
@@ -23,9 +25,17 @@ def main(argv: list[str] | None = None) -> int:
         "--miner.idle",
         action="store_true",
         default=False,
-        help="publish a zero update every window without training (shows what a lazy miner earns)",
+        help="publish a zero update every window without training (the same as --miner.adversary idle)",
+    )
+    parser.add_argument(
+        "--miner.adversary",
+        default=os.environ.get("DISTRAI_MINER_ADVERSARY", "honest"),
+        choices=["honest", *ADVERSARIES],
+        help="cheat in one of the ways validators must catch, for demonstrations and tests "
+        "[env DISTRAI_MINER_ADVERSARY]",
     )
     args = parser.parse_args(argv)
+    adversary = "idle" if getattr(args, "miner.idle") else getattr(args, "miner.adversary")
     try:
         node = build_node(args, "miner")
     except (ValueError, FileNotFoundError, ChainError) as exc:
@@ -37,13 +47,16 @@ def main(argv: list[str] | None = None) -> int:
         node.wallet,
         node.store,
         node.store_url,
-        MinerOptions(work_dir=node.work_dir, idle=getattr(args, "miner.idle")),
+        MinerOptions(work_dir=node.work_dir, behaviour=behaviour(adversary)),
         node.metrics,
         node.stores,
     )
     miner.announce()
     logging.getLogger("distrai.miner").info(
-        "miner %s started on run %s…", node.wallet.hotkey.ss58_address, node.runtime.run_id[:12]
+        "miner %s (%s) started on run %s…",
+        node.wallet.hotkey.ss58_address,
+        adversary,
+        node.runtime.run_id[:12],
     )
     try:
         miner.run(stop_on_signals(), node.max_windows)

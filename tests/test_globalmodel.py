@@ -18,7 +18,6 @@ from distrai.globalmodel import (
     SyncError,
     apply_aggregate,
     decode_checkpoint,
-    decode_update,
     encode_checkpoint,
     outer_config,
     skip_window,
@@ -27,7 +26,7 @@ from distrai.layout import checkpoint_key, checkpoint_window
 from distrai.run import OuterConfig as RunOuterConfig
 from distrai.runtime import params_hash
 from distrai.train.outer import Contribution, OuterState, outer_step
-from distrai.wire import encode_tensors
+from distrai.update import decode_update, encode_update
 from distrai.wire.manifest import AggregateManifest
 
 CODEC = get_codec("int8")
@@ -47,7 +46,7 @@ def blobs_for(model: GlobalModel, n: int) -> dict[str, bytes]:
         g = torch.Generator().manual_seed(100 + i)
         delta = {k: 0.01 * torch.randn(v.shape, generator=g) for k, v in model.params.items()}
         enc = CODEC.encode(delta, None)
-        blob = encode_tensors(enc.payload, enc.metadata)
+        blob = encode_update(enc.payload, enc.metadata, HOTKEYS[i], model.window)
         out[hashlib.sha256(blob).hexdigest()] = blob
     return out
 
@@ -55,7 +54,9 @@ def blobs_for(model: GlobalModel, n: int) -> dict[str, bytes]:
 def aggregate_for(model: GlobalModel, blobs: dict[str, bytes], **overrides) -> AggregateManifest:
     shapes = {k: tuple(v.shape) for k, v in model.params.items()}
     contributions = [
-        Contribution(HOTKEYS[i], decode_update(blob, CODEC, shapes, 1 << 20), 1 / len(blobs))
+        Contribution(
+            HOTKEYS[i], decode_update(blob, CODEC, shapes, 1 << 20, HOTKEYS[i], model.window), 1 / len(blobs)
+        )
         for i, blob in enumerate(blobs.values())
     ]
     result = outer_step(model.params, contributions, model.outer, outer_config(OUTER))

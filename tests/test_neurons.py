@@ -38,6 +38,7 @@ def test_help_lists_every_flag_with_its_environment_variable(role):
     for flag, env, _, _ in FLAGS:
         assert flag in text and f"env {env}" in text
     assert ("--miner.idle" in text) == (role == "miner")
+    assert ("--miner.adversary" in text and "env DISTRAI_MINER_ADVERSARY" in text) == (role == "miner")
 
 
 @pytest.fixture

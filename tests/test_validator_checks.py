@@ -3,6 +3,7 @@ becomes a named verdict (never an exception that would stop the validator)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import pickle
 
@@ -17,12 +18,14 @@ from distrai.run import load_run_config, shipped_config_path
 from distrai.runtime import build_runtime
 from distrai.store import FileStore
 from distrai.train.outer import OuterState
-from distrai.wire import encode_tensors, sign_document
+from distrai.update import encode_update
+from distrai.wire import sign_document
 from validators.checks import PASS, check_miner, flag_copies
 
 WINDOW = 3
 MINER = Keypair.create_from_uri("//Miner")
 THIEF = Keypair.create_from_uri("//Thief")
+START = "ef" * 32
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +38,11 @@ def model(runtime):
     return GlobalModel(WINDOW, runtime.initial_params(), OuterState(momentum={}))
 
 
-def update_blob(runtime, model, seed=0):
+def update_blob(runtime, model, seed=0, hotkey=MINER.ss58_address, window=WINDOW):
     generator = torch.Generator().manual_seed(seed)
     delta = {n: 1e-3 * torch.randn(p.shape, generator=generator) for n, p in model.params.items()}
     encoded = runtime.codec.encode(delta, None)
-    return encode_tensors(encoded.payload, encoded.metadata), encoded.metadata
+    return encode_update(encoded.payload, encoded.metadata, hotkey, window), encoded.metadata
 
 
 def manifest_body(runtime, model, blob, metadata, hotkey, **overrides):
@@ -76,9 +79,11 @@ def publish(store, runtime, hotkey, manifest: bytes, blob: bytes | None) -> Anno
     return Announcement(store.url, WINDOW, hashlib.sha256(manifest).hexdigest())
 
 
-def check(runtime, model, store, announcement, hotkey=MINER.ss58_address):
+def check(runtime, model, store, announcement, hotkey=MINER.ss58_address, **options):
     registered = {MINER.ss58_address, THIEF.ss58_address}
-    return check_miner(runtime, model, WINDOW, hotkey, 1, announcement, store, lambda hk: hk in registered)
+    return check_miner(
+        runtime, model, WINDOW, hotkey, 1, announcement, store, lambda hk: hk in registered, **options
+    )
 
 
 def test_honest_update_passes(runtime, model, tmp_path):
@@ -103,6 +108,8 @@ def test_honest_update_passes(runtime, model, tmp_path):
         ("no blob", "update", "no key"),
         ("garbage blob", "update", "malformed_safetensors"),
         ("wrong size", "update", "the manifest says"),
+        ("blob of an earlier window", "update", "wrong_owner"),
+        ("not from the window's start", "consistency", "boundary 0"),
     ],
 )
 def test_bad_input_becomes_a_named_verdict(runtime, model, tmp_path, case, check_name, words):
@@ -133,6 +140,13 @@ def test_bad_input_becomes_a_named_verdict(runtime, model, tmp_path, case, check
         publish_blob = garbage
     elif case == "wrong size":
         body["update"] = {**body["update"], "size": len(blob) + 1}
+    elif case == "blob of an earlier window":
+        publish_blob, _ = update_blob(runtime, model, window=WINDOW - 1)
+        body["update"] = {
+            **body["update"],
+            "sha256": hashlib.sha256(publish_blob).hexdigest(),
+            "size": len(publish_blob),
+        }
     manifest = sign_document(signer, body)
     if case == "pickle":
         manifest = pickle.dumps(body)
@@ -143,21 +157,43 @@ def test_bad_input_becomes_a_named_verdict(runtime, model, tmp_path, case, check
         store.put(
             manifest_key(runtime.run_id, WINDOW, hk), sign_document(MINER, {**body, "micro_batches": 2})
         )
-    verdict = check(runtime, model, store, announcement)
+    verdict = check(
+        runtime, model, store, announcement, start_hash=START if case.startswith("not from") else None
+    )
     assert not verdict.passed
     assert verdict.verdicts[check_name] != PASS
     assert words in verdict.verdicts[check_name], verdict.verdicts
+    assert verdict.fraud == (case not in ("no manifest", "no blob")), case
 
 
-def test_copied_update_fails_for_the_later_committer(runtime, model, tmp_path):
+def test_a_missing_update_is_fraud_only_for_a_challenged_miner(runtime, model, tmp_path):
     store = FileStore(tmp_path)
     blob, meta = update_blob(runtime, model)
-    verdicts = []
-    for kp in (MINER, THIEF):
-        manifest = sign_document(kp, manifest_body(runtime, model, blob, meta, kp.ss58_address))
-        announcement = publish(store, runtime, kp.ss58_address, manifest, blob)
-        verdicts.append(check(runtime, model, store, announcement, kp.ss58_address))
-    assert all(v.passed for v in verdicts)
+    manifest = sign_document(MINER, manifest_body(runtime, model, blob, meta, MINER.ss58_address))
+    announcement = publish(store, runtime, MINER.ss58_address, manifest, None)
+    assert not check(runtime, model, store, announcement, challenged=False).fraud
+    assert check(runtime, model, store, announcement, challenged=True).fraud
+
+
+def test_a_copied_update_names_the_miner_it_was_copied_from(runtime, model, tmp_path):
+    store = FileStore(tmp_path)
+    blob, meta = update_blob(runtime, model)
+    original = sign_document(MINER, manifest_body(runtime, model, blob, meta, MINER.ss58_address))
+    assert check(runtime, model, store, publish(store, runtime, MINER.ss58_address, original, blob)).passed
+    copied = sign_document(THIEF, manifest_body(runtime, model, blob, meta, THIEF.ss58_address))
+    announcement = publish(store, runtime, THIEF.ss58_address, copied, blob)
+    verdict = check(runtime, model, store, announcement, THIEF.ss58_address)
+    assert verdict.fraud and "wrong_owner" in verdict.verdicts["update"]
+    assert MINER.ss58_address in verdict.verdicts["update"]
+
+
+def test_identical_updates_fail_for_the_later_committer(runtime, model, tmp_path):
+    store = FileStore(tmp_path)
+    blob, meta = update_blob(runtime, model)
+    manifest = sign_document(MINER, manifest_body(runtime, model, blob, meta, MINER.ss58_address))
+    first = check(runtime, model, store, publish(store, runtime, MINER.ss58_address, manifest, blob))
+    second = dataclasses.replace(first, hotkey=THIEF.ss58_address, uid=2, verdicts=dict(first.verdicts))
+    verdicts = [first, second]
     flag_copies(verdicts, {MINER.ss58_address: 10, THIEF.ss58_address: 11})
     assert verdicts[0].passed
     assert not verdicts[1].passed and "identical" in verdicts[1].verdicts["copy"]

@@ -679,3 +679,12 @@ def test_counts_nan_and_inf_and_can_allow_them():
 )
 def test_encode_refuses_what_the_wire_does_not_carry(tensors, metadata, reason):
     refused(reason, encode_tensors, tensors, metadata)
+
+
+def test_tensor_files_with_metadata_are_the_same_bytes_every_time():
+    tensors = {"a": torch.ones(3), "b": torch.zeros(2)}
+    metadata = {"x": "1", "é": "ü", "y": "2", "w": "4"}
+    files = {encode_tensors(tensors, dict(reversed(metadata.items()))) for _ in range(20)}
+    files |= {encode_tensors(tensors, metadata) for _ in range(20)}
+    assert len(files) == 1
+    assert decode_tensors(files.pop(), max_bytes=1024)[1] == metadata

@@ -13,10 +13,11 @@ import torch
 
 from distrai.announce import Announcement
 from distrai.codec import CodecError
-from distrai.globalmodel import GlobalModel, decode_update
+from distrai.globalmodel import GlobalModel
 from distrai.layout import manifest_key
 from distrai.runtime import Runtime
 from distrai.store import Store, StoreError
+from distrai.update import decode_update
 from distrai.wire import WireError, open_document
 from distrai.wire.manifest import UpdateManifest, parse_body
 
@@ -35,6 +36,8 @@ class MinerVerdict:
     update: dict[str, torch.Tensor] | None = None
     blob: bytes | None = None
     score: float = 0.0
+    fraud: bool = False
+    """A failure only a dishonest miner causes: zeroes the average and bars the hotkey."""
 
     @property
     def passed(self) -> bool:
@@ -48,8 +51,10 @@ class MinerVerdict:
                 return f"{name}: {verdict}"
         return None
 
-    def fail(self, check: str, why: str) -> MinerVerdict:
+    def fail(self, check: str, why: str, *, fraud: bool = True) -> MinerVerdict:
+        """Record a failed check; `fraud=False` for absence (nothing published), which only scores zero."""
         self.verdicts[check] = why
+        self.fraud = self.fraud or fraud
         return self
 
 
@@ -62,14 +67,20 @@ def check_miner(
     announcement: Announcement,
     store: Store,
     is_registered,
+    start_hash: str | None = None,
+    challenged: bool = False,
 ) -> MinerVerdict:
-    """Fetch and check the miner's manifest and update; stops at the first failed check."""
+    """Fetch and check the miner's manifest and update; stops at the first failed check.
+
+    `start_hash` is the hash of the window's starting state (G_w, no optimizer state, step 0),
+    which boundary 0 must commit to. A missing manifest is absence, not fraud; a missing update
+    is fraud only for a miner this validator challenged (it may be hiding its work)."""
     cfg, limits = runtime.config, runtime.config.limits
     verdict = MinerVerdict(hotkey=hotkey, uid=uid)
     try:
         data = store.get(manifest_key(runtime.run_id, window, hotkey), limits.max_manifest_bytes)
     except StoreError as exc:
-        return verdict.fail("manifest", f"not fetched: {exc}")
+        return verdict.fail("manifest", f"not fetched: {exc}", fraud=False)
     if hashlib.sha256(data).hexdigest() != announcement.manifest_sha256:
         return verdict.fail("manifest", "hash_mismatch: the manifest is not the one committed on chain")
     try:
@@ -91,6 +102,8 @@ def check_miner(
         problems.append("names another hotkey")
     if manifest.base_hash != model.hash:
         problems.append("trained from another base model")
+    if start_hash is not None and manifest.boundaries[0].state_hash != start_hash:
+        problems.append("boundary 0 is not the window's starting state")
     if not manifest.shape_matches(cfg.train.inner_steps, cfg.train.segment_steps):
         problems.append(
             f"does not cover {cfg.train.inner_steps} steps in segments of {cfg.train.segment_steps}"
@@ -106,10 +119,13 @@ def check_miner(
     verdict.verdicts["consistency"] = PASS
     try:
         blob = store.get_blob(manifest.update.sha256, limits.max_update_bytes)
+    except StoreError as exc:
+        return verdict.fail("update", f"not fetched: {exc}", fraud=challenged)
+    try:
         if len(blob) != manifest.update.size:
             raise StoreError(f"update is {len(blob)} bytes, the manifest says {manifest.update.size}")
         shapes = {name: tuple(t.shape) for name, t in model.params.items()}
-        verdict.update = decode_update(blob, runtime.codec, shapes, limits.max_update_bytes)
+        verdict.update = decode_update(blob, runtime.codec, shapes, limits.max_update_bytes, hotkey, window)
         verdict.blob = blob
     except (StoreError, WireError, CodecError) as exc:
         return verdict.fail("update", str(exc))

@@ -23,6 +23,8 @@ class ValidatorState(BaseModel):
     last_scores: list[float] = Field(default_factory=list)
     banned_until: dict[str, int] = Field(default_factory=dict)
     """Hotkey → the first window in which it may score again."""
+    residuals: dict[str, str] = Field(default_factory=dict)
+    """Hotkey → the residual_out_hash of its last manifest: the next must carry it in."""
     last_weights_block: int = -1
 
     def aligned(self, hotkeys: list[str]) -> ValidatorState:

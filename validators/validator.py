@@ -10,7 +10,10 @@ For window w:
    next in line if the leader's is missing or wrong.
 4. Fold the scores into the moving average, save the state atomically, and set weights when
    the chain's rate limit allows.
-Replay of challenged segments plugs in at step 2 (the miners already reveal the states).
+Replay: for the miners this validator challenges (seeded by the hash of the block at the commit
+deadline and its own hotkey), the revealed states are checked, the challenged segments replayed
+and the update checked against the trajectory (`replay.py`). A miner caught in fraud has its
+window score zeroed, its moving average reset, and is barred for `ban_windows` windows.
 """
 
 from __future__ import annotations
@@ -27,22 +30,28 @@ from distrai.globalmodel import encode_checkpoint, outer_config
 from distrai.layout import aggregate_key, checkpoint_key, report_key
 from distrai.metrics import Metrics
 from distrai.participant import Participant
+from distrai.run import challenge_inputs
 from distrai.runtime import Runtime, params_hash
 from distrai.store import Store, StoreError
 from distrai.sync import StoreCache
+from distrai.train.inner import window_start_state
 from distrai.train.outer import Contribution, outer_step
+from distrai.train.state import state_hash
 from distrai.windows import (
     Phase,
     aggregate_deadline,
+    commit_deadline,
     committed_in_time,
     is_checkpoint_window,
     phase,
     reveal_deadline,
+    validator_challenges,
     window_of,
     window_start,
 )
 from distrai.wire import sign_document
 from validators.checks import PASS, MinerVerdict, check_miner, flag_copies
+from validators.replay import verify_challenge
 from validators.scoring import ema_update, usefulness_score, weights_from_averages, window_score
 from validators.state import ValidatorState, load_state, save_state
 from validators.usefulness import measure, sample_sequences
@@ -90,6 +99,8 @@ class Validator(Participant):
     def run_window(self, w: int, stop: threading.Event) -> None:
         miners = sorted(self.chain.metagraph().hotkeys)
         self.model = self.syncer.catch_up(self.model, w)
+        self.rt.load_params(self.model.params)
+        self.start_hash = state_hash(window_start_state(self.rt.model))
         agreement = self.compare_with_leader(w - 1)
         if is_checkpoint_window(self.windows, w):
             self.publish(checkpoint_key(self.rt.run_id, w, self.hotkey), encode_checkpoint(self.model))
@@ -133,34 +144,70 @@ class Validator(Participant):
 
     def check_window(self, w: int, mg: Metagraph, miners: list[str]) -> list[MinerVerdict]:
         in_time = committed_updates(mg.commitments, w, lambda b: committed_in_time(self.windows, w, b))
-        verdicts = []
+        deadline_hash = self.chain.block_hash(commit_deadline(self.windows, w))
+        challenges = validator_challenges(
+            challenge_inputs(self.rt.config, deadline_hash, w, in_time), self.hotkey
+        )
+        verdicts, stores = [], {}
         for hotkey, announcement in sorted(in_time.items()):
             uid = mg.uid_of(hotkey)
-            if uid is None or self.state.is_banned(hotkey, w):
+            if uid is None:
+                continue
+            if self.state.is_banned(hotkey, w):
+                until = self.state.banned_until[hotkey]
+                verdicts.append(
+                    MinerVerdict(hotkey, uid).fail("banned", f"barred until window {until}", fraud=False)
+                )
+                self.state.residuals.pop(hotkey, None)
                 continue
             try:
-                store = self.stores.get(announcement.store_url)
+                stores[hotkey] = self.stores.get(announcement.store_url)
             except (StoreError, ValueError) as exc:
-                verdicts.append(MinerVerdict(hotkey, uid).fail("store", f"unusable store URL: {exc}"))
-                continue
-            verdicts.append(
-                check_miner(
-                    self.rt,
-                    self.model,
-                    w,
-                    hotkey,
-                    uid,
-                    announcement,
-                    store,
-                    lambda hk: mg.uid_of(hk) is not None,
+                verdicts.append(
+                    MinerVerdict(hotkey, uid).fail("store", f"unusable store URL: {exc}", fraud=False)
                 )
+                continue
+            verdict = check_miner(
+                self.rt,
+                self.model,
+                w,
+                hotkey,
+                uid,
+                announcement,
+                stores[hotkey],
+                lambda hk: mg.uid_of(hk) is not None,
+                start_hash=self.start_hash,
+                challenged=hotkey in challenges,
             )
+            self.check_residual_chain(verdict)
+            verdicts.append(verdict)
         flag_copies(verdicts, {hk: mg.commitments[hk].block for hk in in_time})
         for v in verdicts:
-            self.score(w, v, miners)
+            if v.passed and v.hotkey in challenges:
+                verify_challenge(self.rt, self.model, w, v, stores[v.hotkey], challenges[v.hotkey], miners)
+        for v in verdicts:
+            self.score(w, v, miners, challenged=v.hotkey in challenges)
         return verdicts
 
-    def score(self, w: int, verdict: MinerVerdict, miners: list[str]) -> None:
+    def check_residual_chain(self, verdict: MinerVerdict) -> None:
+        """The residual a miner carries into this window must be the one it committed leaving its
+        last window (else it could pick a residual that turns any update into a "consistent" one).
+        A break scores zero but is not fraud: a miner that lost its residual in a crash restarts it."""
+        if verdict.manifest is None:
+            return
+        before = self.state.residuals.get(verdict.hotkey)
+        if before is not None and verdict.passed and verdict.manifest.residual_in_hash != before:
+            verdict.fail(
+                "trajectory",
+                "residual_in_hash does not continue the residual committed in the miner's last window",
+                fraud=False,
+            )
+        if verdict.manifest.residual_out_hash is None:
+            self.state.residuals.pop(verdict.hotkey, None)
+        else:
+            self.state.residuals[verdict.hotkey] = verdict.manifest.residual_out_hash
+
+    def score(self, w: int, verdict: MinerVerdict, miners: list[str], challenged: bool) -> None:
         if not verdict.passed:
             verdict.score = 0.0
             return
@@ -178,6 +225,8 @@ class Validator(Participant):
             PASS if useful > 0 else "the update does not lower the loss on its own data"
         )
         components = {"present": 1.0, "checks": 1.0, "usefulness": useful}
+        if challenged:
+            components["replay"] = 1.0
         verdict.score = window_score(components, scoring.weights, passed=verdict.passed)
 
     def aggregate(self, w: int, verdicts: list[MinerVerdict]) -> list[MinerVerdict]:
@@ -259,7 +308,17 @@ class Validator(Participant):
             if v.uid < mg.n and mg.hotkeys[v.uid] == v.hotkey:
                 scores[v.uid] = v.score
         averages = ema_update(state.averages, scores, self.rt.config.scoring.ema_alpha)
-        self.state = state.model_copy(update={"window": w, "averages": averages, "last_scores": scores})
+        banned = dict(state.banned_until)
+        for v in verdicts:
+            if v.fraud and v.uid < mg.n and mg.hotkeys[v.uid] == v.hotkey:
+                averages[v.uid] = 0.0
+                banned[v.hotkey] = w + 1 + self.rt.config.scoring.ban_windows
+                log.warning(
+                    "window %d: uid %d barred until window %d: %s", w, v.uid, banned[v.hotkey], v.reason
+                )
+        self.state = state.model_copy(
+            update={"window": w, "averages": averages, "last_scores": scores, "banned_until": banned}
+        )
         save_state(self.state, self.state_path)
 
     def set_weights(self, mg: Metagraph) -> list[float]:

@@ -19,6 +19,7 @@ class Reason(StrEnum):
     WRONG_RUN = "wrong_run"
     WRONG_WINDOW = "wrong_window"
     HASH_MISMATCH = "hash_mismatch"
+    WRONG_OWNER = "wrong_owner"
     TOO_LARGE = "too_large"
     WRONG_DTYPE = "wrong_dtype"
     WRONG_SHAPE = "wrong_shape"

@@ -9,6 +9,7 @@ then loads the bytes with the safetensors library and checks the values.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -81,9 +82,22 @@ def encode_tensors(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | 
             cpu = cpu.clone()
         storages.add(cpu.untyped_storage().data_ptr())
         prepared[name] = cpu
-    if metadata is not None:
-        _check_metadata(metadata)
-    return safetensors.torch.save(prepared, metadata=metadata)
+    if metadata is None:
+        return safetensors.torch.save(prepared)
+    _check_metadata(metadata)
+    return _sorted_metadata(safetensors.torch.save(prepared, metadata=metadata))
+
+
+def _sorted_metadata(data: bytes) -> bytes:
+    """The same file with its metadata entries in sorted order: safetensors writes them in the
+    order of a hash map, which differs from one call to the next. Same length, same layout."""
+    length = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + length])
+    header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    if len(text) > length:
+        raise WireError(Reason.BAD_FIELD, "metadata could not be written in canonical order")
+    return data[:8] + text.ljust(length, b" ") + data[8 + length :]
 
 
 def decode_tensors(

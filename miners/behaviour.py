@@ -1,0 +1,345 @@
+"""What a miner does at each point of its window: honestly, or as one of the adversaries of
+DESIGN.md's threat model, which validators must reject (`python neurons/miner.py
+--miner.adversary TYPE`, `distrai localnet --adversary TYPE[,TYPE…]`).
+
+A `Behaviour` has one hook per point of the window; the honest one does what the protocol asks,
+and each adversary overrides the hooks it cheats in. The validator's report names the check
+that catches each one (`EXPECTED_CHECK`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import logging
+import secrets
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from bittensor.keyfiles import Keypair
+
+from distrai.announce import committed_updates
+from distrai.codec import Encoded
+from distrai.layout import manifest_key
+from distrai.store import StoreError
+from distrai.train.state import load_state, save_state, state_hash
+from distrai.update import encode_update
+from distrai.windows import commit_deadline, committed_in_time, reveal_deadline
+from distrai.wire import sign_document
+from distrai.wire.manifest import UpdateManifest
+
+if TYPE_CHECKING:
+    from miners.miner import Miner, Trained
+
+log = logging.getLogger("distrai.miner")
+
+SCALE = 10.0
+"""How much the `scaled` adversary multiplies its update by."""
+
+
+class Behaviour:
+    """An honest miner."""
+
+    name = "honest"
+
+    def train(self, miner: Miner, w: int, miners: list[str], states_dir: Path) -> Trained:
+        return miner.train(w, miners, states_dir)
+
+    def update(self, miner: Miner, pseudo_gradient: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return pseudo_gradient
+
+    def blob(self, miner: Miner, w: int, encoded: Encoded) -> bytes:
+        return encode_update(encoded.payload, encoded.metadata, miner.hotkey, w)
+
+    def manifest(self, miner: Miner, w: int, body: dict) -> dict:
+        return body
+
+    def sign(self, miner: Miner, w: int, body: dict) -> bytes:
+        return sign_document(miner.wallet.hotkey, body)
+
+    def commits(self, miner: Miner) -> bool:
+        """Whether to commit this window at all."""
+        return True
+
+    def reveal_blob(self, miner: Miner, w: int, blob: bytes) -> bytes | None:
+        """The blob to upload at reveal (None: upload none)."""
+        return blob
+
+
+def honest() -> Behaviour:
+    return Behaviour()
+
+
+class Untrained(Behaviour):
+    """Trains nothing: a zero update whose every boundary claims the starting state. The
+    adversaries that the cheap checks refuse build on it, since their training would not matter."""
+
+    def train(self, miner, w, miners, states_dir):
+        return miner.idle_update(states_dir)
+
+
+class Idle(Untrained):
+    """Trains nothing and publishes the zero update."""
+
+    name = "idle"
+
+
+class Noise(Behaviour):
+    """Trains honestly but publishes Gaussian noise of the same size as its update."""
+
+    name = "noise"
+
+    def update(self, miner, pseudo_gradient):
+        generator = torch.Generator().manual_seed(secrets.randbits(63))
+        return {
+            name: torch.randn(t.shape, generator=generator) * (t.norm() / max(t.numel(), 1) ** 0.5)
+            for name, t in pseudo_gradient.items()
+        }
+
+
+class Scaled(Behaviour):
+    """Trains honestly and multiplies its update, to weigh more in the aggregate."""
+
+    name = "scaled"
+
+    def update(self, miner, pseudo_gradient):
+        return {name: SCALE * t for name, t in pseudo_gradient.items()}
+
+
+class Lazy(Behaviour):
+    """Trains the first half of its segments and fakes the rest of its trajectory: the later
+    boundaries repeat its last trained state under later step numbers."""
+
+    name = "lazy"
+
+    def train(self, miner, w, miners, states_dir):
+        k, h = miner.rt.inner.segment_steps, miner.rt.inner.inner_steps
+        done = max(k, (h // k // 2) * k)
+        trained = miner.train(w, miners, states_dir, steps=done)
+        last = load_state(states_dir / f"{done:06d}.safetensors")
+        boundaries = list(trained.boundaries)
+        for step in range(done + k, h + 1, k):
+            faked = dataclasses.replace(last, step=step)
+            save_state(faked, states_dir / f"{step:06d}.safetensors")
+            boundaries.append((step, state_hash(faked), boundaries[-1][2]))
+        losses = trained.losses + [trained.losses[-1]] * (h - done)
+        return dataclasses.replace(trained, losses=losses, boundaries=boundaries)
+
+
+class WrongData(Behaviour):
+    """Trains on another miner's assignment instead of its own."""
+
+    name = "wrongdata"
+
+    def train(self, miner, w, miners, states_dir):
+        others = [hk for hk in miners if hk != miner.hotkey] or [miner.hotkey[::-1]]
+        return miner.train(w, miners, states_dir, data_of=others[w % len(others)])
+
+
+class Forged(Behaviour):
+    """Trains honestly but commits state hashes it never computed (the reveal cannot match them)."""
+
+    name = "forged"
+
+    def manifest(self, miner, w, body):
+        boundaries = [dict(b) for b in body["boundaries"]]
+        for b in boundaries[1:]:
+            b["state_hash"] = secrets.token_hex(32)
+        return {**body, "boundaries": boundaries}
+
+
+class Nan(Untrained):
+    """Publishes an update whose floating-point payload is NaN."""
+
+    name = "nan"
+
+    def blob(self, miner, w, encoded):
+        payload = {
+            name: torch.full_like(t, float("nan")) if t.is_floating_point() else t
+            for name, t in encoded.payload.items()
+        }
+        return encode_update(payload, encoded.metadata, miner.hotkey, w)
+
+
+class Oversize(Untrained):
+    """Publishes an update padded past the run's size limit."""
+
+    name = "oversize"
+
+    def blob(self, miner, w, encoded):
+        padding = torch.zeros(miner.rt.config.limits.max_update_bytes // 4 + 1, dtype=torch.float32)
+        return encode_update({**encoded.payload, "padding": padding}, encoded.metadata, miner.hotkey, w)
+
+
+class Pickle(Untrained):
+    """Publishes its update as a torch.save pickle instead of safetensors."""
+
+    name = "pickle"
+
+    def blob(self, miner, w, encoded):
+        buffer = io.BytesIO()
+        torch.save(dict(encoded.payload), buffer)
+        return buffer.getvalue()
+
+
+class BadSig(Untrained):
+    """Signs its manifest with a signature that does not verify."""
+
+    name = "badsig"
+
+    def sign(self, miner, w, body):
+        envelope = sign_document(miner.wallet.hotkey, body)
+        marker = b'"signature":"'
+        at = envelope.index(marker) + len(marker)
+        flipped = b"0" if envelope[at : at + 1] != b"0" else b"1"
+        return envelope[:at] + flipped + envelope[at + 1 :]
+
+
+class Unregistered(Untrained):
+    """Publishes its manifest under a hotkey that is not registered on the subnet."""
+
+    name = "unregistered"
+
+    def __init__(self) -> None:
+        self.key = Keypair.create_from_mnemonic(Keypair.generate_mnemonic())
+
+    def sign(self, miner, w, body):
+        return sign_document(self.key, {**body, "hotkey": self.key.ss58_address})
+
+
+class Stale(Untrained):
+    """Publishes the update of an earlier window again (its first: the update bound to the window before)."""
+
+    name = "stale"
+
+    def __init__(self) -> None:
+        self.old: tuple[int, bytes] | None = None
+
+    def blob(self, miner, w, encoded):
+        if self.old is None:
+            self.old = (w - 1, encode_update(encoded.payload, encoded.metadata, miner.hotkey, max(w - 1, 0)))
+        return self.old[1]
+
+
+class Replay(Untrained):
+    """Resends an old signed manifest (its first: a manifest signed for the window before)."""
+
+    name = "replay"
+
+    def __init__(self) -> None:
+        self.old: bytes | None = None
+
+    def sign(self, miner, w, body):
+        if self.old is None:
+            self.old = sign_document(miner.wallet.hotkey, {**body, "window": max(w - 1, 0)})
+        return self.old
+
+
+class Copycat(Untrained):
+    """Trains nothing; reads another miner's committed manifest before the commit deadline,
+    commits the same update hash under its own hotkey, and republishes that miner's blob as soon
+    as it can read it (a window with nobody to copy, it commits nothing)."""
+
+    name = "copycat"
+
+    def __init__(self) -> None:
+        self.copied: dict | None = None
+        self.victim_store = None
+
+    def train(self, miner, w, miners, states_dir):
+        trained = super().train(miner, w, miners, states_dir)
+        self.copied = None
+        deadline = commit_deadline(miner.windows, w) - 2
+        while self.copied is None and miner.chain.block() < deadline:
+            self.copied = self.find_victim(miner, w)
+            if self.copied is None:
+                miner.chain.wait_for_block(miner.chain.block() + 1)
+        return trained
+
+    def find_victim(self, miner, w) -> dict | None:
+        mg = miner.chain.metagraph()
+        in_time = committed_updates(mg.commitments, w, lambda b: committed_in_time(miner.windows, w, b))
+        for hotkey, announcement in sorted(in_time.items()):
+            if hotkey == miner.hotkey:
+                continue
+            try:
+                store = miner.stores.get(announcement.store_url)
+                data = store.get(manifest_key(miner.rt.run_id, w, hotkey), 1 << 20)
+                body = UpdateManifest.model_validate(json.loads(data)["body"])
+            except (StoreError, ValueError, KeyError, TypeError):
+                continue
+            if hashlib.sha256(data).hexdigest() == announcement.manifest_sha256:
+                self.victim_store = store
+                log.info("copycat: copying the update %s… of %s", body.update.sha256[:12], hotkey[:10])
+                return body.update.model_dump()
+        return None
+
+    def commits(self, miner):
+        return self.copied is not None
+
+    def manifest(self, miner, w, body):
+        return body if self.copied is None else {**body, "update": self.copied}
+
+    def reveal_blob(self, miner, w, blob):
+        if self.copied is None:
+            return blob
+        deadline = reveal_deadline(miner.windows, w) - 1
+        while miner.chain.block() < deadline:
+            try:
+                return self.victim_store.get_blob(
+                    self.copied["sha256"], miner.rt.config.limits.max_update_bytes
+                )
+            except StoreError:
+                miner.chain.wait_for_block(miner.chain.block() + 1)
+        return None
+
+
+ADVERSARIES: dict[str, type[Behaviour]] = {
+    cls.name: cls
+    for cls in (
+        Idle,
+        Noise,
+        Copycat,
+        Stale,
+        Lazy,
+        WrongData,
+        Forged,
+        Scaled,
+        Nan,
+        Oversize,
+        Pickle,
+        BadSig,
+        Unregistered,
+        Replay,
+    )
+}
+
+EXPECTED_CHECK: dict[str, str] = {
+    "idle": "states",
+    "noise": "trajectory",
+    "copycat": "update",
+    "stale": "update",
+    "lazy": "replay",
+    "wrongdata": "replay",
+    "forged": "states",
+    "scaled": "trajectory",
+    "nan": "update",
+    "oversize": "consistency",
+    "pickle": "update",
+    "badsig": "manifest",
+    "unregistered": "manifest",
+    "replay": "manifest",
+}
+"""The check of the validator's report that rejects each adversary when it is challenged."""
+
+
+def behaviour(name: str) -> Behaviour:
+    """The honest behaviour, or the adversary called `name`; ValueError lists the known ones."""
+    if name == "honest":
+        return honest()
+    if name not in ADVERSARIES:
+        raise ValueError(f"unknown adversary {name!r}; known: {', '.join(ADVERSARIES)}")
+    return ADVERSARIES[name]()

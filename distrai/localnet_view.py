@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from statistics import mean
 
@@ -76,21 +75,16 @@ class MinerResult:
     weight: float
     incentive: float
     emission: float
+    last_rejection: str
+    """the leader's latest reason for rejecting this miner, or "" """
 
 
 def miner_results(net: Localnet, windows: list[int]) -> list[MinerResult]:
     """Per miner, from the leading validator's signed reports and the chain."""
     chain: LocalChain = net.chain
     mg = chain.metagraph()
-    store = open_store(net.store_url)
     leader = _hotkey(net, "validator0")
-    reports = []
-    for w in windows:
-        try:
-            envelope = json.loads(store.get(report_key(run_id(net.config), w, leader), 1 << 24))
-            reports.append(envelope["body"]["miners"])
-        except (StoreError, KeyError, json.JSONDecodeError):
-            continue
+    reports = [r["miners"] for r in signed_reports(net, windows) if r["validator"] == leader]
     leader_uid = mg.uid_of(leader)
     weights = chain.weights().get(leader_uid, {})
     results = []
@@ -100,6 +94,7 @@ def miner_results(net: Localnet, windows: list[int]) -> list[MinerResult]:
         hotkey = _hotkey(net, neuron.name)
         uid = mg.uid_of(hotkey)
         scores = [r[hotkey]["score"] for r in reports if hotkey in r]
+        reasons = [r[hotkey]["reason"] for r in reports if hotkey in r and r[hotkey]["reason"]]
         n = mg.neurons[uid]
         results.append(
             MinerResult(
@@ -110,6 +105,7 @@ def miner_results(net: Localnet, windows: list[int]) -> list[MinerResult]:
                 weight=weights.get(uid, 0.0),
                 incentive=n.incentive,
                 emission=n.total_emission,
+                last_rejection=reasons[-1] if reasons else "",
             )
         )
     return results
@@ -117,8 +113,10 @@ def miner_results(net: Localnet, windows: list[int]) -> list[MinerResult]:
 
 def results_table(results: list[MinerResult]) -> Table:
     table = Table(title="miners")
-    for col in ("miner", "uid", "windows accepted", "mean score", "weight", "incentive", "emission earned"):
-        table.add_column(col, justify="left" if col == "miner" else "right")
+    table.add_column("miner", no_wrap=True)
+    for col in ("uid", "windows accepted", "mean score", "weight", "incentive", "emission earned"):
+        table.add_column(col, justify="right")
+    table.add_column("last rejection", overflow="ellipsis", max_width=60)
     for r in results:
         table.add_row(
             r.name,
@@ -128,6 +126,7 @@ def results_table(results: list[MinerResult]) -> Table:
             f"{r.weight:.3f}",
             f"{r.incentive:.3f}",
             f"{r.emission:.3f}",
+            r.last_rejection or "—",
         )
     return table
 

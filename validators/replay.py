@@ -54,6 +54,7 @@ class Revealed:
         self.hashes = {b.step: b.state_hash for b in verdict.manifest.boundaries}
         self.states: dict[int, TrainState] = {}
         self.bytes = 0
+        self.replayed_steps = 0
 
     def state(self, step: int) -> TrainState:
         if step in self.states:
@@ -119,7 +120,7 @@ def verify_challenge(
     finally:
         runtime.load_params(model.params)
         verdict.numbers["replay_seconds"] = time.monotonic() - started
-        verdict.numbers["replay_steps"] = float(len(segments) * runtime.inner.segment_steps)
+        verdict.numbers["replay_steps"] = float(revealed.replayed_steps)
         verdict.numbers["revealed_bytes"] = float(revealed.bytes)
 
 
@@ -144,6 +145,7 @@ def replay_one(
         step=dataclasses.replace(runtime.inner.step, micro_batches=verdict.manifest.micro_batches),
     )
     replayed = replay_segment(runtime.model, start, batches, runtime.loss_fn, inner).end
+    revealed.replayed_steps += k
     tolerance = runtime.config.verification.replay_tolerance
     if tolerance == 0.0:
         if state_hash(replayed) != state_hash(end):

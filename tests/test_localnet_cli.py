@@ -8,6 +8,10 @@ import subprocess
 import sys
 import time
 
+from distrai.localnet import Localnet, LocalnetOptions
+from distrai.localnet_cmd import parse_adversaries
+from distrai.wallets import open_wallet
+
 
 def processes_mentioning(text: str) -> list[int]:
     pids = []
@@ -57,3 +61,41 @@ def test_ctrl_c_stops_every_process(tmp_path):
     assert "stopping every process" in out
     assert processes_mentioning(str(work / "wallets")) == []
     assert (work / "logs" / "miner0.log").exists() and (work / "logs" / "validator0.log").exists()
+
+
+def test_unknown_adversary_types_are_refused_naming_the_known_ones(tmp_path):
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "distrai.cli",
+            "localnet",
+            "--work",
+            str(tmp_path / "net"),
+            "--adversary",
+            "lazy,bogus",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode != 0
+    assert "unknown --adversary bogus" in out.stdout + out.stderr
+    assert "copycat" in out.stdout + out.stderr
+    assert not (tmp_path / "net").exists()
+
+
+def test_adversaries_join_the_network_as_extra_miners(tmp_path):
+    assert parse_adversaries(" lazy, scaled ,") == ("lazy", "scaled")
+    net = Localnet(
+        LocalnetOptions(work=tmp_path / "net", miners=2, validators=1, adversaries=("lazy", "scaled"))
+    )
+    net.setup()
+    miners = [n for n in net.neurons if n.role == "miner"]
+    assert [n.name for n in miners] == ["miner0", "miner1", "adversary-lazy", "adversary-scaled"]
+    assert miners[2].args[-2:] == ["--miner.adversary", "lazy"]
+    assert all(net.chain.metagraph().uid_of(net_hotkey(net, n.name)) is not None for n in miners)
+
+
+def net_hotkey(net, name: str) -> str:
+    return open_wallet(name, "default", str(net.wallet_path)).hotkey.ss58_address

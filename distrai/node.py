@@ -25,6 +25,7 @@ from distrai.run import RUN_COMMITMENT_PREFIX, RunConfig, check_run_matches, loa
 from distrai.runtime import Runtime, build_runtime
 from distrai.store import Store, open_store
 from distrai.sync import StoreCache
+from distrai.train.determinism import configure_determinism
 from distrai.wallets import DEFAULT_WALLET_PATH, open_wallet
 
 FLAGS = [
@@ -153,6 +154,7 @@ def build_node(args: argparse.Namespace, role: str) -> Node:
     work = getattr(args, "work.dir") or f"~/.distrai/{wallet.name}-{wallet.hotkey_str}"
     work_dir = Path(work).expanduser()
     work_dir.mkdir(parents=True, exist_ok=True)
+    configure_determinism(args.device)
     runtime = build_runtime(config, args.device)
     metrics = Metrics(
         work_dir / "metrics.jsonl",

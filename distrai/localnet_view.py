@@ -154,16 +154,22 @@ def signed_reports(net: Localnet, windows: list[int]) -> list[dict]:
     return bodies
 
 
-def heldout_losses(net: Localnet, first: int, last: int) -> tuple[float, float]:
-    """Held-out loss of the global model at the start of window `first` and after window `last`."""
+def heldout_curve(net: Localnet, windows: list[int]) -> list[float]:
+    """Held-out loss of the global model at the start of `windows[0]`, then after each of `windows`."""
     runtime: Runtime = build_runtime(net.config)
     syncer = Syncer(runtime, net.chain, StoreCache())
-    losses = []
-    for target in (first, last + 1):
-        model = syncer.catch_up(None, target)
+    model, losses = None, []
+    for target in [windows[0], *(w + 1 for w in windows)]:
+        model = syncer.catch_up(model, target)
         runtime.load_params(model.params)
         losses.append(evaluate(runtime.model, runtime.data.heldout, loss_fn=runtime.loss_fn))
-    return losses[0], losses[1]
+    return losses
+
+
+def heldout_losses(net: Localnet, first: int, last: int) -> tuple[float, float]:
+    """Held-out loss of the global model at the start of window `first` and after window `last`."""
+    curve = heldout_curve(net, sorted({first, last}))
+    return curve[0], curve[-1]
 
 
 def processed_windows(net: Localnet) -> list[int]:

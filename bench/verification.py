@@ -1,0 +1,453 @@
+"""Verification benchmark: every adversary against two validators on a local network; writes
+docs/verification.md.
+
+1. The adversary run (bench/verification.toml: each validator replays one segment of 32 of every
+   miner): honest miners beside one miner per adversary type, all as separate processes through
+   the real entry points. Per type: the share of its window-verifications rejected, the check that
+   rejected it, and its share of the emissions. Honest miners: window-verifications and false
+   rejections. Each validator's verification time (revealed states read and hashed, segments
+   replayed, update re-encoded) as a fraction of the miners' training time, from the validators'
+   reports and the miners' metrics of the same run; the bytes a challenged miner reveals.
+2. Held-out loss of the global model with 30% adversarial miners (scaled, noise, lazy) against the
+   same honest miners alone, on the shipped CPU run config.
+3. The odds of catching a miner that fakes a quarter of its segments within 10 windows with two
+   validators: the calculation, and the rate measured over the project's own challenge draws.
+
+    python bench/verification.py            # about 35 minutes on 2 cores
+    python bench/verification.py --quick    # a few minutes; every code path, meaningless numbers
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import secrets
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from _report import NOTES_MARKER, Machine, kept_notes
+from rich.console import Console
+from rich.table import Table
+
+from distrai.localnet import Localnet, LocalnetOptions
+from distrai.localnet_view import heldout_curve, processed_windows, signed_reports
+from distrai.metrics import read_metrics
+from distrai.run import load_run_config, shipped_config_path
+from distrai.wallets import open_wallet
+from distrai.windows import ChallengeInputs, challenge_count, validator_challenges
+from miners.behaviour import ADVERSARIES, EXPECTED_CHECK
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUTPUT = ROOT / "docs" / "verification.md"
+BENCH_CONFIG = Path(__file__).resolve().parent / "verification.toml"
+DAMAGING = ("scaled", "noise", "lazy")
+VALIDATORS = 2
+CATCH_WINDOWS = 10
+FAKED_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class Plan:
+    honest: int = 4
+    windows: int = 10
+    loss_honest: int = 7
+    loss_windows: int = 6
+    catch_trials: int = 20_000
+
+
+QUICK = Plan(honest=2, windows=2, loss_honest=2, loss_windows=2, catch_trials=500)
+
+
+@dataclass
+class RunResult:
+    name: str
+    windows: list[int]
+    reports: list[dict]
+    hotkeys: dict[str, str]
+    """neuron name → hotkey"""
+    emission: dict[str, float]
+    miner_metrics: dict[str, list[dict]]
+    heldout: list[float]
+    """held-out loss of G at the first window's start, then after each validated window"""
+    seconds: float
+    behaviour: dict[str, str] = field(default_factory=dict)
+    """hotkey → 'honest' or the adversary type"""
+
+
+def run_network(name: str, work: Path, config: Path, honest: int, adversaries: tuple[str, ...], windows: int):
+    console = Console()
+    started = time.perf_counter()
+    net = Localnet(
+        LocalnetOptions(
+            work=work,
+            miners=honest,
+            validators=VALIDATORS,
+            windows=windows,
+            block_time=1.0,
+            adversaries=adversaries,
+            run_config=config,
+        )
+    )
+    net.setup()
+    bpw = net.config.windows.blocks_per_window
+    console.print(
+        f"[bold]{name}[/]: {honest} honest miners, adversaries {list(adversaries) or 'none'}, {windows} windows"
+    )
+    net.start()
+    try:
+        if not net.wait(180 + (windows + 2) * bpw * 1.0):
+            raise SystemExit(f"{name}: the network did not finish its windows; logs in {work / 'logs'}")
+    finally:
+        net.stop()
+    failed = [n.name for n in net.neurons if n.process.returncode != 0]
+    if failed:
+        raise SystemExit(f"{name}: {failed} exited with an error; logs in {work / 'logs'}")
+    done = processed_windows(net)
+    hotkeys = {
+        n.name: open_wallet(n.name, "default", str(net.wallet_path)).hotkey.ss58_address for n in net.neurons
+    }
+    mg = net.chain.metagraph()
+    behaviour = {hotkeys[f"miner{i}"]: "honest" for i in range(honest)}
+    behaviour.update({hotkeys[f"adversary-{a}"]: a for a in adversaries})
+    return RunResult(
+        name=name,
+        windows=done,
+        reports=signed_reports(net, done),
+        hotkeys=hotkeys,
+        emission={hk: mg.neuron(hk).total_emission for hk in behaviour},
+        miner_metrics={
+            hotkeys[n.name]: read_metrics(n.work_dir / "metrics.jsonl")
+            for n in net.neurons
+            if n.role == "miner" and (n.work_dir / "metrics.jsonl").exists()
+        },
+        heldout=heldout_curve(net, done),
+        seconds=time.perf_counter() - started,
+        behaviour=behaviour,
+    )
+
+
+# -- the adversary run's tables -------------------------------------------------------------------
+
+
+def verdict_entries(run: RunResult) -> list[tuple[int, str, str, dict]]:
+    """(window, validator, miner hotkey, report entry) for every window-verification."""
+    return [
+        (r["window"], r["validator"], hk, entry) for r in run.reports for hk, entry in r["miners"].items()
+    ]
+
+
+def adversary_rows(run: RunResult) -> list[list[str]]:
+    total = sum(run.emission.values()) or 1.0
+    honest = [e for hk, e in run.emission.items() if run.behaviour[hk] == "honest"]
+    honest_mean = statistics.mean(honest) if honest else 0.0
+    rows = []
+    for kind in ADVERSARIES:
+        hk = next((h for h, b in run.behaviour.items() if b == kind), None)
+        if hk is None:
+            continue
+        entries = [e for _, _, miner, e in verdict_entries(run) if miner == hk]
+        rejected = [e for e in entries if e["reason"] is not None]
+        first_checks = Counter(
+            e["reason"].split(":", 1)[0] for e in rejected if not e["reason"].startswith("banned")
+        )
+        rows.append(
+            [
+                kind,
+                EXPECTED_CHECK[kind],
+                ", ".join(f"{c} ×{n}" for c, n in first_checks.most_common()) or "—",
+                f"{len(rejected)}/{len(entries)}",
+                f"{100 * len(rejected) / len(entries):.0f}%" if entries else "—",
+                f"{100 * run.emission[hk] / total:.2f}%",
+                f"{100 * run.emission[hk] / honest_mean:.2f}%" if honest_mean else "—",
+            ]
+        )
+    return rows
+
+
+def honest_counts(runs: list[RunResult]) -> list[list[str]]:
+    rows = []
+    for run in runs:
+        entries = [e for _, _, hk, e in verdict_entries(run) if run.behaviour.get(hk) == "honest"]
+        false = [e["reason"] for e in entries if e["reason"] is not None]
+        replayed = sum(1 for e in entries if "replay" in e["verdicts"])
+        rows.append(
+            [run.name, str(len(entries)), str(replayed), str(len(false)), "; ".join(false[:3]) or "—"]
+        )
+    return rows
+
+
+def cost_rows(run: RunResult) -> tuple[list[list[str]], dict[str, float]]:
+    """Per validator: verification seconds over the miners' training seconds, same windows."""
+    windows = set(run.windows)
+    train_seconds = sum(
+        r.get("train_seconds", 0.0)
+        for records in run.miner_metrics.values()
+        for r in records
+        if r["window"] in windows
+    )
+    train_steps = sum(
+        r.get("steps_trained", 0)
+        for records in run.miner_metrics.values()
+        for r in records
+        if r["window"] in windows
+    )
+    rows, fractions = [], {}
+    for validator in sorted({r["validator"] for r in run.reports}):
+        mine = [r for r in run.reports if r["validator"] == validator]
+        seconds = sum(e["numbers"].get("replay_seconds", 0.0) for r in mine for e in r["miners"].values())
+        steps = sum(e["numbers"].get("replay_steps", 0.0) for r in mine for e in r["miners"].values())
+        name = next(n for n, hk in run.hotkeys.items() if hk == validator)
+        fractions[name] = seconds / train_seconds if train_seconds else math.nan
+        rows.append(
+            [
+                name,
+                f"{seconds:.1f}",
+                f"{train_seconds:.1f}",
+                f"{100 * fractions[name]:.2f}%",
+                f"{steps:.0f} / {train_steps:.0f} = {100 * steps / max(train_steps, 1):.2f}%",
+            ]
+        )
+    return rows, fractions
+
+
+def revealed_bytes(run: RunResult) -> tuple[float, float]:
+    """Median bytes an honest miner revealed per window beyond its update, and its median update."""
+    honest = [hk for hk, b in run.behaviour.items() if b == "honest"]
+    records = [r for hk in honest for r in run.miner_metrics.get(hk, []) if r["window"] in set(run.windows)]
+    revealed = [r.get("revealed_bytes", 0) for r in records]
+    update = [r["bytes_sent"] - r.get("revealed_bytes", 0) for r in records]
+    return (statistics.median(revealed) if revealed else 0.0, statistics.median(update) if update else 0.0)
+
+
+def loss_table(with_adversaries: RunResult, without: RunResult) -> str:
+    """Held-out loss after the same number of validated windows, and what the adversaries got in."""
+    rows = []
+    for j in range(min(len(with_adversaries.heldout), len(without.heldout))):
+        a, b = with_adversaries.heldout[j], without.heldout[j]
+        rows.append([str(j), f"{a:.4f}", f"{b:.4f}", f"{a / b:.4f}"])
+    entries = [(hk, e) for _, _, hk, e in verdict_entries(with_adversaries)]
+    accepted = Counter(with_adversaries.behaviour[hk] for hk, e in entries if e["reason"] is None)
+    checked = Counter(with_adversaries.behaviour[hk] for hk, _ in entries)
+    summary = ", ".join(f"{kind} {accepted[kind]}/{checked[kind]}" for kind in DAMAGING)
+    return (
+        md_table(["validated windows", "30% adversarial", "no adversaries", "ratio"], rows)
+        + f"\n\nWindow-verifications of the adversaries that passed (not challenged, and useful enough): {summary}."
+    )
+
+
+# -- the odds of catching a partial faker ---------------------------------------------------------
+
+
+def catch_probability(
+    n_segments: int, faked: int, per_miner: int, miner_share: float, validators: int, windows: int
+) -> float:
+    """P(at least one validator replays a faked segment within `windows`), each validator drawing
+    its segments uniformly without replacement and challenging the miner with `miner_share`."""
+    clean = math.comb(n_segments - faked, per_miner) / math.comb(n_segments, per_miner)
+    per_validator = miner_share * (1.0 - clean)
+    return 1.0 - (1.0 - per_validator) ** (validators * windows)
+
+
+def measured_catch_rate(config, miners: int, trials: int) -> float:
+    """The same event over the project's own challenge draws, with random block hashes."""
+    n = config.train.inner_steps // config.train.segment_steps
+    faked = set(range(n - round(FAKED_SHARE * n), n))
+    hotkeys = tuple(f"5{secrets.token_hex(23)}" for _ in range(miners))
+    validators = [f"5{secrets.token_hex(23)}" for _ in range(VALIDATORS)]
+    target = hotkeys[0]
+    caught = 0
+    for _ in range(trials):
+        for w in range(CATCH_WINDOWS):
+            inputs = ChallengeInputs(
+                block_hash="0x" + secrets.token_hex(32),
+                run_id="bench",
+                window=w,
+                miner_hotkeys=hotkeys,
+                miners_per_validator=config.verification.challenge_miners,
+                segments_per_miner=config.verification.challenge_segments,
+                n_segments=n,
+            )
+            if any(faked & set(validator_challenges(inputs, v).get(target, ())) for v in validators):
+                caught += 1
+                break
+    return caught / trials
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+
+def md_table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+ADVERSARY_HEADERS = [
+    "adversary",
+    "caught by",
+    "rejections by check (first failed)",
+    "window-verifications rejected",
+    "share rejected",
+    "share of all emission",
+    "emission vs mean honest miner",
+]
+HONEST_HEADERS = ["run", "honest window-verifications", "with replay", "false rejections", "reasons"]
+COST_HEADERS = [
+    "validator",
+    "verification s",
+    "miners' training s",
+    "fraction",
+    "replayed steps / trained steps",
+]
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else Plan()
+    console = Console(width=160)
+    started = time.perf_counter()
+    bench_config = load_run_config(BENCH_CONFIG)
+    cpu_config = shipped_config_path("cpu-localnet")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        adversarial = run_network(
+            "adversary run", work / "a", BENCH_CONFIG, plan.honest, tuple(ADVERSARIES), plan.windows
+        )
+        with_30 = run_network(
+            "30% adversarial", work / "b", cpu_config, plan.loss_honest, DAMAGING, plan.loss_windows
+        )
+        honest_only = run_network(
+            "no adversaries", work / "c", cpu_config, plan.loss_honest, (), plan.loss_windows
+        )
+
+    n = bench_config.train.inner_steps // bench_config.train.segment_steps
+    miners = plan.honest + len(ADVERSARIES)
+    share = challenge_count(bench_config.verification.challenge_miners, miners) / miners
+    predicted = catch_probability(
+        n,
+        round(FAKED_SHARE * n),
+        bench_config.verification.challenge_segments,
+        share,
+        VALIDATORS,
+        CATCH_WINDOWS,
+    )
+    measured = measured_catch_rate(bench_config, miners, plan.catch_trials)
+    cost, fractions = cost_rows(adversarial)
+    revealed, update = revealed_bytes(adversarial)
+    sections = {
+        "adversaries": md_table(ADVERSARY_HEADERS, adversary_rows(adversarial)),
+        "honest": md_table(HONEST_HEADERS, honest_counts([adversarial, with_30, honest_only])),
+        "cost": md_table(COST_HEADERS, cost),
+        "loss": loss_table(with_30, honest_only),
+    }
+    command = "python bench/verification.py" + (" --quick" if args.quick else "")
+    if args.output != DEFAULT_OUTPUT:
+        command += f" --output {shlex.quote(str(args.output))}"
+    machine = Machine.here()
+    lines = [
+        "# Verification by recomputation",
+        "",
+        "Written by `bench/verification.py`. The command that produced these numbers:",
+        "",
+        f"```\n{command}\n```",
+        "",
+        f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; total wall time: {time.perf_counter() - started:.0f} s",
+        f"- machine: {machine.cpu}, {machine.cores} cores (shared); torch {machine.torch}; Python {machine.python}",
+        f"- adversary run: `bench/verification.toml` (H = {bench_config.train.inner_steps}, "
+        f"k = {bench_config.train.segment_steps}, each validator challenges "
+        f"{bench_config.verification.challenge_miners} of the miners and "
+        f"{bench_config.verification.challenge_segments} segment of {n} each, ban "
+        f"{bench_config.scoring.ban_windows} windows); {plan.honest} honest miners and one miner per "
+        f"adversary type, {VALIDATORS} validators, windows {adversarial.windows[0]}–{adversarial.windows[-1]}, "
+        f"{adversarial.seconds:.0f} s",
+        f"- loss runs: `distrai/configs/cpu-localnet.toml`, {plan.loss_honest} honest miners with and without "
+        f"{', '.join(DAMAGING)} ({100 * len(DAMAGING) / (plan.loss_honest + len(DAMAGING)):.0f}% adversarial), "
+        f"{plan.loss_windows} windows each",
+        "",
+        "## Adversaries",
+        "",
+        "Every window-verification is one validator's verdict on one miner in one window; a barred",
+        "miner's windows count as rejected (`banned`).",
+        "",
+        sections["adversaries"],
+        "",
+        "## Honest miners",
+        "",
+        sections["honest"],
+        "",
+        "## Validator cost",
+        "",
+        "Verification time per validator (reading, decoding and hashing the revealed states,",
+        "replaying the challenged segments, re-encoding the update from the last state) over the",
+        "training time of all miners, summed over the same windows of the adversary run.",
+        "",
+        sections["cost"],
+        "",
+        f"A challenged honest miner reveals a median {revealed / 1e6:.1f} MB per window beyond its "
+        f"{update / 1e3:.0f} kB update and manifest (the boundary states of the challenged segments and the last "
+        "state, parameters and AdamW moments, and its incoming codec residual).",
+        "",
+        "## The global model with 30% adversarial miners",
+        "",
+        "Held-out loss of the global model after the same number of validated windows (0: the",
+        "initial model), with the honest miners alone and with three adversaries beside them.",
+        "",
+        sections["loss"],
+        "",
+        "## Catching a miner that fakes a quarter of its segments",
+        "",
+        f"With n = {n} segments of which m = {round(FAKED_SHARE * n)} are faked, each validator "
+        f"challenging a miner with probability q = {share:.2f} and replaying s = "
+        f"{bench_config.verification.challenge_segments} segment(s) drawn without replacement, one "
+        "validator catches the faker in one window with probability p = q · (1 − C(n−m, s)/C(n, s)); "
+        f"{VALIDATORS} validators draw independently, so within {CATCH_WINDOWS} windows the faker is "
+        f"caught with probability 1 − (1 − p)^({VALIDATORS}·{CATCH_WINDOWS}) = **{predicted:.4f}**. "
+        f"Measured over {plan.catch_trials:,} trials of the project's challenge draws "
+        f"(`distrai.windows.validator_challenges`, random block hashes, {miners} miners): **{measured:.4f}**.",
+        "",
+        "## Targets",
+        "",
+        f"- Honest false rejections: {sum(int(r[3]) for r in honest_counts([adversarial, with_30, honest_only]))} "
+        f"over {sum(int(r[1]) for r in honest_counts([adversarial, with_30, honest_only]))} honest "
+        "window-verifications; target 0 over at least 200.",
+        *[
+            f"- Verification cost of {name}: {100 * f:.2f}% of the miners' training time; target ≤ 5%: "
+            f"{'met' if f <= 0.05 else 'MISSED'}."
+            for name, f in fractions.items()
+        ],
+        f"- Catching a quarter-faker within {CATCH_WINDOWS} windows: {predicted:.4f} computed, {measured:.4f} "
+        f"measured; target ≥ 0.99: {'met' if min(predicted, measured) >= 0.99 else 'MISSED'}.",
+        "",
+        NOTES_MARKER,
+    ]
+    text = "\n".join(lines) + "\n" + kept_notes(args.output)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text)
+    for title, headers, rows in (
+        ("adversaries", ADVERSARY_HEADERS, adversary_rows(adversarial)),
+        ("honest miners", HONEST_HEADERS, honest_counts([adversarial, with_30, honest_only])),
+        ("validator cost", COST_HEADERS, cost),
+    ):
+        table = Table(title=title)
+        for h in headers:
+            table.add_column(h)
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    console.print(f"catch within {CATCH_WINDOWS} windows: computed {predicted:.4f}, measured {measured:.4f}")
+    console.print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

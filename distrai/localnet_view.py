@@ -116,7 +116,9 @@ def results_table(results: list[MinerResult]) -> Table:
     table.add_column("miner", no_wrap=True)
     for col in ("uid", "windows accepted", "mean score", "weight", "incentive", "emission earned"):
         table.add_column(col, justify="right")
-    table.add_column("last rejection", overflow="ellipsis", max_width=60)
+    rejections = any(r.last_rejection for r in results)
+    if rejections:
+        table.add_column("last rejection", no_wrap=True, overflow="ellipsis", max_width=32)
     for r in results:
         table.add_row(
             r.name,
@@ -126,7 +128,7 @@ def results_table(results: list[MinerResult]) -> Table:
             f"{r.weight:.3f}",
             f"{r.incentive:.3f}",
             f"{r.emission:.3f}",
-            r.last_rejection or "—",
+            *([r.last_rejection or "—"] if rejections else []),
         )
     return table
 

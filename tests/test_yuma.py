@@ -9,7 +9,14 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from distrai.chain.yuma import EpochInputs, EpochParams, EpochResult, run_epoch, split_emission
+from distrai.chain.yuma import (
+    NO_PENDING_COMMIT,
+    EpochInputs,
+    EpochParams,
+    EpochResult,
+    run_epoch,
+    split_emission,
+)
 
 CLASSIC = EpochParams(yuma3=False)
 YUMA3 = EpochParams(yuma3=True)
@@ -144,6 +151,81 @@ def test_self_weight_is_dropped_except_the_owners():
     assert owner.incentive == pytest.approx([0.5, 0.5])
 
 
+def test_the_owner_uid_keeps_its_permit_without_stake():
+    weights = [[0, 0, 1], [0, 0, 0], [0, 0, 0]]
+    # Uid 1 has no stake: no new permit for it...
+    assert run_epoch(make_inputs(weights, [1, 0, 0]), YUMA3).validator_permit.tolist() == [True, False, False]
+    # ...unless it is the owner's hotkey, whose permit is forced (subtensor's epoch_mechanism).
+    owner = run_epoch(make_inputs(weights, [1, 0, 0], owner_uid=1), YUMA3)
+    assert owner.validator_permit.tolist() == [True, True, False]
+    # With no stake it carries no vote: uid 0 alone decides.
+    assert owner.active_stake == pytest.approx([1, 0, 0])
+    assert owner.incentive == pytest.approx([0, 0, 1])
+
+
+def test_the_owner_uid_votes_with_a_forced_permit():
+    # Validator 0 (permit) weights miner 2; the owner, uid 1, holds equal stake but no permit
+    # yet (it staked after the last epoch) and weights miner 3.
+    weights = [[0, 0, 1, 0], [0, 0, 0, 1], [0, 0, 0, 0], [0, 0, 0, 0]]
+    permit = np.array([True, False, False, False])
+    plain = run_epoch(make_inputs(weights, [1, 1, 0, 0], validator_permit=permit), YUMA3)
+    assert plain.active_stake == pytest.approx([1, 0, 0, 0])
+    assert plain.incentive == pytest.approx([0, 0, 1, 0])
+    owner = run_epoch(make_inputs(weights, [1, 1, 0, 0], validator_permit=permit, owner_uid=1), YUMA3)
+    # Forced permit: active stake .5 / .5. Each miner column is 1 from one voter and 0 from the
+    # other; the stake point .5 falls on the boundary, where the upper weight (1) is consensus,
+    # so nothing is clipped: ranks .5 and .5.
+    assert owner.active_stake == pytest.approx([0.5, 0.5, 0, 0])
+    assert owner.consensus == pytest.approx([0, 0, 1, 1])
+    assert owner.incentive == pytest.approx([0, 0, 0.5, 0.5])
+    # Bonds .1 each on its own miner: each validator owns its column, earns .5 of incentive,
+    # times equal stake: dividends split evenly.
+    assert owner.dividends == pytest.approx([0.5, 0.5, 0, 0])
+
+
+def test_the_owner_uid_is_exempt_from_the_stake_threshold_and_its_self_weight_routes_incentive():
+    # Threshold 2. Validator 0 (stake 3) weights the owner uid 1 and miner 2 equally; the owner
+    # (stake 1, below the threshold) weights only itself.
+    weights = [[0, 0.5, 0.5], [0, 1, 0], [0, 0, 0]]
+    params = EpochParams(stake_threshold=2)
+    plain = run_epoch(make_inputs(weights, [3, 1, 0]), params)
+    # Without the exemption the owner's stake counts as zero: no vote, no permit.
+    assert plain.stake == pytest.approx([1, 0, 0])
+    assert plain.incentive == pytest.approx([0, 0.5, 0.5])
+    assert plain.validator_permit.tolist() == [True, False, False]
+
+    owner = run_epoch(make_inputs(weights, [3, 1, 0], owner_uid=1), params)
+    # Stake kept: .75 / .25. Owner column: .5 (stake .75) then 1 (up to 1.0): the point .5
+    # lies in .5's stretch, consensus .5. Miner column: 0 (stake .25) then .5: consensus .5.
+    assert owner.stake == pytest.approx([0.75, 0.25, 0])
+    assert owner.consensus == pytest.approx([0, 0.5, 0.5])
+    # The owner's self-weight 1 is clipped to .5; validator 0 keeps (.5, .5).
+    assert owner.validator_trust == pytest.approx([1, 0.5, 0])
+    # Ranks: owner .75*.5 + .25*.5 = .5, miner .75*.5 = .375; incentive 4/7 and 3/7.
+    # Before clipping the owner's rank was .75*.5 + .25*1 = .625: trust .5/.625 = .8.
+    assert owner.incentive == pytest.approx([0, 4 / 7, 3 / 7])
+    assert owner.trust == pytest.approx([0, 0.8, 1])
+    # Bonds .1 * clipped: (.05, .05) and (.05, 0); column shares (.5, 1) and (.5, 0).
+    # Per validator: .5*4/7 + 1*3/7 = 5/7 and .5*4/7 = 2/7; times stake .75 and .25:
+    # 3.75 : .5, i.e. 15/17 and 2/17.
+    assert owner.dividends == pytest.approx([15 / 17, 2 / 17, 0])
+    assert owner.validator_permit.tolist() == [True, True, False]
+
+
+def test_weights_to_uids_registered_after_a_pending_commit_are_dropped():
+    weights = [[0, 0.5, 0.5], [0, 0, 0], [0, 0, 0]]
+    # Validator 0 last updated at block 10, after both registrations, so nothing is outdated...
+    fields = dict(registered_at=np.array([0, 3, 7]), last_update=np.array([10, 10, 10]))
+    assert run_epoch(make_inputs(weights, [1, 0, 0], **fields), YUMA3).incentive == pytest.approx(
+        [0, 0.5, 0.5]
+    )
+    # ...but its earliest pending commit is from block 5, before uid 2 registered at 7: those
+    # weights were made for the neuron uid 2 replaced, and are dropped (subtensor's column mask).
+    pending = np.array([5, NO_PENDING_COMMIT, NO_PENDING_COMMIT])
+    masked = run_epoch(make_inputs(weights, [1, 0, 0], pending_commit_block=pending, **fields), YUMA3)
+    assert masked.incentive == pytest.approx([0, 1, 0])
+
+
 def test_weights_set_before_a_registration_are_dropped():
     weights = [[0, 0.5, 0.5], [0, 0, 0], [0, 0, 0]]
     # Validator 0 set weights at block 5; uid 1 was registered again at block 7.
@@ -248,6 +330,7 @@ def test_split_emission_burns_incentive_of_owner_uids():
         ({"active": [1, 0]}, "active must be a bool vector"),
         ({"last_update": [0.5, 1.0]}, "last_update must be a vector"),
         ({"owner_uid": 2}, "owner_uid 2"),
+        ({"pending_commit_block": [1]}, "pending_commit_block must be a vector"),
         ({"current_block": -1}, "current_block"),
     ],
 )
@@ -325,6 +408,7 @@ def epoch_inputs(draw, value=ANY_AMOUNT, max_n: int = 5) -> EpochInputs:
         ),
         current_block=draw(st.integers(0, 80)),
         owner_uid=draw(st.none() | st.integers(0, n - 1)),
+        pending_commit_block=draw(st.none() | blocks.map(lambda b: np.array(b, dtype=np.int64))),
     )
 
 
@@ -412,6 +496,9 @@ def test_permuting_uids_permutes_every_result(inputs, params, rng):
         bonds=inputs.bonds[np.ix_(perm, perm)],
         current_block=inputs.current_block,
         owner_uid=owner,
+        pending_commit_block=None
+        if inputs.pending_commit_block is None
+        else inputs.pending_commit_block[perm],
     )
     original, shuffled = run_epoch(inputs, params), run_epoch(permuted, params)
     for name in EpochResult.__dataclass_fields__:

@@ -3,12 +3,15 @@
 Pure numpy in float64 with plain units: weights, bonds, kappa and the like are fractions in
 [0, 1], not u16 or I32F32 fixed point, and stake is in alpha. Steps, in subtensor's order:
 
-1. Stake below `stake_threshold` counts as zero; stake is normalized. New validator permits
-   go to the `max_validators` largest non-zero stakes (returned, used from the next epoch).
+1. Stake below `stake_threshold` counts as zero, except the subnet owner's; stake is
+   normalized. New validator permits go to the `max_validators` largest non-zero stakes
+   (returned, used from the next epoch); the owner's uid holds a permit, now and next, whatever
+   its stake, so it can always vote its burn.
 2. Active stake: the stake of uids that are active and hold a permit now, normalized.
 3. Weights: rows of uids without a permit are dropped; self-weights (the diagonal) are
    dropped, except the subnet owner's; weight i→j is dropped when i last set weights at or
-   before j's registration ("outdated"); rows are normalized.
+   before j's registration ("outdated"), and under commit-reveal when i's earliest pending
+   commit was made before j's registration; rows are normalized.
 4. Consensus: per miner, the active-stake-weighted median of the weights at `kappa`.
    Weights are clipped to consensus; validator trust is each row's clipped sum.
 5. Rank = clipped weights times active stake; trust = rank after / before clipping;
@@ -51,7 +54,18 @@ from distrai.chain.yuma_math import (
     weighted_median_col,
 )
 
-__all__ = ["EmissionSplit", "EpochInputs", "EpochParams", "EpochResult", "run_epoch", "split_emission"]
+__all__ = [
+    "NO_PENDING_COMMIT",
+    "EmissionSplit",
+    "EpochInputs",
+    "EpochParams",
+    "EpochResult",
+    "run_epoch",
+    "split_emission",
+]
+
+NO_PENDING_COMMIT = np.iinfo(np.int64).max
+"""`EpochInputs.pending_commit_block` for a uid without a pending commit (subtensor's u64::MAX)."""
 
 
 def _frozen(array: npt.NDArray) -> npt.NDArray:
@@ -120,7 +134,11 @@ class EpochInputs:
     bonds: Matrix
     current_block: int
     owner_uid: int | None = None
-    """The subnet owner's uid, whose self-weight is kept (subtensor's burn route)."""
+    """The uid of the subnet owner's hotkey (`SubnetOwnerHotkey`): its permit and stake survive the
+    stake threshold, and its self-weight is kept (subtensor's burn route)."""
+    pending_commit_block: npt.NDArray[np.int64] | None = None
+    """Under commit-reveal, per uid, the block of its earliest unexpired weights commit, or
+    `NO_PENDING_COMMIT`; None when the subnet does not run commit-reveal."""
 
     def __post_init__(self) -> None:
         n = np.shape(self.stake)[0] if np.ndim(self.stake) == 1 else -1
@@ -143,7 +161,10 @@ class EpochInputs:
                     f"{name} must be a bool vector of length {n}, got {value.dtype} {value.shape}"
                 )
             object.__setattr__(self, name, _frozen(value.astype(np.bool_)))
-        for name in ("registered_at", "last_update"):
+        blocks = ["registered_at", "last_update"]
+        if self.pending_commit_block is not None:
+            blocks.append("pending_commit_block")
+        for name in blocks:
             value = np.array(getattr(self, name))
             if value.shape != (n,) or (value.size and value.dtype.kind not in "iu") or np.any(value < 0):
                 raise ValueError(f"{name} must be a vector of {n} non-negative block numbers")
@@ -167,7 +188,7 @@ class EpochResult:
     active_stake: Vector
     """Stake of active permitted validators, normalized: the votes of this epoch."""
     validator_permit: npt.NDArray[np.bool_]
-    """New permits: the `max_validators` largest non-zero stakes."""
+    """New permits: the `max_validators` largest non-zero stakes, and the owner's uid."""
     consensus: Vector
     validator_trust: Vector
     rank: Vector
@@ -185,13 +206,24 @@ class EpochResult:
             _frozen(getattr(self, f.name))
 
 
-def _masked_weights(inputs: EpochInputs) -> Matrix:
+def _owner_forced(flags: npt.NDArray[np.bool_], owner_uid: int | None) -> npt.NDArray[np.bool_]:
+    """`flags` with the owner's uid set: the owner always holds a validator permit."""
+    if owner_uid is None:
+        return flags
+    forced = flags.copy()
+    forced[owner_uid] = True
+    return forced
+
+
+def _masked_weights(inputs: EpochInputs, permits: npt.NDArray[np.bool_]) -> Matrix:
     """Step 3: drop weights from non-permitted uids, self-weights and outdated weights."""
-    w = np.where(inputs.validator_permit[:, None], inputs.weights, 0.0)
+    w = np.where(permits[:, None], inputs.weights, 0.0)
     diagonal = np.eye(inputs.n, dtype=bool)
     if inputs.owner_uid is not None:
         diagonal[inputs.owner_uid, inputs.owner_uid] = False
     outdated = inputs.last_update[:, None] <= inputs.registered_at[None, :]
+    if inputs.pending_commit_block is not None:
+        outdated |= inputs.pending_commit_block[:, None] < inputs.registered_at[None, :]
     return row_normalize(np.where(diagonal | outdated, 0.0, w))
 
 
@@ -223,11 +255,15 @@ def _classic_bonds(
 
 def run_epoch(inputs: EpochInputs, params: EpochParams) -> EpochResult:
     """Run one Yuma Consensus epoch (see the module docstring for the steps)."""
-    stake = normalize(np.where(inputs.stake < params.stake_threshold, 0.0, inputs.stake))
-    new_permit = is_topk_nonzero(stake, params.max_validators)
-    active_stake = normalize(np.where(inputs.active & inputs.validator_permit, stake, 0.0))
+    below = inputs.stake < params.stake_threshold
+    if inputs.owner_uid is not None:
+        below[inputs.owner_uid] = False
+    stake = normalize(np.where(below, 0.0, inputs.stake))
+    permits = _owner_forced(inputs.validator_permit, inputs.owner_uid)
+    new_permit = _owner_forced(is_topk_nonzero(stake, params.max_validators), inputs.owner_uid)
+    active_stake = normalize(np.where(inputs.active & permits, stake, 0.0))
 
-    weights = _masked_weights(inputs)
+    weights = _masked_weights(inputs, permits)
     preranks = active_stake @ weights
     consensus = weighted_median_col(active_stake, weights, params.kappa)
     clipped = np.minimum(weights, consensus[None, :])

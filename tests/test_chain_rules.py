@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distrai.chain import rules
+from distrai.chain import commit_reveal, rules
 from distrai.chain.base import ChainError, Hyperparameters
 
 
@@ -73,3 +73,108 @@ def test_prune_prefers_lowest_score_then_oldest_then_lowest_uid():
 def test_epoch_blocks_follow_subtensor_schedule():
     blocks = [b for b in range(40) if rules.is_epoch_block(b, netuid=1, tempo=9)]
     assert blocks == [8, 18, 28, 38]
+
+
+def test_stake_below_the_threshold_cannot_set_weights_unless_it_is_the_owners():
+    hp = Hyperparameters(stake_threshold=100.0)
+    with pytest.raises(ChainError) as refused:
+        rules.check_set_weights(call(stake=99.5), hp)
+    assert refused.value.reason == "NotEnoughStakeToSetWeights"
+    rules.check_set_weights(call(stake=100.0), hp)
+    rules.check_set_weights(call(stake=0.0, is_owner=True), hp)
+
+
+def test_the_owner_needs_no_permit():
+    rules.check_set_weights(call(has_permit=False, is_owner=True), Hyperparameters())
+
+
+def test_checks_run_in_subtensors_order():
+    hp = Hyperparameters(weights_rate_limit=10, stake_threshold=5.0)
+    # Unregistered and too many uids: the length check comes first.
+    with pytest.raises(ChainError) as too_many:
+        rules.check_set_weights(call(setter_uid=None, uids=[0, 1, 2, 3, 0], values=[1] * 5), hp)
+    assert too_many.value.reason == "UidsLengthExceedUidsInSubNet"
+    # Low stake before the rate limit, the rate limit before the permit, the permit before
+    # duplicates and the weight count.
+    bad = dict(uids=[1, 1], values=[1, 1], has_permit=False, last_set_block=95)
+    order = [
+        ({"stake": 0.0}, "NotEnoughStakeToSetWeights"),
+        ({"stake": 5.0}, "SettingWeightsTooFast"),
+        ({"stake": 5.0, "last_set_block": 90}, "NeuronNoValidatorPermit"),
+        ({"stake": 5.0, "last_set_block": 90, "has_permit": True}, "DuplicateUids"),
+    ]
+    for overrides, reason in order:
+        with pytest.raises(ChainError) as refused:
+            rules.check_set_weights(call(**{**bad, **overrides}), hp)
+        assert refused.value.reason == reason
+
+
+def test_under_commit_reveal_the_rate_limit_is_the_commits():
+    hp = Hyperparameters(weights_rate_limit=10, commit_reveal_weights=True)
+    rules.check_set_weights(call(last_set_block=99), hp)
+
+
+def test_epoch_index_counts_fired_epochs_including_this_block():
+    # netuid 1, tempo 9: epochs fire at 8, 18, 28.
+    assert [rules.epoch_index(b, netuid=1, tempo=9) for b in (0, 7, 8, 9, 17, 18, 28)] == [
+        0,
+        0,
+        1,
+        1,
+        1,
+        2,
+        3,
+    ]
+    # netuid 12, tempo 9: (b + 13) % 10 == 0 fires at 7, 17; block 0 is genesis and never fires.
+    assert [rules.epoch_index(b, netuid=12, tempo=9) for b in (0, 6, 7, 16, 17)] == [0, 0, 1, 1, 2]
+    assert rules.epoch_index(100, netuid=1, tempo=0) == 0
+
+
+def commit(**overrides):
+    base = dict(registered=True, block=100, last_update=0, unrevealed_this_epoch=0)
+    return commit_reveal.CommitCall(**{**base, **overrides})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "hp", "reason"),
+    [
+        ({}, Hyperparameters(commit_reveal_weights=False), "CommitRevealDisabled"),
+        ({"registered": False}, Hyperparameters(commit_reveal_weights=True), "HotKeyNotRegisteredInSubNet"),
+        (
+            {"last_update": 95},
+            Hyperparameters(commit_reveal_weights=True, weights_rate_limit=10),
+            "CommittingWeightsTooFast",
+        ),
+        (
+            {"unrevealed_this_epoch": 10},
+            Hyperparameters(commit_reveal_weights=True),
+            "TooManyUnrevealedCommits",
+        ),
+    ],
+)
+def test_commit_refusals(overrides, hp, reason):
+    with pytest.raises(ChainError) as refused:
+        commit_reveal.check_commit_weights(commit(**overrides), hp)
+    assert refused.value.reason == reason
+
+
+def test_a_commit_opens_reveal_period_epochs_later_and_then_expires():
+    hp = Hyperparameters(commit_reveal_weights=True, weights_rate_limit=10)
+    commit_reveal.check_commit_weights(commit(last_update=90, unrevealed_this_epoch=9), hp)
+    # Committed in epoch 4 with a reveal period of 2: opens when epoch 6 fires.
+    assert commit_reveal.reveal_epoch(6, 2) == 4
+    assert [commit_reveal.is_commit_expired(4, current, 2) for current in (4, 5, 6, 7)] == [
+        False,
+        False,
+        False,
+        True,
+    ]
+
+
+@pytest.mark.parametrize(("period", "reason"), [(0, "RevealPeriodTooSmall"), (101, "RevealPeriodTooLarge")])
+def test_reveal_periods_outside_subtensors_bounds_are_refused(period, reason):
+    commit_reveal.check_reveal_period(1)
+    commit_reveal.check_reveal_period(100)
+    with pytest.raises(ChainError) as refused:
+        commit_reveal.check_reveal_period(period)
+    assert refused.value.reason == reason

@@ -52,6 +52,10 @@ class Hyperparameters:
     bonds_moving_avg: float = 0.9
     yuma3: bool = True
     commit_reveal_weights: bool = False
+    commit_reveal_period: int = 1
+    """Epochs (tempos) between a weights commit and the epoch that reveals it (`RevealPeriodEpochs`)."""
+    stake_threshold: float = 0.0
+    """Alpha a hotkey needs to set weights and to count in Yuma (subtensor's global `StakeThreshold`)."""
     commitment_max_bytes: int = 1024
     commitment_rate_limit: int = 1
     max_registrations_per_block: int = 1

@@ -37,28 +37,62 @@ def normalized(values: Sequence[int]) -> list[float]:
 class WeightsCall:
     """Everything `check_set_weights` needs, read from the chain by the caller."""
 
-    setter_uid: int
+    setter_uid: int | None
+    """The signer's uid; None when its hotkey is not registered on the subnet."""
     n: int
     has_permit: bool
     block: int
     last_set_block: int | None
     uids: Sequence[int]
     values: Sequence[int]
+    stake: float = 0.0
+    """The signer's stake in alpha."""
+    is_owner: bool = False
+    """Whether the signer is the subnet owner's hotkey (`SubnetOwnerHotkey`)."""
+
+
+def is_self_weight(setter_uid: int, uids: Sequence[int]) -> bool:
+    """Subtensor's `is_self_weight`: exactly one weight, on the setter's own uid."""
+    return len(uids) == 1 and uids[0] == setter_uid
 
 
 def check_set_weights(call: WeightsCall, hp: Hyperparameters) -> None:
-    """Subtensor's `do_set_weights` checks, in its order; raises ChainError on the first failure."""
+    """Subtensor's `internal_set_weights` checks, in its order; raises ChainError on the first failure.
+
+    The owner's hotkey needs neither stake nor a permit, so a subnet owner can always route its
+    share of emission. With commit-reveal on, the rate limit belongs to the commit, not to the
+    reveal that reaches this check.
+    """
     if len(call.uids) != len(call.values):
         raise ChainError("WeightVecNotEqualSize", f"{len(call.uids)} uids but {len(call.values)} values")
+    if any(not 0 <= v <= U16_MAX for v in call.values):
+        raise ChainError("InvalidWeights", "weight values must be u16")
+    if len(call.uids) > call.n:
+        raise ChainError("UidsLengthExceedUidsInSubNet", f"{len(call.uids)} uids on a subnet of {call.n}")
+    if call.setter_uid is None:
+        raise ChainError("HotKeyNotRegisteredInSubNet", "the signer holds no uid on this subnet")
+    if not call.is_owner and call.stake < hp.stake_threshold:
+        raise ChainError(
+            "NotEnoughStakeToSetWeights",
+            f"stake {call.stake:g} is below the threshold {hp.stake_threshold:g}",
+        )
+    # The anchor is the block of the last set or of registration; 0 means never, as in subtensor.
+    if (
+        not hp.commit_reveal_weights
+        and call.last_set_block
+        and call.block - call.last_set_block < hp.weights_rate_limit
+    ):
+        raise ChainError(
+            "SettingWeightsTooFast",
+            f"last set at block {call.last_set_block}; wait until block {call.last_set_block + hp.weights_rate_limit}",
+        )
+    self_only = is_self_weight(call.setter_uid, call.uids)
+    if not (call.has_permit or self_only or call.is_owner):
+        raise ChainError("NeuronNoValidatorPermit", f"uid {call.setter_uid} has no validator permit")
     if len(set(call.uids)) != len(call.uids):
         raise ChainError("DuplicateUids", "a uid appears twice in the weights")
     if any(not 0 <= u < call.n for u in call.uids):
         raise ChainError("UidVecContainInvalidOne", f"uids must lie in [0, {call.n})")
-    if any(not 0 <= v <= U16_MAX for v in call.values):
-        raise ChainError("InvalidWeights", "weight values must be u16")
-    self_only = list(call.uids) == [call.setter_uid]
-    if not call.has_permit and not self_only:
-        raise ChainError("NeuronNoValidatorPermit", f"uid {call.setter_uid} has no validator permit")
     if not self_only and len(call.uids) < min(hp.min_allowed_weights, call.n):
         raise ChainError(
             "WeightVecLengthIsLow",
@@ -71,12 +105,6 @@ def check_set_weights(call: WeightsCall, hp: Hyperparameters) -> None:
                 raise ChainError(
                     "MaxWeightExceeded", f"a weight of {v:.4f} exceeds {hp.max_weight_limit:.4f}"
                 )
-    # The anchor is the block of the last set or of registration; 0 means never, as in subtensor.
-    if call.last_set_block and call.block - call.last_set_block < hp.weights_rate_limit:
-        raise ChainError(
-            "SettingWeightsTooFast",
-            f"last set at block {call.last_set_block}; wait until block {call.last_set_block + hp.weights_rate_limit}",
-        )
 
 
 @dataclass(frozen=True)
@@ -103,3 +131,15 @@ def neuron_to_prune(candidates: Sequence[PruneCandidate], block: int, immunity_p
 def is_epoch_block(block: int, netuid: int, tempo: int) -> bool:
     """Subtensor runs a subnet's epoch when (block + netuid + 1) is a multiple of (tempo + 1)."""
     return tempo > 0 and (block + netuid + 1) % (tempo + 1) == 0
+
+
+def epoch_index(block: int, netuid: int, tempo: int) -> int:
+    """How many epochs have fired in blocks 1..`block`, this block's included.
+
+    Subtensor's `current_epoch_with_lookahead`: a commit or reveal in an epoch block belongs to
+    the epoch that block fires. (Block 0 is genesis, where no epoch runs.)
+    """
+    if tempo <= 0 or block <= 0:
+        return 0
+    period = tempo + 1
+    return (block + netuid + 1) // period - (netuid + 1) // period

@@ -17,6 +17,11 @@ from distrai.wallets import DEFAULT_WALLET_PATH, create_dev_wallet, open_wallet
 
 console = Console()
 DEFAULT_CHAIN = os.environ.get("DISTRAI_CHAIN", "distrai-chain.db")
+COMMIT_REVEAL_FIELDS = ("commit_reveal_weights", "commit_reveal_period")
+"""Hyperparameters `chain init` takes as `--commit-reveal` and `--reveal-period`, not by field name."""
+FIELD_HELP = {
+    "stake_threshold": "alpha a hotkey needs to set weights and to count in Yuma (default 0)",
+}
 
 
 def _wallet_args(parser: argparse.ArgumentParser) -> None:
@@ -58,14 +63,33 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--emission-per-block", type=float, default=1.0)
     init.add_argument("--owner-cut", type=float, default=0.18)
     init.add_argument("--owner-coldkey", default="", help="ss58 address of the subnet owner's coldkey")
+    init.add_argument(
+        "--owner-hotkey", default="", help="ss58 address of the subnet owner's hotkey (Yuma's owner uid)"
+    )
+    init.add_argument(
+        "--commit-reveal",
+        dest="commit_reveal_weights",
+        action="store_true",
+        help="validators commit weights sealed; the chain reveals them --reveal-period epochs later",
+    )
+    init.add_argument(
+        "--reveal-period",
+        dest="commit_reveal_period",
+        type=int,
+        default=defaults.commit_reveal_period,
+        metavar="EPOCHS",
+        help=f"epochs from a weights commit to its reveal (default {defaults.commit_reveal_period})",
+    )
     for field, value in vars(defaults).items():
+        if field in COMMIT_REVEAL_FIELDS:
+            continue
         flag = "--" + field.replace("_", "-")
         if isinstance(value, bool):
             init.add_argument(
                 flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=value, metavar="BOOL"
             )
         else:
-            init.add_argument(flag, type=type(value), default=value)
+            init.add_argument(flag, type=type(value), default=value, help=FIELD_HELP.get(field))
     for name, text in (("status", "block, subnet and epoch"), ("metagraph", "every neuron of the subnet")):
         _chain_args(chain.add_parser(name, help=text))
     register = chain.add_parser("register", help="register a wallet's hotkey on the subnet")
@@ -118,6 +142,7 @@ def cmd_chain_init(args: argparse.Namespace) -> None:
         emission_per_block=args.emission_per_block,
         owner_cut=args.owner_cut,
         owner_coldkey=args.owner_coldkey,
+        owner_hotkey=args.owner_hotkey,
     )
     console.print(
         f"chain at {chain.path}: subnet {chain.netuid}, block {chain.block()}, genesis {chain.genesis[:18]}…"
@@ -137,6 +162,14 @@ def cmd_chain_status(args: argparse.Namespace) -> None:
         ("subnet", str(chain.netuid)),
         ("neurons", f"{chain.metagraph().n} / {hp.max_uids}"),
         ("tempo", str(hp.tempo)),
+        (
+            "weights",
+            f"commit-reveal, revealed after {hp.commit_reveal_period} epoch(s)"
+            if hp.commit_reveal_weights
+            else "set directly",
+        ),
+        ("stake threshold", f"{hp.stake_threshold:g}"),
+        ("owner hotkey", info["owner_hotkey"] or "none"),
         ("last epoch", str(info["last_epoch_block"])),
         ("emission per block", f"{info['emission_per_block']:g}"),
         ("owner emission", f"{info['owner_emission']:.4f}"),

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
-from support.local_harness import make_local_harness
+from support.local_harness import TEST_HYPERPARAMETERS, make_local_harness
 
 from distrai.chain.base import ChainError
 
@@ -17,8 +19,13 @@ except ImportError:  # the adapter's harness lives beside the adapter; without i
 
 
 @pytest.fixture(params=sorted(HARNESSES))
-def harness(request, tmp_path):
-    return HARNESSES[request.param](tmp_path)
+def make_harness(request):
+    return HARNESSES[request.param]
+
+
+@pytest.fixture
+def harness(make_harness, tmp_path):
+    return make_harness(tmp_path)
 
 
 def next_epoch(harness) -> None:
@@ -102,3 +109,52 @@ def test_block_hashes_are_fixed_once_produced_and_unknown_before(harness):
 def test_subnet_owner_is_the_coldkey_the_subnet_was_created_with(harness):
     assert harness.chain.subnet_owner() == harness.local.subnet_owner()
     assert harness.chain.subnet_owner() == harness.owner_coldkey
+
+
+def test_subnet_owner_hotkey_is_the_one_the_subnet_names(make_harness, tmp_path):
+    named = make_harness(tmp_path / "named")
+    assert named.chain.subnet_owner_hotkey() == named.owner_hotkey == named.owner().hotkey.ss58_address
+    unnamed = make_harness(tmp_path / "unnamed", owner_hotkey=False)
+    assert unnamed.chain.subnet_owner_hotkey() == ""
+
+
+def test_commitments_read_as_they_stood_at_a_past_block(harness):
+    early, late = harness.new_wallet("early"), harness.new_wallet("late")
+    harness.chain.register(early)
+    harness.advance(1)
+    harness.chain.commit(early, "first")
+    first = harness.chain.block()
+    harness.advance(2)
+    harness.chain.register(late)
+    harness.chain.commit(early, "second")
+    harness.chain.commit(late, "late")
+    now = harness.chain.block()
+
+    def data(commitments) -> dict[str, str]:
+        return {hotkey: c.data for hotkey, c in commitments.items()}
+
+    assert data(harness.chain.commitments(first - 1)) == {}
+    at_first = harness.chain.commitments(first)
+    assert data(at_first) == {early.hotkey.ss58_address: "first"}
+    assert at_first[early.hotkey.ss58_address].block == first
+    assert data(harness.chain.commitments(now - 1)) == {early.hotkey.ss58_address: "first"}
+    current = {early.hotkey.ss58_address: "second", late.hotkey.ss58_address: "late"}
+    assert data(harness.chain.commitments(now)) == data(harness.chain.commitments()) == current
+    with pytest.raises(ChainError) as future:
+        harness.chain.commitments(now + 1)
+    assert future.value.reason == "BlockNotYetProduced"
+
+
+def test_commitments_at_a_block_are_those_of_hotkeys_registered_then(make_harness, tmp_path):
+    h = make_harness(tmp_path, replace(TEST_HYPERPARAMETERS, max_uids=2, immunity_period=1))
+    pruned, kept, newcomer = (h.new_wallet(n) for n in ("pruned", "kept", "newcomer"))
+    h.chain.register(pruned)
+    h.chain.register(kept)
+    h.advance(2)
+    h.chain.commit(pruned, "gone later")
+    h.chain.commit(kept, "still here")
+    before = h.chain.block()
+    h.advance(2)
+    assert h.chain.register(newcomer) == 0  # the subnet is full: uid 0, registered first, is replaced
+    assert {c.data for c in h.chain.commitments(before).values()} == {"gone later", "still here"}
+    assert {c.data for c in h.chain.commitments().values()} == {"still here"}

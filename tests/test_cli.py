@@ -93,3 +93,53 @@ def test_errors_are_one_clear_line(tmp_path):
     )
     assert missing_wallet.returncode == 1
     assert "ghost" in missing_wallet.stdout and "distrai wallet create" in missing_wallet.stdout
+
+
+def test_chain_init_takes_commit_reveal_stake_threshold_and_owner_hotkey(tmp_path):
+    from distrai.chain.local import LocalChain
+
+    owner = bt.Wallet("owner", "default", path=str(tmp_path / "wallets"))
+    made = distrai(
+        tmp_path, "wallet", "create", "--wallet.name", "owner", "--wallet.path", str(tmp_path / "wallets")
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    init = distrai(
+        tmp_path,
+        "chain",
+        "init",
+        "--commit-reveal",
+        "--reveal-period",
+        "3",
+        "--stake-threshold",
+        "2.5",
+        "--owner-coldkey",
+        owner.coldkeypub.ss58_address,
+        "--owner-hotkey",
+        owner.hotkey.ss58_address,
+    )
+    assert init.returncode == 0, init.stdout + init.stderr
+    chain = LocalChain(tmp_path / "chain.db")
+    hp = chain.hyperparameters()
+    assert (hp.commit_reveal_weights, hp.commit_reveal_period, hp.stake_threshold) == (True, 3, 2.5)
+    assert chain.subnet_owner_hotkey() == owner.hotkey.ss58_address
+    status = distrai(tmp_path, "chain", "status")
+    assert (
+        "commit-reveal, revealed after 3 epoch(s)" in status.stdout
+        and owner.hotkey.ss58_address in status.stdout
+    )
+    plain = distrai(tmp_path, "chain", "init", "--chain", str(tmp_path / "plain.db"))
+    assert (
+        plain.returncode == 0
+        and not LocalChain(tmp_path / "plain.db").hyperparameters().commit_reveal_weights
+    )
+    too_long = distrai(
+        tmp_path,
+        "chain",
+        "init",
+        "--chain",
+        str(tmp_path / "bad.db"),
+        "--commit-reveal",
+        "--reveal-period",
+        "101",
+    )
+    assert too_long.returncode == 1 and "RevealPeriodTooLarge" in too_long.stdout

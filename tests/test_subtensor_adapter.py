@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.local_harness import TEST_HYPERPARAMETERS
-from support.memory_substrate import commitment_text
+from support.memory_substrate import MemorySubstrate, commitment_text
 from support.subtensor_harness import make_subtensor_harness
 
 from distrai.chain.base import ChainError
@@ -197,6 +197,23 @@ def test_block_hashes_are_the_chains(tmp_path):
         h.local.block_hash(b) for b in (0, now - 1, now)
     ]
     assert h.chain.block_hash() == h.local.block_hash(now)
+
+
+def test_commitments_of_a_block_whose_state_the_node_pruned_are_unavailable(tmp_path):
+    h = make_subtensor_harness(tmp_path)
+    miner = h.new_wallet("miner")
+    h.chain.register(miner)
+    h.chain.commit(miner, "old")
+    h.advance(5)
+    lite = SubtensorChain("local", netuid=1, substrate=MemorySubstrate(h.local, state_pruning=3))
+    now = lite.block()
+    assert {c.data for c in lite.commitments(now - 3).values()} == {"old"}
+    with pytest.raises(ChainError) as pruned:
+        lite.commitments(now - 4)
+    assert pruned.value.reason == "BlockUnavailable" and str(now - 4) in pruned.value.detail
+    with pytest.raises(ChainError) as negative:
+        lite.commitments(-1)
+    assert negative.value.reason == "BadBlock"
 
 
 # -- weights ------------------------------------------------------------------------------------

@@ -149,6 +149,13 @@ class Chain(ABC):
         """The ss58 address of the subnet owner's coldkey ("" when the subnet has none)."""
 
     @abstractmethod
+    def subnet_owner_hotkey(self) -> str:
+        """The ss58 address of the subnet owner's hotkey ("" when none is set).
+
+        Yuma treats the uid of this one hotkey as the owner's: its permit and its stake survive the
+        stake threshold, and its self-weight is kept."""
+
+    @abstractmethod
     def register(self, wallet: WalletLike) -> int:
         """Register the wallet's hotkey on the subnet (signed by its coldkey); returns its uid.
 
@@ -159,8 +166,12 @@ class Chain(ABC):
         """Publish `data` as this hotkey's commitment (signed by the hotkey)."""
 
     @abstractmethod
-    def commitments(self) -> dict[str, Commitment]:
-        """Every registered hotkey's latest commitment, by hotkey."""
+    def commitments(self, block: int | None = None) -> dict[str, Commitment]:
+        """Every hotkey registered at the end of `block` (now by default), with its latest commitment then.
+
+        A commitment replaced later still reads as it stood at `block`, so anyone can check what was
+        anchored before a deadline. Raises `ChainError("BlockNotYetProduced")` for a block in the
+        future and `ChainError("BlockUnavailable")` for one whose state the node no longer serves."""
 
     @abstractmethod
     def set_weights(self, wallet: WalletLike, uids: Sequence[int], weights: Sequence[float]) -> None:

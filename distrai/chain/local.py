@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import secrets
 import sqlite3
@@ -26,10 +27,12 @@ from typing import Any
 
 from bittensor.keyfiles import Keypair
 
-from distrai.chain import rules
+from distrai.chain import commit_reveal, rules
 from distrai.chain.base import Chain, ChainError, Commitment, Hyperparameters, Metagraph, Neuron, WalletLike
-from distrai.chain.local_db import SCHEMA, connect, get_meta, write_transaction
+from distrai.chain.local_calls import CALLS, check_ss58
+from distrai.chain.local_db import connect, get_meta, migrate, write_transaction
 from distrai.chain.local_epoch import run_subnet_epoch
+from distrai.chain.local_reveal import SealedCommit, reveal_weight_commits, sealed_commits
 from distrai.chain.signing import SignedExtrinsic, sign_extrinsic, verify_extrinsic
 
 
@@ -46,6 +49,7 @@ class LocalChain(Chain):
         try:
             self._conn = connect(self.path)
             self.genesis = get_meta(self._conn, "genesis_hash")
+            migrate(self._conn)
         except (KeyError, sqlite3.DatabaseError) as exc:
             raise ChainError("NoChain", f"{self.path} is not an embedded chain file") from exc
         if self._conn.execute("SELECT 1 FROM subnets WHERE netuid = ?", (netuid,)).fetchone() is None:
@@ -62,29 +66,38 @@ class LocalChain(Chain):
         emission_per_block: float = 1.0,
         owner_cut: float = 0.18,
         owner_coldkey: str = "",
+        owner_hotkey: str = "",
     ) -> LocalChain:
-        """Create the chain file if it does not exist, and subnet `netuid` on it if it is missing."""
+        """Create the chain file if it does not exist, and subnet `netuid` on it if it is missing.
+
+        `owner_hotkey` is the subnet owner's hotkey (subtensor sets it when the subnet is
+        registered); its coldkey can change it later with `set_subnet_owner_hotkey`."""
         if block_time <= 0:
             raise ChainError("BadConfig", f"block_time must be positive, got {block_time}")
         if not 0.0 <= owner_cut <= 1.0:
             raise ChainError("BadConfig", f"owner_cut must lie in [0, 1], got {owner_cut}")
+        hp = hyperparameters or Hyperparameters()
+        if not (math.isfinite(hp.stake_threshold) and hp.stake_threshold >= 0):
+            raise ChainError(
+                "BadConfig", f"stake_threshold must be finite and >= 0, got {hp.stake_threshold}"
+            )
+        commit_reveal.check_reveal_period(hp.commit_reveal_period)
+        if owner_hotkey:
+            check_ss58(owner_hotkey, "BadHotkey")
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         conn = connect(path)
-        hp = hyperparameters or Hyperparameters()
+        migrate(conn)
         with write_transaction(conn):
-            for statement in SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
             genesis = hashlib.sha256(secrets.token_bytes(32)).hexdigest()
             conn.execute("INSERT OR IGNORE INTO meta VALUES ('genesis_hash', ?)", ("0x" + genesis,))
             conn.execute("INSERT OR IGNORE INTO meta VALUES ('genesis_time', ?)", (repr(time.time()),))
             conn.execute("INSERT OR IGNORE INTO meta VALUES ('block_time', ?)", (repr(block_time),))
             conn.execute("INSERT OR IGNORE INTO blocks VALUES (0, ?)", ("0x" + genesis,))
             conn.execute(
-                "INSERT OR IGNORE INTO subnets (netuid, hyperparameters, owner_coldkey, emission_per_block,"
-                " owner_cut, last_epoch_block) VALUES (?, ?, ?, ?, ?, 0)",
-                (netuid, json.dumps(asdict(hp)), owner_coldkey, emission_per_block, owner_cut),
+                "INSERT OR IGNORE INTO subnets (netuid, hyperparameters, owner_coldkey, owner_hotkey,"
+                " emission_per_block, owner_cut, last_epoch_block) VALUES (?, ?, ?, ?, ?, ?, 0)",
+                (netuid, json.dumps(asdict(hp)), owner_coldkey, owner_hotkey, emission_per_block, owner_cut),
             )
         conn.close()
         return cls(path, netuid)
@@ -133,25 +146,37 @@ class LocalChain(Chain):
                 "SELECT number, hash FROM blocks ORDER BY number DESC LIMIT 1"
             ).fetchone()
             subnets = conn.execute("SELECT netuid, hyperparameters FROM subnets").fetchall()
-            tempos = {netuid: json.loads(hp)["tempo"] for netuid, hp in subnets}
+            params = {netuid: Hyperparameters(**json.loads(hp)) for netuid, hp in subnets}
             for number in range(last + 1, target + 1):
                 digest = hashlib.sha256(f"{prev_hash}|{number}|".encode() + os.urandom(32)).hexdigest()
                 prev_hash = "0x" + digest
                 conn.execute("INSERT INTO blocks VALUES (?, ?)", (number, prev_hash))
-                for netuid, tempo in tempos.items():
-                    if rules.is_epoch_block(number, netuid, tempo):
+                for netuid, hp in params.items():
+                    if rules.is_epoch_block(number, netuid, hp.tempo):
+                        if hp.commit_reveal_weights:
+                            reveal_weight_commits(conn, netuid, number)
                         run_subnet_epoch(conn, netuid, number)
             conn.execute("DELETE FROM registrations WHERE block < ?", (target - 1,))
         return target
 
-    def block_hash(self, block: int | None = None) -> str:
+    def _produced(self, block: int | None) -> int:
+        """`block` (the current block when None), once produced; ChainError for one that never was."""
         current = self._produce()
         number = current if block is None else block
         if number > current:
             raise ChainError("BlockNotYetProduced", f"block {number} is in the future (now {current})")
         if number < 0:
             raise ChainError("BadBlock", f"block {number} does not exist")
+        return number
+
+    def block_hash(self, block: int | None = None) -> str:
+        number = self._produced(block)
         return self._conn.execute("SELECT hash FROM blocks WHERE number = ?", (number,)).fetchone()[0]
+
+    def block_number(self, block_hash: str) -> int | None:
+        """The number of the block with hash `block_hash`, or None when no block has it."""
+        row = self._conn.execute("SELECT number FROM blocks WHERE hash = ?", (block_hash,)).fetchone()
+        return None if row is None else row[0]
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -164,14 +189,18 @@ class LocalChain(Chain):
     def subnet_owner(self) -> str:
         return self.subnet_info()["owner_coldkey"]
 
+    def subnet_owner_hotkey(self) -> str:
+        return self.subnet_info()["owner_hotkey"]
+
     def subnet_info(self) -> dict[str, Any]:
         row = self._conn.execute(
-            "SELECT owner_coldkey, emission_per_block, owner_cut, owner_emission, burned, last_epoch_block"
-            " FROM subnets WHERE netuid = ?",
+            "SELECT owner_coldkey, owner_hotkey, emission_per_block, owner_cut, owner_emission, burned,"
+            " last_epoch_block FROM subnets WHERE netuid = ?",
             (self.netuid,),
         ).fetchone()
         keys = (
             "owner_coldkey",
+            "owner_hotkey",
             "emission_per_block",
             "owner_cut",
             "owner_emission",
@@ -213,13 +242,40 @@ class LocalChain(Chain):
         )
         return Metagraph(netuid=self.netuid, block=block, neurons=neurons, commitments=self.commitments())
 
-    def commitments(self) -> dict[str, Commitment]:
+    def commitments(self, block: int | None = None) -> dict[str, Commitment]:
+        if block is None:
+            rows = self._conn.execute(
+                "SELECT c.hotkey, c.data, c.block FROM commitments c JOIN neurons n"
+                " ON n.netuid = c.netuid AND n.hotkey = c.hotkey WHERE c.netuid = ?",
+                (self.netuid,),
+            ).fetchall()
+        else:
+            number = self._produced(block)
+            registered = self.registrations(number)
+            rows = [
+                row
+                for row in self._conn.execute(
+                    "SELECT hotkey, data, block FROM commitment_history WHERE id IN"
+                    " (SELECT MAX(id) FROM commitment_history WHERE netuid = ? AND block <= ? GROUP BY hotkey)",
+                    (self.netuid, number),
+                )
+                if row[0] in registered
+            ]
+        return {hotkey: Commitment(hotkey, data, at) for hotkey, data, at in rows}
+
+    def registrations(self, block: int | None = None) -> dict[str, int]:
+        """Each hotkey registered at the end of `block` (now by default), with its uid then."""
+        number = self._produced(block)
         rows = self._conn.execute(
-            "SELECT c.hotkey, c.data, c.block FROM commitments c JOIN neurons n"
-            " ON n.netuid = c.netuid AND n.hotkey = c.hotkey WHERE c.netuid = ?",
-            (self.netuid,),
-        ).fetchall()
-        return {hotkey: Commitment(hotkey, data, block) for hotkey, data, block in rows}
+            "SELECT hotkey, uid FROM neuron_history WHERE netuid = ? AND registered_at <= ?"
+            " AND (deregistered_at IS NULL OR deregistered_at > ?)",
+            (self.netuid, number, number),
+        )
+        return dict(rows.fetchall())
+
+    def sealed_commits(self) -> list[SealedCommit]:
+        """The weight commits waiting for their reveal: who committed and when, never what."""
+        return sealed_commits(self._conn, self.netuid)
 
     def weights(self) -> dict[int, dict[int, float]]:
         """Each setter uid's weights as stored on chain (u16), normalized to sum to 1."""
@@ -255,7 +311,7 @@ class LocalChain(Chain):
         if body["genesis"] != self.genesis:
             raise ChainError("BadGenesis", "the extrinsic was signed for another chain")
         call, args, signer = body["call"], body["args"], body["signer"]
-        handler = _CALLS.get(call)
+        handler = CALLS.get(call)
         if handler is None:
             raise ChainError("UnknownCall", f"no call named {call!r}")
         block = self._produce()
@@ -267,7 +323,7 @@ class LocalChain(Chain):
                     "INSERT INTO accounts VALUES (?, 1) ON CONFLICT(ss58) DO UPDATE SET nonce = nonce + 1",
                     (signer,),
                 )
-                result = handler(self, conn, signer, block, **args)
+                result = handler(conn, self.netuid, signer, block, **args)
                 conn.execute(
                     "INSERT INTO extrinsics (block, signer, call, ok) VALUES (?, ?, ?, 1)",
                     (block, signer, call),
@@ -297,156 +353,18 @@ class LocalChain(Chain):
         self.submit(wallet.hotkey, "set_commitment", data=data)
 
     def set_weights(self, wallet: WalletLike, uids: Sequence[int], weights: Sequence[float]) -> None:
+        """Set weights, or commit them sealed when the subnet runs commit-reveal (as the SDK's
+        `SetWeights` does); a sealed commit of nothing is refused here, as the SDK refuses it,
+        since the chain could only drop it at the reveal."""
         u16_uids, values = rules.weights_to_u16(uids, weights)
-        self.submit(wallet.hotkey, "set_weights", uids=u16_uids, weights=values, version_key=0)
+        if not self.hyperparameters().commit_reveal_weights:
+            self.submit(wallet.hotkey, "set_weights", uids=u16_uids, weights=values, version_key=0)
+            return
+        if not u16_uids:
+            raise ChainError("WeightVecLengthIsLow", "all weights are zero: there is nothing to commit")
+        self.submit(wallet.hotkey, "commit_weights", uids=u16_uids, weights=values, version_key=0)
 
-
-def _hp(conn: sqlite3.Connection, netuid: int) -> Hyperparameters:
-    row = conn.execute("SELECT hyperparameters FROM subnets WHERE netuid = ?", (netuid,)).fetchone()
-    return Hyperparameters(**json.loads(row[0]))
-
-
-def _uid_of(conn: sqlite3.Connection, netuid: int, hotkey: str) -> int | None:
-    row = conn.execute("SELECT uid FROM neurons WHERE netuid = ? AND hotkey = ?", (netuid, hotkey)).fetchone()
-    return None if row is None else row[0]
-
-
-def _burned_register(
-    chain: LocalChain, conn: sqlite3.Connection, signer: str, block: int, *, hotkey: str
-) -> int:
-    netuid, hp = chain.netuid, _hp(conn, chain.netuid)
-    try:
-        Keypair(ss58_address=hotkey)
-    except Exception as exc:  # the SDK raises its own types for a malformed address
-        raise ChainError("BadHotkey", f"{hotkey!r} is not an ss58 address") from exc
-    owner = conn.execute("SELECT coldkey FROM owners WHERE hotkey = ?", (hotkey,)).fetchone()
-    if owner is not None and owner[0] != signer:
-        raise ChainError("NonAssociatedColdKey", f"hotkey {hotkey} belongs to another coldkey")
-    if _uid_of(conn, netuid, hotkey) is not None:
-        raise ChainError(
-            "HotKeyAlreadyRegisteredInSubNet", f"{hotkey} is already registered on subnet {netuid}"
-        )
-    count = conn.execute(
-        "SELECT count FROM registrations WHERE netuid = ? AND block = ?", (netuid, block)
-    ).fetchone()
-    if count is not None and count[0] >= hp.max_registrations_per_block:
-        raise ChainError(
-            "TooManyRegistrationsThisBlock", f"block {block} already has {count[0]} registrations"
-        )
-    conn.execute(
-        "INSERT INTO registrations VALUES (?, ?, 1) ON CONFLICT(netuid, block) DO UPDATE SET count = count + 1",
-        (netuid, block),
-    )
-    conn.execute("INSERT OR IGNORE INTO owners VALUES (?, ?)", (hotkey, signer))
-    n = conn.execute("SELECT COUNT(*) FROM neurons WHERE netuid = ?", (netuid,)).fetchone()[0]
-    if n < hp.max_uids:
-        uid = n
-    else:
-        candidates = [
-            rules.PruneCandidate(uid, registered_at, emission)
-            for uid, registered_at, emission in conn.execute(
-                "SELECT uid, registered_at, emission FROM neurons WHERE netuid = ?", (netuid,)
-            )
-        ]
-        uid = rules.neuron_to_prune(candidates, block, hp.immunity_period)
-        for table in ("neurons", "weights", "bonds"):
-            conn.execute(f"DELETE FROM {table} WHERE netuid = ? AND uid = ?", (netuid, uid))
-        conn.execute("DELETE FROM bonds WHERE netuid = ? AND dest = ?", (netuid, uid))
-    conn.execute(
-        "INSERT INTO neurons (netuid, uid, hotkey, coldkey, registered_at, last_update) VALUES (?, ?, ?, ?, ?, ?)",
-        (netuid, uid, hotkey, signer, block, block),
-    )
-    return uid
-
-
-def _add_stake(
-    chain: LocalChain, conn: sqlite3.Connection, signer: str, block: int, *, hotkey: str, amount: float
-) -> None:
-    if not (isinstance(amount, int | float) and 0 < amount < float("inf")):
-        raise ChainError("AmountTooLow", f"stake amount must be positive and finite, got {amount!r}")
-    owner = conn.execute("SELECT coldkey FROM owners WHERE hotkey = ?", (hotkey,)).fetchone()
-    if owner is None:
-        raise ChainError("HotKeyAccountNotExists", f"hotkey {hotkey} is not registered anywhere")
-    if owner[0] != signer:
-        raise ChainError("NonAssociatedColdKey", f"hotkey {hotkey} does not belong to {signer}")
-    conn.execute(
-        "INSERT INTO stake VALUES (?, ?, ?) ON CONFLICT(netuid, hotkey) DO UPDATE SET amount = amount + excluded.amount",
-        (chain.netuid, hotkey, float(amount)),
-    )
-
-
-def _set_weights(
-    chain: LocalChain,
-    conn: sqlite3.Connection,
-    signer: str,
-    block: int,
-    *,
-    uids: list[int],
-    weights: list[int],
-    version_key: int,
-) -> None:
-    netuid = chain.netuid
-    row = conn.execute(
-        "SELECT uid, validator_permit, last_update FROM neurons WHERE netuid = ? AND hotkey = ?",
-        (netuid, signer),
-    ).fetchone()
-    if row is None:
-        raise ChainError("HotKeyNotRegisteredInSubNet", f"{signer} is not registered on subnet {netuid}")
-    if not all(isinstance(v, int) for v in [*uids, *weights]):
-        raise ChainError("InvalidWeights", "uids and weights must be integers")
-    n = conn.execute("SELECT COUNT(*) FROM neurons WHERE netuid = ?", (netuid,)).fetchone()[0]
-    call = rules.WeightsCall(
-        setter_uid=row[0],
-        n=n,
-        has_permit=bool(row[1]),
-        block=block,
-        last_set_block=row[2],
-        uids=uids,
-        values=weights,
-    )
-    rules.check_set_weights(call, _hp(conn, netuid))
-    conn.execute("DELETE FROM weights WHERE netuid = ? AND uid = ?", (netuid, row[0]))
-    conn.executemany(
-        "INSERT INTO weights VALUES (?, ?, ?, ?)",
-        [(netuid, row[0], u, v) for u, v in zip(uids, weights, strict=True)],
-    )
-    conn.execute(
-        "UPDATE neurons SET last_update = ? WHERE netuid = ? AND uid = ?",
-        (block, netuid, row[0]),
-    )
-
-
-def _set_commitment(
-    chain: LocalChain, conn: sqlite3.Connection, signer: str, block: int, *, data: str
-) -> None:
-    netuid, hp = chain.netuid, _hp(conn, chain.netuid)
-    if _uid_of(conn, netuid, signer) is None:
-        raise ChainError("HotKeyNotRegisteredInSubNet", f"{signer} is not registered on subnet {netuid}")
-    if not isinstance(data, str):
-        raise ChainError("BadArguments", "commitment data must be a string")
-    size = len(data.encode())
-    if size > hp.commitment_max_bytes:
-        raise ChainError(
-            "SpaceLimitExceeded", f"commitment of {size} bytes exceeds {hp.commitment_max_bytes}"
-        )
-    last = conn.execute(
-        "SELECT block FROM commitments WHERE netuid = ? AND hotkey = ?", (netuid, signer)
-    ).fetchone()
-    if last is not None and block - last[0] < hp.commitment_rate_limit:
-        raise ChainError(
-            "CommitmentSetRateLimitExceeded",
-            f"last commitment at block {last[0]}, limit {hp.commitment_rate_limit}",
-        )
-    conn.execute(
-        "INSERT INTO commitments VALUES (?, ?, ?, ?) ON CONFLICT(netuid, hotkey)"
-        " DO UPDATE SET data = excluded.data, block = excluded.block",
-        (netuid, signer, data, block),
-    )
-
-
-_CALLS = {
-    "burned_register": _burned_register,
-    "add_stake": _add_stake,
-    "set_weights": _set_weights,
-    "set_commitment": _set_commitment,
-}
+    def set_subnet_owner_hotkey(self, wallet: WalletLike, hotkey: str) -> None:
+        """Name `hotkey` the subnet owner's hotkey (signed by the owner's coldkey, as subtensor's
+        `sudo_set_sn_owner_hotkey`; once per `SN_OWNER_HOTKEY_RATE_LIMIT` blocks)."""
+        self.submit(wallet.coldkey, "sudo_set_sn_owner_hotkey", hotkey=hotkey)

@@ -1,6 +1,8 @@
 """One subnet epoch on the embedded chain: read state, run Yuma Consensus, write results.
 
-Emission credited to a hotkey accumulates in `earnings`; unlike subtensor it is not added to
+The owner uid Yuma sees is the uid of the subnet's owner hotkey (subtensor's `get_owner_uid`);
+the incentive burned is that of every hotkey of the owner's coldkey (subtensor's burn of the
+owner's own hotkeys). Emission credited to a hotkey accumulates in `earnings`; unlike subtensor it is not added to
 the hotkey's stake, so the stake an operator sets is the stake that votes (a decision recorded in
 docs/chain.md).
 """
@@ -14,12 +16,13 @@ import numpy as np
 
 from distrai.chain import rules, yuma
 from distrai.chain.base import Hyperparameters
+from distrai.chain.local_reveal import earliest_pending_commit_blocks
 from distrai.chain.yuma_emission import split_emission
 
 
 def run_subnet_epoch(conn: sqlite3.Connection, netuid: int, block: int) -> None:
-    hp_json, per_block, owner_cut, last_epoch, owner_coldkey = conn.execute(
-        "SELECT hyperparameters, emission_per_block, owner_cut, last_epoch_block, owner_coldkey"
+    hp_json, per_block, owner_cut, last_epoch, owner_coldkey, owner_hotkey = conn.execute(
+        "SELECT hyperparameters, emission_per_block, owner_cut, last_epoch_block, owner_coldkey, owner_hotkey"
         " FROM subnets WHERE netuid = ?",
         (netuid,),
     ).fetchone()
@@ -45,6 +48,10 @@ def run_subnet_epoch(conn: sqlite3.Connection, netuid: int, block: int) -> None:
     for uid, dest, value in conn.execute("SELECT uid, dest, value FROM bonds WHERE netuid = ?", (netuid,)):
         if uid < n and dest < n:
             bonds[uid, dest] = value
+    pending = None
+    if hp.commit_reveal_weights:
+        earliest = earliest_pending_commit_blocks(conn, netuid, block)
+        pending = np.array([earliest.get(h, yuma.NO_PENDING_COMMIT) for h in hotkeys], dtype=np.int64)
     inputs = yuma.EpochInputs(
         weights=weights,
         stake=stake,
@@ -54,6 +61,8 @@ def run_subnet_epoch(conn: sqlite3.Connection, netuid: int, block: int) -> None:
         last_update=np.array([r[3] for r in rows], dtype=np.int64),
         bonds=bonds,
         current_block=block,
+        owner_uid=hotkeys.index(owner_hotkey) if owner_hotkey in hotkeys else None,
+        pending_commit_block=pending,
     )
     params = yuma.EpochParams(
         kappa=hp.kappa,
@@ -61,6 +70,7 @@ def run_subnet_epoch(conn: sqlite3.Connection, netuid: int, block: int) -> None:
         yuma3=hp.yuma3,
         tempo=hp.tempo,
         max_validators=hp.max_validators,
+        stake_threshold=hp.stake_threshold,
     )
     result = yuma.run_epoch(inputs, params)
     total = per_block * max(0, block - last_epoch)

@@ -42,6 +42,8 @@ WEIGHT_PREFLIGHT_REASONS: Mapping[bt.ErrorCode, str] = {
 the names subtensor gives the same refusals."""
 WEIGHT_POOL_ALIASES: Mapping[str, str] = {"RateLimitExceeded": "SettingWeightsTooFast"}
 """The transaction pool reports a weights rate limit as the generic `RateLimitExceeded`."""
+NO_ACCOUNT = "5C4hrfjw9DjXZTzV3MwzrrAr9P1MJhSrvWGWqi1eSuyUpnhM"
+"""The all-zero account: what subtensor's owner maps answer for a subnet that has none."""
 
 
 def resolve_network(network: str) -> tuple[str, str]:
@@ -111,6 +113,11 @@ def hyperparameters_from(raw: Mapping[str, Any], commitment_fields: int) -> Hype
     )
 
 
+def account(value: Any) -> str:
+    """An account from an owner map: "" for none (absent, or subtensor's all-zero default)."""
+    return "" if value is None or str(value) == NO_ACCOUNT else str(value)
+
+
 def neuron_from(n: bt.MetagraphNeuron, validator_trust: float) -> Neuron:
     """A project `Neuron` from the SDK's metagraph row (stake and emission in alpha)."""
     return Neuron(
@@ -155,6 +162,20 @@ def refusal(
         return ChainError(by_code[error.code], message)
     code = error.code.value if error is not None else bt.ErrorCode.UNKNOWN.value
     return ChainError(code, message)
+
+
+@contextlib.contextmanager
+def pinned_refusals(block: int | None) -> Iterator[None]:
+    """A read pinned to a past block that fails without a chain error name failed for want of that
+    block's state (a node prunes old state unless it is an archive node): `BlockUnavailable`."""
+    try:
+        yield
+    except bt.ChainError as exc:
+        if block is None or exc.name:
+            raise
+        raise ChainError(
+            "BlockUnavailable", f"the node serves no state for block {block}: {exc.message}"
+        ) from exc
 
 
 @contextlib.contextmanager
@@ -244,15 +265,26 @@ class SubtensorChain(Chain):
             netuid=self.netuid, block=mg.block, neurons=neurons, commitments=readable_commitments(registered)
         )
 
-    def commitments(self) -> dict[str, Commitment]:
-        with sdk_refusals():
-            every = self._sdk.subnets.commitments(self.netuid)
+    def commitments(self, block: int | None = None) -> dict[str, Commitment]:
+        """The SDK's commitments, pinned to `block`; a block past the head is refused before the
+        node is asked, since a node answers it with the head's state or a nameless error."""
+        if block is not None:
+            if block < 0:
+                raise ChainError("BadBlock", f"block {block} does not exist")
+            head = self.block()
+            if block > head:
+                raise ChainError("BlockNotYetProduced", f"block {block} is in the future (now {head})")
+        with sdk_refusals(), pinned_refusals(block):
+            every = self._sdk.subnets.commitments(self.netuid, block=block)
         return readable_commitments({hotkey: c for hotkey, c in every.items() if c.uid is not None})
 
     def subnet_owner(self) -> str:
         with sdk_refusals():
-            owner = self._sdk.query(bt.storage.SubtensorModule.SubnetOwner, [self.netuid])
-        return "" if owner is None else str(owner)
+            return account(self._sdk.query(bt.storage.SubtensorModule.SubnetOwner, [self.netuid]))
+
+    def subnet_owner_hotkey(self) -> str:
+        with sdk_refusals():
+            return account(self._sdk.query(bt.storage.SubtensorModule.SubnetOwnerHotkey, [self.netuid]))
 
     def uid_of(self, hotkey: str) -> int | None:
         with sdk_refusals():

@@ -24,6 +24,7 @@ TEST_HYPERPARAMETERS = Hyperparameters(
     max_registrations_per_block=64,
 )
 FROZEN_BLOCK_TIME = 100_000.0
+OWNER_WALLET = "subnet-owner"
 
 
 @dataclass
@@ -32,6 +33,11 @@ class LocalHarness:
     local: LocalChain
     wallet_path: Path
     owner_coldkey: str
+    owner_hotkey: str = ""
+
+    def owner(self) -> bt.Wallet:
+        """The subnet owner's wallet: its coldkey owns the subnet, its hotkey is the owner hotkey."""
+        return self.new_wallet(OWNER_WALLET)
 
     def new_wallet(self, name: str) -> bt.Wallet:
         wallet, _ = create_dev_wallet(name, "default", str(self.wallet_path))
@@ -45,19 +51,22 @@ class LocalHarness:
 
 
 def make_local_harness(
-    tmp_path: Path, hyperparameters: Hyperparameters = TEST_HYPERPARAMETERS
+    tmp_path: Path, hyperparameters: Hyperparameters = TEST_HYPERPARAMETERS, *, owner_hotkey: bool = True
 ) -> LocalHarness:
-    owner, _ = create_dev_wallet("subnet-owner", "default", str(tmp_path / "wallets"))
+    """`owner_hotkey`: whether the subnet names the owner wallet's hotkey its owner hotkey."""
+    owner, _ = create_dev_wallet(OWNER_WALLET, "default", str(tmp_path / "wallets"))
     chain = LocalChain.create(
         tmp_path / "chain.db",
         netuid=1,
         block_time=FROZEN_BLOCK_TIME,
         hyperparameters=hyperparameters,
         owner_coldkey=owner.coldkeypub.ss58_address,
+        owner_hotkey=owner.hotkey.ss58_address if owner_hotkey else "",
     )
     return LocalHarness(
         chain=chain,
         local=chain,
         wallet_path=tmp_path / "wallets",
         owner_coldkey=owner.coldkeypub.ss58_address,
+        owner_hotkey=owner.hotkey.ss58_address if owner_hotkey else "",
     )

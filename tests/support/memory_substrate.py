@@ -7,11 +7,14 @@ turns the calls the SDK composes into `LocalChain.submit(...)`. So the SDK's own
 assembly, weight conforming and u16 quantization, preflight checks, result and error decoding)
 runs in the tests, while the rules stay the embedded chain's: nothing here re-implements them.
 
-It implements the members of the protocol that the adapter's paths use. Reads answer from the
-chain's current state whatever block hash they name: the embedded chain keeps no state history.
-Commit-reveal weight commits are kept here, sealed (`timelocked_commits`): the embedded chain has
-no call for them, and opening one needs the drand beacon's signature for its round, which cannot
-be had offline.
+It implements the members of the protocol that the adapter's paths use. A read names its block
+by hash, as the SDK sends it; commitments and registrations answer as of that block (the embedded
+chain keeps their history), every other read answers the current state. With `state_pruning`
+set it serves state only for that many blocks behind the head, as a node that is not an archive
+node does, and refuses older reads with the error the SDK makes of a node's "state discarded".
+Commit-reveal weight commits are kept here, sealed (`timelocked_commits`): they are drand
+ciphertext, and opening one needs the beacon's signature for its round, which cannot be had
+offline.
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import bittensor as bt
+from bittensor._transport.errors import StateDiscardedError
+from bittensor.result import chain_error_from_substrate_request
 
+from distrai.chain import rules
 from distrai.chain.base import ChainError, Hyperparameters
 from distrai.chain.local import LocalChain
 
@@ -31,6 +37,8 @@ U16_MAX = 65535
 PER_MILLION = 1_000_000
 RAW_FIELD_BYTES = 128
 """The Commitments pallet's `Raw` data variants carry at most 128 bytes each."""
+NO_ACCOUNT = "5C4hrfjw9DjXZTzV3MwzrrAr9P1MJhSrvWGWqi1eSuyUpnhM"
+"""What subtensor's owner maps hold for a subnet without one: the all-zero account."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,7 @@ def hyperparameter_entries(hp: Hyperparameters) -> list[dict]:
         "bonds_moving_avg": ("u64", round(hp.bonds_moving_avg * PER_MILLION)),
         "yuma3_enabled": ("bool", hp.yuma3),
         "commit_reveal_weights_enabled": ("bool", hp.commit_reveal_weights),
+        "commit_reveal_period": ("u64", hp.commit_reveal_period),
         "max_regs_per_block": ("u16", hp.max_registrations_per_block),
     }
     return [{"name": name, "value": {tag: value}} for name, (tag, value) in named.items()]
@@ -111,14 +120,23 @@ def commitment_text(info: Any) -> str:
 class MemorySubstrate:
     """The SDK's chain-access seam over one subnet of a `LocalChain`."""
 
-    def __init__(self, local: LocalChain):
+    def __init__(self, local: LocalChain, state_pruning: int | None = None):
         self.local = local
         self.netuid = local.netuid
+        self.state_pruning = state_pruning
         self.token_symbols: dict[int, str] = {}
         self.timelocked_commits: list[TimelockedCommit] = []
+        self.storage_reads: list[tuple[str, str]] = []
+        """Every storage item read, in order: what the SDK asked the chain."""
+        self.submitted: list[ComposedCall] = []
+        """Every call submitted, in order, whether the chain took it or not."""
         self._storage: dict[tuple[str, str], Callable[[list], Any]] = {
             ("SubtensorModule", "Uids"): self._uid,
-            ("SubtensorModule", "SubnetOwner"): lambda p: self.local.subnet_owner() or None,
+            ("SubtensorModule", "SubnetOwner"): self._owner,
+            ("SubtensorModule", "SubnetOwnerHotkey"): self._owner_hotkey,
+            ("SubtensorModule", "StakeThreshold"): lambda p: round(
+                self.local.hyperparameters().stake_threshold * RAO_PER_TAO
+            ),
             ("SubtensorModule", "CommitRevealWeightsEnabled"): lambda p: self._hp(p).commit_reveal_weights,
             ("SubtensorModule", "WeightsSetRateLimit"): lambda p: self._hp(p).weights_rate_limit,
             ("SubtensorModule", "MinAllowedWeights"): lambda p: self._hp(p).min_allowed_weights,
@@ -133,12 +151,12 @@ class MemorySubstrate:
             ),
             ("SubtensorModule", "SubnetEpochIndex"): self._epoch_index,
             ("SubtensorModule", "PendingEpochAt"): self._fixed(0),
-            ("SubtensorModule", "RevealPeriodEpochs"): self._fixed(1),
+            ("SubtensorModule", "RevealPeriodEpochs"): lambda p: self._hp(p).commit_reveal_period,
         }
-        self._maps: dict[tuple[str, str], Callable[[list], list[tuple[Any, Any]]]] = {
+        self._maps: dict[tuple[str, str], Callable[[list, int | None], list[tuple[Any, Any]]]] = {
             ("SubtensorModule", "Uids"): self._uid_rows,
             ("Commitments", "CommitmentOf"): self._commitment_rows,
-            ("Commitments", "RevealedCommitments"): self._fixed([]),
+            ("Commitments", "RevealedCommitments"): lambda p, at: (self._netuid(p), [])[1],
         }
         self._runtime: dict[tuple[str, str], Callable[[list], Any]] = {
             ("SubnetInfoRuntimeApi", "get_metagraph"): self._metagraph,
@@ -204,15 +222,31 @@ class MemorySubstrate:
     async def query(
         self, module: str, storage_function: str, params: list | None = None, block_hash=None
     ) -> Any:
+        self._block_at(block_hash)
+        self.storage_reads.append((module, storage_function))
         return self._lookup(self._storage, "storage", module, storage_function)(params or [])
 
     async def query_map(
         self, module: str, storage_function: str, params: list | None = None, block_hash=None
     ):
-        return self._lookup(self._maps, "storage map", module, storage_function)(params or [])
+        at = self._block_at(block_hash)
+        self.storage_reads.append((module, storage_function))
+        return self._lookup(self._maps, "storage map", module, storage_function)(params or [], at)
 
     async def runtime_call(self, api: str, method: str, params: list, block_hash=None) -> Any:
+        self._block_at(block_hash)
         return self._lookup(self._runtime, "runtime API", api, method)(params)
+
+    def _block_at(self, block_hash: str | None) -> int | None:
+        """The number of the block a read names (None: the head), refused as a node would refuse it."""
+        if block_hash is None:
+            return None
+        number = self.local.block_number(block_hash)
+        if number is None:
+            raise bt.ChainError(f"no block has hash {block_hash}")
+        if self.state_pruning is not None and number < self.local.block() - self.state_pruning:
+            raise chain_error_from_substrate_request(StateDiscardedError(block_hash))
+        return number
 
     async def constant(self, module: str, name: str) -> Any:
         if (module, name) != ("Commitments", "MaxFields"):
@@ -239,13 +273,21 @@ class MemorySubstrate:
         self._netuid(params)
         return self.local.hyperparameters()
 
+    def _owner(self, params: list) -> str:
+        self._netuid(params)
+        return self.local.subnet_owner() or NO_ACCOUNT
+
+    def _owner_hotkey(self, params: list) -> str:
+        self._netuid(params)
+        return self.local.subnet_owner_hotkey() or NO_ACCOUNT
+
     def _uid(self, params: list) -> int | None:
         self._netuid(params)
         return self.local.metagraph().uid_of(params[1])
 
-    def _uid_rows(self, params: list) -> list[tuple[str, int]]:
+    def _uid_rows(self, params: list, at: int | None) -> list[tuple[str, int]]:
         self._netuid(params)
-        return [(n.hotkey, n.uid) for n in self.local.metagraph().neurons]
+        return list(self.local.registrations(at).items())
 
     def _last_update(self, params: list) -> list[int]:
         """The block each uid last set weights or registered: the anchor of the chain's rate limit."""
@@ -261,15 +303,14 @@ class MemorySubstrate:
         return int(self.local.subnet_info()["last_epoch_block"])
 
     def _epoch_index(self, params: list) -> int:
-        """Epochs run so far: one at each block where (block + netuid + 1) is a multiple of tempo + 1."""
-        tempo = self._hp(params).tempo
-        return (self.local.block() + self.netuid + 1) // (tempo + 1) if tempo > 0 else 0
+        """Epochs run so far: the embedded chain's own count."""
+        return rules.epoch_index(self.local.block(), self.netuid, self._hp(params).tempo)
 
-    def _commitment_rows(self, params: list) -> list[tuple[str, dict]]:
+    def _commitment_rows(self, params: list, at: int | None) -> list[tuple[str, dict]]:
         self._netuid(params)
         return [
             (hotkey, {"block": c.block, "deposit": 0, "info": {"fields": commitment_fields(c.data)}})
-            for hotkey, c in self.local.commitments().items()
+            for hotkey, c in self.local.commitments(at).items()
         ]
 
     def _metagraph(self, params: list) -> dict:
@@ -286,7 +327,7 @@ class MemorySubstrate:
             "symbol": "",
             "identity": None,
             "network_registered_at": 0,
-            "owner_hotkey": "",
+            "owner_hotkey": info["owner_hotkey"] or NO_ACCOUNT,
             "owner_coldkey": info["owner_coldkey"],
             "block": mg.block,
             "tempo": hp.tempo,
@@ -324,6 +365,7 @@ class MemorySubstrate:
 
     async def submit(self, call: ComposedCall, keypair, **_options) -> bt.ExtrinsicResult:
         """Apply `call` signed by `keypair`; a refusal comes back as a failed result, as from a node."""
+        self.submitted.append(call)
         try:
             if call.params.get("netuid") != self.netuid:
                 raise ChainError("SubnetNotExists", f"the memory substrate holds subnet {self.netuid} only")

@@ -15,7 +15,7 @@ from distrai.chain.base import Hyperparameters
 from distrai.chain.local import LocalChain
 from distrai.chain.subtensor import SubtensorChain
 from distrai.wallets import create_dev_wallet
-from support.local_harness import FROZEN_BLOCK_TIME, TEST_HYPERPARAMETERS, LocalHarness
+from support.local_harness import FROZEN_BLOCK_TIME, OWNER_WALLET, TEST_HYPERPARAMETERS, LocalHarness
 from support.memory_substrate import MemorySubstrate
 
 
@@ -30,15 +30,16 @@ class SubtensorHarness(LocalHarness):
 
 
 def make_subtensor_harness(
-    tmp_path: Path, hyperparameters: Hyperparameters = TEST_HYPERPARAMETERS
+    tmp_path: Path, hyperparameters: Hyperparameters = TEST_HYPERPARAMETERS, *, owner_hotkey: bool = True
 ) -> SubtensorHarness:
-    owner, _ = create_dev_wallet("subnet-owner", "default", str(tmp_path / "wallets"))
+    owner, _ = create_dev_wallet(OWNER_WALLET, "default", str(tmp_path / "wallets"))
     local = LocalChain.create(
         tmp_path / "chain.db",
         netuid=1,
         block_time=FROZEN_BLOCK_TIME,
         hyperparameters=hyperparameters,
         owner_coldkey=owner.coldkeypub.ss58_address,
+        owner_hotkey=owner.hotkey.ss58_address if owner_hotkey else "",
     )
     substrate = MemorySubstrate(local)
     chain = SubtensorChain("local", netuid=1, substrate=substrate)
@@ -48,4 +49,5 @@ def make_subtensor_harness(
         substrate=substrate,
         wallet_path=tmp_path / "wallets",
         owner_coldkey=owner.coldkeypub.ss58_address,
+        owner_hotkey=owner.hotkey.ss58_address if owner_hotkey else "",
     )

@@ -158,3 +158,13 @@ def test_commitments_at_a_block_are_those_of_hotkeys_registered_then(make_harnes
     assert h.chain.register(newcomer) == 0  # the subnet is full: uid 0, registered first, is replaced
     assert {c.data for c in h.chain.commitments(before).values()} == {"gone later", "still here"}
     assert {c.data for c in h.chain.commitments().values()} == {"still here"}
+
+
+def test_all_zero_weights_are_refused_by_name(harness):
+    validator, miner = harness.new_wallet("val"), harness.new_wallet("miner")
+    v_uid, m_uid = harness.chain.register(validator), harness.chain.register(miner)
+    harness.add_stake(validator, 1000.0)
+    next_epoch(harness)
+    with pytest.raises(ChainError) as refused:
+        harness.chain.set_weights(validator, [v_uid, m_uid], [0.0, 0.0])
+    assert refused.value.reason == "WeightVecLengthIsLow"

@@ -99,6 +99,8 @@ def test_hyperparameters_come_back_in_plain_units(tmp_path):
         bonds_moving_avg=0.75,
         yuma3=False,
         commit_reveal_weights=True,
+        commit_reveal_period=4,
+        stake_threshold=2.5,
         commitment_max_bytes=300,
         max_registrations_per_block=7,
     )
@@ -106,6 +108,8 @@ def test_hyperparameters_come_back_in_plain_units(tmp_path):
     assert (got.tempo, got.max_uids, got.max_validators, got.immunity_period) == (10, 8, 3, 20)
     assert (got.min_allowed_weights, got.weights_rate_limit, got.activity_cutoff) == (2, 5, 1000)
     assert (got.yuma3, got.commit_reveal_weights, got.max_registrations_per_block) == (False, True, 7)
+    # The reveal period is the subnet's; the stake threshold is subtensor's global one, in rao.
+    assert (got.commit_reveal_period, got.stake_threshold) == (4, 2.5)
     # Fractions travel as u16 (65535 = 1) or per-million, so they come back quantized.
     assert got.max_weight_limit == pytest.approx(0.4, abs=U16_STEP)
     assert got.kappa == pytest.approx(0.3, abs=U16_STEP)
@@ -114,28 +118,102 @@ def test_hyperparameters_come_back_in_plain_units(tmp_path):
     assert (got.commitment_max_bytes, got.commitment_rate_limit) == (3 * RAW_FIELD_BYTES, 0)
 
 
-def test_hyperparameters_accept_yuma_version_and_name_a_missing_one():
-    raw = {
-        "tempo": 99,
-        "max_allowed_uids": 64,
-        "max_validators": 8,
-        "immunity_period": 100,
-        "min_allowed_weights": 1,
-        "max_weights_limit": 65535,
-        "weights_rate_limit": 10,
-        "activity_cutoff": 500,
-        "kappa": 32767,
-        "bonds_moving_avg": 900000,
-        "yuma_version": 3,
-        "commit_reveal_weights_enabled": False,
-        "max_regs_per_block": 1,
-    }
-    hp = hyperparameters_from(raw, commitment_fields=3)
+RAW_HYPERPARAMETERS = {
+    "tempo": 99,
+    "max_allowed_uids": 64,
+    "max_validators": 8,
+    "immunity_period": 100,
+    "min_allowed_weights": 1,
+    "max_weights_limit": 65535,
+    "weights_rate_limit": 10,
+    "activity_cutoff": 500,
+    "kappa": 32767,
+    "bonds_moving_avg": 900000,
+    "yuma_version": 3,
+    "commit_reveal_weights_enabled": False,
+    "commit_reveal_period": 2,
+    "max_regs_per_block": 1,
+}
+"""A node's `get_subnet_hyperparams_v3` answer, as the SDK flattens it."""
+
+
+def test_hyperparameters_accept_yuma_version():
+    hp = hyperparameters_from(RAW_HYPERPARAMETERS, commitment_fields=3, stake_threshold_rao=1_500_000_000)
     assert hp.yuma3 and hp.max_weight_limit == 1.0 and hp.bonds_moving_avg == pytest.approx(0.9)
-    del raw["tempo"]
+    assert (hp.commit_reveal_period, hp.stake_threshold, hp.commitment_max_bytes) == (
+        2,
+        1.5,
+        3 * RAW_FIELD_BYTES,
+    )
+
+
+SOURCES = [
+    *((name, "raw") for name in RAW_HYPERPARAMETERS),
+    ("MaxFields", "fields"),
+    ("StakeThreshold", "threshold"),
+]
+
+
+def hyperparameters_with(name: str, source: str, value) -> None:
+    """`hyperparameters_from` over the good answer with one value replaced (`...`: removed)."""
+    raw, fields, threshold = dict(RAW_HYPERPARAMETERS), 3, 0
+    if source == "raw" and value is ...:
+        del raw[name]
+    elif source == "raw":
+        raw[name] = value
+    elif source == "fields":
+        fields = value
+    else:
+        threshold = value
+    hyperparameters_from(raw, commitment_fields=fields, stake_threshold_rao=threshold)
+
+
+@pytest.mark.parametrize(("name", "source"), [s for s in SOURCES if s[1] == "raw"])
+def test_a_hyperparameter_the_node_omits_is_named(name, source):
     with pytest.raises(ChainError) as missing:
-        hyperparameters_from(raw, commitment_fields=3)
-    assert missing.value.reason == "MissingHyperparameter" and "tempo" in missing.value.detail
+        hyperparameters_with(name, source, ...)
+    assert missing.value.reason == "MissingHyperparameter" and name in missing.value.detail
+
+
+@pytest.mark.parametrize("garbage", [None, "12", -1, 2.5, [1]])
+@pytest.mark.parametrize(("name", "source"), SOURCES)
+def test_a_hyperparameter_the_node_garbles_is_named(name, source, garbage):
+    with pytest.raises(ChainError) as bad:
+        hyperparameters_with(name, source, garbage)
+    assert bad.value.reason == "BadHyperparameter" and name in bad.value.detail
+
+
+@pytest.mark.parametrize("name", ["kappa", "max_weights_limit", "bonds_moving_avg"])
+def test_a_fraction_past_one_is_garbage(name):
+    with pytest.raises(ChainError) as bad:
+        hyperparameters_with(name, "raw", 10**9)
+    assert bad.value.reason == "BadHyperparameter"
+
+
+class GarblingNode(MemorySubstrate):
+    """A node that answers one hyperparameter, or the `MaxFields` constant, with None."""
+
+    def __init__(self, local: LocalChain, garbled: str):
+        super().__init__(local)
+        self.garbled = garbled
+
+    async def runtime_call(self, api: str, method: str, params: list, block_hash=None):
+        answer = await super().runtime_call(api, method, params, block_hash)
+        if method != "get_subnet_hyperparams_v3":
+            return answer
+        return [{**e, "value": {"u64": None}} if e["name"] == self.garbled else e for e in answer]
+
+    async def constant(self, module: str, name: str):
+        return None if name == self.garbled else await super().constant(module, name)
+
+
+@pytest.mark.parametrize("garbled", ["tempo", "kappa", "commit_reveal_weights_enabled", "MaxFields"])
+def test_a_node_answering_none_is_a_chain_error_through_the_sdk(tmp_path, garbled):
+    h = make_subtensor_harness(tmp_path)
+    chain = SubtensorChain("local", netuid=1, substrate=GarblingNode(h.local, garbled))
+    with pytest.raises(ChainError) as bad:
+        chain.hyperparameters()
+    assert bad.value.reason == "BadHyperparameter" and garbled in bad.value.detail
 
 
 def test_metagraph_matches_the_chain_within_u16_quantization(tmp_path):
@@ -272,12 +350,29 @@ def test_too_few_weights_are_refused_before_signing(tmp_path):
     assert refused.value.reason == "WeightVecLengthIsLow"
 
 
-def test_all_zero_weights_reach_the_chain_as_an_empty_vector(tmp_path):
+def test_all_zero_weights_are_preflighted_and_refused_without_reaching_the_chain(tmp_path):
     h = make_subtensor_harness(tmp_path)
+    h.advance(3)  # past block 0, which subtensor's LastUpdate reads as "never set"
     validator, _, _, m_uids = staked_validator_and_miners(h)
-    with pytest.raises(ChainError) as refused:
+    stranger = h.new_wallet("stranger")
+    h.chain.set_weights(validator, m_uids, [1.0, 1.0])
+    sent = len(h.substrate.submitted)
+    # The SDK's preflight runs first, as for any weights: registration, then the rate limit...
+    with pytest.raises(ChainError) as unregistered:
+        h.chain.set_weights(stranger, m_uids, [0.0, 0.0])
+    assert unregistered.value.reason == "HotKeyNotRegisteredInSubNet"
+    with pytest.raises(ChainError) as too_fast:
         h.chain.set_weights(validator, m_uids, [0.0, 0.0])
-    assert refused.value.reason == "WeightVecLengthIsLow"
+    assert too_fast.value.reason == "SettingWeightsTooFast"
+    # ...and then the SDK refuses to send nothing, by the name subtensor gives an empty vector.
+    h.advance(TEST_HYPERPARAMETERS.weights_rate_limit)
+    with pytest.raises(ChainError) as empty:
+        h.chain.set_weights(validator, m_uids, [0.0, 0.0])
+    assert empty.value.reason == "WeightVecLengthIsLow"
+    with pytest.raises(ChainError) as none_at_all:
+        h.chain.set_weights(validator, [], [])
+    assert none_at_all.value.reason == "WeightVecLengthIsLow"
+    assert len(h.substrate.submitted) == sent
 
 
 def test_the_sdk_clips_to_the_max_weight_limit_and_the_chain_refuses_what_cannot_be(tmp_path):
@@ -292,14 +387,30 @@ def test_the_sdk_clips_to_the_max_weight_limit_and_the_chain_refuses_what_cannot
     assert max(h.local.weights()[v_uid].values()) <= 0.4 + U16_STEP
 
 
-def test_commit_reveal_subnets_get_a_sealed_commit_not_plain_weights(tmp_path):
-    h = make_subtensor_harness(tmp_path, replace(TEST_HYPERPARAMETERS, commit_reveal_weights=True))
+def timelocked_commit(tmp_path, period: int):
+    """A validator's weights through `SetWeights` on a commit-reveal subnet with this reveal period."""
+    hp = replace(TEST_HYPERPARAMETERS, commit_reveal_weights=True, commit_reveal_period=period)
+    h = make_subtensor_harness(tmp_path, hp)
     validator, v_uid, _, m_uids = staked_validator_and_miners(h)
     h.chain.set_weights(validator, m_uids, [0.5, 0.5])
-    assert v_uid not in h.local.weights()
     (commit,) = h.substrate.timelocked_commits
+    return h, validator, v_uid, commit
+
+
+def test_commit_reveal_subnets_get_a_sealed_commit_not_plain_weights(tmp_path):
+    h, validator, v_uid, commit = timelocked_commit(tmp_path / "one", period=1)
     assert (commit.hotkey, commit.netuid) == (validator.hotkey.ss58_address, 1)
     assert len(commit.commit) > 0 and commit.reveal_round > bt.timelock.current_round()
+    # No plain weights landed, and the embedded chain holds no commit it could open.
+    assert v_uid not in h.local.weights() and h.local.sealed_commits() == []
+    assert not any(c.function == "set_mechanism_weights" for c in h.substrate.submitted)
+    # The SDK found the reveal epoch from the chain's own schedule and reveal period.
+    schedule = {"Tempo", "RevealPeriodEpochs", "LastEpochBlock", "SubnetEpochIndex", "BlocksSinceLastStep"}
+    assert schedule <= {name for module, name in h.substrate.storage_reads if module == "SubtensorModule"}
+    # Two more epochs of reveal period lock the weights two tempos of drand rounds (3 s each) longer.
+    _, _, _, later = timelocked_commit(tmp_path / "three", period=3)
+    rounds = 2 * TEST_HYPERPARAMETERS.tempo * h.local.block_time() / 3
+    assert later.reveal_round - commit.reveal_round == pytest.approx(rounds, abs=2)
 
 
 # -- error names --------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ coldkey (registration, stake) or hotkey (weights, commitments). `set_weights` us
 `SetWeights`, which conforms the weights to the subnet (max-weight clip, u16 quantization),
 preflights registration and the rate limit, and commits timelock-encrypted weights instead of
 setting them when the subnet runs commit-reveal. Every refusal becomes `ChainError(reason)` with
-subtensor's error name.
+subtensor's error name, and whatever the node sends back is checked before it is trusted, so a
+node that omits or garbles a value is a `ChainError` too.
 
 `network` is `finney`, `test`, `local` (a subtensor node at ws://127.0.0.1:9944, or
 `$BT_CHAIN_ENDPOINT`), or any ws:// or wss:// URL. Tests hand in a `substrate` instead.
@@ -42,6 +43,7 @@ WEIGHT_PREFLIGHT_REASONS: Mapping[bt.ErrorCode, str] = {
 the names subtensor gives the same refusals."""
 WEIGHT_POOL_ALIASES: Mapping[str, str] = {"RateLimitExceeded": "SettingWeightsTooFast"}
 """The transaction pool reports a weights rate limit as the generic `RateLimitExceeded`."""
+RAO_PER_ALPHA = 10**9
 NO_ACCOUNT = "5C4hrfjw9DjXZTzV3MwzrrAr9P1MJhSrvWGWqi1eSuyUpnhM"
 """The all-zero account: what subtensor's owner maps answer for a subnet that has none."""
 
@@ -78,38 +80,70 @@ def checked_weights(uids: Sequence[int], weights: Sequence[float]) -> tuple[list
     return clean_uids, clean_weights
 
 
-def hyperparameters_from(raw: Mapping[str, Any], commitment_fields: int) -> Hyperparameters:
-    """`Hyperparameters` from the SDK's raw subnet hyperparameters (subtensor's names and units).
+def whole(name: str, value: Any) -> int:
+    """A non-negative integer the node sent for `name`; ChainError for None or anything else."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ChainError("BadHyperparameter", f"the chain reported {name} = {value!r}, not a whole number")
+    return value
+
+
+def flag(name: str, value: Any) -> bool:
+    """A boolean the node sent for `name` (SCALE bools may decode as 0 or 1)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise ChainError("BadHyperparameter", f"the chain reported {name} = {value!r}, not a boolean")
+
+
+def hyperparameters_from(
+    raw: Mapping[str, Any], commitment_fields: Any, stake_threshold_rao: Any
+) -> Hyperparameters:
+    """`Hyperparameters` from the SDK's raw subnet hyperparameters (subtensor's names and units),
+    the Commitments pallet's `MaxFields` and subtensor's global `StakeThreshold` (in rao).
 
     Fractions come back through the SDK's unit table (u16 and per-million), so they carry the
     chain's quantization. Subtensor limits commitments by space per epoch, not by a block count,
-    so `commitment_rate_limit` is 0; `commitment_max_bytes` is what the pallet's fields can hold."""
+    so `commitment_rate_limit` is 0; `commitment_max_bytes` is what the pallet's fields can hold.
+    A missing value is `MissingHyperparameter`; one of the wrong kind is `BadHyperparameter`."""
 
     def value(name: str) -> Any:
         if name not in raw:
             raise ChainError("MissingHyperparameter", f"the chain reported no {name!r}")
         return raw[name]
 
-    def fraction(name: str) -> float:
-        return float(hyperparams.normalized(name, int(value(name))))
+    def count(name: str) -> int:
+        return whole(name, value(name))
 
-    yuma3 = bool(raw["yuma3_enabled"]) if "yuma3_enabled" in raw else int(value("yuma_version")) == 3
+    def fraction(name: str) -> float:
+        share = hyperparams.normalized(name, count(name))
+        if share is None or not 0.0 <= share <= 1.0:
+            raise ChainError(
+                "BadHyperparameter", f"the chain reported {name} = {raw[name]!r}, not a fraction"
+            )
+        return float(share)
+
+    yuma3 = (
+        flag("yuma3_enabled", raw["yuma3_enabled"]) if "yuma3_enabled" in raw else count("yuma_version") == 3
+    )
     return Hyperparameters(
-        tempo=int(value("tempo")),
-        max_uids=int(value("max_allowed_uids")),
-        max_validators=int(value("max_validators")),
-        immunity_period=int(value("immunity_period")),
-        min_allowed_weights=int(value("min_allowed_weights")),
+        tempo=count("tempo"),
+        max_uids=count("max_allowed_uids"),
+        max_validators=count("max_validators"),
+        immunity_period=count("immunity_period"),
+        min_allowed_weights=count("min_allowed_weights"),
         max_weight_limit=fraction("max_weights_limit"),
-        weights_rate_limit=int(value("weights_rate_limit")),
-        activity_cutoff=int(value("activity_cutoff")),
+        weights_rate_limit=count("weights_rate_limit"),
+        activity_cutoff=count("activity_cutoff"),
         kappa=fraction("kappa"),
         bonds_moving_avg=fraction("bonds_moving_avg"),
         yuma3=yuma3,
-        commit_reveal_weights=bool(value("commit_reveal_weights_enabled")),
-        commitment_max_bytes=commitment_fields * RAW_FIELD_BYTES,
+        commit_reveal_weights=flag("commit_reveal_weights_enabled", value("commit_reveal_weights_enabled")),
+        commit_reveal_period=count("commit_reveal_period"),
+        stake_threshold=whole("StakeThreshold", stake_threshold_rao) / RAO_PER_ALPHA,
+        commitment_max_bytes=whole("MaxFields", commitment_fields) * RAW_FIELD_BYTES,
         commitment_rate_limit=0,
-        max_registrations_per_block=int(value("max_regs_per_block")),
+        max_registrations_per_block=count("max_regs_per_block"),
     )
 
 
@@ -246,10 +280,15 @@ class SubtensorChain(Chain):
     def hyperparameters(self) -> Hyperparameters:
         with sdk_refusals():
             raw = self._sdk.read("subnet_hyperparameters", netuid=self.netuid)
-            fields = int(self._sdk.constant(bt.constants.Commitments.MaxFields))
+            fields = self._sdk.constant(bt.constants.Commitments.MaxFields)
+            threshold = self._sdk.query(bt.storage.SubtensorModule.StakeThreshold)
         if raw is None:
             raise ChainError("SubnetNotExists", f"subnet {self.netuid} does not exist on {self.network}")
-        return hyperparameters_from(raw, fields)
+        if not isinstance(raw, Mapping):
+            raise ChainError(
+                "BadHyperparameter", f"the chain reported hyperparameters {raw!r}, not a mapping"
+            )
+        return hyperparameters_from(raw, fields, threshold)
 
     def metagraph(self) -> Metagraph:
         with sdk_refusals():
@@ -330,17 +369,20 @@ class SubtensorChain(Chain):
             raise_for(self._sdk.submit_call(call, wallet, signer="hotkey"))
 
     def set_weights(self, wallet: WalletLike, uids: Sequence[int], weights: Sequence[float]) -> None:
-        """Weights through the SDK's `SetWeights`; all-zero weights go to the chain as an empty vector."""
+        """Weights through the SDK's `SetWeights`, so its preflight (registration, rate limit) runs
+        first whatever the weights. All-zero weights the SDK refuses to send: subtensor would
+        refuse the empty vector they become as `WeightVecLengthIsLow`, and so does this."""
         clean_uids, clean_weights = checked_weights(uids, weights)
         with sdk_refusals(WEIGHT_PREFLIGHT_REASONS, WEIGHT_POOL_ALIASES):
-            if any(w > 0 for w in clean_weights):
-                intent = bt.intents.SetWeights(
-                    netuid=self.netuid, uids=clean_uids, weights=clean_weights, version_key=self.version_key
-                )
+            intent = bt.intents.SetWeights(
+                netuid=self.netuid, uids=clean_uids, weights=clean_weights, version_key=self.version_key
+            )
+            try:
                 result = self._sdk.execute(intent, wallet)
-            else:
-                call = bt.calls.SubtensorModule.set_mechanism_weights(
-                    netuid=self.netuid, mecid=0, dests=[], weights=[], version_key=self.version_key
-                )
-                result = self._sdk.submit_call(call, wallet, signer="hotkey")
+            except bt.ChainError:
+                raise
+            except bt.BittensorError as exc:
+                if any(w > 0 for w in clean_weights):
+                    raise
+                raise ChainError("WeightVecLengthIsLow", f"all weights are zero: {exc}") from exc
         raise_for(result, WEIGHT_POOL_ALIASES)

@@ -156,7 +156,7 @@ class MemorySubstrate:
         self._maps: dict[tuple[str, str], Callable[[list, int | None], list[tuple[Any, Any]]]] = {
             ("SubtensorModule", "Uids"): self._uid_rows,
             ("Commitments", "CommitmentOf"): self._commitment_rows,
-            ("Commitments", "RevealedCommitments"): lambda p, at: (self._netuid(p), [])[1],
+            ("Commitments", "RevealedCommitments"): self._revealed_commitment_rows,
         }
         self._runtime: dict[tuple[str, str], Callable[[list], Any]] = {
             ("SubnetInfoRuntimeApi", "get_metagraph"): self._metagraph,
@@ -313,6 +313,11 @@ class MemorySubstrate:
             for hotkey, c in self.local.commitments(at).items()
         ]
 
+    def _revealed_commitment_rows(self, params: list, at: int | None) -> list[tuple[str, Any]]:
+        """None: the embedded chain keeps commitments in plain text, never timelocked."""
+        self._netuid(params)
+        return []
+
     def _metagraph(self, params: list) -> dict:
         """The `SubnetInfoRuntimeApi.get_metagraph` record, with the fields the SDK's decoder reads."""
         hp = self._hp(params)
@@ -328,7 +333,7 @@ class MemorySubstrate:
             "identity": None,
             "network_registered_at": 0,
             "owner_hotkey": info["owner_hotkey"] or NO_ACCOUNT,
-            "owner_coldkey": info["owner_coldkey"],
+            "owner_coldkey": info["owner_coldkey"] or NO_ACCOUNT,
             "block": mg.block,
             "tempo": hp.tempo,
             "last_step": last_step,

@@ -216,15 +216,19 @@ class Calibration:
     def replay_window(
         self, window: int, hotkey: str, miners: Sequence[str], states: Sequence[TrainState]
     ) -> None:
-        """Replay every segment of one trained window from its start state on the same batches; then,
-        as a control, its last segment on other data (the miner's batches of the next window)."""
+        """Replay every segment of one trained window from its start state on the same batches, anchored
+        to the window's base (boundary 0's parameters); then, as a control, its last segment on other
+        data (the miner's batches of the next window)."""
         k = self.inner.segment_steps
         source = batch_source(self.rt, window, hotkey, miners)
+        base = states[0].params
         for segment in range(self.inner.n_segments):
             start, claimed = states[segment], states[segment + 1]
             batches = [source(t) for t in range(segment * k, (segment + 1) * k)]
             started = time.perf_counter()
-            replayed = replay_segment(self.replay_model, start, batches, self.rt.loss_fn, self.inner).end
+            replayed = replay_segment(
+                self.replay_model, start, batches, self.rt.loss_fn, self.inner, base=base
+            ).end
             synchronize(self.rt.device)
             self.replay_seconds += time.perf_counter() - started
             self.measured.append(
@@ -239,7 +243,9 @@ class Calibration:
         last = self.inner.n_segments - 1
         other = batch_source(self.rt, window + 1, hotkey, miners)
         wrong = [other(t) for t in range(last * k, (last + 1) * k)]
-        replayed = replay_segment(self.replay_model, states[last], wrong, self.rt.loss_fn, self.inner).end
+        replayed = replay_segment(
+            self.replay_model, states[last], wrong, self.rt.loss_fn, self.inner, base=base
+        ).end
         self.controls.append(replay_distance(states[last], states[last + 1], replayed))
 
     def train_windows(self, windows: int, miners: Sequence[str], save: Path | None) -> list[dict]:

@@ -189,6 +189,12 @@ class TrainConfig(_Section):
         ge=1,
         description="intra-op CPU threads of each step; results depend on it, so replays follow it",
     )
+    base_anchor: float = Field(
+        default=0.01,
+        ge=0.0,
+        description="after each inner step, pull the parameters toward the window's base by lr times this;"
+        " replaying any segment then checks the base (0 turns it off)",
+    )
 
     @field_validator("segment_steps")
     @classmethod

@@ -44,6 +44,7 @@ def inner_config(config: RunConfig, run: str) -> InnerConfig:
             micro_batches=t.micro_batches, max_grad_norm=t.max_grad_norm, cpu_threads=t.cpu_threads
         ),
         sketch_seed=run,
+        base_anchor=t.base_anchor,
     )
 
 

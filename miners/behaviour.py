@@ -25,6 +25,8 @@ from distrai.announce import committed_updates
 from distrai.codec import Encoded
 from distrai.layout import manifest_key
 from distrai.store import StoreError
+from distrai.train.inner import pseudo_gradient, window_start_state
+from distrai.train.sketch import sketch
 from distrai.train.state import load_state, save_state, state_hash
 from distrai.update import encode_update
 from distrai.windows import commit_deadline, committed_in_time, reveal_deadline
@@ -127,6 +129,47 @@ class Lazy(Behaviour):
             boundaries.append((step, state_hash(faked), boundaries[-1][2]))
         losses = trained.losses + [trained.losses[-1]] * (h - done)
         return dataclasses.replace(trained, losses=losses, boundaries=boundaries)
+
+
+class OldBase(Behaviour):
+    """Trains the window from an older global model than its base (the base of its previous window;
+    when that is no different, the base shifted by a little noise, as an older model would be) while
+    claiming the base: the manifest names it, boundary 0 is its start state, and the update is
+    encoded from it, so the cheap checks and the trajectory check hold. Every step was anchored to
+    the older model, so the replay of any segment against the true base differs."""
+
+    name = "oldbase"
+
+    def __init__(self) -> None:
+        self.previous: dict[str, torch.Tensor] | None = None
+
+    def train(self, miner, w, miners, states_dir):
+        base = miner.model.params
+        differs = self.previous is not None and any(
+            not torch.equal(self.previous[name], p) for name, p in base.items()
+        )
+        older = self.previous if differs else _shifted(base)
+        self.previous = base
+        miner.rt.load_params(older)
+        trained = miner.train(w, miners, states_dir)
+        miner.rt.load_params(base)
+        start = window_start_state(miner.rt.model)
+        save_state(start, states_dir / f"{0:06d}.safetensors")
+        numbers = sketch(start.params, miner.rt.inner.sketch_seed, miner.rt.inner.sketch_size).tolist()
+        end = load_state(states_dir / f"{miner.rt.inner.inner_steps:06d}.safetensors")
+        return dataclasses.replace(
+            trained,
+            pseudo_gradient=pseudo_gradient(base, end.params),
+            boundaries=[(0, state_hash(start), numbers), *trained.boundaries[1:]],
+        )
+
+
+def _shifted(params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    return {
+        name: p + 1e-3 * float(p.std() if p.numel() > 1 else 1.0) * torch.randn(p.shape, generator=generator)
+        for name, p in sorted(params.items())
+    }
 
 
 class WrongData(Behaviour):
@@ -305,6 +348,7 @@ ADVERSARIES: dict[str, type[Behaviour]] = {
         Copycat,
         Stale,
         Lazy,
+        OldBase,
         WrongData,
         Forged,
         Scaled,
@@ -323,6 +367,7 @@ EXPECTED_CHECK: dict[str, str] = {
     "copycat": "update",
     "stale": "update",
     "lazy": "replay",
+    "oldbase": "replay",
     "wrongdata": "replay",
     "forged": "states",
     "scaled": "trajectory",

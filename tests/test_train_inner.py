@@ -3,6 +3,7 @@ recomputation of every segment (and its failure on other data)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -151,3 +152,18 @@ def test_warmup_schedule_reaches_the_optimizer():
 def test_bad_inner_configs_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):
         InnerConfig(**fields)
+
+
+def test_an_anchored_window_replays_only_against_its_base():
+    anchored = dataclasses.replace(CONFIG, base_anchor=0.05)
+    base = float_params(tiny_model())
+    result = inner_loop(tiny_model(), batch_for("bob"), causal_lm_loss, anchored)
+    start, end = result.boundaries[1].state, result.boundaries[2].state
+    batches = [batch_for("bob")(t) for t in (2, 3)]
+    replay = replay_segment(tiny_model(), start, batches, causal_lm_loss, anchored, base=base)
+    assert states_equal(replay.end, end)
+    other_base = float_params(tiny_model(init_seed=5))
+    elsewhere = replay_segment(tiny_model(), start, batches, causal_lm_loss, anchored, base=other_base)
+    assert not states_equal(elsewhere.end, end)
+    with pytest.raises(ValueError, match="no base was given"):
+        replay_segment(tiny_model(), start, batches, causal_lm_loss, anchored)

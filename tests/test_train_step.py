@@ -10,7 +10,7 @@ from support.tiny_models import FAST_LR, tiny_data, tiny_model
 from distrai.train.loss import causal_lm_loss
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer
 from distrai.train.state import capture_state, state_hash, states_equal
-from distrai.train.step import StepConfig, train_step
+from distrai.train.step import Anchor, StepConfig, anchor_to, train_step
 
 DATA = tiny_data(seq_len=32, documents=120)
 BATCHES = [DATA.train[i * 4 : (i + 1) * 4] for i in range(3)]
@@ -145,3 +145,27 @@ def test_bad_steps_are_refused(batch, fields, message):
 def test_step_config_defaults():
     config = StepConfig()
     assert (config.micro_batches, config.max_grad_norm, config.cpu_threads) == (1, 1.0, 1)
+
+
+def test_an_anchor_pulls_every_parameter_toward_the_base_after_the_optimizer_step():
+    base_model = tiny_model(init_seed=3)
+    base = {n: p.detach().clone() for n, p in base_model.named_parameters()}
+    free, anchored = tiny_model(), tiny_model()
+    free_opt = make_inner_optimizer(free, InnerOptimizerConfig(lr=FAST_LR))
+    anchored_opt = make_inner_optimizer(anchored, InnerOptimizerConfig(lr=FAST_LR))
+    train_step(free, free_opt, BATCHES[0], loss_fn=causal_lm_loss)
+    train_step(
+        anchored, anchored_opt, BATCHES[0], loss_fn=causal_lm_loss, anchor=anchor_to(anchored, base, 0.5)
+    )
+    weight = FAST_LR * 0.5
+    for (name, a), (_, f) in zip(anchored.named_parameters(), free.named_parameters(), strict=True):
+        assert torch.equal(a, torch.lerp(f.detach(), base[name], weight)), name
+    assert any(not torch.equal(a, f) for a, f in zip(anchored.parameters(), free.parameters(), strict=True))
+
+
+def test_an_anchor_names_what_it_lacks_and_refuses_a_bad_strength():
+    model = tiny_model()
+    with pytest.raises(ValueError, match="no parameter"):
+        anchor_to(model, {}, 0.1)
+    with pytest.raises(ValueError, match="strength"):
+        Anchor({}, -1.0)

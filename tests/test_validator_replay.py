@@ -19,7 +19,7 @@ from distrai.run import load_run_config
 from distrai.runtime import build_runtime
 from distrai.store import FileStore
 from distrai.train.assignment import batch_indices
-from distrai.train.inner import inner_loop, window_start_state
+from distrai.train.inner import inner_loop, pseudo_gradient, window_start_state
 from distrai.train.outer import OuterState
 from distrai.train.state import encode_state, state_hash
 from distrai.update import encode_update, residual_hash
@@ -213,3 +213,31 @@ def test_with_a_tolerance_the_distance_is_measured(runtime, model, honest, tmp_p
     assert verdict.passed and verdict.numbers["replay_distance"] == 0.0
     other = verify(loose, model, store, publish(runtime, store, train(runtime, model, data_of=OTHER)))
     assert other.fraud and "tolerance 0.01" in other.verdicts["replay"]
+
+
+def stale_window(runtime, model, older) -> Window:
+    """Trained from `older` parameters (anchored to them, as a node that never saw G_w would), but
+    claiming G_w: boundary 0 is G_w's start state and the update is G_w − θ_H."""
+    stale = train(runtime, GlobalModel(WINDOW, older, OuterState(momentum={})))
+    runtime.load_params(model.params)
+    states = {**stale.states, 0: window_start_state(runtime.model)}
+    end = stale.states[runtime.inner.inner_steps]
+    return Window(states, pseudo_gradient(model.params, end.params), stale.losses)
+
+
+def test_training_from_an_older_base_fails_the_replay_of_any_segment(runtime, model, tmp_path):
+    generator = torch.Generator().manual_seed(7)
+    older = {
+        n: p + 1e-3 * p.std() * torch.randn(p.shape, generator=generator) for n, p in model.params.items()
+    }
+    window = stale_window(runtime, model, older)
+    for segment in range(runtime.inner.n_segments):
+        store = FileStore(tmp_path / f"s{segment}")
+        verdict = verify(runtime, model, store, publish(runtime, store, window), segments=(segment,))
+        assert verdict.fraud and f"segment {segment}" in verdict.verdicts["replay"], verdict.verdicts
+
+    unanchored = dataclasses.replace(runtime, inner=dataclasses.replace(runtime.inner, base_anchor=0.0))
+    window = stale_window(unanchored, model, older)
+    store = FileStore(tmp_path / "unanchored")
+    verdict = verify(unanchored, model, store, publish(unanchored, store, window), segments=(2,))
+    assert verdict.passed, "without the anchor only segment 0 could tell; this test would prove nothing"

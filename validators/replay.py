@@ -109,7 +109,7 @@ def verify_challenge(
     started = time.monotonic()
     revealed = Revealed(runtime, window, verdict, store)
     try:
-        distance = max(replay_one(runtime, window, verdict, revealed, s, miners) for s in segments)
+        distance = max(replay_one(runtime, model, window, verdict, revealed, s, miners) for s in segments)
         verdict.verdicts["states"] = PASS
         verdict.verdicts["replay"] = PASS
         check_trajectory(runtime, model, window, verdict, revealed)
@@ -125,9 +125,16 @@ def verify_challenge(
 
 
 def replay_one(
-    runtime: Runtime, window: int, verdict: MinerVerdict, revealed: Revealed, segment: int, miners: list[str]
+    runtime: Runtime,
+    model: GlobalModel,
+    window: int,
+    verdict: MinerVerdict,
+    revealed: Revealed,
+    segment: int,
+    miners: list[str],
 ) -> float:
-    """Replay one segment; returns its distance (0.0 for a bit-exact match)."""
+    """Replay one segment, anchored to this validator's own G_w; returns its distance (0.0 for a
+    bit-exact match)."""
     k = runtime.inner.segment_steps
     first = segment * k
     start, end = revealed.state(first), revealed.state(first + k)
@@ -144,7 +151,7 @@ def replay_one(
         runtime.inner,
         step=dataclasses.replace(runtime.inner.step, micro_batches=verdict.manifest.micro_batches),
     )
-    replayed = replay_segment(runtime.model, start, batches, runtime.loss_fn, inner).end
+    replayed = replay_segment(runtime.model, start, batches, runtime.loss_fn, inner, base=model.params).end
     revealed.replayed_steps += k
     tolerance = runtime.config.verification.replay_tolerance
     if tolerance == 0.0:

@@ -9,7 +9,8 @@ pseudo-gradient is θ_global − θ_local in float32 on the CPU: the direction a
 subtracts, as DiLoCo defines it.
 
 `run_steps` is the shared core of training and replay: it sets the scheduled learning rate of
-each inner step and calls the one `train_step`.
+each inner step and calls the one `train_step`, anchored to the window's base when the run sets
+`base_anchor` (see `step.py`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from distrai.train.loss import LossFn
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer, set_lr
 from distrai.train.sketch import sketch
 from distrai.train.state import TrainState, capture_state, state_hash
-from distrai.train.step import StepConfig, StepResult, step_with
+from distrai.train.step import Anchor, StepConfig, StepResult, anchor_to, step_with
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class InnerConfig:
     step: StepConfig = field(default_factory=StepConfig)
     sketch_seed: str = ""
     sketch_size: int = 64
+    base_anchor: float = 0.0
+    """How far each step pulls toward the window's base, per unit of learning rate (0: not at all)."""
 
     def __post_init__(self) -> None:
         if self.inner_steps < 1 or self.segment_steps < 1:
@@ -104,14 +107,24 @@ def run_steps(
     loss_fn: LossFn,
     config: InnerConfig,
     first_step: int,
+    anchor: Anchor | None = None,
 ) -> list[StepResult]:
     """Inner steps first_step, first_step + 1, … on `batches` in order, each at its scheduled
-    learning rate."""
+    learning rate, pulled toward `anchor` (the window's base) when the config asks for it."""
+    if config.base_anchor > 0 and anchor is None:
+        raise ValueError("the run anchors every step to the window's base, but no base was given")
     results = []
     for offset, batch in enumerate(batches):
         set_lr(optimizer, config.optimizer.lr_at(first_step + offset))
-        results.append(step_with(config.step, model, optimizer, batch, loss_fn))
+        results.append(step_with(config.step, model, optimizer, batch, loss_fn, anchor))
     return results
+
+
+def base_anchor(
+    model: torch.nn.Module, base: Mapping[str, torch.Tensor], config: InnerConfig
+) -> Anchor | None:
+    """The anchor of a window whose base is `base`, or None when the run sets no pull."""
+    return anchor_to(model, base, config.base_anchor) if config.base_anchor > 0 else None
 
 
 def boundary(
@@ -142,6 +155,7 @@ def inner_loop(
     the result to save memory, keeping hashes and sketches."""
     optimizer = make_inner_optimizer(model, config.optimizer)
     global_params = float_params(model)
+    anchor = base_anchor(model, global_params, config)
     boundaries: list[BoundaryState] = []
     results: list[StepResult] = []
 
@@ -154,7 +168,7 @@ def inner_loop(
     for segment in range(config.n_segments):
         first = segment * config.segment_steps
         batches = (batch_for_step(t) for t in range(first, first + config.segment_steps))
-        results.extend(run_steps(model, optimizer, batches, loss_fn, config, first))
+        results.extend(run_steps(model, optimizer, batches, loss_fn, config, first, anchor))
         add_boundary(first + config.segment_steps)
     return InnerResult(
         pseudo_gradient=pseudo_gradient(global_params, float_params(model)),

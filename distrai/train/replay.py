@@ -10,12 +10,12 @@ claimed end relative to the segment's own movement, against a calibrated toleran
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from distrai.train.inner import InnerConfig, run_steps
+from distrai.train.inner import InnerConfig, base_anchor, run_steps
 from distrai.train.loss import LossFn
 from distrai.train.optimizer import make_inner_optimizer
 from distrai.train.state import TrainState, capture_state, restore_state
@@ -35,12 +35,15 @@ def replay_segment(
     batches: Sequence[torch.Tensor],
     loss_fn: LossFn,
     config: InnerConfig,
+    base: Mapping[str, torch.Tensor] | None = None,
 ) -> Replay:
     """Run `batches` as inner steps start.step, start.step + 1, … from `start`; the model ends
-    holding the replayed parameters."""
+    holding the replayed parameters. `base` is the window's base (G_w), which every step is
+    anchored to when the run sets `base_anchor`: the validator's own G_w, never the miner's claim."""
     optimizer = make_inner_optimizer(model, config.optimizer)
     restore_state(model, optimizer, start)
-    results = run_steps(model, optimizer, batches, loss_fn, config, start.step)
+    anchor = None if base is None else base_anchor(model, base, config)
+    results = run_steps(model, optimizer, batches, loss_fn, config, start.step, anchor)
     return Replay(
         end=capture_state(model, optimizer, start.step + len(batches)), losses=[r.loss for r in results]
     )

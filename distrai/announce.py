@@ -1,7 +1,12 @@
-"""A neuron's chain commitment: where it publishes, and (for a miner) its window manifest's hash.
+"""A neuron's chain commitment: where it publishes, and what it anchors for a window.
 
-Compact JSON, `{"s": store_url, "w": window, "m": manifest_sha256}` (the last two for a miner's
-update of window `w`). It must fit the chain's commitment limit, so keys are one letter.
+Compact JSON, one letter per key so it fits the chain's commitment limit:
+- `{"s": store_url}`: where the neuron publishes;
+- `{"s": store_url, "w": window, "m": manifest_sha256}`: a miner's update manifest of window `w`;
+- `{"s": store_url, "w": window, "a": aggregate_sha256}`: a validator's aggregate of window `w`.
+A manifest counts for a window only if the chain holds its hash before the commit deadline, an
+aggregate only if the chain holds its hash before the aggregate deadline: nodes read the
+commitments as of the block before each deadline (`Chain.commitments(block=…)`).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from dataclasses import dataclass
 from distrai.chain.base import Commitment
 
 _SHA = re.compile(r"[0-9a-f]{64}")
+_ANCHOR_KEYS = {"m": "manifest_sha256", "a": "aggregate_sha256"}
 
 
 @dataclass(frozen=True)
@@ -21,12 +27,21 @@ class Announcement:
     store_url: str
     window: int | None = None
     manifest_sha256: str | None = None
+    aggregate_sha256: str | None = None
+
+    def __post_init__(self) -> None:
+        anchors = [a for a in (self.manifest_sha256, self.aggregate_sha256) if a is not None]
+        if (self.window is None) != (not anchors) or len(anchors) > 1:
+            raise ValueError("an announcement anchors one manifest or one aggregate, with its window")
 
     def encode(self) -> str:
         body: dict[str, object] = {"s": self.store_url}
         if self.window is not None:
             body["w"] = self.window
-            body["m"] = self.manifest_sha256
+            if self.manifest_sha256 is not None:
+                body["m"] = self.manifest_sha256
+            else:
+                body["a"] = self.aggregate_sha256
         return json.dumps(body, separators=(",", ":"), sort_keys=True)
 
 
@@ -38,25 +53,44 @@ def parse_announcement(data: str) -> Announcement | None:
         return None
     if not isinstance(body, dict) or not isinstance(body.get("s"), str) or not body["s"]:
         return None
-    window, digest = body.get("w"), body.get("m")
-    if window is None and digest is None and set(body) == {"s"}:
+    if set(body) == {"s"}:
         return Announcement(body["s"])
-    if set(body) != {"s", "w", "m"}:
+    anchor = set(body) - {"s", "w"}
+    if not ({"s", "w"} <= set(body) and len(anchor) == 1 and anchor <= _ANCHOR_KEYS.keys()):
         return None
+    window, (key,) = body["w"], anchor
     if not (isinstance(window, int) and not isinstance(window, bool) and window >= 0):
         return None
-    if not (isinstance(digest, str) and _SHA.fullmatch(digest)):
+    if not (isinstance(body[key], str) and _SHA.fullmatch(body[key])):
         return None
-    return Announcement(body["s"], window, digest)
+    return Announcement(body["s"], window, **{_ANCHOR_KEYS[key]: body[key]})
+
+
+def _anchoring(
+    commitments: dict[str, Commitment], window: int, in_time: Callable[[int], bool], anchor: str
+) -> dict[str, Announcement]:
+    out = {}
+    for hotkey, commitment in commitments.items():
+        parsed = parse_announcement(commitment.data)
+        if (
+            parsed is not None
+            and getattr(parsed, anchor) is not None
+            and parsed.window == window
+            and in_time(commitment.block)
+        ):
+            out[hotkey] = parsed
+    return out
 
 
 def committed_updates(
     commitments: dict[str, Commitment], window: int, in_time: Callable[[int], bool]
 ) -> dict[str, Announcement]:
     """The miners whose commitment names an update of `window` and landed in time, by hotkey."""
-    out = {}
-    for hotkey, commitment in commitments.items():
-        parsed = parse_announcement(commitment.data)
-        if parsed is not None and parsed.window == window and in_time(commitment.block):
-            out[hotkey] = parsed
-    return out
+    return _anchoring(commitments, window, in_time, "manifest_sha256")
+
+
+def anchored_aggregates(
+    commitments: dict[str, Commitment], window: int, in_time: Callable[[int], bool]
+) -> dict[str, Announcement]:
+    """The validators whose commitment names an aggregate of `window` and landed in time, by hotkey."""
+    return _anchoring(commitments, window, in_time, "aggregate_sha256")

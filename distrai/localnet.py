@@ -33,6 +33,9 @@ class LocalnetOptions:
     idle_miners: int = 0
     adversaries: tuple[str, ...] = ()
     """One extra miner per entry, cheating in that way (`miners.behaviour.ADVERSARIES`)."""
+    leader_adversaries: tuple[str, ...] = ()
+    """The i-th entry makes the validator with the i-th most stake try to steer the global model
+    in that way (`validators.behaviour.LEADER_ADVERSARIES`); followers must refuse it."""
     run_config: Path = field(default_factory=lambda: shipped_config_path("cpu-localnet"))
 
 
@@ -140,6 +143,7 @@ class Localnet:
             block_time=o.block_time,
             hyperparameters=chain_hyperparameters(self.config),
             owner_coldkey=owner.coldkeypub.ss58_address,
+            owner_hotkey=owner.hotkey.ss58_address,
         )
         self.chain = chain
         chain.register(owner)
@@ -148,7 +152,8 @@ class Localnet:
             wallet, _ = create_dev_wallet(f"validator{i}", "default", str(self.wallet_path))
             chain.register(wallet)
             chain.add_stake(wallet, 1000.0 * (o.validators - i))
-            self._add("validator", f"validator{i}", [])
+            steer = o.leader_adversaries[i] if i < len(o.leader_adversaries) else None
+            self._add("validator", f"validator{i}", ["--validator.adversary", steer] if steer else [])
         for i in range(o.miners):
             wallet, _ = create_dev_wallet(f"miner{i}", "default", str(self.wallet_path))
             chain.register(wallet)

@@ -12,18 +12,19 @@ from distrai.localnet import Localnet, LocalnetOptions
 from distrai.localnet_view import heldout_losses, live_table, miner_results, processed_windows, results_table
 from distrai.run import shipped_config_path
 from miners.behaviour import ADVERSARIES
+from validators.behaviour import LEADER_ADVERSARIES
 
 STARTUP_SECONDS = 120
 
 
-def parse_adversaries(text: str) -> tuple[str, ...]:
+def parse_adversaries(text: str, known=ADVERSARIES, flag: str = "--adversary") -> tuple[str, ...]:
     """`--adversary lazy,noise` → ("lazy", "noise"); unknown or repeated types are refused."""
     names = tuple(name.strip() for name in text.split(",") if name.strip())
-    unknown = [name for name in names if name not in ADVERSARIES]
+    unknown = [name for name in names if name not in known]
     if unknown:
-        raise ValueError(f"unknown --adversary {', '.join(unknown)}; known: {', '.join(ADVERSARIES)}")
+        raise ValueError(f"unknown {flag} {', '.join(unknown)}; known: {', '.join(known)}")
     if len(set(names)) != len(names):
-        raise ValueError("--adversary names a type twice; each type adds one miner")
+        raise ValueError(f"{flag} names a type twice")
     return names
 
 
@@ -36,12 +37,15 @@ def run_localnet(args: argparse.Namespace, console: Console) -> None:
         block_time=args.block_time,
         idle_miners=args.idle_miners,
         adversaries=parse_adversaries(args.adversary),
+        leader_adversaries=parse_adversaries(args.leader_adversary, LEADER_ADVERSARIES, "--leader-adversary"),
         run_config=Path(args.run_config) if args.run_config else shipped_config_path("cpu-localnet"),
     )
     if options.miners < 1 or options.validators < 1 or options.windows < 1:
         raise ValueError("--miners, --validators and --windows must each be at least 1")
     if not 0 <= options.idle_miners <= options.miners:
         raise ValueError("--idle-miners must lie between 0 and --miners")
+    if len(options.leader_adversaries) >= options.validators:
+        raise ValueError("--leader-adversary needs an honest validator left to follow: add --validators")
     net = Localnet(options)
     console.print(f"setting up in {net.work}: {options.miners} miners, {options.validators} validators")
     net.setup()

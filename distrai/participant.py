@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from distrai.announce import Announcement
+from distrai.announce import Announcement, parse_announcement
 from distrai.chain.base import Chain, WalletLike
 from distrai.globalmodel import GlobalModel
 from distrai.metrics import Metrics
@@ -38,7 +38,13 @@ class Participant:
         self.model: GlobalModel | None = None
 
     def announce(self) -> None:
-        """Say on chain where this node publishes (miners later add their window's manifest hash)."""
+        """Say on chain where this node publishes (miners later anchor their window's manifest,
+        validators their aggregate). A commitment already naming this store is left alone: replacing
+        it on a restart would withdraw an anchor that may still count for a window."""
+        current = self.chain.commitment(self.hotkey)
+        standing = None if current is None else parse_announcement(current.data)
+        if standing is not None and standing.store_url == self.store_url:
+            return
         self.chain.commit(self.wallet, Announcement(self.store_url).encode())
 
     def sleep_until(self, block: int, stop: threading.Event) -> None:

@@ -285,33 +285,14 @@ class VerificationConfig(_Section):
         return value
 
 
-class ScoreWeights(_Section):
-    """Relative weights of a miner's per-window score components (normalized by their sum)."""
-
-    present: float = Field(default=0.1, ge=0.0, description="manifest and update on time")
-    checks: float = Field(default=0.1, ge=0.0, description="signature, sizes, shapes, consistency passed")
-    replay: float = Field(default=0.3, ge=0.0, description="challenged segments replayed within tolerance")
-    usefulness: float = Field(default=0.5, ge=0.0, description="loss improvement from the update alone")
-    distill: float = Field(default=0.0, ge=0.0, description="student loss against the teacher (distill only)")
-
-    @model_validator(mode="after")
-    def _some_weight(self) -> ScoreWeights:
-        if not math.isfinite(self.total()) or self.total() <= 0.0:
-            raise ValueError("at least one weight must be positive, and all finite")
-        return self
-
-    def total(self) -> float:
-        return self.present + self.checks + self.replay + self.usefulness + self.distill
-
-    def normalized(self) -> dict[str, float]:
-        """The weights scaled to sum to 1, by component name."""
-        return {name: value / self.total() for name, value in self.model_dump().items()}
-
-
 class ScoringConfig(_Section):
-    """From window scores to weights on chain, and to the aggregate."""
+    """From window scores to weights on chain, and to the aggregate.
 
-    weights: ScoreWeights = Field(default_factory=ScoreWeights)
+    A miner's window score is its usefulness, in proportion to what an honest update brings: the
+    relative loss drop its update alone gives on its assigned data, over the window's median drop
+    among the miners that passed every check, capped at 1 (`validators/scoring.py`). Being
+    present, well formed and verified are gates, not points: they earn nothing by themselves."""
+
     ema_alpha: float = Field(
         default=0.1, gt=0.0, le=1.0, description="moving-average rate: new = alpha·window + (1 − alpha)·old"
     )
@@ -324,11 +305,11 @@ class ScoringConfig(_Section):
     ban_windows: int = Field(
         default=10, ge=0, description="windows a miner caught in verified fraud is barred"
     )
-    usefulness_full_drop: float = Field(
-        default=0.02,
+    duplicate_cosine: float = Field(
+        default=0.95,
         gt=0.0,
         le=1.0,
-        description="relative loss drop on the miner's assigned data that earns a full usefulness score",
+        description="updates whose sketches are at least this cosine-similar are one piece of work: one share",
     )
     usefulness_sequences: int = Field(
         default=16,
@@ -341,6 +322,9 @@ class LimitsConfig(_Section):
     """Largest documents and blobs a node downloads, in bytes."""
 
     max_manifest_bytes: int = Field(default=1 * _MIB, ge=1024)
+    max_report_bytes: int = Field(
+        default=16 * _MIB, ge=1024, description="a validator's signed report of a window (every miner's line)"
+    )
     max_update_bytes: int = Field(default=512 * _MIB, ge=1024)
     max_checkpoint_bytes: int = Field(default=16 * 1024 * _MIB, ge=1024)
 
@@ -385,8 +369,6 @@ class RunConfig(_Section):
                 "task.teacher must share the student's tokenizer: a preset teacher with tokenizer 'byte', "
                 "a path_or_id teacher with tokenizer 'model'"
             )
-        if self.scoring.weights.distill > 0.0 and self.task.kind != "distill":
-            raise ValueError("scoring.weights.distill must be 0 unless task.kind is 'distill'")
         segments = self.train.n_segments
         if self.verification.challenge_segments > segments:
             raise ValueError(

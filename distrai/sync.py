@@ -1,9 +1,11 @@
 """Reaching G_w from what the network published: checkpoints and aggregates in validators' stores.
 
-Validators are tried in order of stake (the leader first); the first one whose aggregate of a
-window verifies and applies cleanly is followed. A window nobody aggregated leaves the model as
-it was. A node that joins late starts from the newest checkpoint it can verify, or from the run's
-initial parameters at the run's first window.
+Validators are tried in order of stake (the leader first); the first whose aggregate of a window
+passes every check of `distrai.follow` and reaches its result hash is followed. Every aggregate
+refused on the way is remembered with its reason (`take_refusals`), so a validator's report names
+the leader it would not follow. A window nobody aggregated leaves the model as it was. A node
+that joins late starts from the newest checkpoint it can verify, or from the run's initial
+parameters at the run's first window.
 """
 
 from __future__ import annotations
@@ -14,17 +16,27 @@ from dataclasses import dataclass
 
 from distrai.announce import Announcement, parse_announcement
 from distrai.chain.base import Chain, Metagraph
+from distrai.follow import checked_aggregate, read_anchors
 from distrai.globalmodel import GlobalModel, SyncError, apply_aggregate, decode_checkpoint, skip_window
-from distrai.layout import aggregate_key, checkpoint_prefix, checkpoint_window
+from distrai.layout import checkpoint_prefix, checkpoint_window
 from distrai.run import RUN_COMMITMENT_PREFIX, parse_run_commitment
 from distrai.runtime import Runtime
 from distrai.store import Store, StoreError, open_store
 from distrai.train.outer import OuterState
 from distrai.windows import window_of
-from distrai.wire import WireError, open_document
-from distrai.wire.manifest import AggregateManifest, parse_body
+from distrai.wire import WireError
+from distrai.wire.manifest import AggregateManifest
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An aggregate this node would not follow."""
+
+    validator: str
+    window: int
+    reason: str
 
 
 class StoreCache:
@@ -100,6 +112,7 @@ class Syncer:
         """Bytes of aggregates, updates and checkpoints this node has downloaded."""
         self.followed: dict[int, tuple[str, AggregateManifest]] = {}
         """Window → (validator hotkey, aggregate) this node followed."""
+        self.refusals: list[Refusal] = []
 
     def first_window(self) -> int:
         start = run_start_block(self.chain, self.runtime.run_id)
@@ -118,53 +131,46 @@ class Syncer:
         return model
 
     def step(self, model: GlobalModel, view: PeerView) -> GlobalModel:
-        """G_{w+1} from the first verifiable aggregate of window w, or G_w again if there is none."""
+        """G_{w+1} from the first aggregate of window w that passes every check, or G_w again if
+        there is none."""
+        w = model.window
+        anchors = read_anchors(self.chain, self.runtime.config, w)
         for hotkey, url in view.validators_by_stake():
+            if hotkey not in anchors.aggregates:
+                continue
             try:
                 store = self.stores.get(url)
-                key = aggregate_key(self.runtime.run_id, model.window, hotkey)
-                if not store.exists(key):
-                    continue
-                aggregate = self.read_aggregate(
-                    store.get(key, self.limits.max_manifest_bytes), hotkey, model.window
+                aggregate = checked_aggregate(
+                    self.runtime.config, self.runtime.run_id, w, hotkey, store, anchors
                 )
                 following = apply_aggregate(
                     model,
                     aggregate,
-                    lambda sha, s=store: s.get_blob(sha, self.limits.max_update_bytes),
+                    lambda sha, s=store: self._counted(s.get_blob(sha, self.limits.max_update_bytes)),
                     self.runtime.codec,
                     self.runtime.config.outer,
                     self.limits.max_update_bytes,
                 )
-            except (StoreError, WireError, SyncError) as exc:
-                log.warning("window %d: not following %s's aggregate: %s", model.window, hotkey[:10], exc)
+            except (StoreError, WireError, SyncError, ValueError) as exc:
+                log.warning("window %d: not following %s's aggregate: %s", w, hotkey[:10], exc)
+                self.refusals.append(Refusal(hotkey, w, str(exc)))
                 continue
             log.info(
-                "window %d: applied %s's aggregate of %d updates",
-                model.window,
-                hotkey[:10],
-                len(aggregate.accepted),
+                "window %d: applied %s's aggregate of %d updates", w, hotkey[:10], len(aggregate.accepted)
             )
-            self.followed[model.window] = (hotkey, aggregate)
+            self.followed[w] = (hotkey, aggregate)
             return following
-        log.info("window %d: no aggregate published; the global model stays", model.window)
+        log.info("window %d: no aggregate anchored and verifiable; the global model stays", w)
         return skip_window(model)
+
+    def take_refusals(self) -> list[Refusal]:
+        """The aggregates refused since the last call, oldest first."""
+        taken, self.refusals = self.refusals, []
+        return taken
 
     def _counted(self, data: bytes) -> bytes:
         self.bytes_received += len(data)
         return data
-
-    def read_aggregate(self, data: bytes, signer: str, window: int) -> AggregateManifest:
-        mg = self.chain.metagraph()
-        doc = open_document(
-            data,
-            max_bytes=self.limits.max_manifest_bytes,
-            is_registered=lambda hk: mg.uid_of(hk) is not None,
-            run_id=self.runtime.run_id,
-            window=window,
-            signer=signer,
-        )
-        return parse_body(AggregateManifest, doc.body)
 
     def newest_checkpoint(self, view: PeerView, target: int) -> GlobalModel | None:
         shapes = self.runtime.shapes()

@@ -158,6 +158,7 @@ class Miner(Participant):
                     "emission": self.own_emission(),
                     "train_seconds": train_seconds,
                     "steps_trained": trained.steps,
+                    "aggregates_refused": len(self.syncer.take_refusals()),
                     "behaviour": self.behaviour.name,
                 },
             )
@@ -272,7 +273,8 @@ class Miner(Participant):
             log.info("window %d: stopping before the reveal", w)
             return 0, 0
         mg = self.chain.metagraph()
-        in_time = committed_updates(mg.commitments, w, lambda b: committed_in_time(self.windows, w, b))
+        counted = self.chain.commitments(block=deadline - 1)
+        in_time = committed_updates(counted, w, lambda b: committed_in_time(self.windows, w, b))
         inputs = challenge_inputs(self.rt.config, self.chain.block_hash(deadline), w, in_time)
         validators = [n.hotkey for n in mg.neurons if n.validator_permit]
         segments = segments_to_reveal(inputs, self.hotkey, validators) if self.hotkey in in_time else []

@@ -8,6 +8,7 @@ global model, and sets weights on chain.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -15,11 +16,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from distrai.chain.base import ChainError  # noqa: E402
 from distrai.node import build_node, build_parser, stop_on_signals  # noqa: E402
+from validators.behaviour import LEADER_ADVERSARIES, leader_behaviour  # noqa: E402
 from validators.validator import Validator, ValidatorOptions  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser("neurons/validator.py", __doc__).parse_args(argv)
+    parser = build_parser("neurons/validator.py", __doc__)
+    parser.add_argument(
+        "--validator.adversary",
+        default=os.environ.get("DISTRAI_VALIDATOR_ADVERSARY", "honest"),
+        choices=["honest", *LEADER_ADVERSARIES],
+        help="as the aggregating leader, try to steer the global model in one of the ways every "
+        "follower must refuse, for demonstrations and tests [env DISTRAI_VALIDATOR_ADVERSARY]",
+    )
+    args = parser.parse_args(argv)
     try:
         node = build_node(args, "validator")
     except (ValueError, FileNotFoundError, ChainError) as exc:
@@ -31,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
         node.wallet,
         node.store,
         node.store_url,
-        ValidatorOptions(work_dir=node.work_dir),
+        ValidatorOptions(
+            work_dir=node.work_dir, behaviour=leader_behaviour(getattr(args, "validator.adversary"))
+        ),
         node.metrics,
         node.stores,
     )

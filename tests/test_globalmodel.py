@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distrai.announce import Announcement, committed_updates, parse_announcement
+from distrai.announce import Announcement, anchored_aggregates, committed_updates, parse_announcement
 from distrai.chain.base import Commitment
 from distrai.codec import get_codec
 from distrai.globalmodel import (
@@ -64,8 +64,14 @@ def aggregate_for(model: GlobalModel, blobs: dict[str, bytes], **overrides) -> A
         "run_id": "ab" * 32,
         "window": model.window,
         "base_hash": model.hash,
+        "report_sha256": "cd" * 32,
         "accepted": [
-            {"hotkey": HOTKEYS[i], "update_sha256": sha, "weight": 1 / len(blobs)}
+            {
+                "hotkey": HOTKEYS[i],
+                "manifest_sha256": "ef" * 32,
+                "update_sha256": sha,
+                "weight": 1 / len(blobs),
+            }
             for i, sha in enumerate(blobs)
         ],
         "result_hash": params_hash(result.params),
@@ -134,8 +140,15 @@ def test_announcements_round_trip_and_filter_by_window_and_time():
         "m2": Commitment("m2", Announcement("file:///t", 3, "cd" * 32).encode(), 10),
         "m3": Commitment("m3", Announcement("file:///u", 4, "ef" * 32).encode(), 99),
         "owner": Commitment("owner", "distrai-run:" + "0" * 64, 1),
+        "v1": Commitment("v1", Announcement("file:///v", 4, aggregate_sha256="12" * 32).encode(), 40),
+        "v2": Commitment("v2", Announcement("file:///w", 3, aggregate_sha256="34" * 32).encode(), 40),
     }
     assert set(committed_updates(commitments, 4, lambda block: block < 50)) == {"m1"}
+    assert set(anchored_aggregates(commitments, 4, lambda block: block < 50)) == {"v1"}
+    assert parse_announcement(commitments["v1"].data).aggregate_sha256 == "12" * 32
+    assert parse_announcement('{"s":"x","w":1,"m":"' + "a" * 64 + '","a":"' + "b" * 64 + '"}') is None
+    with pytest.raises(ValueError, match="one manifest or one aggregate"):
+        Announcement("file:///v", 4, "ab" * 32, "cd" * 32)
 
 
 @given(st.text(max_size=200))

@@ -99,3 +99,23 @@ def test_adversaries_join_the_network_as_extra_miners(tmp_path):
 
 def net_hotkey(net, name: str) -> str:
     return open_wallet(name, "default", str(net.wallet_path)).hotkey.ss58_address
+
+
+def test_steering_leaders_need_known_types_and_an_honest_validator_to_follow(tmp_path):
+    for flags, words in (
+        (["--leader-adversary", "bogus"], "unknown --leader-adversary bogus; known: poison, reweight"),
+        (["--validators", "1", "--leader-adversary", "poison"], "needs an honest validator left to follow"),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-m", "distrai.cli", "localnet", "--work", str(tmp_path / "net"), *flags],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode != 0 and words in out.stdout + out.stderr, out.stdout + out.stderr
+    assert not (tmp_path / "net").exists()
+    net = Localnet(LocalnetOptions(work=tmp_path / "net", validators=2, leader_adversaries=("reweight",)))
+    net.setup()
+    validators = [n for n in net.neurons if n.role == "validator"]
+    assert validators[0].args[-2:] == ["--validator.adversary", "reweight"]
+    assert "--validator.adversary" not in validators[1].args

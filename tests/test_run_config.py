@@ -90,7 +90,7 @@ dtype = "float32"
 preset = "tiny"
 
 [scoring]
-weights = { present = 0.1, checks = 0.1, replay = 0.3, usefulness = 0.5, distill = 0.0 }
+duplicate_cosine = 0.95
 
 [verification]
 replay_tolerance = 0.0
@@ -175,9 +175,9 @@ def test_defaults_fill_every_optional_section():
     assert config.model.dtype == "float32"
     assert config.train.micro_batches == 1 and config.train.n_segments == 3
     assert config.verification.replay_tolerance == 0.0
-    assert config.scoring.weights.distill == 0.0
     assert config.scoring.burn_share == 0.0
-    assert sum(config.scoring.weights.normalized().values()) == pytest.approx(1.0)
+    assert config.scoring.duplicate_cosine == 0.95
+    assert config.train.base_anchor == 0.01
 
 
 def test_config_is_frozen():
@@ -192,7 +192,6 @@ def test_a_distill_run_validates():
     doc = with_change(
         "task", {"kind": "distill", "teacher": {"preset": "small"}, "alpha": 0.7, "temperature": 1.5}
     )
-    doc["scoring"] = {"weights": {"distill": 0.2}}
     config = parse_run_config(doc)
     assert config.task.teacher.preset == "small"
     assert config.task.alpha == 0.7 and config.task.top_k == 32
@@ -268,14 +267,14 @@ def test_a_pinned_hub_model_with_its_own_tokenizer_validates():
         ("scoring.burn_share", 1.0, "run.toml: scoring.burn_share: Input should be less than 1"),
         ("scoring.ema_alpha", 0.0, "run.toml: scoring.ema_alpha: Input should be greater than 0"),
         (
-            "scoring.weights.distill",
-            0.5,
-            "run.toml: scoring.weights.distill must be 0 unless task.kind is 'distill'",
+            "scoring.duplicate_cosine",
+            0.0,
+            "run.toml: scoring.duplicate_cosine: Input should be greater than 0",
         ),
         (
-            "scoring.weights.usefulness",
-            -1.0,
-            "run.toml: scoring.weights.usefulness: Input should be greater than",
+            "train.base_anchor",
+            -0.1,
+            "run.toml: train.base_anchor: Input should be greater than or equal to 0",
         ),
         ("limits.max_update_bytes", 10, "run.toml: limits.max_update_bytes: Input should be greater than"),
         ("tokenizer", "model", "run.toml: tokenizer 'model' needs model.path_or_id"),

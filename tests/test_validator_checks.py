@@ -17,10 +17,12 @@ from distrai.layout import manifest_key
 from distrai.run import load_run_config, shipped_config_path
 from distrai.runtime import build_runtime
 from distrai.store import FileStore
+from distrai.sync import StoreCache
 from distrai.train.outer import OuterState
 from distrai.update import encode_update
 from distrai.wire import sign_document
 from validators.checks import PASS, check_miner, flag_copies
+from validators.inventory import AtDeadline, take_inventory
 
 WINDOW = 3
 MINER = Keypair.create_from_uri("//Miner")
@@ -197,3 +199,28 @@ def test_identical_updates_fail_for_the_later_committer(runtime, model, tmp_path
     flag_copies(verdicts, {MINER.ss58_address: 10, THIEF.ss58_address: 11})
     assert verdicts[0].passed
     assert not verdicts[1].passed and "identical" in verdicts[1].verdicts["copy"]
+
+
+def test_what_was_not_there_at_the_reveal_deadline_never_counts(runtime, model, tmp_path):
+    store = FileStore(tmp_path)
+    stores = StoreCache(lambda url: store)
+    blob, meta = update_blob(runtime, model)
+    manifest = sign_document(MINER, manifest_body(runtime, model, blob, meta, MINER.ss58_address))
+    announcement = publish(store, runtime, MINER.ss58_address, manifest, None)
+    inventory = take_inventory(
+        stores, runtime.run_id, WINDOW, {MINER.ss58_address: announcement}, 1 << 20, lambda: 42
+    )
+    store.put_blob(blob)
+    at_deadline = AtDeadline(store, announcement.store_url, inventory, deadline=40)
+    assert check(runtime, model, store, announcement).passed
+    for challenged in (False, True):
+        verdict = check(runtime, model, at_deadline, announcement, challenged=challenged)
+        why = verdict.verdicts["update"]
+        assert "not in the store at the reveal deadline (block 40; listed at block 42)" in why, why
+        assert "arrived later, which does not count" in why
+        assert verdict.fraud == challenged
+
+    on_time = take_inventory(
+        stores, runtime.run_id, WINDOW, {MINER.ss58_address: announcement}, 1 << 20, lambda: 40
+    )
+    assert check(runtime, model, AtDeadline(store, announcement.store_url, on_time, 40), announcement).passed

@@ -6,10 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distrai.run import ScoreWeights
-from validators.scoring import ema_update, usefulness_score, weights_from_averages, window_score
-
-W = ScoreWeights(present=0.1, checks=0.1, replay=0.3, usefulness=0.5, distill=0.0)
+from validators.scoring import ema_update, reference_drop, usefulness_score, weights_from_averages
 
 
 def test_usefulness_rewards_own_data_and_penalizes_training_elsewhere():
@@ -21,17 +18,20 @@ def test_usefulness_rewards_own_data_and_penalizes_training_elsewhere():
     assert usefulness_score(float("nan"), 0.0, scale=0.1) == 0.0
 
 
-def test_window_score_weighs_components_and_zeroes_failures():
-    full = {"present": 1.0, "checks": 1.0, "replay": 1.0, "usefulness": 1.0}
-    assert window_score(full, W, passed=True) == pytest.approx(1.0)
-    assert window_score({**full, "usefulness": 0.0}, W, passed=True) == pytest.approx(0.5)
-    unchallenged = {"present": 1.0, "checks": 1.0, "usefulness": 0.5}
-    assert window_score(unchallenged, W, passed=True) == pytest.approx((0.1 + 0.1 + 0.25) / 0.7)
-    assert window_score(full, W, passed=False) == 0.0
-    with pytest.raises(ValueError, match="usefulness"):
-        window_score({**full, "usefulness": 1.5}, W, passed=True)
-    with pytest.raises(ValueError, match="speed"):
-        window_score({"speed": 1.0}, W, passed=True)
+def test_the_reference_drop_is_the_median_of_the_positive_drops():
+    assert reference_drop([0.1, 0.3, 0.2]) == pytest.approx(0.2)
+    assert reference_drop([0.1, 0.4, 0.2, 0.3]) == pytest.approx(0.25)
+    assert reference_drop([0.2, -0.5, 0.0, float("nan"), 0.4]) == pytest.approx(0.3)
+    assert reference_drop([-0.1, 0.0]) == 0.0
+    assert reference_drop([]) == 0.0
+
+
+def test_a_score_is_proportional_to_the_work_against_the_reference():
+    reference = reference_drop([0.18, 0.2, 0.22, 0.2e-4])
+    assert usefulness_score(0.2, 0.19, reference) == 1.0
+    assert usefulness_score(0.18, 0.17, reference) == pytest.approx(0.18 / reference)
+    assert usefulness_score(0.2e-4, 0.2e-4, reference) == pytest.approx(1e-4, rel=0.2)
+    assert usefulness_score(0.2, 0.1, scale=0.0) == 0.0
 
 
 def test_ema_moves_toward_scores():

@@ -6,7 +6,7 @@ import pytest
 from bittensor.keyfiles import Keypair
 
 from distrai.wire import Reason, WireError, open_document, sign_document
-from distrai.wire.manifest import AggregateManifest, UpdateManifest, parse_body
+from distrai.wire.manifest import AggregateManifest, UpdateManifest, WindowReport, parse_body
 
 H = "ab" * 32
 ALICE = Keypair.create_from_uri("//Alice")
@@ -84,10 +84,38 @@ def test_aggregate_manifest_validates_weights():
         "run_id": H,
         "window": 1,
         "base_hash": H,
+        "report_sha256": H,
         "result_hash": H,
-        "accepted": [{"hotkey": ALICE.ss58_address, "update_sha256": H, "weight": 0.5}],
+        "accepted": [{"hotkey": ALICE.ss58_address, "manifest_sha256": H, "update_sha256": H, "weight": 0.5}],
     }
     assert parse_body(AggregateManifest, good).accepted[0].weight == 0.5
     with pytest.raises(WireError) as refused:
         parse_body(AggregateManifest, {**good, "accepted": [{**good["accepted"][0], "weight": 0.0}]})
     assert "weight" in str(refused.value)
+    with pytest.raises(WireError, match="report_sha256"):
+        parse_body(AggregateManifest, {k: v for k, v in good.items() if k != "report_sha256"})
+
+
+def test_a_report_names_every_miner_and_refuses_non_finite_numbers():
+    entry = {
+        "uid": 1,
+        "verdicts": {"update": "pass"},
+        "numbers": {"drop_assigned": 0.1},
+        "score": 0.5,
+        "reason": None,
+    }
+    good = {
+        "run_id": H,
+        "window": 1,
+        "validator": ALICE.ss58_address,
+        "observed_block": 18,
+        "miners": {ALICE.ss58_address: entry},
+        "refused": [{"validator": ALICE.ss58_address, "window": 0, "reason": "its aggregate is malformed"}],
+    }
+    assert parse_body(WindowReport, good).miners[ALICE.ss58_address].score == 0.5
+    for bad, field in (
+        ({**entry, "numbers": {"x": float("inf")}}, "numbers"),
+        ({**entry, "score": 1.5}, "score"),
+    ):
+        with pytest.raises(WireError, match=field):
+            parse_body(WindowReport, {**good, "miners": {ALICE.ss58_address: bad}})

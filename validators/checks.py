@@ -16,10 +16,11 @@ from distrai.codec import CodecError
 from distrai.globalmodel import GlobalModel
 from distrai.layout import manifest_key
 from distrai.runtime import Runtime
-from distrai.store import Store, StoreError
+from distrai.store import StoreError
 from distrai.update import decode_update
 from distrai.wire import WireError, open_document
 from distrai.wire.manifest import UpdateManifest, parse_body
+from validators.inventory import Reader
 
 PASS = "pass"
 
@@ -33,6 +34,8 @@ class MinerVerdict:
     verdicts: dict[str, str] = field(default_factory=dict)
     numbers: dict[str, float] = field(default_factory=dict)
     manifest: UpdateManifest | None = None
+    manifest_bytes: bytes | None = None
+    """the signed manifest as committed (the aggregate republishes it for followers)"""
     update: dict[str, torch.Tensor] | None = None
     blob: bytes | None = None
     score: float = 0.0
@@ -65,7 +68,7 @@ def check_miner(
     hotkey: str,
     uid: int,
     announcement: Announcement,
-    store: Store,
+    store: Reader,
     is_registered,
     start_hash: str | None = None,
     challenged: bool = False,
@@ -97,6 +100,7 @@ def check_miner(
         return verdict.fail("manifest", str(exc))
     verdict.verdicts["manifest"] = PASS
     verdict.manifest = manifest
+    verdict.manifest_bytes = data
     problems = []
     if manifest.hotkey != hotkey:
         problems.append("names another hotkey")

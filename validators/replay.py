@@ -24,7 +24,7 @@ import torch
 from distrai.globalmodel import GlobalModel
 from distrai.layout import residual_key, state_key
 from distrai.runtime import Runtime
-from distrai.store import Store, StoreError
+from distrai.store import StoreError
 from distrai.train.assignment import batch_indices
 from distrai.train.inner import float_params, pseudo_gradient
 from distrai.train.replay import replay_distance, replay_segment
@@ -32,6 +32,7 @@ from distrai.train.state import TrainState, check_state, decode_state, state_has
 from distrai.update import is_encoding_of, residual_hash
 from distrai.wire import WireError, decode_tensors
 from validators.checks import PASS, MinerVerdict
+from validators.inventory import Reader
 
 
 class Refused(Exception):
@@ -46,7 +47,7 @@ class Refused(Exception):
 class Revealed:
     """The boundary states a miner revealed, fetched once each and checked against the manifest."""
 
-    def __init__(self, runtime: Runtime, window: int, verdict: MinerVerdict, store: Store):
+    def __init__(self, runtime: Runtime, window: int, verdict: MinerVerdict, store: Reader):
         self.rt = runtime
         self.window = window
         self.verdict = verdict
@@ -100,7 +101,7 @@ def verify_challenge(
     model: GlobalModel,
     window: int,
     verdict: MinerVerdict,
-    store: Store,
+    store: Reader,
     segments: list[int],
     miners: list[str],
 ) -> None:

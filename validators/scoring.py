@@ -1,27 +1,27 @@
 """From a miner's per-window verdicts to its score, the moving average, and weights on chain.
 
-Pure functions: the validator's loop gathers the numbers, these turn them into scores.
+A window score is the usefulness of the update, in proportion to the window's reference drop;
+every check is a gate in front of it (a miner that fails one scores 0), never a share of it, so
+presence and well-formedness alone earn nothing. Pure functions: the validator's loop gathers
+the numbers, these turn them into scores.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-
-from distrai.run import ScoreWeights
-
-COMPONENTS = ("present", "checks", "replay", "usefulness", "distill")
+from collections.abc import Sequence
 
 
 def usefulness_score(loss_drop_assigned: float, loss_drop_unassigned: float, scale: float) -> float:
     """Map the update's loss drops (applied alone to the global model) to [0, 1].
 
-    The score grows with the drop on the miner's assigned data, full at `scale`. Honest training
-    helps the miner's own data at least as much as data it was not given, so an update that helps
-    unassigned data more (trained on other data) is scaled down by the ratio of the two drops; an
-    update that does not lower the loss on its assigned data scores 0.
+    The score grows with the drop on the miner's assigned data, full at `scale` (the window's
+    reference drop, `reference_drop`). Honest training helps the miner's own data at least as
+    much as data it was not given, so an update that helps unassigned data more (trained on other
+    data) is scaled down by the ratio of the two drops; an update that does not lower the loss on
+    its assigned data scores 0.
     """
-    if not (math.isfinite(loss_drop_assigned) and math.isfinite(loss_drop_unassigned)) or scale <= 0:
+    if not (math.isfinite(loss_drop_assigned) and math.isfinite(loss_drop_unassigned)) or not scale > 0:
         return 0.0
     if loss_drop_assigned <= 0:
         return 0.0
@@ -31,23 +31,19 @@ def usefulness_score(loss_drop_assigned: float, loss_drop_unassigned: float, sca
     return score
 
 
-def window_score(components: Mapping[str, float], weights: ScoreWeights, *, passed: bool) -> float:
-    """The weighted mean, in [0, 1], of the components that were measured; zero unless every gate passed.
+def reference_drop(drops: Sequence[float]) -> float:
+    """What an honest update brings this window: the median of the positive loss drops of the
+    miners that passed every check (0 when none helped).
 
-    A component left out (for example `replay` for a miner nobody challenged) neither helps nor
-    hurts: the weights of the measured components are renormalized among themselves.
-    """
-    unknown = set(components) - set(COMPONENTS)
-    if unknown:
-        raise ValueError(f"unknown score components: {sorted(unknown)}")
-    for name, value in components.items():
-        if not (math.isfinite(value) and 0.0 <= value <= 1.0):
-            raise ValueError(f"score component {name} = {value} must lie in [0, 1]")
-    share = weights.normalized()
-    measured = sum(share[name] for name in components)
-    if not passed or measured == 0:
+    A miner's usefulness is measured against it, so an update that does a thousandth of the work
+    earns about a thousandth of the score, whatever the stage of training; the median is not moved
+    by one outlier, and an update far better than the median is capped at a full score rather
+    than allowed to set everyone else's."""
+    helped = sorted(d for d in drops if math.isfinite(d) and d > 0)
+    if not helped:
         return 0.0
-    return sum(share[name] * value for name, value in components.items()) / measured
+    middle = len(helped) // 2
+    return helped[middle] if len(helped) % 2 else (helped[middle - 1] + helped[middle]) / 2
 
 
 def ema_update(previous: Sequence[float], scores: Sequence[float], alpha: float) -> list[float]:

@@ -1,13 +1,19 @@
 """The validator's loop, window after window: gather → check → score → aggregate → set weights.
 
 For window w:
-1. At the start, reach G_w (following the published aggregates) and note the miners.
-2. After the reveal deadline, gather every update committed in time and check it
-   (`checks.py`), flag copies, and measure usefulness (`usefulness.py`).
-3. Score, publish the signed aggregate of the best accepted updates (with copies of their blobs,
-   so followers need only this validator's store) and the signed report, before the aggregate
-   deadline. The validator with the most stake leads; every validator's aggregate is there for the
-   next in line if the leader's is missing or wrong.
+1. At the start, reach G_w (following the published aggregates that pass `distrai.follow`'s
+   checks) and note the miners.
+2. At the reveal deadline, list what the miners had revealed (`inventory.py`): nothing absent
+   then counts. Then check every update whose manifest the chain held before the commit deadline
+   (`checks.py`), flag copies, verify the challenged miners by recomputation (`replay.py`),
+   measure usefulness (`usefulness.py`), and give one share to each piece of work
+   (`duplicates.py`).
+3. Score every miner against the window's reference drop (`scoring.py`); publish the signed
+   report, then the signed aggregate of the updates the run's rule takes from it
+   (`distrai.aggregation`), with copies of their blobs and their miners' manifests so followers
+   need only this validator's store, and anchor the aggregate's hash on chain, all before the
+   aggregate deadline. The validator with the most stake leads; every validator's aggregate is
+   there for the next in line if the leader's is missing or refused.
 4. Fold the scores into the moving average, save the state atomically, and set weights when
    the chain's rate limit allows.
 Replay: for the miners this validator challenges (seeded by the hash of the block at the commit
@@ -21,10 +27,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from distrai.announce import committed_updates
+from distrai.aggregation import Scored, accepted_by_rule
+from distrai.announce import Announcement, committed_updates
 from distrai.chain.base import Chain, ChainError, Metagraph, WalletLike
 from distrai.globalmodel import encode_checkpoint, outer_config
 from distrai.layout import aggregate_key, checkpoint_key, report_key
@@ -33,7 +40,7 @@ from distrai.participant import Participant
 from distrai.run import challenge_inputs
 from distrai.runtime import Runtime, params_hash
 from distrai.store import Store, StoreError
-from distrai.sync import StoreCache
+from distrai.sync import Refusal, StoreCache
 from distrai.train.inner import window_start_state
 from distrai.train.outer import Contribution, outer_step
 from distrai.train.state import state_hash
@@ -49,12 +56,14 @@ from distrai.windows import (
     window_of,
     window_start,
 )
-from distrai.wire import sign_document
-from validators.checks import PASS, MinerVerdict, check_miner, flag_copies
+from distrai.wire import sha256_hex, sign_document
+from validators.behaviour import LeaderBehaviour
+from validators.checks import MinerVerdict, check_miner, flag_copies
+from validators.inventory import AtDeadline, Inventory, take_inventory
 from validators.replay import verify_challenge
-from validators.scoring import ema_update, usefulness_score, weights_from_averages, window_score
+from validators.scoring import ema_update, weights_from_averages
 from validators.state import ValidatorState, load_state, save_state
-from validators.usefulness import measure, sample_sequences
+from validators.window_scoring import score_window
 
 log = logging.getLogger("distrai.validator")
 
@@ -62,6 +71,8 @@ log = logging.getLogger("distrai.validator")
 @dataclass(frozen=True)
 class ValidatorOptions:
     work_dir: Path
+    behaviour: LeaderBehaviour = field(default_factory=LeaderBehaviour)
+    """Honest, or one of the leaders of `behaviour.LEADER_ADVERSARIES` (for demonstrations and tests)."""
 
 
 class Validator(Participant):
@@ -101,6 +112,7 @@ class Validator(Participant):
         self.model = self.syncer.catch_up(self.model, w)
         self.rt.load_params(self.model.params)
         self.start_hash = state_hash(window_start_state(self.rt.model))
+        refused = self.syncer.take_refusals()
         agreement = self.compare_with_leader(w - 1)
         if is_checkpoint_window(self.windows, w):
             self.publish(checkpoint_key(self.rt.run_id, w, self.hotkey), encode_checkpoint(self.model))
@@ -108,10 +120,19 @@ class Validator(Participant):
         if stop.is_set():
             return
         started = time.monotonic()
+        in_time, commit_blocks = self.committed(w)
+        inventory = take_inventory(
+            self.stores,
+            self.rt.run_id,
+            w,
+            in_time,
+            self.rt.config.limits.max_manifest_bytes,
+            self.chain.block,
+        )
         mg = self.chain.metagraph()
-        verdicts = self.check_window(w, mg, miners)
-        accepted = self.aggregate(w, verdicts)
-        self.publish_report(w, verdicts)
+        verdicts = self.check_window(w, mg, miners, in_time, commit_blocks, inventory)
+        report = self.publish_report(w, verdicts, inventory.block, refused)
+        accepted = self.aggregate(w, verdicts, report)
         seconds = time.monotonic() - started
         if self.chain.block() >= aggregate_deadline(self.windows, w):
             log.warning("window %d: validation finished after the aggregate deadline", w)
@@ -133,6 +154,7 @@ class Validator(Participant):
                     "accepted": len(accepted),
                     "validate_seconds": seconds,
                     "leader_agreed_last_window": agreement,
+                    "aggregates_refused": len(refused),
                     "bytes_received": self.syncer.bytes_received
                     + sum(int(v.numbers.get("update_bytes", 0)) for v in verdicts),
                     "emission": mg.neuron(self.hotkey).total_emission if mg.neuron(self.hotkey) else 0.0,
@@ -142,8 +164,22 @@ class Validator(Participant):
                 },
             )
 
-    def check_window(self, w: int, mg: Metagraph, miners: list[str]) -> list[MinerVerdict]:
-        in_time = committed_updates(mg.commitments, w, lambda b: committed_in_time(self.windows, w, b))
+    def committed(self, w: int) -> tuple[dict[str, Announcement], dict[str, int]]:
+        """The miners whose manifest the chain held before the commit deadline, as of that block
+        (a later re-commitment changes nothing of this window), and the block of each commitment."""
+        commitments = self.chain.commitments(block=commit_deadline(self.windows, w) - 1)
+        in_time = committed_updates(commitments, w, lambda b: committed_in_time(self.windows, w, b))
+        return in_time, {hk: commitments[hk].block for hk in in_time}
+
+    def check_window(
+        self,
+        w: int,
+        mg: Metagraph,
+        miners: list[str],
+        in_time: dict[str, Announcement],
+        commit_blocks: dict[str, int],
+        inventory: Inventory,
+    ) -> list[MinerVerdict]:
         deadline_hash = self.chain.block_hash(commit_deadline(self.windows, w))
         challenges = validator_challenges(
             challenge_inputs(self.rt.config, deadline_hash, w, in_time), self.hotkey
@@ -161,7 +197,12 @@ class Validator(Participant):
                 self.state.residuals.pop(hotkey, None)
                 continue
             try:
-                stores[hotkey] = self.stores.get(announcement.store_url)
+                stores[hotkey] = AtDeadline(
+                    self.stores.get(announcement.store_url),
+                    announcement.store_url,
+                    inventory,
+                    reveal_deadline(self.windows, w),
+                )
             except (StoreError, ValueError) as exc:
                 verdicts.append(
                     MinerVerdict(hotkey, uid).fail("store", f"unusable store URL: {exc}", fraud=False)
@@ -181,12 +222,11 @@ class Validator(Participant):
             )
             self.check_residual_chain(verdict)
             verdicts.append(verdict)
-        flag_copies(verdicts, {hk: mg.commitments[hk].block for hk in in_time})
+        flag_copies(verdicts, commit_blocks)
         for v in verdicts:
             if v.passed and v.hotkey in challenges:
                 verify_challenge(self.rt, self.model, w, v, stores[v.hotkey], challenges[v.hotkey], miners)
-        for v in verdicts:
-            self.score(w, v, miners, challenged=v.hotkey in challenges)
+        score_window(self.rt, self.model, w, verdicts, miners, commit_blocks)
         return verdicts
 
     def check_residual_chain(self, verdict: MinerVerdict) -> None:
@@ -207,50 +247,56 @@ class Validator(Participant):
         else:
             self.state.residuals[verdict.hotkey] = verdict.manifest.residual_out_hash
 
-    def score(self, w: int, verdict: MinerVerdict, miners: list[str], challenged: bool) -> None:
-        if not verdict.passed:
-            verdict.score = 0.0
-            return
-        own, other = sample_sequences(self.rt, w, verdict.hotkey, miners)
-        result = measure(self.rt, self.model, verdict.update, own, other)
-        scoring = self.rt.config.scoring
-        useful = usefulness_score(result.drop_assigned, result.drop_unassigned, scoring.usefulness_full_drop)
-        verdict.numbers.update(
-            loss_before=result.base_assigned,
-            loss_after=result.after_assigned,
-            drop_assigned=result.drop_assigned,
-            drop_unassigned=result.drop_unassigned,
+    def aggregate(self, w: int, verdicts: list[MinerVerdict], report: bytes) -> list[MinerVerdict]:
+        """Publish the aggregate the run's rule takes from this validator's report, with the blobs
+        and manifests it names, and anchor its hash on chain."""
+        by_hotkey = {v.hotkey: v for v in verdicts}
+        chosen = accepted_by_rule(
+            {v.hotkey: Scored(v.passed, v.score) for v in verdicts}, self.rt.config.scoring.aggregate_top_n
         )
-        verdict.verdicts["useful"] = (
-            PASS if useful > 0 else "the update does not lower the loss on its own data"
+        accepted = [by_hotkey[hk] for hk, _ in chosen]
+        try:
+            for v in accepted:
+                self.store.put_blob(v.blob)
+                self.store.put_blob(v.manifest_bytes)
+        except StoreError as exc:
+            log.error("window %d: could not publish the accepted updates: %s", w, exc)
+            return []
+        listed, contributions = self.options.behaviour.tamper(
+            self,
+            w,
+            [
+                {
+                    "hotkey": v.hotkey,
+                    "manifest_sha256": sha256_hex(v.manifest_bytes),
+                    "update_sha256": v.manifest.update.sha256,
+                    "weight": weight,
+                }
+                for v, (_, weight) in zip(accepted, chosen, strict=True)
+            ],
+            [Contribution(hk, by_hotkey[hk].update, weight) for hk, weight in chosen],
         )
-        components = {"present": 1.0, "checks": 1.0, "usefulness": useful}
-        if challenged:
-            components["replay"] = 1.0
-        verdict.score = window_score(components, scoring.weights, passed=verdict.passed)
-
-    def aggregate(self, w: int, verdicts: list[MinerVerdict]) -> list[MinerVerdict]:
-        ranked = sorted((v for v in verdicts if v.passed and v.score > 0), key=lambda v: (-v.score, v.hotkey))
-        accepted = ranked[: self.rt.config.scoring.aggregate_top_n]
-        total = sum(v.score for v in accepted)
-        contributions = [Contribution(v.hotkey, v.update, v.score / total) for v in accepted]
         result = outer_step(
             self.model.params, contributions, self.model.outer, outer_config(self.rt.config.outer)
         )
-        for v in accepted:
-            self.store.put_blob(v.blob)
         body = {
             "kind": "aggregate",
             "run_id": self.rt.run_id,
             "window": w,
             "base_hash": self.model.hash,
-            "accepted": [
-                {"hotkey": c.key, "update_sha256": v.manifest.update.sha256, "weight": c.weight}
-                for c, v in zip(contributions, accepted, strict=True)
-            ],
+            "report_sha256": sha256_hex(report),
+            "accepted": listed,
             "result_hash": params_hash(result.params),
         }
-        self.publish(aggregate_key(self.rt.run_id, w, self.hotkey), sign_document(self.wallet.hotkey, body))
+        document = sign_document(self.wallet.hotkey, body)
+        if not self.publish(aggregate_key(self.rt.run_id, w, self.hotkey), document):
+            return []
+        try:
+            self.chain.commit(
+                self.wallet, Announcement(self.store_url, w, aggregate_sha256=sha256_hex(document)).encode()
+            )
+        except ChainError as exc:
+            log.error("window %d: could not anchor the aggregate on chain: %s", w, exc)
         self.own_aggregates = {w: body}
         return accepted
 
@@ -274,12 +320,16 @@ class Validator(Participant):
                 )
         return 1.0 if same else 0.0
 
-    def publish_report(self, w: int, verdicts: list[MinerVerdict]) -> None:
+    def publish_report(
+        self, w: int, verdicts: list[MinerVerdict], observed_block: int, refused: list[Refusal]
+    ) -> bytes:
+        """Publish the signed report of window w; returns its bytes (the aggregate names its hash)."""
         body = {
             "kind": "report",
             "run_id": self.rt.run_id,
             "window": w,
             "validator": self.hotkey,
+            "observed_block": observed_block,
             "miners": {
                 v.hotkey: {
                     "uid": v.uid,
@@ -290,14 +340,21 @@ class Validator(Participant):
                 }
                 for v in verdicts
             },
+            "refused": [
+                {"validator": r.validator, "window": r.window, "reason": r.reason[:2000]} for r in refused
+            ],
         }
-        self.publish(report_key(self.rt.run_id, w, self.hotkey), sign_document(self.wallet.hotkey, body))
+        document = sign_document(self.wallet.hotkey, body)
+        self.publish(report_key(self.rt.run_id, w, self.hotkey), document)
+        return document
 
-    def publish(self, key: str, data: bytes) -> None:
+    def publish(self, key: str, data: bytes) -> bool:
         try:
             self.store.put(key, data)
         except StoreError as exc:
             log.error("could not publish %s: %s", key, exc)
+            return False
+        return True
 
     # -- scores and weights ---------------------------------------------------------------------
 
@@ -329,8 +386,8 @@ class Validator(Participant):
             return []
         if mg.block - me.last_update < self.chain.hyperparameters().weights_rate_limit:
             return []
-        owner = self.chain.subnet_owner()
-        owner_uid = next((n.uid for n in mg.neurons if owner and n.coldkey == owner), None)
+        owner_hotkey = self.chain.subnet_owner_hotkey()
+        owner_uid = mg.uid_of(owner_hotkey) if owner_hotkey else None
         weights = weights_from_averages(
             self.state.averages, burn_share=self.rt.config.scoring.burn_share, owner_uid=owner_uid
         )

@@ -4,8 +4,11 @@
   validator later checks: the base model, the update blob (hash, size, codec), the micro-batch
   split, per-step losses, and the hash and sketch of the training state at every segment
   boundary, plus the hashes of the codec's error-feedback residual before and after.
-- `AggregateManifest`: what the leading validator publishes: the accepted updates, their
-  weights, and the hash of the next global model.
+- `AggregateManifest`: what a validator publishes as its aggregate of a window: each accepted
+  update with the manifest its miner signed, their weights, the hash of the validator's signed
+  report they follow from, and the hash of the next global model.
+- `WindowReport`: a validator's signed account of a window: every miner's verdicts, numbers,
+  score and reason, and the aggregates of other validators it refused to follow.
 
 Every field is validated; a body that does not fit is refused with `MISSING_FIELD` or
 `BAD_FIELD`, naming the field.
@@ -81,8 +84,13 @@ class UpdateManifest(_Body):
         return [b.step for b in self.boundaries] == list(range(0, inner_steps + 1, segment_steps))
 
 
+Hotkey = Annotated[str, Field(min_length=40, max_length=64)]
+
+
 class AcceptedUpdate(_Body):
-    hotkey: str = Field(min_length=40, max_length=64)
+    hotkey: Hotkey
+    manifest_sha256: Sha256
+    """The miner's signed manifest, which its chain commitment anchored before the commit deadline."""
     update_sha256: Sha256
     weight: float = Field(gt=0.0, le=1.0)
 
@@ -92,9 +100,50 @@ class AggregateManifest(_Body):
     run_id: Sha256
     window: int = Field(ge=0)
     base_hash: Sha256
+    report_sha256: Sha256
+    """The validator's signed report of the window: the accepted updates and their weights follow
+    from its scores under the run's rule (`distrai.aggregation.accepted_by_rule`)."""
     accepted: list[AcceptedUpdate]
     result_hash: Sha256
     """Hash of the global model after the outer step: anyone applying it must reach this."""
+
+
+class MinerEntry(_Body):
+    """One miner's line in a report: each check's verdict ("pass" or why not), what was measured,
+    the window score and the first failed check's reason (None when every check passed)."""
+
+    uid: int = Field(ge=0)
+    verdicts: dict[str, str]
+    numbers: dict[str, float]
+    score: float = Field(ge=0.0, le=1.0)
+    reason: str | None
+
+    @field_validator("numbers")
+    @classmethod
+    def _finite_numbers(cls, values: dict[str, float]) -> dict[str, float]:
+        if not all(math.isfinite(v) for v in values.values()):
+            raise ValueError("numbers must be finite")
+        return values
+
+
+class Refusal(_Body):
+    """Another validator's aggregate this validator would not follow, and why."""
+
+    validator: Hotkey
+    window: int = Field(ge=0)
+    reason: str = Field(min_length=1, max_length=2000)
+
+
+class WindowReport(_Body):
+    kind: Literal["report"] = "report"
+    run_id: Sha256
+    window: int = Field(ge=0)
+    validator: Hotkey
+    observed_block: int = Field(ge=0)
+    """The block at which the validator listed what miners had revealed: the reveal deadline's
+    block, or later if the validator woke late; nothing absent then counted."""
+    miners: dict[Hotkey, MinerEntry]
+    refused: list[Refusal]
 
 
 def parse_body(model: type[_Body], body: dict[str, Any]):

@@ -1,0 +1,161 @@
+"""What a node checks before it follows a validator's aggregate: nothing in it may be the
+aggregator's own choice.
+
+- **Anchored.** The aggregate is the one whose sha256 the validator's chain commitment held
+  before the window's aggregate deadline (an aggregate published or changed later never counts).
+- **Miners' own work.** Every accepted update is the exact blob whose hash its miner signed in
+  the manifest that the miner's chain commitment held before the commit deadline: the aggregate
+  names that manifest's hash, the follower fetches the manifest (content-addressed, from the
+  aggregator's store), checks the anchor, the miner's signature, the run and the window, and
+  that the manifest names the accepted blob.
+- **Weights by the rule.** The aggregate names the hash of the validator's signed report of the
+  window; the accepted updates and their weights must be exactly what the run's rule
+  (`distrai.aggregation.accepted_by_rule`) gives from that report's scores, so an update the
+  report rejected, or any other weighting, is refused.
+- **Recomputed.** Applying the outer step to the follower's own G_w must reach the aggregate's
+  result hash (`distrai.globalmodel.apply_aggregate`).
+
+Any failure raises `SyncError` with the reason; the follower then tries the next validator by
+stake and names the refused one in its own report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from distrai.aggregation import Scored, accepted_by_rule
+from distrai.announce import anchored_aggregates, committed_updates
+from distrai.chain.base import Chain, ChainError
+from distrai.globalmodel import SyncError
+from distrai.layout import aggregate_key, report_key
+from distrai.run import RunConfig
+from distrai.store import Store, StoreError
+from distrai.windows import aggregate_deadline, commit_deadline, window_start
+from distrai.wire import WireError, open_document, sha256_hex
+from distrai.wire.manifest import AggregateManifest, UpdateManifest, WindowReport, parse_body
+
+
+@dataclass(frozen=True)
+class WindowAnchors:
+    """What the chain fixed for one window before its deadlines, by hotkey."""
+
+    manifests: dict[str, str]
+    """miner → sha256 of its update manifest, as committed before the commit deadline"""
+    aggregates: dict[str, str]
+    """validator → sha256 of its aggregate, as committed before the aggregate deadline"""
+
+
+def read_anchors(chain: Chain, config: RunConfig, window: int) -> WindowAnchors:
+    """The window's anchors, read from the chain as it stood at the block before each deadline."""
+    cfg = config.windows
+    first = window_start(cfg, window)
+    commit_end, aggregate_end = commit_deadline(cfg, window), aggregate_deadline(cfg, window)
+    try:
+        at_commit = chain.commitments(block=commit_end - 1)
+        at_aggregate = chain.commitments(block=aggregate_end - 1)
+    except ChainError as exc:
+        raise SyncError(f"the chain's commitments of window {window} cannot be read: {exc}") from exc
+    manifests = committed_updates(at_commit, window, lambda b: first <= b < commit_end)
+    aggregates = anchored_aggregates(at_aggregate, window, lambda b: first <= b < aggregate_end)
+    return WindowAnchors(
+        manifests={hk: a.manifest_sha256 for hk, a in manifests.items()},
+        aggregates={hk: a.aggregate_sha256 for hk, a in aggregates.items()},
+    )
+
+
+def _registered_then(_hotkey: str) -> bool:
+    """Signers of a past window's documents are vouched for by their anchors on chain, which only
+    registered hotkeys could write; a miner pruned since still signed its manifest."""
+    return True
+
+
+def checked_aggregate(
+    config: RunConfig, run_id: str, window: int, validator: str, store: Store, anchors: WindowAnchors
+) -> AggregateManifest:
+    """`validator`'s aggregate of `window`, after every check but the recomputation (which
+    `apply_aggregate` does); SyncError names the first that failed."""
+    anchored = anchors.aggregates.get(validator)
+    if anchored is None:
+        raise SyncError("anchored no aggregate on chain before the aggregate deadline")
+    limits = config.limits
+    try:
+        data = store.get(aggregate_key(run_id, window, validator), limits.max_manifest_bytes)
+    except StoreError as exc:
+        raise SyncError(f"its anchored aggregate cannot be fetched: {exc}") from exc
+    if sha256_hex(data) != anchored:
+        raise SyncError("the aggregate in its store is not the one anchored on chain")
+    aggregate = _signed(
+        AggregateManifest, data, limits.max_manifest_bytes, run_id, window, validator, "its aggregate"
+    )
+    report = _checked_report(config, run_id, window, validator, store, aggregate.report_sha256)
+    expected = accepted_by_rule(
+        {hk: Scored(e.reason is None, e.score) for hk, e in report.miners.items()},
+        config.scoring.aggregate_top_n,
+    )
+    listed = [(a.hotkey, a.weight) for a in aggregate.accepted]
+    if listed != expected:
+        raise SyncError(
+            f"its aggregate takes {_describe(listed)}, but its signed report's scores give {_describe(expected)}"
+        )
+    for accepted in aggregate.accepted:
+        if anchors.manifests.get(accepted.hotkey) != accepted.manifest_sha256:
+            raise SyncError(
+                f"the manifest it names for {accepted.hotkey} is not the one that miner anchored on chain "
+                "before the commit deadline"
+            )
+        manifest = _checked_manifest(config, run_id, window, accepted.hotkey, store, accepted.manifest_sha256)
+        if manifest.update.sha256 != accepted.update_sha256:
+            raise SyncError(
+                f"it takes an update of {accepted.hotkey} that the miner's signed manifest does not name"
+            )
+    return aggregate
+
+
+def _checked_report(
+    config: RunConfig, run_id: str, window: int, validator: str, store: Store, digest: str
+) -> WindowReport:
+    try:
+        data = store.get(report_key(run_id, window, validator), config.limits.max_report_bytes)
+    except StoreError as exc:
+        raise SyncError(f"the report its aggregate names cannot be fetched: {exc}") from exc
+    if sha256_hex(data) != digest:
+        raise SyncError("its report is not the one its aggregate names")
+    report = _signed(
+        WindowReport, data, config.limits.max_report_bytes, run_id, window, validator, "its report"
+    )
+    if report.validator != validator:
+        raise SyncError(f"its report names {report.validator} as its validator")
+    return report
+
+
+def _checked_manifest(
+    config: RunConfig, run_id: str, window: int, miner: str, store: Store, digest: str
+) -> UpdateManifest:
+    try:
+        data = store.get_blob(digest, config.limits.max_manifest_bytes)
+    except StoreError as exc:
+        raise SyncError(f"the manifest of {miner} it names cannot be fetched from its store: {exc}") from exc
+    what = f"the manifest of {miner} it names"
+    return _signed(UpdateManifest, data, config.limits.max_manifest_bytes, run_id, window, miner, what)
+
+
+def _signed(model, data: bytes, max_bytes: int, run_id: str, window: int, signer: str, what: str):
+    """The body of a document `signer` signed for this run and window, as `model`."""
+    try:
+        doc = open_document(
+            data,
+            max_bytes=max_bytes,
+            is_registered=_registered_then,
+            run_id=run_id,
+            window=window,
+            signer=signer,
+        )
+        return parse_body(model, doc.body)
+    except WireError as exc:
+        raise SyncError(f"{what} is not a valid document signed by {signer}: {exc}") from exc
+
+
+def _describe(pairs: list[tuple[str, float]]) -> str:
+    if not pairs:
+        return "no update"
+    return ", ".join(f"{hotkey[:10]}… at {weight:.4g}" for hotkey, weight in pairs)

@@ -1,0 +1,83 @@
+"""One piece of work, one share: updates that are the same work under several hotkeys.
+
+A miner that trains once and publishes the result under two hotkeys (verbatim, re-labelled,
+rescaled or slightly perturbed) would otherwise be paid twice and weigh twice in the aggregate
+whenever neither hotkey is challenged. Independent honest miners train from the same base on
+disjoint data, so their updates point in related but clearly different directions; copies of
+one update point in the same direction whatever their scale.
+
+Each update is reduced to a count sketch (`distrai.train.sketch`, linear, `size` numbers, O(N)
+per update) and every pair's cosine is taken on the sketches: O(M² · size) for M miners instead
+of O(M² · N) on the full updates. Pairs at or above the run's `duplicate_cosine` are joined into
+groups; in each group the earliest commitment keeps the share (a copy cannot be committed before
+the work it copies exists; on a tie, the update that helps its own data most, then the hotkey),
+and every other member fails the `duplicate` check with the one it duplicates named. It is not
+treated as fraud: the score is zero, the hotkey is not barred.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from distrai.train.sketch import sketch
+from validators.checks import MinerVerdict
+
+SKETCH_SIZE = 8192
+
+
+def update_sketch(update: Mapping[str, torch.Tensor], seed: str) -> torch.Tensor:
+    return sketch(update, seed, SKETCH_SIZE)
+
+
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    norms = float(a.norm()) * float(b.norm())
+    return 0.0 if norms == 0.0 else float(a @ b) / norms
+
+
+def duplicate_groups(sketches: Mapping[str, torch.Tensor], threshold: float) -> list[list[str]]:
+    """Groups (two or more hotkeys, sorted) whose sketches are joined by cosines ≥ `threshold`."""
+    keys = sorted(sketches)
+    parent = {k: k for k in keys}
+
+    def root(k: str) -> str:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    for i, a in enumerate(keys):
+        for b in keys[i + 1 :]:
+            if cosine(sketches[a], sketches[b]) >= threshold:
+                parent[root(b)] = root(a)
+    groups: dict[str, list[str]] = {}
+    for k in keys:
+        groups.setdefault(root(k), []).append(k)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def flag_duplicates(
+    verdicts: Sequence[MinerVerdict], commit_blocks: Mapping[str, int], threshold: float, seed: str
+) -> None:
+    """Fail every passed update that duplicates an earlier-committed one; record each passed
+    update's largest cosine to any other as `max_cosine` (what calibrates the threshold)."""
+    passed = {v.hotkey: v for v in verdicts if v.passed and v.update is not None}
+    sketches = {hk: update_sketch(v.update, seed) for hk, v in passed.items()}
+    for hk, v in passed.items():
+        others = [cosine(sketches[hk], s) for other, s in sketches.items() if other != hk]
+        v.numbers["max_cosine"] = max(others, default=0.0)
+    for group in duplicate_groups(sketches, threshold):
+        keeper = min(
+            group,
+            key=lambda hk: (commit_blocks[hk], -passed[hk].numbers.get("drop_assigned", 0.0), hk),
+        )
+        for hk in group:
+            if hk != keeper:
+                similarity = cosine(sketches[hk], sketches[keeper])
+                passed[hk].fail(
+                    "duplicate",
+                    f"the same work as {keeper}'s update, committed earlier (cosine {similarity:.4f}"
+                    f" ≥ {threshold}): one piece of work earns one share",
+                    fraud=False,
+                )

@@ -17,10 +17,8 @@ from distrai.store import StoreError, open_store
 from distrai.sync import StoreCache, Syncer
 from distrai.train.evaluate import evaluate
 from distrai.wallets import open_wallet
-from distrai.windows import phase, window_of
+from distrai.windows import aggregate_deadline, phase, window_of
 from distrai.wire import WireError, open_document
-
-MAX_REPORT_BYTES = 1 << 24
 
 
 def live_table(net: Localnet) -> Table:
@@ -137,6 +135,7 @@ def signed_reports(net: Localnet, windows: list[int]) -> list[dict]:
     """Every validator's report of each of `windows`, signature checked, as report bodies."""
     store = open_store(net.store_url)
     mg = net.chain.metagraph()
+    max_bytes = net.config.limits.max_report_bytes
     bodies = []
     for w in windows:
         for neuron in net.neurons:
@@ -145,8 +144,8 @@ def signed_reports(net: Localnet, windows: list[int]) -> list[dict]:
             validator = _hotkey(net, neuron.name)
             try:
                 doc = open_document(
-                    store.get(report_key(run_id(net.config), w, validator), MAX_REPORT_BYTES),
-                    max_bytes=MAX_REPORT_BYTES,
+                    store.get(report_key(run_id(net.config), w, validator), max_bytes),
+                    max_bytes=max_bytes,
                     is_registered=lambda hk: mg.uid_of(hk) is not None,
                     signer=validator,
                 )
@@ -157,7 +156,12 @@ def signed_reports(net: Localnet, windows: list[int]) -> list[dict]:
 
 
 def heldout_curve(net: Localnet, windows: list[int]) -> list[float]:
-    """Held-out loss of the global model at the start of `windows[0]`, then after each of `windows`."""
+    """Held-out loss of the global model at the start of `windows[0]`, then after each of `windows`.
+    Waits for the last window's aggregate deadline: until then its aggregates are not final."""
+    cfg = net.config.windows
+    net.chain.wait_for_block(
+        aggregate_deadline(cfg, windows[-1]), timeout=2 * cfg.blocks_per_window * net.chain.block_time()
+    )
     runtime: Runtime = build_runtime(net.config)
     syncer = Syncer(runtime, net.chain, StoreCache())
     model, losses = None, []

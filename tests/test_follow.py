@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from support.local_harness import make_local_harness
+from test_validator_checks import manifest_body
 
 from distrai.aggregation import Scored, accepted_by_rule
 from distrai.announce import Announcement
@@ -68,28 +69,7 @@ class Network:
         blob = encode_update(encoded.payload, encoded.metadata, hotkey, WINDOW)
         shapes = {n: tuple(p.shape) for n, p in self.model.params.items()}
         self.updates[name] = rt.codec.decode(encoded.payload, encoded.metadata, shapes)
-        cfg = rt.config.train
-        body = {
-            "kind": "update",
-            "run_id": rt.run_id,
-            "window": WINDOW,
-            "hotkey": hotkey,
-            "base_hash": self.model.hash,
-            "update": {
-                "sha256": hashlib.sha256(blob).hexdigest(),
-                "size": len(blob),
-                "codec": rt.config.codec.name,
-                "codec_metadata": dict(encoded.metadata),
-            },
-            "micro_batches": 1,
-            "losses": [3.0] * cfg.inner_steps,
-            "boundaries": [
-                {"step": s, "state_hash": "ab" * 32, "sketch": [0.0]}
-                for s in range(0, cfg.inner_steps + 1, cfg.segment_steps)
-            ],
-            "residual_in_hash": None,
-            "residual_out_hash": None,
-        }
+        body = manifest_body(rt, self.model, blob, encoded.metadata, hotkey, window=WINDOW)
         manifest = sign_document(wallet.hotkey, body)
         self.store.put(manifest_key(rt.run_id, WINDOW, hotkey), manifest)
         self.store.put_blob(blob)

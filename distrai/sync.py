@@ -25,18 +25,9 @@ from distrai.store import Store, StoreError, open_store
 from distrai.train.outer import OuterState
 from distrai.windows import window_of
 from distrai.wire import WireError
-from distrai.wire.manifest import AggregateManifest
+from distrai.wire.manifest import REASON_CHARS, AggregateManifest, Refusal
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """An aggregate this node would not follow."""
-
-    validator: str
-    window: int
-    reason: str
 
 
 class StoreCache:
@@ -153,7 +144,7 @@ class Syncer:
                 )
             except (StoreError, WireError, SyncError, ValueError) as exc:
                 log.warning("window %d: not following %s's aggregate: %s", w, hotkey[:10], exc)
-                self.refusals.append(Refusal(hotkey, w, str(exc)))
+                self.refusals.append(Refusal(validator=hotkey, window=w, reason=str(exc)[:REASON_CHARS]))
                 continue
             log.info(
                 "window %d: applied %s's aggregate of %d updates", w, hotkey[:10], len(aggregate.accepted)

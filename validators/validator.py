@@ -40,7 +40,7 @@ from distrai.participant import Participant
 from distrai.run import challenge_inputs
 from distrai.runtime import Runtime, params_hash
 from distrai.store import Store, StoreError
-from distrai.sync import Refusal, StoreCache
+from distrai.sync import StoreCache
 from distrai.train.inner import window_start_state
 from distrai.train.outer import Contribution, outer_step
 from distrai.train.state import state_hash
@@ -57,6 +57,7 @@ from distrai.windows import (
     window_start,
 )
 from distrai.wire import sha256_hex, sign_document
+from distrai.wire.manifest import Refusal
 from validators.behaviour import LeaderBehaviour
 from validators.checks import MinerVerdict, check_miner, flag_copies
 from validators.inventory import AtDeadline, Inventory, take_inventory
@@ -340,9 +341,7 @@ class Validator(Participant):
                 }
                 for v in verdicts
             },
-            "refused": [
-                {"validator": r.validator, "window": r.window, "reason": r.reason[:2000]} for r in refused
-            ],
+            "refused": [r.model_dump() for r in refused],
         }
         document = sign_document(self.wallet.hotkey, body)
         self.publish(report_key(self.rt.run_id, w, self.hotkey), document)

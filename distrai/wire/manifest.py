@@ -126,12 +126,16 @@ class MinerEntry(_Body):
         return values
 
 
+REASON_CHARS = 2000
+"""A refusal's reason is cut to this many characters (it quotes what the refused node sent)."""
+
+
 class Refusal(_Body):
     """Another validator's aggregate this validator would not follow, and why."""
 
     validator: Hotkey
     window: int = Field(ge=0)
-    reason: str = Field(min_length=1, max_length=2000)
+    reason: str = Field(min_length=1, max_length=REASON_CHARS)
 
 
 class WindowReport(_Body):

@@ -9,6 +9,7 @@ the numbers, these turn them into scores.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 
 
@@ -39,11 +40,8 @@ def reference_drop(drops: Sequence[float]) -> float:
     earns about a thousandth of the score, whatever the stage of training; the median is not moved
     by one outlier, and an update far better than the median is capped at a full score rather
     than allowed to set everyone else's."""
-    helped = sorted(d for d in drops if math.isfinite(d) and d > 0)
-    if not helped:
-        return 0.0
-    middle = len(helped) // 2
-    return helped[middle] if len(helped) % 2 else (helped[middle - 1] + helped[middle]) / 2
+    helped = [d for d in drops if math.isfinite(d) and d > 0]
+    return statistics.median(helped) if helped else 0.0
 
 
 def ema_update(previous: Sequence[float], scores: Sequence[float], alpha: float) -> list[float]:

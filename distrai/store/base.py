@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
@@ -71,8 +72,11 @@ class Store(ABC):
         """Remove `key`; removing an absent key is not an error."""
 
     @abstractmethod
-    def put_file(self, key: str, path: Path) -> None:
-        """Stream a local file to `key` without reading it all into memory."""
+    def put_file(self, key: str, path: Path, *, progress: Callable[[int], None] | None = None) -> None:
+        """Stream a local file to `key` without reading it all into memory.
+
+        `progress`, if given, is called now and then with how many of the file's bytes are sent.
+        """
 
     @abstractmethod
     def get_file(self, key: str, path: Path, max_bytes: int) -> None:

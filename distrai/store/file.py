@@ -132,12 +132,22 @@ class FileStore(Store):
 
         self._run(f"delete {key!r}", remove)
 
-    def put_file(self, key: str, path: Path) -> None:
+    def put_file(self, key: str, path: Path, *, progress: Callable[[int], None] | None = None) -> None:
+        """`progress` gets the bytes copied so far, per chunk (from 0 again if a try is retried)."""
         target = self._path(key)
 
         def upload() -> None:
+            sent = 0
+
+            def pace(n_bytes: int) -> None:
+                nonlocal sent
+                self._bandwidth.sent(n_bytes)
+                sent += n_bytes
+                if progress is not None:
+                    progress(sent)
+
             with open(path, "rb") as source:
-                self._write(target, key, source)
+                self._write(target, key, source, pace=pace)
 
         self._run(f"put_file {key!r}", upload)
 
@@ -170,13 +180,15 @@ class FileStore(Store):
         except OSError as error:
             raise StoreError(f"file store {describe} in {self.url} failed: {error}") from error
 
-    def _write(self, path: Path, key: str, source: BinaryIO) -> None:
+    def _write(
+        self, path: Path, key: str, source: BinaryIO, pace: Callable[[int], None] | None = None
+    ) -> None:
         """Write `source` to `path` atomically, naming a clash between a key and a directory."""
         try:
             write_atomically(
                 path,
                 lambda out: copy_stream(
-                    source, out, max_bytes=None, pace=self._bandwidth.sent, what=self._what(key)
+                    source, out, max_bytes=None, pace=pace or self._bandwidth.sent, what=self._what(key)
                 ),
             )
         except (FileExistsError, NotADirectoryError) as error:

@@ -1,4 +1,4 @@
-"""The `distrai` command: development wallets, the embedded chain, and the local network."""
+"""The `distrai` command: development wallets, the embedded chain, the local network, and the link check."""
 
 from __future__ import annotations
 
@@ -125,6 +125,43 @@ def build_parser() -> argparse.ArgumentParser:
     net.add_argument(
         "--run.config", dest="run_config", default=None, help="run config (default: the shipped CPU one)"
     )
+    doctor = groups.add_parser(
+        "doctor",
+        help="check that this miner's link uploads a challenged reveal before the reveal deadline",
+        description="Measure the upload rate to the miner's store and compare it with the rate a "
+        "challenged reveal needs under the run config (docs/links.md). Exit code 0 if the link is "
+        "fast enough, 1 if it is not.",
+    )
+    doctor.add_argument("--run.config", dest="run_config", required=True, metavar="PATH", help="run config")
+    doctor.add_argument(
+        "--store.url", dest="store_url", required=True, metavar="URL", help="the miner's store"
+    )
+    doctor.add_argument("--store.endpoint", dest="store_endpoint", default=None, metavar="URL")
+    doctor.add_argument(
+        "--store.bandwidth",
+        dest="store_bandwidth",
+        type=float,
+        default=None,
+        metavar="BYTES_PER_S",
+        help="pace the probe to this many bytes per second, as the miner's own --store.bandwidth would",
+    )
+    doctor.add_argument(
+        "--block-time", dest="block_time", type=float, default=12.0, help="seconds per block (default 12)"
+    )
+    doctor.add_argument(
+        "--validators",
+        type=int,
+        default=8,
+        help="validators with a permit, each drawing its own segments to challenge (default 8)",
+    )
+    doctor.add_argument(
+        "--probe-bytes",
+        dest="probe_bytes",
+        type=int,
+        default=8 << 20,
+        metavar="N",
+        help="bytes uploaded to measure the link (default 8 MiB)",
+    )
     return parser
 
 
@@ -241,6 +278,67 @@ def cmd_localnet(args: argparse.Namespace) -> None:
     run_localnet(args, console)
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from distrai import linkcheck
+    from distrai.run import load_run_config
+    from distrai.store import StoreError, open_store
+
+    config = load_run_config(args.run_config)
+    n_params = linkcheck.parameter_count(config)
+    parts = linkcheck.reveal_bytes(config, n_params, args.validators)
+    seconds = linkcheck.reveal_seconds(config, args.block_time)
+    try:
+        store = open_store(
+            args.store_url, endpoint=args.store_endpoint, bandwidth_bytes_per_s=args.store_bandwidth
+        )
+        measured = linkcheck.measure_upload_rate(store, args.probe_bytes)
+    except StoreError as exc:
+        console.print(
+            f"[red]error:[/red] cannot measure the upload rate to {args.store_url}: {exc}", highlight=False
+        )
+        return 1
+    verdict = linkcheck.LinkVerdict(measured, parts.total, seconds)
+    model = config.model.preset or config.model.path_or_id
+    update_note = (
+        f"codec {config.codec.name}" if parts.update_source == "codec" else "limits.max_update_bytes"
+    )
+    table = Table(title=f"link check: {config.name} → {args.store_url}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_column(style="dim")
+    rows = [
+        ("parameters", f"{n_params:,}", f"{model}, {config.model.dtype}"),
+        ("update", linkcheck.format_bytes(parts.update), update_note),
+        ("residual", linkcheck.format_bytes(parts.residual), "codec residual, fp32"),
+        (
+            "states",
+            linkcheck.format_bytes(parts.states),
+            f"{parts.n_states} × {linkcheck.format_bytes(parts.state)}: {args.validators} validators × "
+            f"{config.verification.challenge_segments} segment(s), of {config.train.n_segments}",
+        ),
+        ("reveal", linkcheck.format_bytes(parts.total), f"{parts.total:,} bytes"),
+        (
+            "time to reveal",
+            linkcheck.format_duration(seconds),
+            f"{linkcheck.reveal_blocks(config)} blocks × {args.block_time:g} s",
+        ),
+        ("rate needed", linkcheck.format_rate(verdict.required_rate), "reveal / time to reveal"),
+        (
+            "rate measured",
+            linkcheck.format_rate(measured),
+            f"{linkcheck.format_bytes(args.probe_bytes)} probe",
+        ),
+        ("margin", f"{verdict.margin:.2f}×", "measured / needed"),
+        ("verdict", "[green]OK[/green]" if verdict.ok else "[red]TOO SLOW[/red]", ""),
+    ]
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    colour = "green" if verdict.ok else "red"
+    console.print(f"[{colour}]this link {verdict.message}[/{colour}]", highlight=False)
+    return 0 if verdict.ok else 1
+
+
 COMMANDS = {
     ("wallet", "create"): cmd_wallet_create,
     ("chain", "init"): cmd_chain_init,
@@ -249,17 +347,18 @@ COMMANDS = {
     ("chain", "register"): cmd_chain_register,
     ("chain", "stake"): cmd_chain_stake,
     ("localnet", None): cmd_localnet,
+    ("doctor", None): cmd_doctor,
 }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        COMMANDS[(args.group, getattr(args, "command", None))](args)
+        code = COMMANDS[(args.group, getattr(args, "command", None))](args)
     except (ChainError, FileNotFoundError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}", highlight=False)
         return 1
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":

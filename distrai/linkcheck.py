@@ -1,0 +1,275 @@
+"""Can this miner's link reveal in time? The bytes a challenged miner uploads in one window, the
+seconds it has for them, the rate that needs, and a measured upload rate to compare.
+
+A miner learns whether it is challenged only when the block at the commit deadline exists (its hash
+seeds every validator's challenge), so it starts its reveal at `commit_deadline + 1` and must be done
+before the reveal deadline: `(reveal_offset − commit_offset − 1)` blocks. In that time it uploads
+(`miners/miner.py`, `Miner.reveal`):
+
+- the update blob (the codec's payload);
+- when challenged, both boundary states of every challenged segment and the last boundary state
+  (step H): each validator with a permit draws its own `challenge_segments` segments and a miner
+  cannot tell which will check it, so it reveals the union, at most `min(2·s·V + 1, H/k + 1)` states;
+- when challenged, the incoming codec residual (fp32, one tensor per parameter; lossy codecs only).
+
+A boundary state holds the parameters in the model's dtype and AdamW's two moments, which torch
+keeps in the parameter's dtype: 6 bytes per parameter in bfloat16, 12 in float32. The state at step
+0 is taken before the first step, so it has no moments yet. Safetensors headers (about 100 bytes per
+tensor) and AdamW's scalar step counts are left out: measured, a saved state is 6.0025 bytes per
+parameter in bfloat16 at the `small` preset (0.04 % over) and closer still for larger models.
+
+Pure arithmetic first; `parameter_count` builds the model on torch's `meta` device (no memory), and
+`measure_upload_rate` is the only function that touches the network.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from distrai.codec import get_codec
+from distrai.run import RunConfig
+from distrai.store import Store, StoreError
+from distrai.windows import WindowConfig
+
+log = logging.getLogger("distrai.linkcheck")
+
+PROBE_PREFIX = "linkcheck/"
+DEFAULT_BLOCK_TIME = 12.0
+"""Seconds per block on a Bittensor chain."""
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+RESIDUAL_BYTES_PER_PARAM = 4
+"""The codec's error-feedback residual is fp32 whatever the model's dtype."""
+
+
+# -- what the model holds ---------------------------------------------------------------------------
+
+
+def parameter_count(config: RunConfig) -> int:
+    """Parameters of the run's model (tied weights once), counted on the `meta` device: no weights
+    are allocated or initialized. A `path_or_id` model reads only its config (from the hub when it
+    is not a local folder)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, LlamaForCausalLM
+
+    from distrai.train.model import ModelSpec, load_tokenizer, preset_config
+
+    source = config.model
+    with torch.device("meta"):
+        if source.preset is not None:
+            tokenizer = load_tokenizer(ModelSpec(preset=source.preset), config.tokenizer)
+            model = LlamaForCausalLM(preset_config(source.preset, tokenizer))
+        else:
+            hf_config = AutoConfig.from_pretrained(source.path_or_id, revision=source.revision)
+            model = AutoModelForCausalLM.from_config(hf_config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def state_bytes_per_param(dtype: str) -> int:
+    """Bytes per parameter of one boundary state as saved: the parameter and AdamW's two moments,
+    all in the model's dtype."""
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"unknown model dtype {dtype!r}; known: {', '.join(DTYPE_BYTES)}")
+    return 3 * DTYPE_BYTES[dtype]
+
+
+def states_revealed(config: RunConfig, validators: int) -> int:
+    """Most boundary states a challenged miner reveals in one window: `min(2·s·V + 1, H/k + 1)` with
+    s = `verification.challenge_segments` and V = validators with a permit (0 when there are none)."""
+    _check_count("validators", validators)
+    if validators == 0:
+        return 0
+    n_segments = config.train.n_segments
+    return min(2 * config.verification.challenge_segments * validators + 1, n_segments + 1)
+
+
+# -- the bytes of a reveal --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RevealBytes:
+    """Worst-case bytes a challenged miner uploads in one window, by part."""
+
+    update: int
+    """the update blob: the codec's payload for `n_params` parameters, or the run's
+    `limits.max_update_bytes` when that is smaller (no valid update is larger)"""
+    update_source: str
+    """"codec" (the codec's payload size) or "limit" (`limits.max_update_bytes`)"""
+    residual: int
+    """the incoming codec residual, fp32 (0 for a codec without error feedback, or with no challenge)"""
+    n_states: int
+    """boundary states revealed"""
+    state: int
+    """bytes of one full boundary state (parameters and both AdamW moments)"""
+    states: int
+    """bytes of all revealed states (when every boundary is revealed, the one at step 0 has no moments)"""
+
+    @property
+    def total(self) -> int:
+        return self.update + self.residual + self.states
+
+
+def update_bytes(config: RunConfig, n_params: int) -> tuple[int, str]:
+    """The update blob's size and where it comes from: the run codec's payload for `n_params`
+    parameters taken as one flat tensor (exact up to each tensor's last partial chunk), capped at
+    `limits.max_update_bytes`."""
+    codec = get_codec(config.codec.name, **dict(config.codec.options))
+    estimate = codec.expected_wire_bytes({"flat": (_check_count("n_params", n_params),)})
+    limit = config.limits.max_update_bytes
+    return (estimate, "codec") if estimate <= limit else (limit, "limit")
+
+
+def reveal_bytes(config: RunConfig, n_params: int, validators: int) -> RevealBytes:
+    """Worst-case bytes a miner challenged by every one of `validators` (with a permit) uploads in
+    one window: update, residual and `states_revealed` boundary states."""
+    update, source = update_bytes(config, n_params)
+    n_states = states_revealed(config, validators)
+    state = state_bytes_per_param(config.model.dtype) * n_params
+    width = DTYPE_BYTES[config.model.dtype]
+    if n_states == config.train.n_segments + 1:
+        states = (n_states - 1) * state + width * n_params
+    else:
+        states = n_states * state
+    lossy = get_codec(config.codec.name, **dict(config.codec.options)).residual_decay() is not None
+    residual = RESIDUAL_BYTES_PER_PARAM * n_params if lossy and n_states else 0
+    return RevealBytes(
+        update=update, update_source=source, residual=residual, n_states=n_states, state=state, states=states
+    )
+
+
+# -- time and rate ----------------------------------------------------------------------------------
+
+
+def reveal_blocks(config: RunConfig | WindowConfig) -> int:
+    """Blocks from the one after the commit deadline (the challenge is known) to the reveal deadline."""
+    windows = config.windows if isinstance(config, RunConfig) else config
+    return windows.reveal_offset - windows.commit_offset - 1
+
+
+def reveal_seconds(config: RunConfig | WindowConfig, block_time: float = DEFAULT_BLOCK_TIME) -> float:
+    """Seconds a challenged miner has to upload its reveal: `(reveal_offset − commit_offset − 1) ·
+    block_time`."""
+    if isinstance(block_time, bool) or not block_time > 0 or not math.isfinite(block_time):
+        raise ValueError(f"block time must be a positive number of seconds, got {block_time!r}")
+    return reveal_blocks(config) * float(block_time)
+
+
+def required_rate(n_bytes: int, seconds: float) -> float:
+    """Bytes per second that move `n_bytes` in `seconds` (infinite when there is no time for them)."""
+    if n_bytes <= 0:
+        return 0.0
+    return math.inf if seconds <= 0 else n_bytes / seconds
+
+
+def mbit_per_s(bytes_per_s: float) -> float:
+    return bytes_per_s * 8 / 1e6
+
+
+def format_rate(bytes_per_s: float) -> str:
+    """A rate in megabits per second, as links are sold: `781.3 Mbit/s`."""
+    if math.isinf(bytes_per_s):
+        return "∞ Mbit/s"
+    mbit = mbit_per_s(bytes_per_s)
+    return f"{mbit:,.1f} Mbit/s" if mbit >= 1 else f"{mbit:.3f} Mbit/s"
+
+
+def format_bytes(n_bytes: float) -> str:
+    """Decimal units, like the rates: `16.4 GB`."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n_bytes >= size:
+            return f"{n_bytes / size:.1f} {unit}"
+    return f"{int(n_bytes)} B"
+
+
+def format_duration(seconds: float) -> str:
+    if math.isinf(seconds):
+        return "forever"
+    if seconds < 100:
+        return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+    if seconds < 6000:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+# -- measuring the link -----------------------------------------------------------------------------
+
+
+def measure_upload_rate(store: Store, n_bytes: int, *, clock: Callable[[], float] = time.monotonic) -> float:
+    """Upload rate to `store` in bytes per second: one `put` of `n_bytes` random bytes under
+    `linkcheck/<random hex>`, timed, then deleted (also when the put fails). A small probe on a
+    high-latency store measures the latency more than the bandwidth: probe with several MB."""
+    if _check_count("n_bytes", n_bytes) == 0:
+        raise ValueError("the probe must be at least one byte")
+    key = PROBE_PREFIX + secrets.token_hex(16)
+    data = os.urandom(n_bytes)
+    try:
+        started = clock()
+        store.put(key, data)
+        elapsed = clock() - started
+    finally:
+        try:
+            store.delete(key)
+        except StoreError as exc:
+            log.warning("could not delete the link probe %s: %s", key, exc)
+    return n_bytes / max(elapsed, 1e-9)
+
+
+# -- the verdict ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LinkVerdict:
+    """A measured upload rate against the rate a reveal of `reveal_bytes` in `seconds` needs."""
+
+    measured_rate: float
+    """bytes per second"""
+    reveal_bytes: int
+    seconds: float
+
+    @property
+    def required_rate(self) -> float:
+        return required_rate(self.reveal_bytes, self.seconds)
+
+    @property
+    def margin(self) -> float:
+        """measured / required: at least 1.0 when the reveal fits."""
+        needed = self.required_rate
+        if needed == 0:
+            return math.inf
+        return 0.0 if math.isinf(needed) else self.measured_rate / needed
+
+    @property
+    def ok(self) -> bool:
+        return self.margin >= 1.0
+
+    @property
+    def upload_seconds(self) -> float:
+        """Seconds the reveal takes at the measured rate."""
+        return self.reveal_bytes / self.measured_rate if self.measured_rate > 0 else math.inf
+
+    @property
+    def message(self) -> str:
+        size = format_bytes(self.reveal_bytes)
+        takes = format_duration(self.upload_seconds)
+        if self.seconds <= 0 < self.reveal_bytes:
+            return (
+                f"uploads a {size} reveal in {takes}, but has no time for it: the reveal deadline is one block "
+                "after the commit deadline, so a challenged window would be missed"
+            )
+        head = f"uploads a {size} reveal in {takes} of the {format_duration(self.seconds)} it has"
+        if self.ok:
+            headroom = "" if math.isinf(self.margin) else f" with {self.margin:.1f}× headroom"
+            return f"{head}: a challenged window would be revealed in time{headroom}"
+        return f"{head}: a challenged window would be missed"
+
+
+def _check_count(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return value

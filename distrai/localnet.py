@@ -37,6 +37,8 @@ class LocalnetOptions:
     """The i-th entry makes the validator with the i-th most stake try to steer the global model
     in that way (`validators.behaviour.LEADER_ADVERSARIES`); followers must refuse it."""
     run_config: Path = field(default_factory=lambda: shipped_config_path("cpu-localnet"))
+    miner_bandwidth: float | None = None
+    """Bytes per second each miner's store traffic is limited to (`--store.bandwidth`): a link."""
 
 
 @dataclass
@@ -158,13 +160,17 @@ class Localnet:
             wallet, _ = create_dev_wallet(f"miner{i}", "default", str(self.wallet_path))
             chain.register(wallet)
             idle = ["--miner.idle"] if i >= o.miners - o.idle_miners else []
-            self._add("miner", f"miner{i}", idle)
+            self._add("miner", f"miner{i}", idle + self._link())
         for name in o.adversaries:
             wallet, _ = create_dev_wallet(f"adversary-{name}", "default", str(self.wallet_path))
             chain.register(wallet)
-            self._add("miner", f"adversary-{name}", ["--miner.adversary", name])
+            self._add("miner", f"adversary-{name}", ["--miner.adversary", name, *self._link()])
         chain.advance(chain.hyperparameters().tempo + 2)
         self.started_block = chain.block()
+
+    def _link(self) -> list[str]:
+        bandwidth = self.options.miner_bandwidth
+        return [] if bandwidth is None else ["--store.bandwidth", repr(float(bandwidth))]
 
     def _add(self, role: str, name: str, extra: list[str]) -> None:
         work_dir = self.work / "nodes" / name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from statistics import mean
 
 from rich.table import Table
@@ -17,7 +18,7 @@ from distrai.store import StoreError, open_store
 from distrai.sync import StoreCache, Syncer
 from distrai.train.evaluate import evaluate
 from distrai.wallets import open_wallet
-from distrai.windows import aggregate_deadline, phase, window_of
+from distrai.windows import activities, aggregate_deadline
 from distrai.wire import WireError, open_document
 
 
@@ -26,23 +27,23 @@ def live_table(net: Localnet) -> Table:
     block = chain.block()
     cfg = net.config.windows
     mg = chain.metagraph()
-    table = Table(
-        title=f"DisTrAI localnet — block {block}, window {window_of(cfg, block)}, phase {phase(cfg, block).name.lower()}"
-    )
-    for col in ("neuron", "uid", "process", "last window", "latest"):
+    under_way = ", ".join(f"window {w} {p.name.lower()}" for w, p in activities(cfg, block))
+    table = Table(title=f"DisTrAI localnet — block {block}: {under_way}")
+    for col in ("neuron", "uid", "process", "last window", "utilization", "latest"):
         table.add_column(col)
     for neuron in net.neurons:
-        records = (
-            read_metrics(neuron.work_dir / "metrics.jsonl")
-            if (neuron.work_dir / "metrics.jsonl").exists()
-            else []
-        )
-        last = records[-1] if records else None
+        records = node_records(neuron.work_dir / "metrics.jsonl")
+        windows = [r for r in records if r.get("event") != "reveal"]
+        last = windows[-1] if windows else None
         uid = mg.uid_of(_hotkey(net, neuron.name))
         if neuron.role == "miner" and last:
             latest = (
                 f"loss {last['loss_first']:.3f} → {last['loss_last']:.3f}, {last['tokens_per_s']:.0f} tok/s"
             )
+            reveals = [r for r in records if r.get("event") == "reveal"]
+            if reveals:
+                latest += f"; reveal {reveals[-1]['upload_seconds']:.1f} s"
+                latest += " (late)" if reveals[-1]["reveal_late"] else ""
             if last.get("behaviour", "honest") != "honest":
                 latest = f"adversary {last['behaviour']}; {latest}"
         elif last:
@@ -56,8 +57,32 @@ def live_table(net: Localnet) -> Table:
             if neuron.process
             else "—"
         )
-        table.add_row(neuron.name, str(uid), state, str(last["window"]) if last else "—", latest)
+        share = utilization(records)
+        table.add_row(
+            neuron.name,
+            str(uid),
+            state,
+            str(last["window"]) if last else "—",
+            "—" if share is None else f"{share:.0%}",
+            latest,
+        )
     return table
+
+
+def node_records(path: Path) -> list[dict]:
+    return read_metrics(path) if path.exists() else []
+
+
+def utilization(records: list[dict]) -> float | None:
+    """Busy seconds over wall seconds across a node's windows, the first one left out (its idle
+    time is the wait for the network to start): train seconds for a miner, validate seconds for a
+    validator."""
+    windows = [r for r in records if r.get("event") != "reveal" and "utilization" in r][1:]
+    busy = sum(r.get("train_seconds", r.get("validate_seconds", 0.0)) for r in windows)
+    wall = sum(
+        r.get("wall_seconds", r.get("validate_seconds", 0.0) + r.get("idle_seconds", 0.0)) for r in windows
+    )
+    return busy / wall if wall > 0 else None
 
 
 def _hotkey(net: Localnet, name: str) -> str:
@@ -73,6 +98,9 @@ class MinerResult:
     weight: float
     incentive: float
     emission: float
+    utilization: float | None
+    """train seconds over wall seconds, from the miner's own metrics"""
+    late_reveals: int
     last_rejection: str
     """the leader's latest reason for rejecting this miner, or "" """
 
@@ -94,6 +122,7 @@ def miner_results(net: Localnet, windows: list[int]) -> list[MinerResult]:
         scores = [r[hotkey]["score"] for r in reports if hotkey in r]
         reasons = [r[hotkey]["reason"] for r in reports if hotkey in r and r[hotkey]["reason"]]
         n = mg.neurons[uid]
+        records = node_records(neuron.work_dir / "metrics.jsonl")
         results.append(
             MinerResult(
                 name=neuron.name,
@@ -103,6 +132,8 @@ def miner_results(net: Localnet, windows: list[int]) -> list[MinerResult]:
                 weight=weights.get(uid, 0.0),
                 incentive=n.incentive,
                 emission=n.total_emission,
+                utilization=utilization(records),
+                late_reveals=sum(1 for r in records if r.get("event") == "reveal" and r["reveal_late"]),
                 last_rejection=reasons[-1] if reasons else "",
             )
         )
@@ -112,7 +143,16 @@ def miner_results(net: Localnet, windows: list[int]) -> list[MinerResult]:
 def results_table(results: list[MinerResult]) -> Table:
     table = Table(title="miners")
     table.add_column("miner", no_wrap=True)
-    for col in ("uid", "windows accepted", "mean score", "weight", "incentive", "emission earned"):
+    for col in (
+        "uid",
+        "windows accepted",
+        "mean score",
+        "weight",
+        "incentive",
+        "emission earned",
+        "utilization",
+        "late reveals",
+    ):
         table.add_column(col, justify="right")
     rejections = any(r.last_rejection for r in results)
     if rejections:
@@ -126,6 +166,8 @@ def results_table(results: list[MinerResult]) -> Table:
             f"{r.weight:.3f}",
             f"{r.incentive:.3f}",
             f"{r.emission:.3f}",
+            "—" if r.utilization is None else f"{r.utilization:.0%}",
+            str(r.late_reveals),
             *([r.last_rejection or "—"] if rejections else []),
         )
     return table

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ class Metrics:
         self.base = {"role": role, "hotkey": hotkey, "run_id": run_id}
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = path.open("a", encoding="utf-8")
+        self._lock = threading.Lock()
         self._wandb = None
         if wandb_project:
             import wandb
@@ -43,16 +45,16 @@ class Metrics:
             )
 
     def log(self, window: int, values: dict[str, Any]) -> None:
-        """Append one record; non-finite numbers are written as null (JSON has no NaN)."""
+        """Append one record; non-finite numbers are written as null (JSON has no NaN). Safe to call
+        from several threads (a miner logs its uploads from the uploading thread)."""
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in values.items()}
         record = {"time": time.time(), "window": window, **self.base, **clean}
-        self._file.write(json.dumps(record, sort_keys=True) + "\n")
-        self._file.flush()
-        if self._wandb is not None:
-            numbers = {
-                k: v for k, v in clean.items() if isinstance(v, int | float) and not isinstance(v, bool)
-            }
-            self._wandb.log({"window": window, **numbers})
+        numbers = {k: v for k, v in clean.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        with self._lock:
+            self._file.write(json.dumps(record, sort_keys=True) + "\n")
+            self._file.flush()
+            if self._wandb is not None:
+                self._wandb.log({"window": window, **numbers})
 
     def close(self) -> None:
         self._file.close()

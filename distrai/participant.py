@@ -12,6 +12,7 @@ from distrai.metrics import Metrics
 from distrai.runtime import Runtime
 from distrai.store import Store
 from distrai.sync import StoreCache, Syncer
+from distrai.windows import base_index
 
 
 class Participant:
@@ -46,6 +47,10 @@ class Participant:
         if standing is not None and standing.store_url == self.store_url:
             return
         self.chain.commit(self.wallet, Announcement(self.store_url).encode())
+
+    def base_index(self, window: int) -> int:
+        """Which global model `window` trains from (`distrai.windows.base_index`)."""
+        return base_index(self.windows, window, self.syncer.first_window())
 
     def sleep_until(self, block: int, stop: threading.Event) -> None:
         while not stop.is_set() and self.chain.block() < block:

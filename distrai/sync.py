@@ -104,10 +104,16 @@ class Syncer:
         self.followed: dict[int, tuple[str, AggregateManifest]] = {}
         """Window → (validator hotkey, aggregate) this node followed."""
         self.refusals: list[Refusal] = []
+        self._first_window: int | None = None
 
     def first_window(self) -> int:
-        start = run_start_block(self.chain, self.runtime.run_id)
-        return 0 if start is None else window_of(self.runtime.config.windows, start)
+        """The run's first window (read once: the owner's run commitment does not move)."""
+        if self._first_window is None:
+            start = run_start_block(self.chain, self.runtime.run_id)
+            if start is None:
+                return 0
+            self._first_window = window_of(self.runtime.config.windows, start)
+        return self._first_window
 
     def initial(self) -> GlobalModel:
         return GlobalModel(self.first_window(), self.runtime.initial_params(), OuterState(momentum={}))

@@ -1,12 +1,19 @@
 """Block → window → phase arithmetic, deadlines, and the challenge draw. Pure functions, no I/O.
 
-Window `w` covers blocks `[w * blocks_per_window, (w + 1) * blocks_per_window)`. Its phases are
-half-open spans at the run config's offsets:
+Window `w` covers blocks `[w * blocks_per_window, (w + 1) * blocks_per_window)`. Its work runs in
+half-open spans at the run config's offsets, counted from the window's first block:
 
     TRAIN     [start, commit deadline)      miners train H steps and anchor their manifest
     REVEAL    [commit deadline, reveal)     miners upload the update and the challenged checkpoints
-    VALIDATE  [reveal, aggregate deadline)  validators check, replay, score; the leader publishes the aggregate
-    WEIGHTS   [aggregate deadline, end)     everyone applies the outer step; validators set weights
+    VALIDATE  [reveal, aggregate deadline)  validators check, replay, score and publish the aggregate
+    WEIGHTS   [aggregate deadline, ...)     validators fold scores and set weights
+
+Sequential windows (`pipelined = false`) keep every span inside the window, and window w trains
+from the model that window w − 1's aggregate produced. Pipelined windows (`pipelined = true`)
+train for the whole window (`commit_offset = blocks_per_window`) while the previous window is
+revealed and checked: the reveal and aggregate deadlines of window w fall inside window w + 1,
+and window w trains from the model before window w − 1's aggregate (the outer step lands one
+window late, `base_index`), so every window's base is public when the window starts.
 
 A deadline is the first block at which an act is late: a commitment counts for window `w` when it
 sits in a block `b` with `window_start(w) <= b < commit_deadline(w)`. The hash of the block *at* the
@@ -37,12 +44,18 @@ _SEGMENT_TAG = b"distrai/challenge-segment/v1"
 
 class WindowConfig(BaseModel):
     """Window length and phase offsets, in blocks. The offsets are counted from the window's first
-    block, strictly increasing, and inside the window; how long they last in seconds depends on the
-    chain's block time (12 s on a Bittensor chain)."""
+    block and strictly increasing: inside the window for sequential windows; for pipelined ones
+    the commit deadline is at most the window's end and the reveal and aggregate deadlines fall
+    before the end of the next window. How long they last in seconds depends on the chain's block
+    time (12 s on a Bittensor chain)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     blocks_per_window: int = Field(ge=1, description="window length, in blocks")
+    pipelined: bool = Field(
+        default=False,
+        description="train window w + 1 while window w is revealed and checked; the outer step lands one window late",
+    )
     commit_offset: int = Field(
         ge=1, description="commit deadline, in blocks after the window's start; the train phase ends here"
     )
@@ -58,15 +71,33 @@ class WindowConfig(BaseModel):
 
     @field_validator("commit_offset", "reveal_offset", "aggregate_offset")
     @classmethod
-    def _offsets_increase_inside_window(cls, value: int, info: ValidationInfo) -> int:
+    def _offsets_increase_within_reach(cls, value: int, info: ValidationInfo) -> int:
         previous = {"reveal_offset": "commit_offset", "aggregate_offset": "reveal_offset"}.get(
             info.field_name
         )
         if previous is not None and previous in info.data and value <= info.data[previous]:
             raise ValueError(f"{value} must be after {previous} ({info.data[previous]})")
         length = info.data.get("blocks_per_window")
-        if length is not None and value >= length:
-            raise ValueError(f"{value} must be inside the window, before blocks_per_window ({length})")
+        if length is None:
+            return value
+        if not info.data.get("pipelined", False):
+            if value >= length:
+                raise ValueError(
+                    f"{value} must be inside the window, before blocks_per_window ({length}); "
+                    "pipelined windows may reach into the next"
+                )
+        elif info.field_name == "commit_offset" and value > length:
+            raise ValueError(f"{value} must not pass the window's end ({length}): the next window trains there")
+        elif value >= 2 * length:
+            raise ValueError(
+                f"{value} must be before 2 x blocks_per_window ({2 * length}): "
+                "the window after next trains on the aggregate"
+            )
+        elif info.field_name == "aggregate_offset" and value >= info.data.get("reveal_offset", value) + length:
+            raise ValueError(
+                f"{value} must be before reveal_offset + blocks_per_window "
+                f"({info.data['reveal_offset'] + length}): a window's checks start from the previous window's aggregate"
+            )
         return value
 
 
@@ -118,9 +149,37 @@ def aggregate_deadline(cfg: WindowConfig, window: int) -> int:
     return window_start(cfg, window) + cfg.aggregate_offset
 
 
+def base_index(cfg: WindowConfig, window: int, first_window: int) -> int:
+    """Which global model window `window` trains from: M_j is the model after the aggregates of
+    every window before j (the run's initial parameters at the run's first window). Sequential
+    windows train from M_w; pipelined ones from M_{w-1}, since window w − 1's aggregate is
+    published only during window w. The first windows of a run train from its initial model."""
+    delay = 1 if cfg.pipelined else 0
+    return max(_non_negative("first_window", first_window), _non_negative("window", window) - delay)
+
+
 def phase(cfg: WindowConfig, block: int) -> Phase:
-    """The phase of its window that `block` falls in."""
-    offset = _non_negative("block", block) % cfg.blocks_per_window
+    """The phase of its own window that `block` falls in. On pipelined windows that train to the
+    window's end every block is in its window's train phase; the reveal and validation of the previous window run beside it
+    (`activities`)."""
+    return _phase_at(cfg, _non_negative("block", block) % cfg.blocks_per_window)
+
+
+def activities(cfg: WindowConfig, block: int) -> list[tuple[int, Phase]]:
+    """Every (window, phase) under way at `block`, oldest window first: one on sequential windows,
+    up to two on pipelined ones (training window w while window w − 1 is revealed or checked)."""
+    current = window_of(cfg, block)
+    under_way = []
+    for w in (current - 1, current):
+        if w < 0:
+            continue
+        offset = block - window_start(cfg, w)
+        if w == current or offset < cfg.aggregate_offset:
+            under_way.append((w, _phase_at(cfg, offset)))
+    return under_way
+
+
+def _phase_at(cfg: WindowConfig, offset: int) -> Phase:
     if offset < cfg.commit_offset:
         return Phase.TRAIN
     if offset < cfg.reveal_offset:

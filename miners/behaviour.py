@@ -22,6 +22,7 @@ import torch
 from bittensor.keyfiles import Keypair
 
 from distrai.announce import committed_updates
+from distrai.chain.base import Chain
 from distrai.codec import Encoded
 from distrai.layout import manifest_key
 from distrai.store import StoreError
@@ -66,8 +67,9 @@ class Behaviour:
         """Whether to commit this window at all."""
         return True
 
-    def reveal_blob(self, miner: Miner, w: int, blob: bytes) -> bytes | None:
-        """The blob to upload at reveal (None: upload none)."""
+    def reveal_blob(self, miner: Miner, w: int, blob: bytes, chain: Chain) -> bytes | None:
+        """The blob to upload at reveal (None: upload none); runs in the uploading thread, which
+        reads the chain through `chain`."""
         return blob
 
 
@@ -326,17 +328,17 @@ class Copycat(Untrained):
     def manifest(self, miner, w, body):
         return body if self.copied is None else {**body, "update": self.copied}
 
-    def reveal_blob(self, miner, w, blob):
+    def reveal_blob(self, miner, w, blob, chain):
         if self.copied is None:
             return blob
         deadline = reveal_deadline(miner.windows, w) - 1
-        while miner.chain.block() < deadline:
+        while chain.block() < deadline:
             try:
                 return self.victim_store.get_blob(
                     self.copied["sha256"], miner.rt.config.limits.max_update_bytes
                 )
             except StoreError:
-                miner.chain.wait_for_block(miner.chain.block() + 1)
+                chain.wait_for_block(chain.block() + 1)
         return None
 
 

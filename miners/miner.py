@@ -1,15 +1,22 @@
-"""The miner's loop, window after window: sync → train → commit → reveal.
+"""The miner's loop, window after window: sync → train → commit, with each window's reveal
+uploading in the background while the next window trains.
 
-1. Sync: reach G_w from the validators' published aggregates (`distrai.sync`).
+1. Sync: reach the window's base from the validators' published aggregates (`distrai.sync`): the
+   model after the previous window's aggregate, or on pipelined windows the one before it
+   (`distrai.windows.base_index`).
 2. Train: H inner steps on the miner's assigned data, saving the state at every segment boundary.
 3. Commit (before the commit deadline): encode the pseudo-gradient with the run's codec (error
-   feedback carried across windows), sign the manifest, put it in the miner's store, and anchor
-   its hash on chain in the miner's announcement. Nothing downloadable yet names the update.
-4. Reveal (after the commit deadline, before the reveal deadline): the update blob, and, if any
-   validator challenges this miner (seeded by the hash of the block at the commit deadline,
-   unknown while training), the two boundary states of every challenged segment, the last
-   boundary state and the incoming codec residual, so the validator can replay the segments and
-   re-encode the update from the trajectory.
+   feedback carried across windows), sign the manifest, stage everything the reveal needs on disk
+   (`reveal_job.py`), put the manifest in the miner's store, and anchor its hash on chain in the
+   miner's announcement. Nothing downloadable yet names the update.
+4. Reveal (after the commit deadline, before the reveal deadline), in the background
+   (`uploader.py`): the update blob, and, if any validator challenges this miner (seeded by the
+   hash of the block at the commit deadline, unknown while training), the two boundary states of
+   every challenged segment, the last boundary state and the incoming codec residual, so the
+   validator can replay the segments and re-encode the update from the trajectory.
+
+Every window logs its train, idle and other seconds and the utilization (train / wall seconds);
+every reveal logs its upload seconds, bytes and rate beside the rate it needed.
 
 What the miner does at each of these points is its `Behaviour` (`behaviour.py`): honest by
 default; `--miner.adversary TYPE` swaps in one of the cheats a validator must catch.
@@ -20,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import math
 import os
 import shutil
 import threading
@@ -31,10 +39,9 @@ import torch
 
 from distrai.announce import Announcement, committed_updates
 from distrai.chain.base import Chain, ChainError, WalletLike
-from distrai.layout import manifest_key, residual_key, state_key
+from distrai.layout import manifest_key
 from distrai.metrics import Metrics
 from distrai.participant import Participant
-from distrai.run import challenge_inputs
 from distrai.runtime import Runtime
 from distrai.store import Store, StoreError
 from distrai.sync import StoreCache
@@ -43,18 +50,11 @@ from distrai.train.inner import BoundaryState, inner_loop, window_start_state
 from distrai.train.sketch import sketch
 from distrai.train.state import TrainState, load_state, save_state, state_hash
 from distrai.update import residual_hash
-from distrai.windows import (
-    Phase,
-    commit_deadline,
-    committed_in_time,
-    phase,
-    reveal_deadline,
-    segments_to_reveal,
-    window_of,
-    window_start,
-)
+from distrai.windows import commit_deadline, committed_in_time, reveal_deadline, window_of, window_start
 from distrai.wire import encode_tensors
 from miners.behaviour import Behaviour, honest
+from miners.reveal_job import RevealJob, job_folder, sealed_jobs
+from miners.uploader import Uploader
 
 log = logging.getLogger("distrai.miner")
 
@@ -93,30 +93,100 @@ class Miner(Participant):
         self.behaviour = options.behaviour
         self.residual: dict[str, torch.Tensor] | None = self._load_residual()
         self.last_window = -1
+        self.last_end: float | None = None
+        """when the last window's commit ended (monotonic): the time to the next window is idle"""
+        self.train_blocks = 0
+        """blocks the last window's training took: a window is started only if that much is left"""
+        self.uploader: Uploader | None = None
 
     # -- the loop -------------------------------------------------------------------------------
 
     def run(self, stop: threading.Event, max_windows: int | None = None) -> None:
+        """Train window after window; each committed window's reveal uploads in the background
+        while the next one trains. With `max_windows`, wait for the last reveal before returning."""
+        self.uploader = Uploader(self, self.chain.connect_again())
+        self.recover()
+        self.uploader.start()
         done = 0
-        while not stop.is_set() and (max_windows is None or done < max_windows):
-            block = self.chain.block()
-            w = window_of(self.windows, block)
-            if w <= self.last_window or phase(self.windows, block) is not Phase.TRAIN:
-                self.sleep_until(window_start(self.windows, max(w, self.last_window) + 1), stop)
+        try:
+            while not stop.is_set() and (max_windows is None or done < max_windows):
+                w = self.next_window()
+                if w is None:
+                    self.sleep_until(window_start(self.windows, window_of(self.windows, self.chain.block()) + 1), stop)
+                    continue
+                self.sleep_until(window_start(self.windows, w), stop)
+                if stop.is_set():
+                    break
+                self.run_window(w, stop)
+                done += 1
+            self.uploader.drain(stop)
+        finally:
+            self.uploader.close()
+
+    def next_window(self) -> int | None:
+        """The window to train next: the current one while training it can still end before its
+        commit deadline (judged by the last window's training time; before any, while no more than
+        a quarter of the train phase has passed), else the next one."""
+        block = self.chain.block()
+        current = window_of(self.windows, block)
+        needed = self.train_blocks or self.windows.commit_offset * 3 // 4
+        if current > self.last_window and block + needed < commit_deadline(self.windows, current):
+            return current
+        return None if current + 1 <= self.last_window else current + 1
+
+    def recover(self) -> None:
+        """Pick up after a restart: a committed window whose reveal is still due is uploaded again
+        (the store replaces or resumes what was partly sent); the codec residual the newest anchored
+        manifest committed to is the one carried on; anything else is removed."""
+        jobs, unsealed = sealed_jobs(self.options.work_dir)
+        for folder in unsealed:
+            shutil.rmtree(folder, ignore_errors=True)
+        block = self.chain.block()
+        for job in jobs:
+            if not self.anchored(job, block):
+                log.info("window %d: its manifest was never anchored on chain; nothing to reveal", job.window)
+                job.remove()
                 continue
-            self.run_window(w, stop)
-            done += 1
+            self.last_window = max(self.last_window, job.window)
+            if job.residual_out_path.exists() and (
+                self.residual is None or residual_hash(self.residual) != job.residual_out_hash
+            ):
+                self.residual = load_state(job.residual_out_path).params
+                self._save_residual()
+                log.info("window %d: carrying on the codec residual its manifest committed to", job.window)
+            if block < reveal_deadline(self.windows, job.window):
+                log.info("window %d: resuming its reveal after a restart", job.window)
+                self.uploader.submit(job)
+            else:
+                job.remove()
+
+    def anchored(self, job: RevealJob, block: int) -> bool:
+        """Whether the chain holds the job's manifest as this miner's commitment for its window,
+        in time (as of the block before the commit deadline once that block exists)."""
+        deadline = commit_deadline(self.windows, job.window)
+        try:
+            counted = self.chain.commitments(block=min(block, deadline - 1))
+        except ChainError as exc:
+            log.warning("window %d: cannot read the commitments: %s", job.window, exc)
+            return False
+        in_time = committed_updates(counted, job.window, lambda b: committed_in_time(self.windows, job.window, b))
+        mine = in_time.get(self.hotkey)
+        return mine is not None and mine.manifest_sha256 == job.manifest_sha256
 
     # -- one window -----------------------------------------------------------------------------
 
     def run_window(self, w: int, stop: threading.Event) -> None:
         started = time.monotonic()
+        idle = 0.0 if self.last_end is None else started - self.last_end
         miners = sorted(self.chain.metagraph().hotkeys)
-        self.model = self.syncer.catch_up(self.model, w)
+        self.model = self.syncer.catch_up(self.model, self.base_index(w))
         self.rt.load_params(self.model.params)
-        states_dir = self.options.work_dir / "states" / f"w{w}"
-        trained = self.behaviour.train(self, w, miners, states_dir)
-        train_seconds = time.monotonic() - started
+        folder = job_folder(self.options.work_dir, w)
+        shutil.rmtree(folder, ignore_errors=True)
+        trained_at = time.monotonic()
+        trained = self.behaviour.train(self, w, miners, folder / "states")
+        train_seconds = time.monotonic() - trained_at
+        self.train_blocks = math.ceil(train_seconds / self.chain.block_time())
 
         encoded = self.rt.codec.encode(self.behaviour.update(self, trained.pseudo_gradient), self.residual)
         blob = self.behaviour.blob(self, w, encoded)
@@ -124,44 +194,76 @@ class Miner(Participant):
             self, w, self.manifest(w, trained, blob, encoded.metadata, encoded.residual)
         )
         manifest = self.behaviour.sign(self, w, body)
+        job = self.stage(w, folder, manifest, blob, encoded.residual)
         if not self.behaviour.commits(self) or not self.commit(w, manifest):
-            shutil.rmtree(states_dir, ignore_errors=True)
+            job.remove()
+            self.last_end = time.monotonic()
             return
-        residual_in, self.residual = self.residual, encoded.residual
-        self._save_residual()
-        revealed, revealed_bytes = self.reveal(
-            w, self.behaviour.reveal_blob(self, w, blob), residual_in, states_dir, stop
-        )
-        shutil.rmtree(states_dir, ignore_errors=True)
+        if encoded.residual is not None:
+            self.residual = encoded.residual
+            self._save_residual()
+        self.uploader.submit(job)
         self.last_window = w
+        self.last_end = time.monotonic()
+        wall = self.last_end - started + idle
         log.info(
-            "window %d: trained %d steps (loss %.3f → %.3f) in %.1fs; update %d bytes; revealed %d states",
+            "window %d: trained %d steps (loss %.3f → %.3f) in %.1fs; update %d bytes; utilization %.0f%%; "
+            "%d reveal(s) uploading",
             w,
             len(trained.losses),
             trained.losses[0],
             trained.losses[-1],
             train_seconds,
             len(blob),
-            revealed,
+            100 * train_seconds / wall,
+            self.uploader.pending,
         )
         if self.metrics:
             self.metrics.log(
                 w,
                 {
+                    "event": "train",
                     "loss_first": trained.losses[0],
                     "loss_last": trained.losses[-1],
                     "tokens_per_s": trained.tokens / max(train_seconds, 1e-9),
-                    "bytes_sent": len(blob) + len(manifest) + revealed_bytes,
+                    "bytes_sent": len(blob) + len(manifest),
                     "bytes_received": self.syncer.bytes_received,
-                    "states_revealed": revealed,
-                    "revealed_bytes": revealed_bytes,
                     "emission": self.own_emission(),
                     "train_seconds": train_seconds,
+                    "idle_seconds": idle,
+                    "other_seconds": wall - idle - train_seconds,
+                    "wall_seconds": wall,
+                    "utilization": train_seconds / wall,
+                    "uploads_pending": self.uploader.pending,
                     "steps_trained": trained.steps,
                     "aggregates_refused": len(self.syncer.take_refusals()),
                     "behaviour": self.behaviour.name,
                 },
             )
+
+    def stage(
+        self,
+        w: int,
+        folder: Path,
+        manifest: bytes,
+        blob: bytes,
+        residual_out: dict[str, torch.Tensor] | None,
+    ) -> RevealJob:
+        """Write the window's reveal to disk before committing (`reveal_job.py`)."""
+        job = RevealJob(
+            window=w,
+            folder=folder,
+            manifest_sha256=hashlib.sha256(manifest).hexdigest(),
+            residual_out_hash=None if residual_out is None else residual_hash(residual_out),
+        )
+        folder.mkdir(parents=True, exist_ok=True)
+        job.blob_path.write_bytes(blob)
+        if self.residual is not None:
+            job.residual_in_path.write_bytes(encode_tensors(self.residual))
+        if residual_out is not None:
+            save_state(TrainState(params=residual_out, optimizer={}, step=0), job.residual_out_path)
+        job.seal()
+        return job
 
     def train(
         self,
@@ -255,51 +357,6 @@ class Miner(Participant):
             log.warning("window %d: the commitment landed after the deadline", w)
             return False
         return True
-
-    def reveal(
-        self,
-        w: int,
-        blob: bytes | None,
-        residual_in: dict[str, torch.Tensor] | None,
-        states_dir: Path,
-        stop: threading.Event,
-    ) -> tuple[int, int]:
-        """Upload the update and, when challenged, every challenged segment's two boundary states,
-        the last boundary state and the incoming residual; returns the number of states and the
-        bytes of everything revealed beyond the update."""
-        deadline = commit_deadline(self.windows, w)
-        self.sleep_until(deadline + 1, stop)
-        if stop.is_set():
-            log.info("window %d: stopping before the reveal", w)
-            return 0, 0
-        mg = self.chain.metagraph()
-        counted = self.chain.commitments(block=deadline - 1)
-        in_time = committed_updates(counted, w, lambda b: committed_in_time(self.windows, w, b))
-        inputs = challenge_inputs(self.rt.config, self.chain.block_hash(deadline), w, in_time)
-        validators = [n.hotkey for n in mg.neurons if n.validator_permit]
-        segments = segments_to_reveal(inputs, self.hotkey, validators) if self.hotkey in in_time else []
-        k, last = self.rt.inner.segment_steps, self.rt.inner.inner_steps
-        steps = sorted(
-            {s * k for s in segments} | {(s + 1) * k for s in segments} | ({last} if segments else set())
-        )
-        sent = 0
-        try:
-            if blob is not None:
-                self.store.put_blob(blob)
-            for step in steps:
-                data = (states_dir / f"{step:06d}.safetensors").read_bytes()
-                self.store.put(state_key(self.rt.run_id, w, self.hotkey, step), data)
-                sent += len(data)
-            if segments and residual_in is not None:
-                data = encode_tensors(residual_in)
-                self.store.put(residual_key(self.rt.run_id, w, self.hotkey), data)
-                sent += len(data)
-        except (StoreError, OSError) as exc:
-            log.error("window %d: reveal failed: %s", w, exc)
-            return 0, sent
-        if self.chain.block() >= reveal_deadline(self.windows, w):
-            log.warning("window %d: the reveal finished after the reveal deadline", w)
-        return len(steps), sent
 
     def own_emission(self) -> float:
         neuron = self.chain.metagraph().neuron(self.hotkey)

@@ -151,7 +151,9 @@ class Network:
         )
 
     def follow(self) -> tuple[Syncer, GlobalModel]:
-        self.at(window_start(self.cfg, WINDOW + 1))
+        """Follow the window once its aggregate deadline has passed (on pipelined windows, in the
+        window after next)."""
+        self.at(max(self.harness.local.block(), aggregate_deadline(self.cfg, WINDOW)))
         syncer = Syncer(self.runtime, self.harness.chain, StoreCache())
         return syncer, syncer.step(self.model, peer_view(self.harness.chain))
 

@@ -15,7 +15,9 @@ from distrai.windows import (
     ChallengeInputs,
     Phase,
     WindowConfig,
+    activities,
     aggregate_deadline,
+    base_index,
     blocks_until,
     challenge_count,
     challenge_seed,
@@ -342,3 +344,66 @@ def test_reveal_set_does_not_depend_on_validator_order():
     random.Random(1).shuffle(shuffled)
     for miner in inputs.miner_hotkeys:
         assert segments_to_reveal(inputs, miner, validators) == segments_to_reveal(inputs, miner, shuffled)
+
+
+# --- pipelined windows --------------------------------------------------------------------------
+
+PIPELINED = WindowConfig(
+    blocks_per_window=30, pipelined=True, commit_offset=30, reveal_offset=50, aggregate_offset=58
+)
+
+
+@st.composite
+def pipelined_configs(draw):
+    length = draw(st.integers(min_value=4, max_value=500))
+    commit = draw(st.integers(min_value=1, max_value=length))
+    reveal = draw(st.integers(min_value=commit + 1, max_value=2 * length - 2))
+    aggregate = draw(st.integers(min_value=reveal + 1, max_value=min(2 * length - 1, reveal + length - 1)))
+    return WindowConfig(
+        blocks_per_window=length,
+        pipelined=True,
+        commit_offset=commit,
+        reveal_offset=reveal,
+        aggregate_offset=aggregate,
+    )
+
+
+@pytest.mark.parametrize(
+    ("offsets", "field", "words"),
+    [
+        ({"commit_offset": 31, "reveal_offset": 50, "aggregate_offset": 58}, "commit_offset", "window's end"),
+        ({"commit_offset": 30, "reveal_offset": 50, "aggregate_offset": 60}, "aggregate_offset", "2 x"),
+        ({"commit_offset": 10, "reveal_offset": 20, "aggregate_offset": 50}, "aggregate_offset", "reveal_offset +"),
+    ],
+)
+def test_pipelined_offsets_reach_into_the_next_window_only_so_far(offsets, field, words):
+    with pytest.raises(ValidationError) as refused:
+        WindowConfig(blocks_per_window=30, pipelined=True, **offsets)
+    errors = refused.value.errors()
+    assert [e["loc"] for e in errors] == [(field,)]
+    assert words in errors[0]["msg"]
+    with pytest.raises(ValidationError, match="pipelined windows may reach into the next"):
+        WindowConfig(blocks_per_window=30, commit_offset=30, reveal_offset=50, aggregate_offset=58)
+
+
+def test_pipelined_windows_train_one_aggregate_behind():
+    assert [base_index(SMALL, w, 2) for w in range(2, 6)] == [2, 3, 4, 5]
+    assert [base_index(PIPELINED, w, 2) for w in range(2, 6)] == [2, 2, 3, 4]
+
+
+def test_pipelined_activities_overlap_the_previous_windows_reveal_and_checks():
+    start = window_start(PIPELINED, 7)
+    assert activities(PIPELINED, start + 5) == [(6, Phase.REVEAL), (7, Phase.TRAIN)]
+    assert activities(PIPELINED, start + 20) == [(6, Phase.VALIDATE), (7, Phase.TRAIN)]
+    assert activities(PIPELINED, start + 28) == [(7, Phase.TRAIN)]
+    assert activities(SMALL, 25) == [(2, Phase.REVEAL)]
+
+
+@given(pipelined_configs(), st.integers(min_value=2, max_value=10**6))
+@settings(max_examples=300, deadline=None)
+def test_every_pipelined_window_has_a_public_base_when_it_starts(cfg, w):
+    # window w trains from M_{w-1}, which applies window w - 2's aggregate
+    assert aggregate_deadline(cfg, w - 2) <= window_start(cfg, w)
+    # a validator checking window w at its reveal deadline can reach M_w, its aggregate's base
+    assert aggregate_deadline(cfg, w - 1) <= reveal_deadline(cfg, w)
+    assert commit_deadline(cfg, w) <= window_start(cfg, w + 1)

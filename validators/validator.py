@@ -1,10 +1,13 @@
 """The validator's loop, window after window: gather → check → score → aggregate → set weights.
 
 For window w:
-1. At the start, reach G_w (following the published aggregates that pass `distrai.follow`'s
-   checks) and note the miners.
-2. At the reveal deadline, list what the miners had revealed (`inventory.py`): nothing absent
-   then counts. Then check every update whose manifest the chain held before the commit deadline
+1. At the start, note the miners (`pending.py`: on pipelined windows this happens while window
+   w − 1 is still being checked).
+2. At the reveal deadline, reach the window's base and the model its aggregate applies to
+   (the same model on sequential windows; on pipelined ones the base is one aggregate behind),
+   following the published aggregates that pass `distrai.follow`'s checks. List what the miners
+   had revealed (`inventory.py`, kept in `pending.py` across a restart): nothing absent then
+   counts. Then check every update whose manifest the chain held before the commit deadline
    (`checks.py`), flag copies, verify the challenged miners by recomputation (`replay.py`),
    measure usefulness (`usefulness.py`), and give one share to each piece of work
    (`duplicates.py`).
@@ -33,7 +36,7 @@ from pathlib import Path
 from distrai.aggregation import Scored, accepted_by_rule
 from distrai.announce import Announcement, committed_updates
 from distrai.chain.base import Chain, ChainError, Metagraph, WalletLike
-from distrai.globalmodel import encode_checkpoint, outer_config
+from distrai.globalmodel import GlobalModel, encode_checkpoint, outer_config
 from distrai.layout import aggregate_key, checkpoint_key, report_key
 from distrai.metrics import Metrics
 from distrai.participant import Participant
@@ -45,12 +48,10 @@ from distrai.train.inner import window_start_state
 from distrai.train.outer import Contribution, outer_step
 from distrai.train.state import state_hash
 from distrai.windows import (
-    Phase,
     aggregate_deadline,
     commit_deadline,
     committed_in_time,
     is_checkpoint_window,
-    phase,
     reveal_deadline,
     validator_challenges,
     window_of,
@@ -61,6 +62,7 @@ from distrai.wire.manifest import Refusal
 from validators.behaviour import LeaderBehaviour
 from validators.checks import MinerVerdict, check_miner, flag_copies
 from validators.inventory import AtDeadline, Inventory, take_inventory
+from validators.pending import PendingWindow, PendingWindows
 from validators.replay import verify_challenge
 from validators.scoring import ema_update, weights_from_averages
 from validators.state import ValidatorState, load_state, save_state
@@ -93,43 +95,87 @@ class Validator(Participant):
         self.state_path = options.work_dir / "validator_state.json"
         self.state: ValidatorState = load_state(self.state_path, runtime.run_id)
         self.own_aggregates: dict[int, dict] = {}
+        self.pending = PendingWindows(options.work_dir / "pending")
+        self.base: GlobalModel | None = None
+        """the model window w's miners trained from (on pipelined windows, the one before `model`)"""
+        self.last_end: float | None = None
 
     def run(self, stop: threading.Event, max_windows: int | None = None) -> None:
         done = 0
         while not stop.is_set() and (max_windows is None or done < max_windows):
-            block = self.chain.block()
-            w = window_of(self.windows, block)
-            late = phase(self.windows, block) in (Phase.VALIDATE, Phase.WEIGHTS)
-            if w <= self.state.window or late:
-                self.sleep_until(window_start(self.windows, max(w, self.state.window) + 1), stop)
-                continue
+            w = self.next_window()
+            self.wait_noting_miners(window_start(self.windows, w), stop)
+            self.note_miners(w)
+            self.wait_noting_miners(reveal_deadline(self.windows, w), stop)
+            if stop.is_set():
+                return
             self.run_window(w, stop)
             done += 1
+
+    def next_window(self) -> int:
+        """The oldest window after the last one checked whose reveals can still be listed in time,
+        or whose listing was taken before a restart and whose aggregate is still due."""
+        block = self.chain.block()
+        current = window_of(self.windows, block)
+        first = max(self.state.window + 1, current - 1, 0)
+        for w in range(first, current + 2):
+            pending = self.pending.load(w)
+            listed = pending is not None and pending.inventory() is not None
+            if block < reveal_deadline(self.windows, w) or (listed and block < aggregate_deadline(self.windows, w)):
+                return w
+        return max(first, current + 1)
+
+    def note_miners(self, w: int) -> PendingWindow:
+        """The miners of window w as noted at its start (noted now if they were not)."""
+        pending = self.pending.load(w)
+        if pending is None:
+            pending = PendingWindow(
+                window=w, miners=sorted(self.chain.metagraph().hotkeys), noted_block=self.chain.block()
+            )
+            self.pending.save(pending)
+        return pending
+
+    def wait_noting_miners(self, block: int, stop: threading.Event) -> None:
+        """Sleep until `block`, noting the miners of every window that starts meanwhile (on
+        pipelined windows, the next window starts while this one waits for its reveal deadline)."""
+        while not stop.is_set():
+            now = self.chain.block()
+            current = window_of(self.windows, now)
+            if current > self.state.window and self.pending.load(current) is None:
+                self.note_miners(current)
+            if now >= block:
+                return
+            stop.wait(min(0.5, self.chain.block_time() / 4))
 
     # -- one window -----------------------------------------------------------------------------
 
     def run_window(self, w: int, stop: threading.Event) -> None:
-        miners = sorted(self.chain.metagraph().hotkeys)
-        self.model = self.syncer.catch_up(self.model, w)
-        self.rt.load_params(self.model.params)
+        started = time.monotonic()
+        idle = 0.0 if self.last_end is None else started - self.last_end
+        pending = self.note_miners(w)
+        miners = pending.miners
+        self.base = self.syncer.catch_up(self.model, self.base_index(w))
+        self.model = self.syncer.catch_up(self.base, w)
+        self.rt.load_params(self.base.params)
         self.start_hash = state_hash(window_start_state(self.rt.model))
         refused = self.syncer.take_refusals()
         agreement = self.compare_with_leader(w - 1)
         if is_checkpoint_window(self.windows, w):
             self.publish(checkpoint_key(self.rt.run_id, w, self.hotkey), encode_checkpoint(self.model))
-        self.sleep_until(reveal_deadline(self.windows, w), stop)
-        if stop.is_set():
-            return
-        started = time.monotonic()
         in_time, commit_blocks = self.committed(w)
-        inventory = take_inventory(
-            self.stores,
-            self.rt.run_id,
-            w,
-            in_time,
-            self.rt.config.limits.max_manifest_bytes,
-            self.chain.block,
-        )
+        inventory = pending.inventory()
+        if inventory is None:
+            inventory = take_inventory(
+                self.stores,
+                self.rt.run_id,
+                w,
+                in_time,
+                self.rt.config.limits.max_manifest_bytes,
+                self.chain.block,
+            )
+            self.pending.save(pending.with_inventory(inventory))
+        else:
+            log.info("window %d: resuming with the listing taken at block %d", w, inventory.block)
         mg = self.chain.metagraph()
         verdicts = self.check_window(w, mg, miners, in_time, commit_blocks, inventory)
         report = self.publish_report(w, verdicts, inventory.block, refused)
@@ -138,7 +184,9 @@ class Validator(Participant):
         if self.chain.block() >= aggregate_deadline(self.windows, w):
             log.warning("window %d: validation finished after the aggregate deadline", w)
         self.fold_scores(w, mg, verdicts)
+        self.pending.clear_through(w)
         weights = self.set_weights(mg)
+        self.last_end = time.monotonic()
         log.info(
             "window %d: %d updates checked, %d accepted, in %.1fs; scores %s",
             w,
@@ -154,6 +202,8 @@ class Validator(Participant):
                     "updates": len(verdicts),
                     "accepted": len(accepted),
                     "validate_seconds": seconds,
+                    "idle_seconds": idle,
+                    "utilization": seconds / max(seconds + idle, 1e-9),
                     "leader_agreed_last_window": agreement,
                     "aggregates_refused": len(refused),
                     "bytes_received": self.syncer.bytes_received
@@ -211,7 +261,7 @@ class Validator(Participant):
                 continue
             verdict = check_miner(
                 self.rt,
-                self.model,
+                self.base,
                 w,
                 hotkey,
                 uid,
@@ -226,8 +276,8 @@ class Validator(Participant):
         flag_copies(verdicts, commit_blocks)
         for v in verdicts:
             if v.passed and v.hotkey in challenges:
-                verify_challenge(self.rt, self.model, w, v, stores[v.hotkey], challenges[v.hotkey], miners)
-        score_window(self.rt, self.model, w, verdicts, miners, commit_blocks)
+                verify_challenge(self.rt, self.base, w, v, stores[v.hotkey], challenges[v.hotkey], miners)
+        score_window(self.rt, self.base, w, verdicts, miners, commit_blocks)
         return verdicts
 
     def check_residual_chain(self, verdict: MinerVerdict) -> None:

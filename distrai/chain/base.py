@@ -181,6 +181,11 @@ class Chain(ABC):
         """Seconds per block (subtensor's 12 unless the implementation knows better)."""
         return 12.0
 
+    @abstractmethod
+    def connect_again(self) -> Chain:
+        """Another connection to the same subnet, for another thread: a connection is used by one
+        thread at a time."""
+
     def commitment(self, hotkey: str) -> Commitment | None:
         return self.commitments().get(hotkey)
 

@@ -118,6 +118,9 @@ class LocalChain(Chain):
         genesis_time, block_time = self._clock()
         return genesis_time + block * block_time
 
+    def connect_again(self) -> LocalChain:
+        return LocalChain(self.path, self.netuid)
+
     def block(self) -> int:
         genesis_time, block_time = self._clock()
         return max(0, int((time.time() - genesis_time) / block_time))

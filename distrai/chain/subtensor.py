@@ -251,9 +251,16 @@ class SubtensorChain(Chain):
         self.netuid = netuid
         self.version_key = version_key
         self._sdk = bt.Subtensor(network, substrate=substrate)
+        self._requested, self._substrate = network, substrate
 
     def close(self) -> None:
         self._sdk.close()
+
+    def connect_again(self) -> SubtensorChain:
+        """A new connection to the same endpoint (an injected test substrate is shared)."""
+        return SubtensorChain(
+            self._requested, self.netuid, substrate=self._substrate, version_key=self.version_key
+        )
 
     # -- reads ----------------------------------------------------------------------------------
 

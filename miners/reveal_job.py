@@ -1,0 +1,87 @@
+"""A committed window's reveal, kept on disk until it is uploaded or too late to count.
+
+Everything a miner must upload after its commit deadline lives in one folder per window, written
+before the commitment goes on chain, so a miner killed at any moment loses neither the upload
+nor the codec residual it committed to:
+
+    reveals/w<window>/
+        job.json              window, the anchored manifest's sha256, the outgoing residual's hash
+        states/<step>.safetensors   every boundary state (the challenged ones are uploaded)
+        update.blob           the update blob
+        residual_in.tensors   the residual carried into the window, as revealed when challenged
+        residual_out.safetensors    the residual the manifest commits to for the next window
+
+`job.json` is written last and atomically: a folder without it was never committed and is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+JOB_FILE = "job.json"
+
+
+@dataclass(frozen=True)
+class RevealJob:
+    window: int
+    folder: Path
+    manifest_sha256: str
+    residual_out_hash: str | None
+
+    @property
+    def states(self) -> Path:
+        return self.folder / "states"
+
+    @property
+    def blob_path(self) -> Path:
+        return self.folder / "update.blob"
+
+    @property
+    def residual_in_path(self) -> Path:
+        return self.folder / "residual_in.tensors"
+
+    @property
+    def residual_out_path(self) -> Path:
+        return self.folder / "residual_out.safetensors"
+
+    def seal(self) -> None:
+        """Write `job.json` atomically: from here the folder is a complete job."""
+        record = {
+            "window": self.window,
+            "manifest_sha256": self.manifest_sha256,
+            "residual_out_hash": self.residual_out_hash,
+        }
+        tmp = self.folder / (JOB_FILE + ".tmp")
+        tmp.write_text(json.dumps(record, sort_keys=True))
+        tmp.replace(self.folder / JOB_FILE)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def job_folder(work_dir: Path, window: int) -> Path:
+    return work_dir / "reveals" / f"w{window}"
+
+
+def sealed_jobs(work_dir: Path) -> tuple[list[RevealJob], list[Path]]:
+    """The sealed jobs under `work_dir`, oldest window first, and the folders that are not (left
+    by a miner killed before its commitment, or unreadable), for the caller to remove."""
+    root = work_dir / "reveals"
+    jobs, unsealed = [], []
+    for folder in sorted(root.iterdir()) if root.exists() else []:
+        try:
+            record = json.loads((folder / JOB_FILE).read_text())
+            job = RevealJob(
+                window=int(record["window"]),
+                folder=folder,
+                manifest_sha256=str(record["manifest_sha256"]),
+                residual_out_hash=record["residual_out_hash"],
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            unsealed.append(folder)
+            continue
+        jobs.append(job)
+    return sorted(jobs, key=lambda j: j.window), unsealed

@@ -1,0 +1,242 @@
+"""The miner's reveals, uploaded in a background thread while the next window trains.
+
+Jobs (`reveal_job.py`) are taken oldest first. For each: wait for the block at the window's
+commit deadline (its hash draws the challenges), work out what any permitted validator challenges,
+and upload through the miner's store (its bandwidth limit included): the update blob first, the
+incoming residual, then the boundary states. A job whose reveal deadline has passed is dropped,
+since nothing uploaded after it counts. While uploading, the uploader projects its finish from
+the rate it achieves and says, before the deadline, when the reveal will not make it. Every job
+ends with one metrics record (`"event": "reveal"`): seconds, bytes, rate, the rate that was
+needed, and whether it was late. The thread has its own chain connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from distrai.announce import committed_updates
+from distrai.chain.base import Chain, ChainError
+from distrai.layout import residual_key, state_key
+from distrai.run import challenge_inputs
+from distrai.store import StoreError
+from distrai.windows import (
+    commit_deadline,
+    committed_in_time,
+    reveal_deadline,
+    segments_to_reveal,
+)
+from miners.reveal_job import RevealJob
+
+if TYPE_CHECKING:
+    from miners.miner import Miner
+
+log = logging.getLogger("distrai.miner")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One object of a reveal: where it goes and where its bytes are."""
+
+    key: str | None
+    """store key; None for the update blob, stored content-addressed"""
+    size: int
+    data: bytes | None = None
+    path: Path | None = None
+
+
+@dataclass(frozen=True)
+class RevealResult:
+    states: int
+    bytes_sent: int
+    seconds: float
+    late: bool
+
+
+class Uploader:
+    def __init__(self, miner: Miner, chain: Chain):
+        self.miner = miner
+        self.chain = chain
+        self.jobs: queue.Queue[RevealJob] = queue.Queue()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="uploader", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def submit(self, job: RevealJob) -> None:
+        self.jobs.put(job)
+
+    @property
+    def pending(self) -> int:
+        """Jobs queued or under way."""
+        return self.jobs.unfinished_tasks
+
+    def drain(self, stop: threading.Event) -> None:
+        """Wait until every job is done (each ends by its reveal deadline at the latest), or `stop`."""
+        while self.pending and not stop.is_set():
+            stop.wait(0.2)
+
+    def close(self) -> None:
+        """Stop after the object under way; unfinished jobs stay on disk for the next start."""
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                job = self.jobs.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            try:
+                result = self.upload(job)
+                if result is not None:
+                    job.remove()
+            except Exception:
+                log.exception("window %d: the reveal failed", job.window)
+            finally:
+                self.jobs.task_done()
+
+    # -- one job ---------------------------------------------------------------------------------
+
+    def upload(self, job: RevealJob) -> RevealResult | None:
+        """Upload one window's reveal; None when stopped before it finished (the job stays on disk)."""
+        windows = self.miner.windows
+        w, deadline = job.window, reveal_deadline(windows, job.window)
+        if not self._wait_for(commit_deadline(windows, w) + 1):
+            return None
+        if self.chain.block() >= deadline:
+            log.warning("window %d: its reveal deadline (block %d) passed before the upload began; dropped", w, deadline)
+            self._log(w, RevealResult(0, 0, 0.0, late=True), needed=0.0)
+            return RevealResult(0, 0, 0.0, late=True)
+        steps, challenged = self._steps_to_reveal(w)
+        pieces = self._pieces(job, steps, challenged)
+        total = sum(p.size for p in pieces)
+        seconds_left = (deadline - self.chain.block()) * self.chain.block_time()
+        needed = total / max(seconds_left, 1e-9)
+        log.info(
+            "window %d: revealing %d states and the update, %.1f MB, before block %d (%.0f s): needs %.2f MB/s",
+            w,
+            len(steps),
+            total / 1e6,
+            deadline,
+            seconds_left,
+            needed / 1e6,
+        )
+        started, sent, warned = time.monotonic(), 0, False
+        for piece in pieces:
+            if self.stop.is_set():
+                return None
+            try:
+                self._put(piece)
+            except (StoreError, OSError) as exc:
+                log.error("window %d: reveal failed at %s: %s", w, piece.key or "the update blob", exc)
+                break
+            sent += piece.size
+            warned = warned or self._warn_if_late(w, deadline, total - sent, sent, started)
+        result = RevealResult(
+            states=len(steps),
+            bytes_sent=sent,
+            seconds=time.monotonic() - started,
+            late=self.chain.block() >= deadline or sent < total,
+        )
+        if result.late:
+            log.warning(
+                "window %d: the reveal did not finish before its deadline (block %d): %.1f of %.1f MB in %.0f s",
+                w,
+                deadline,
+                sent / 1e6,
+                total / 1e6,
+                result.seconds,
+            )
+        self._log(w, result, needed)
+        return result
+
+    def _wait_for(self, block: int) -> bool:
+        while not self.stop.is_set():
+            try:
+                if self.chain.block() >= block:
+                    return True
+            except ChainError as exc:
+                log.warning("chain unavailable while waiting for block %d: %s", block, exc)
+            self.stop.wait(min(0.5, self.chain.block_time() / 4))
+        return False
+
+    def _steps_to_reveal(self, w: int) -> tuple[list[int], bool]:
+        """The boundary steps any permitted validator challenges (with the last one), and whether
+        this miner is challenged at all; the miners drawn from are those whose commitment the
+        chain held at the block before the commit deadline."""
+        miner, windows = self.miner, self.miner.windows
+        deadline = commit_deadline(windows, w)
+        counted = self.chain.commitments(block=deadline - 1)
+        in_time = committed_updates(counted, w, lambda b: committed_in_time(windows, w, b))
+        inputs = challenge_inputs(miner.rt.config, self.chain.block_hash(deadline), w, in_time)
+        validators = [n.hotkey for n in self.chain.metagraph().neurons if n.validator_permit]
+        segments = segments_to_reveal(inputs, miner.hotkey, validators) if miner.hotkey in in_time else []
+        k, last = miner.rt.inner.segment_steps, miner.rt.inner.inner_steps
+        steps = {s * k for s in segments} | {(s + 1) * k for s in segments} | ({last} if segments else set())
+        return sorted(steps), bool(segments)
+
+    def _pieces(self, job: RevealJob, steps: list[int], challenged: bool) -> list[Piece]:
+        miner, w = self.miner, job.window
+        pieces = []
+        blob = job.blob_path.read_bytes() if job.blob_path.exists() else None
+        blob = None if blob is None else miner.behaviour.reveal_blob(miner, w, blob, self.chain)
+        if blob is not None:
+            pieces.append(Piece(None, len(blob), data=blob))
+        if challenged and job.residual_in_path.exists():
+            path = job.residual_in_path
+            pieces.append(Piece(residual_key(miner.rt.run_id, w, miner.hotkey), path.stat().st_size, path=path))
+        for step in steps:
+            path = job.states / f"{step:06d}.safetensors"
+            pieces.append(Piece(state_key(miner.rt.run_id, w, miner.hotkey, step), path.stat().st_size, path=path))
+        return pieces
+
+    def _put(self, piece: Piece) -> None:
+        store = self.miner.store
+        if piece.key is None:
+            store.put_blob(piece.data)
+        else:
+            store.put_file(piece.key, piece.path)
+
+    def _warn_if_late(self, w: int, deadline: int, remaining: int, sent: int, started: float) -> bool:
+        """Say so, once, when the rate achieved so far cannot finish before the deadline (judged
+        once a quarter of the reveal is sent, so one small object's latency does not decide it)."""
+        if remaining <= 0 or sent < (sent + remaining) / 4:
+            return False
+        rate = sent / max(time.monotonic() - started, 1e-9)
+        seconds_left = (deadline - self.chain.block()) * self.chain.block_time()
+        if remaining / rate <= seconds_left:
+            return False
+        log.warning(
+            "window %d: at %.2f MB/s the last %.1f MB of the reveal need %.0f s and %.0f s are left: "
+            "this reveal will be late and count as hiding; the link is too slow for this run (distrai doctor)",
+            w,
+            rate / 1e6,
+            remaining / 1e6,
+            remaining / rate,
+            seconds_left,
+        )
+        return True
+
+    def _log(self, w: int, result: RevealResult, needed: float) -> None:
+        if self.miner.metrics is None:
+            return
+        self.miner.metrics.log(
+            w,
+            {
+                "event": "reveal",
+                "upload_seconds": result.seconds,
+                "revealed_bytes": result.bytes_sent,
+                "states_revealed": result.states,
+                "upload_rate": result.bytes_sent / result.seconds if result.seconds > 0 else None,
+                "upload_rate_needed": needed,
+                "reveal_late": result.late,
+            },
+        )

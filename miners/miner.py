@@ -40,6 +40,7 @@ import torch
 from distrai.announce import Announcement, committed_updates
 from distrai.chain.base import Chain, ChainError, WalletLike
 from distrai.layout import manifest_key
+from distrai.linkcheck import LinkVerdict, format_rate, measure_upload_rate, reveal_bytes, reveal_seconds
 from distrai.metrics import Metrics
 from distrai.participant import Participant
 from distrai.runtime import Runtime
@@ -57,6 +58,9 @@ from miners.reveal_job import RevealJob, job_folder, sealed_jobs
 from miners.uploader import Uploader
 
 log = logging.getLogger("distrai.miner")
+
+LINK_PROBE_BYTES = 4 * 1024 * 1024
+"""Bytes the start-up link check uploads (at most an eighth of a reveal)."""
 
 
 @dataclass(frozen=True)
@@ -107,12 +111,15 @@ class Miner(Participant):
         self.uploader = Uploader(self, self.chain.connect_again())
         self.recover()
         self.uploader.start()
+        self.check_link()
         done = 0
         try:
             while not stop.is_set() and (max_windows is None or done < max_windows):
                 w = self.next_window()
                 if w is None:
-                    self.sleep_until(window_start(self.windows, window_of(self.windows, self.chain.block()) + 1), stop)
+                    self.sleep_until(
+                        window_start(self.windows, window_of(self.windows, self.chain.block()) + 1), stop
+                    )
                     continue
                 self.sleep_until(window_start(self.windows, w), stop)
                 if stop.is_set():
@@ -133,6 +140,37 @@ class Miner(Participant):
         if current > self.last_window and block + needed < commit_deadline(self.windows, current):
             return current
         return None if current + 1 <= self.last_window else current + 1
+
+    def check_link(self) -> LinkVerdict | None:
+        """Measure the store's upload rate against what a challenged window's reveal needs
+        (`distrai.linkcheck`), and say plainly when the link is too slow for this run."""
+        validators = sum(1 for n in self.chain.metagraph().neurons if n.validator_permit)
+        n_params = sum(p.numel() for p in self.rt.model.parameters())
+        parts = reveal_bytes(self.rt.config, n_params, max(validators, 1))
+        seconds = reveal_seconds(self.windows, self.chain.block_time())
+        try:
+            measured = measure_upload_rate(self.store, min(LINK_PROBE_BYTES, max(parts.total // 8, 1)))
+        except StoreError as exc:
+            log.warning("could not measure the store's upload rate: %s", exc)
+            return None
+        verdict = LinkVerdict(measured, parts.total, seconds)
+        (log.info if verdict.ok else log.warning)(
+            "link check: the store takes %s, a challenged window needs %s: %s",
+            format_rate(measured),
+            format_rate(verdict.required_rate),
+            verdict.message,
+        )
+        if self.metrics:
+            self.metrics.log(
+                self.last_window,
+                {
+                    "event": "link",
+                    "upload_rate_measured": measured,
+                    "upload_rate_needed": verdict.required_rate,
+                    "link_margin": verdict.margin,
+                },
+            )
+        return verdict
 
     def recover(self) -> None:
         """Pick up after a restart: a committed window whose reveal is still due is uploaded again
@@ -169,7 +207,9 @@ class Miner(Participant):
         except ChainError as exc:
             log.warning("window %d: cannot read the commitments: %s", job.window, exc)
             return False
-        in_time = committed_updates(counted, job.window, lambda b: committed_in_time(self.windows, job.window, b))
+        in_time = committed_updates(
+            counted, job.window, lambda b: committed_in_time(self.windows, job.window, b)
+        )
         mine = in_time.get(self.hotkey)
         return mine is not None and mine.manifest_sha256 == job.manifest_sha256
 

@@ -1,0 +1,154 @@
+"""A miner's reveal outlives the process that committed it: staged on disk before the commitment,
+resumed after a restart while still due, and carried with the codec residual it committed to
+(miners/reveal_job.py, miners/uploader.py, Miner.recover). Also the start-up link check."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+
+import pytest
+
+from distrai.chain.local import LocalChain
+from distrai.layout import state_key
+from distrai.metrics import Metrics, read_metrics
+from distrai.run import load_run_config
+from distrai.runtime import build_runtime
+from distrai.store import FileStore
+from distrai.store.base import blob_key
+from distrai.update import residual_hash
+from distrai.windows import commit_deadline, reveal_deadline, window_start
+from miners.miner import Miner, MinerOptions
+from miners.reveal_job import JOB_FILE, sealed_jobs
+from miners.uploader import Uploader
+from support.local_harness import make_local_harness
+
+CONFIG = Path(__file__).parent / "support" / "adversary-localnet.toml"
+WINDOW = 3
+
+
+@pytest.fixture(scope="module")
+def config():
+    return load_run_config(CONFIG)
+
+
+@pytest.fixture
+def net(tmp_path, config):
+    harness = make_local_harness(tmp_path)
+    validator = harness.new_wallet("validator")
+    harness.chain.register(validator)
+    harness.add_stake(validator, 1000.0)
+    miner = harness.new_wallet("miner")
+    harness.chain.register(miner)
+    harness.advance(harness.chain.hyperparameters().tempo + 2)
+    harness.advance(window_start(config.windows, WINDOW) - harness.local.block())
+    store = FileStore(tmp_path / "store")
+    return harness, miner, store, tmp_path / "miner"
+
+
+def new_miner(net, config, metrics: Metrics | None = None) -> Miner:
+    """A miner process as it starts: its state comes only from its work dir and the chain."""
+    harness, wallet, store, work = net
+    miner = Miner(build_runtime(config), harness.chain, wallet, store, store.url, MinerOptions(work), metrics)
+    miner.uploader = Uploader(miner, harness.chain.connect_again())
+    return miner
+
+
+def committed_window(net, config) -> tuple[Miner, dict]:
+    """A miner that trained WINDOW, committed it, and left its reveal queued (then is killed)."""
+    miner = new_miner(net, config)
+    residual_before = miner.residual
+    miner.run_window(WINDOW, stop=None)
+    jobs, _ = sealed_jobs(net[3])
+    assert [j.window for j in jobs] == [WINDOW]
+    return miner, {"job": jobs[0], "residual_before": residual_before}
+
+
+def test_a_restarted_miner_resumes_a_reveal_still_due_and_uploads_it_in_time(net, config):
+    harness, _, store, work = net
+    first, seen = committed_window(net, config)
+    job = seen["job"]
+    assert first.uploader.pending == 1
+
+    restarted = new_miner(net, config)
+    restarted.recover()
+    assert restarted.uploader.pending == 1, "the committed window's reveal was not resumed"
+    assert restarted.last_window == WINDOW
+    assert residual_hash(restarted.residual) == job.residual_out_hash
+
+    harness.advance(commit_deadline(config.windows, WINDOW) + 1 - harness.local.block())
+    result = restarted.uploader.upload(restarted.uploader.jobs.get())
+    assert result is not None and not result.late
+    assert result.states > 0, "the validator challenges every segment; states were due"
+    assert store.exists(blob_key(job_blob_sha(job)))
+    for step in range(0, config.train.inner_steps + 1, config.train.segment_steps):
+        assert store.exists(state_key(restarted.rt.run_id, WINDOW, restarted.hotkey, step)), step
+
+
+def job_blob_sha(job) -> str:
+    return hashlib.sha256(job.blob_path.read_bytes()).hexdigest()
+
+
+def test_a_residual_committed_but_not_yet_saved_is_carried_on_after_a_restart(net, config):
+    _, seen = committed_window(net, config)
+    job = seen["job"]
+    residual_file = net[3] / "codec_residual.safetensors"
+    residual_file.unlink()  # killed after the chain commit, before the residual was saved
+
+    restarted = new_miner(net, config)
+    assert restarted.residual is None
+    restarted.recover()
+    assert restarted.residual is not None
+    assert residual_hash(restarted.residual) == job.residual_out_hash
+    assert residual_file.exists()
+
+
+def test_after_the_reveal_deadline_a_job_is_dropped_and_unsealed_folders_are_removed(net, config):
+    harness, _, store, work = net
+    committed_window(net, config)
+    unsealed = work / "reveals" / "w99"
+    (unsealed / "states").mkdir(parents=True)
+    harness.advance(reveal_deadline(config.windows, WINDOW) - harness.local.block())
+
+    restarted = new_miner(net, config)
+    restarted.recover()
+    assert restarted.uploader.pending == 0
+    assert not (work / "reveals" / f"w{WINDOW}").exists()
+    assert not unsealed.exists()
+    assert restarted.last_window == WINDOW
+
+
+def test_a_job_whose_manifest_never_reached_the_chain_is_removed(net, config):
+    _, seen = committed_window(net, config)
+    job = seen["job"]
+    (job.folder / JOB_FILE).write_text((job.folder / JOB_FILE).read_text().replace(job.manifest_sha256, "0" * 64))
+
+    restarted = new_miner(net, config)
+    restarted.recover()
+    assert restarted.uploader.pending == 0
+    assert not job.folder.exists()
+    assert restarted.last_window == -1
+
+
+@pytest.mark.parametrize("bandwidth", [2_000_000.0, None])
+def test_the_link_check_says_when_the_store_is_too_slow_for_the_run(tmp_path, config, caplog, bandwidth):
+    chain = LocalChain.create(tmp_path / "chain.db", netuid=1, block_time=0.05)
+    harness = make_local_harness(tmp_path / "h")
+    wallet = harness.new_wallet("miner")
+    store = FileStore(tmp_path / "store", bandwidth_bytes_per_s=bandwidth)
+    metrics = Metrics(tmp_path / "metrics.jsonl", role="miner", hotkey="5miner", run_id="r")
+    miner = Miner(build_runtime(config), chain, wallet, store, store.url, MinerOptions(tmp_path / "m"), metrics)
+    with caplog.at_level(logging.INFO, logger="distrai.miner"):
+        verdict = miner.check_link()
+    record = read_metrics(tmp_path / "metrics.jsonl")[-1]
+    assert record["event"] == "link"
+    assert record["link_margin"] == pytest.approx(verdict.margin)
+    # 0.05 s blocks leave (46 - 20 - 1) x 0.05 = 1.25 s for a reveal of tens of MB
+    if bandwidth is not None:
+        assert not verdict.ok and verdict.margin < 0.2
+        assert "a challenged window would be missed" in caplog.text
+        assert any(r.levelno == logging.WARNING for r in caplog.records)
+    else:
+        assert verdict.measured_rate > 10 * 2_000_000.0
+    assert store.list("linkcheck/") == []

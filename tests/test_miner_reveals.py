@@ -9,6 +9,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from support.local_harness import make_local_harness
 
 from distrai.chain.local import LocalChain
 from distrai.layout import state_key
@@ -22,7 +23,6 @@ from distrai.windows import commit_deadline, reveal_deadline, window_start
 from miners.miner import Miner, MinerOptions
 from miners.reveal_job import JOB_FILE, sealed_jobs
 from miners.uploader import Uploader
-from support.local_harness import make_local_harness
 
 CONFIG = Path(__file__).parent / "support" / "adversary-localnet.toml"
 WINDOW = 3
@@ -122,7 +122,9 @@ def test_after_the_reveal_deadline_a_job_is_dropped_and_unsealed_folders_are_rem
 def test_a_job_whose_manifest_never_reached_the_chain_is_removed(net, config):
     _, seen = committed_window(net, config)
     job = seen["job"]
-    (job.folder / JOB_FILE).write_text((job.folder / JOB_FILE).read_text().replace(job.manifest_sha256, "0" * 64))
+    (job.folder / JOB_FILE).write_text(
+        (job.folder / JOB_FILE).read_text().replace(job.manifest_sha256, "0" * 64)
+    )
 
     restarted = new_miner(net, config)
     restarted.recover()
@@ -138,7 +140,9 @@ def test_the_link_check_says_when_the_store_is_too_slow_for_the_run(tmp_path, co
     wallet = harness.new_wallet("miner")
     store = FileStore(tmp_path / "store", bandwidth_bytes_per_s=bandwidth)
     metrics = Metrics(tmp_path / "metrics.jsonl", role="miner", hotkey="5miner", run_id="r")
-    miner = Miner(build_runtime(config), chain, wallet, store, store.url, MinerOptions(tmp_path / "m"), metrics)
+    miner = Miner(
+        build_runtime(config), chain, wallet, store, store.url, MinerOptions(tmp_path / "m"), metrics
+    )
     with caplog.at_level(logging.INFO, logger="distrai.miner"):
         verdict = miner.check_link()
     record = read_metrics(tmp_path / "metrics.jsonl")[-1]

@@ -87,13 +87,17 @@ class WindowConfig(BaseModel):
                     "pipelined windows may reach into the next"
                 )
         elif info.field_name == "commit_offset" and value > length:
-            raise ValueError(f"{value} must not pass the window's end ({length}): the next window trains there")
+            raise ValueError(
+                f"{value} must not pass the window's end ({length}): the next window trains there"
+            )
         elif value >= 2 * length:
             raise ValueError(
                 f"{value} must be before 2 x blocks_per_window ({2 * length}): "
                 "the window after next trains on the aggregate"
             )
-        elif info.field_name == "aggregate_offset" and value >= info.data.get("reveal_offset", value) + length:
+        elif (
+            info.field_name == "aggregate_offset" and value >= info.data.get("reveal_offset", value) + length
+        ):
             raise ValueError(
                 f"{value} must be before reveal_offset + blocks_per_window "
                 f"({info.data['reveal_offset'] + length}): a window's checks start from the previous window's aggregate"

@@ -112,7 +112,11 @@ class Uploader:
         if not self._wait_for(commit_deadline(windows, w) + 1):
             return None
         if self.chain.block() >= deadline:
-            log.warning("window %d: its reveal deadline (block %d) passed before the upload began; dropped", w, deadline)
+            log.warning(
+                "window %d: its reveal deadline (block %d) passed before the upload began; dropped",
+                w,
+                deadline,
+            )
             self._log(w, RevealResult(0, 0, 0.0, late=True), needed=0.0)
             return RevealResult(0, 0, 0.0, late=True)
         steps, challenged = self._steps_to_reveal(w)
@@ -192,10 +196,14 @@ class Uploader:
             pieces.append(Piece(None, len(blob), data=blob))
         if challenged and job.residual_in_path.exists():
             path = job.residual_in_path
-            pieces.append(Piece(residual_key(miner.rt.run_id, w, miner.hotkey), path.stat().st_size, path=path))
+            pieces.append(
+                Piece(residual_key(miner.rt.run_id, w, miner.hotkey), path.stat().st_size, path=path)
+            )
         for step in steps:
             path = job.states / f"{step:06d}.safetensors"
-            pieces.append(Piece(state_key(miner.rt.run_id, w, miner.hotkey, step), path.stat().st_size, path=path))
+            pieces.append(
+                Piece(state_key(miner.rt.run_id, w, miner.hotkey, step), path.stat().st_size, path=path)
+            )
         return pieces
 
     def _put(self, piece: Piece) -> None:

@@ -373,7 +373,11 @@ def pipelined_configs(draw):
     [
         ({"commit_offset": 31, "reveal_offset": 50, "aggregate_offset": 58}, "commit_offset", "window's end"),
         ({"commit_offset": 30, "reveal_offset": 50, "aggregate_offset": 60}, "aggregate_offset", "2 x"),
-        ({"commit_offset": 10, "reveal_offset": 20, "aggregate_offset": 50}, "aggregate_offset", "reveal_offset +"),
+        (
+            {"commit_offset": 10, "reveal_offset": 20, "aggregate_offset": 50},
+            "aggregate_offset",
+            "reveal_offset +",
+        ),
     ],
 )
 def test_pipelined_offsets_reach_into_the_next_window_only_so_far(offsets, field, words):

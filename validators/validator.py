@@ -121,7 +121,9 @@ class Validator(Participant):
         for w in range(first, current + 2):
             pending = self.pending.load(w)
             listed = pending is not None and pending.inventory() is not None
-            if block < reveal_deadline(self.windows, w) or (listed and block < aggregate_deadline(self.windows, w)):
+            if block < reveal_deadline(self.windows, w) or (
+                listed and block < aggregate_deadline(self.windows, w)
+            ):
                 return w
         return max(first, current + 1)
 

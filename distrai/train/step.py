@@ -14,7 +14,7 @@ so a miner that trained the whole window from an older model and claimed the win
 at step 0 would fail nothing but the replay of segment 0. With it, every step reads the base,
 so replaying any segment from the miner's own states against the true base differs from what a
 stale base produced. The pull is small: after H steps the distance from the base shrinks by a
-factor (1 − lr · strength)^H, 0.9992 for the GPU config (lr 4e-4, strength 0.01, H 200).
+factor (1 − lr · strength)^H, 0.9968 for the GPU config (lr 4e-4, strength 0.01, H 800).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ def live_table(net: Localnet) -> Table:
         table.add_column(col)
     for neuron in net.neurons:
         records = node_records(neuron.work_dir / "metrics.jsonl")
-        windows = [r for r in records if r.get("event") != "reveal"]
+        windows = [r for r in records if r.get("event") in (None, "train")]
         last = windows[-1] if windows else None
         uid = mg.uid_of(_hotkey(net, neuron.name))
         if neuron.role == "miner" and last:
@@ -77,7 +77,7 @@ def utilization(records: list[dict]) -> float | None:
     """Busy seconds over wall seconds across a node's windows, the first one left out (its idle
     time is the wait for the network to start): train seconds for a miner, validate seconds for a
     validator."""
-    windows = [r for r in records if r.get("event") != "reveal" and "utilization" in r][1:]
+    windows = [r for r in records if r.get("event") in (None, "train") and "utilization" in r][1:]
     busy = sum(r.get("train_seconds", r.get("validate_seconds", 0.0)) for r in windows)
     wall = sum(
         r.get("wall_seconds", r.get("validate_seconds", 0.0) + r.get("idle_seconds", 0.0)) for r in windows

@@ -221,8 +221,8 @@ def revealed_bytes(run: RunResult) -> tuple[float, float]:
     """Median bytes an honest miner revealed per window beyond its update, and its median update."""
     honest = [hk for hk, b in run.behaviour.items() if b == "honest"]
     records = [r for hk in honest for r in run.miner_metrics.get(hk, []) if r["window"] in set(run.windows)]
-    revealed = [r.get("revealed_bytes", 0) for r in records]
-    update = [r["bytes_sent"] - r.get("revealed_bytes", 0) for r in records]
+    revealed = [r["revealed_bytes"] for r in records if r.get("event") == "reveal"]
+    update = [r["bytes_sent"] for r in records if r.get("event") == "train"]
     return (statistics.median(revealed) if revealed else 0.0, statistics.median(update) if update else 0.0)
 
 

@@ -54,8 +54,10 @@ class Piece:
 class RevealResult:
     states: int
     bytes_sent: int
+    """everything uploaded, the update blob included"""
     seconds: float
     late: bool
+    update_bytes: int = 0
 
 
 class Uploader:
@@ -147,6 +149,7 @@ class Uploader:
         result = RevealResult(
             states=len(steps),
             bytes_sent=sent,
+            update_bytes=sum(p.size for p in pieces if p.key is None) if sent else 0,
             seconds=time.monotonic() - started,
             late=self.chain.block() >= deadline or sent < total,
         )
@@ -241,7 +244,8 @@ class Uploader:
             {
                 "event": "reveal",
                 "upload_seconds": result.seconds,
-                "revealed_bytes": result.bytes_sent,
+                "uploaded_bytes": result.bytes_sent,
+                "revealed_bytes": result.bytes_sent - result.update_bytes,
                 "states_revealed": result.states,
                 "upload_rate": result.bytes_sent / result.seconds if result.seconds > 0 else None,
                 "upload_rate_needed": needed,

@@ -58,9 +58,9 @@ def run_localnet(args: argparse.Namespace, console: Console) -> None:
             finished = net.wait(timeout, poll=lambda: live.update(live_table(net)))
     except KeyboardInterrupt:
         console.print("stopping every process…")
-        net.stop()
         return
-    net.stop()
+    finally:
+        net.stop()
     console.print()
     if not finished:
         console.print(

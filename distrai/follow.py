@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from distrai.aggregation import Scored, accepted_by_rule
 from distrai.announce import anchored_aggregates, committed_updates
 from distrai.chain.base import Chain, ChainError
-from distrai.globalmodel import SyncError
+from distrai.globalmodel import SyncError, SyncUnavailable, fetch_failed
 from distrai.layout import aggregate_key, report_key
 from distrai.run import RunConfig
 from distrai.store import Store, StoreError
@@ -54,7 +54,7 @@ def read_anchors(chain: Chain, config: RunConfig, window: int) -> WindowAnchors:
         at_commit = chain.commitments(block=commit_end - 1)
         at_aggregate = chain.commitments(block=aggregate_end - 1)
     except ChainError as exc:
-        raise SyncError(f"the chain's commitments of window {window} cannot be read: {exc}") from exc
+        raise SyncUnavailable(f"the chain's commitments of window {window} cannot be read: {exc}") from exc
     manifests = committed_updates(at_commit, window, lambda b: first <= b < commit_end)
     aggregates = anchored_aggregates(at_aggregate, window, lambda b: first <= b < aggregate_end)
     return WindowAnchors(
@@ -81,7 +81,7 @@ def checked_aggregate(
     try:
         data = store.get(aggregate_key(run_id, window, validator), limits.max_manifest_bytes)
     except StoreError as exc:
-        raise SyncError(f"its anchored aggregate cannot be fetched: {exc}") from exc
+        raise fetch_failed("its anchored aggregate", exc) from exc
     if sha256_hex(data) != anchored:
         raise SyncError("the aggregate in its store is not the one anchored on chain")
     aggregate = _signed(
@@ -117,7 +117,7 @@ def _checked_report(
     try:
         data = store.get(report_key(run_id, window, validator), config.limits.max_report_bytes)
     except StoreError as exc:
-        raise SyncError(f"the report its aggregate names cannot be fetched: {exc}") from exc
+        raise fetch_failed("the report its aggregate names", exc) from exc
     if sha256_hex(data) != digest:
         raise SyncError("its report is not the one its aggregate names")
     report = _signed(
@@ -134,7 +134,7 @@ def _checked_manifest(
     try:
         data = store.get_blob(digest, config.limits.max_manifest_bytes)
     except StoreError as exc:
-        raise SyncError(f"the manifest of {miner} it names cannot be fetched from its store: {exc}") from exc
+        raise fetch_failed(f"the manifest of {miner} it names", exc) from exc
     what = f"the manifest of {miner} it names"
     return _signed(UpdateManifest, data, config.limits.max_manifest_bytes, run_id, window, miner, what)
 

@@ -16,6 +16,8 @@ import torch
 from distrai.codec import Codec, CodecError
 from distrai.run import OuterConfig as RunOuterConfig
 from distrai.runtime import params_hash
+from distrai.store import StoreError
+from distrai.store.base import IntegrityError, NotFound, TooLarge
 from distrai.train.outer import Contribution, OuterConfig, OuterState, outer_step
 from distrai.train.tensorfile import decode_tensors, encode_tensors
 from distrai.update import decode_update
@@ -27,6 +29,22 @@ CHECKPOINT_FORMAT = "distrai.global_checkpoint/1"
 
 class SyncError(Exception):
     """An aggregate or checkpoint this node cannot follow, with the reason."""
+
+
+class SyncUnavailable(SyncError):
+    """A store that holds what a node must read could not be reached: nothing is wrong with what
+    was published, so the node tries again later rather than refusing it."""
+
+
+def unreachable(exc: Exception) -> bool:
+    """Whether a store error says the store could not be reached (not that an object is missing,
+    too large, or not what its hash says)."""
+    return isinstance(exc, StoreError) and not isinstance(exc, NotFound | TooLarge | IntegrityError)
+
+
+def fetch_failed(what: str, exc: Exception) -> SyncError:
+    """The error for a failed read of `what`: `SyncUnavailable` when the store was unreachable."""
+    return (SyncUnavailable if unreachable(exc) else SyncError)(f"{what} cannot be fetched: {exc}")
 
 
 @dataclass(frozen=True)
@@ -68,6 +86,9 @@ def apply_aggregate(
     for accepted in aggregate.accepted:
         try:
             blob = fetch_blob(accepted.update_sha256)
+        except StoreError as exc:
+            raise fetch_failed(f"update of {accepted.hotkey} in the aggregate", exc) from exc
+        try:
             update = decode_update(blob, codec, shapes, max_update_bytes, accepted.hotkey, aggregate.window)
         except (WireError, CodecError) as exc:
             raise SyncError(f"update of {accepted.hotkey} in the aggregate is unreadable: {exc}") from exc

@@ -3,7 +3,9 @@ model, and waiting for blocks in a way a stop signal can interrupt."""
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 
 from distrai.announce import Announcement, parse_announcement
 from distrai.chain.base import Chain, WalletLike
@@ -13,6 +15,10 @@ from distrai.runtime import Runtime
 from distrai.store import Store
 from distrai.sync import StoreCache, Syncer
 from distrai.windows import base_index
+
+log = logging.getLogger("distrai.node")
+
+SLOW_CHAIN_SECONDS = 2.0
 
 
 class Participant:
@@ -52,6 +58,17 @@ class Participant:
         """Which global model `window` trains from (`distrai.windows.base_index`)."""
         return base_index(self.windows, window, self.syncer.first_window())
 
+    def block_now(self) -> int:
+        """The chain's current block; a chain that takes seconds to answer is said so in the log."""
+        asked = time.monotonic()
+        block = self.chain.block()
+        waited = time.monotonic() - asked
+        if waited > SLOW_CHAIN_SECONDS:
+            log.warning(
+                "the chain took %.1f s to answer (block %d): it is stalled or overloaded", waited, block
+            )
+        return block
+
     def sleep_until(self, block: int, stop: threading.Event) -> None:
-        while not stop.is_set() and self.chain.block() < block:
+        while not stop.is_set() and self.block_now() < block:
             stop.wait(min(0.5, self.chain.block_time() / 4))

@@ -17,13 +17,20 @@ from dataclasses import dataclass
 from distrai.announce import Announcement, parse_announcement
 from distrai.chain.base import Chain, Metagraph
 from distrai.follow import checked_aggregate, read_anchors
-from distrai.globalmodel import GlobalModel, SyncError, apply_aggregate, decode_checkpoint, skip_window
+from distrai.globalmodel import (
+    GlobalModel,
+    SyncError,
+    SyncUnavailable,
+    apply_aggregate,
+    decode_checkpoint,
+    skip_window,
+)
 from distrai.layout import checkpoint_prefix, checkpoint_window
 from distrai.run import RUN_COMMITMENT_PREFIX, parse_run_commitment
 from distrai.runtime import Runtime
 from distrai.store import Store, StoreError, open_store
 from distrai.train.outer import OuterState
-from distrai.windows import window_of
+from distrai.windows import aggregate_deadline, window_of
 from distrai.wire import WireError
 from distrai.wire.manifest import REASON_CHARS, AggregateManifest, Refusal
 
@@ -129,14 +136,23 @@ class Syncer:
 
     def step(self, model: GlobalModel, view: PeerView) -> GlobalModel:
         """G_{w+1} from the first aggregate of window w that passes every check, or G_w again if
-        there is none."""
+        there is none. An anchored aggregate whose store cannot be reached is waited for
+        (`SyncUnavailable`, for the caller to try again later) until a window after its
+        deadline, and only then passed over: skipping it while others follow it would split the
+        network over an outage."""
         w = model.window
         anchors = read_anchors(self.chain, self.runtime.config, w)
+        patience = (
+            aggregate_deadline(self.runtime.config.windows, w) + self.runtime.config.windows.blocks_per_window
+        )
         for hotkey, url in view.validators_by_stake():
             if hotkey not in anchors.aggregates:
                 continue
             try:
-                store = self.stores.get(url)
+                try:
+                    store = self.stores.get(url)
+                except (StoreError, OSError) as exc:
+                    raise SyncUnavailable(f"its store {url} cannot be opened: {exc}") from exc
                 aggregate = checked_aggregate(
                     self.runtime.config, self.runtime.run_id, w, hotkey, store, anchors
                 )
@@ -148,6 +164,18 @@ class Syncer:
                     self.runtime.config.outer,
                     self.limits.max_update_bytes,
                 )
+            except SyncUnavailable as exc:
+                if self.chain.block() < patience:
+                    log.warning("window %d: %s's aggregate is out of reach for now: %s", w, hotkey[:10], exc)
+                    raise
+                log.warning(
+                    "window %d: not following %s's aggregate, out of reach since its deadline: %s",
+                    w,
+                    hotkey[:10],
+                    exc,
+                )
+                self.refusals.append(Refusal(validator=hotkey, window=w, reason=str(exc)[:REASON_CHARS]))
+                continue
             except (StoreError, WireError, SyncError, ValueError) as exc:
                 log.warning("window %d: not following %s's aggregate: %s", w, hotkey[:10], exc)
                 self.refusals.append(Refusal(validator=hotkey, window=w, reason=str(exc)[:REASON_CHARS]))

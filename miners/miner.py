@@ -39,6 +39,7 @@ import torch
 
 from distrai.announce import Announcement, committed_updates
 from distrai.chain.base import Chain, ChainError, WalletLike
+from distrai.globalmodel import SyncUnavailable
 from distrai.layout import manifest_key
 from distrai.linkcheck import LinkVerdict, format_rate, measure_upload_rate, reveal_bytes, reveal_seconds
 from distrai.metrics import Metrics
@@ -219,7 +220,14 @@ class Miner(Participant):
         started = time.monotonic()
         idle = 0.0 if self.last_end is None else started - self.last_end
         miners = sorted(self.chain.metagraph().hotkeys)
-        self.model = self.syncer.catch_up(self.model, self.base_index(w))
+        try:
+            self.model = self.syncer.catch_up(self.model, self.base_index(w))
+        except SyncUnavailable as exc:
+            log.warning(
+                "window %d: cannot reach the window's base model yet, so it is not trained: %s", w, exc
+            )
+            self.last_end = time.monotonic()
+            return
         self.rt.load_params(self.model.params)
         folder = job_folder(self.options.work_dir, w)
         shutil.rmtree(folder, ignore_errors=True)

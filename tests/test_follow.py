@@ -16,7 +16,7 @@ from test_validator_checks import manifest_body
 
 from distrai.aggregation import Scored, accepted_by_rule
 from distrai.announce import Announcement
-from distrai.globalmodel import GlobalModel, outer_config
+from distrai.globalmodel import GlobalModel, SyncUnavailable, outer_config
 from distrai.layout import aggregate_key, manifest_key, report_key
 from distrai.run import load_run_config
 from distrai.runtime import build_runtime, params_hash
@@ -289,3 +289,23 @@ def test_a_manifest_the_miner_replaced_after_the_commit_deadline_is_refused(net)
     syncer, _ = net.follow()
     (refusal,) = syncer.take_refusals()
     assert "not the one that miner anchored on chain before the commit deadline" in refusal.reason
+
+
+def test_an_aggregate_out_of_reach_is_waited_for_then_passed_over_a_window_after_its_deadline(net):
+    net.publish_aggregate("validator0", HONEST_SCORES)
+    net.at(aggregate_deadline(net.cfg, WINDOW))
+    root = net.store.root
+    root.rename(root.with_name("store-away"))
+    root.symlink_to(root)  # an outage: every path under the store fails (ELOOP), nothing is missing
+    with pytest.raises(SyncUnavailable, match="cannot be fetched"):
+        net.follow()
+
+    net.at(aggregate_deadline(net.cfg, WINDOW) + net.cfg.blocks_per_window)
+    syncer, following = net.follow()
+    assert following.hash == net.model.hash and WINDOW not in syncer.followed
+    assert [r.window for r in syncer.take_refusals()] == [WINDOW]
+
+    root.unlink()
+    root.with_name("store-away").rename(root)
+    syncer, following = net.follow()
+    assert syncer.followed[WINDOW][0] == net.validators["validator0"].hotkey.ss58_address

@@ -128,7 +128,7 @@ def test_bad_input_becomes_a_named_verdict(runtime, model, tmp_path, case, check
     elif case == "other base":
         body["base_hash"] = "cd" * 32
     elif case == "too few steps":
-        body["losses"] = body["losses"][:-5]
+        body["losses"] = body["losses"][: -runtime.config.train.segment_steps]
         body["boundaries"] = body["boundaries"][:-1]
     elif case == "no blob":
         publish_blob = None

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from validators.inventory import Inventory
+from distrai.announce import Announcement
+from distrai.store import FileStore
+from distrai.sync import StoreCache
+from validators.inventory import Inventory, take_inventory
 from validators.pending import PendingWindow, PendingWindows
 
 
@@ -30,3 +33,19 @@ def test_unreadable_notes_read_as_none_and_clearing_keeps_later_windows(tmp_path
     pending.clear_through(6)
     assert pending.load(5) is None and pending.load(6) is None
     assert pending.path(7).exists()
+
+
+def test_a_store_that_cannot_be_listed_at_the_deadline_is_named_unreachable_and_kept(tmp_path):
+    loop = tmp_path / "outage"
+    loop.symlink_to(loop)
+    reachable = FileStore(tmp_path / "store")
+    miners = {
+        "5a": Announcement(loop.as_uri(), 7, "ab" * 32),
+        "5b": Announcement(reachable.url, 7, "cd" * 32),
+    }
+    listing = take_inventory(StoreCache(), "r" * 16, 7, miners, 1 << 20, lambda: 250)
+    assert listing.unreachable == frozenset({loop.as_uri()})
+
+    pending = PendingWindows(tmp_path / "pending")
+    pending.save(PendingWindow(window=7, miners=["5a", "5b"], noted_block=210).with_inventory(listing))
+    assert pending.load(7).inventory() == listing

@@ -37,6 +37,8 @@ class Inventory:
     """the block at which the listing finished"""
     present: Mapping[str, frozenset[str]]
     """store URL → every key it held"""
+    unreachable: frozenset[str] = frozenset()
+    """store URLs that could not be listed (an outage): their miners are absent, not hiding"""
 
 
 def take_inventory(
@@ -49,16 +51,20 @@ def take_inventory(
 ) -> Inventory:
     """List what each announced store holds for `window`; `block_now()` dates the listing."""
     present: dict[str, set[str]] = {}
+    unreachable = set()
     for url in sorted({a.store_url for a in miners.values()}):
         try:
             present[url] = set(stores.get(url).list(window_prefix(run_id, window) + "/"))
-        except (StoreError, ValueError):
+        except (StoreError, ValueError, OSError):
             present[url] = set()
+            unreachable.add(url)
     for hotkey, announcement in sorted(miners.items()):
         digest = _committed_update(stores, run_id, window, hotkey, announcement, present, max_manifest_bytes)
         if digest is not None and _exists(stores, announcement.store_url, blob_key(digest)):
             present[announcement.store_url].add(blob_key(digest))
-    return Inventory(block_now(), {url: frozenset(keys) for url, keys in present.items()})
+    return Inventory(
+        block_now(), {url: frozenset(keys) for url, keys in present.items()}, frozenset(unreachable)
+    )
 
 
 def _committed_update(

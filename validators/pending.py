@@ -29,17 +29,23 @@ class PendingWindow(BaseModel):
     inventory_block: int | None = None
     present: dict[str, list[str]] | None = None
     """store URL → keys it held at the reveal deadline"""
+    unreachable: list[str] = []
 
     def inventory(self) -> Inventory | None:
         if self.inventory_block is None or self.present is None:
             return None
-        return Inventory(self.inventory_block, {url: frozenset(keys) for url, keys in self.present.items()})
+        return Inventory(
+            self.inventory_block,
+            {url: frozenset(keys) for url, keys in self.present.items()},
+            frozenset(self.unreachable),
+        )
 
     def with_inventory(self, inventory: Inventory) -> PendingWindow:
         return self.model_copy(
             update={
                 "inventory_block": inventory.block,
                 "present": {url: sorted(keys) for url, keys in inventory.present.items()},
+                "unreachable": sorted(inventory.unreachable),
             }
         )
 

@@ -36,7 +36,7 @@ from pathlib import Path
 from distrai.aggregation import Scored, accepted_by_rule
 from distrai.announce import Announcement, committed_updates
 from distrai.chain.base import Chain, ChainError, Metagraph, WalletLike
-from distrai.globalmodel import GlobalModel, encode_checkpoint, outer_config
+from distrai.globalmodel import GlobalModel, SyncUnavailable, encode_checkpoint, outer_config
 from distrai.layout import aggregate_key, checkpoint_key, report_key
 from distrai.metrics import Metrics
 from distrai.participant import Participant
@@ -141,7 +141,7 @@ class Validator(Participant):
         """Sleep until `block`, noting the miners of every window that starts meanwhile (on
         pipelined windows, the next window starts while this one waits for its reveal deadline)."""
         while not stop.is_set():
-            now = self.chain.block()
+            now = self.block_now()
             current = window_of(self.windows, now)
             if current > self.state.window and self.pending.load(current) is None:
                 self.note_miners(current)
@@ -156,14 +156,6 @@ class Validator(Participant):
         idle = 0.0 if self.last_end is None else started - self.last_end
         pending = self.note_miners(w)
         miners = pending.miners
-        self.base = self.syncer.catch_up(self.model, self.base_index(w))
-        self.model = self.syncer.catch_up(self.base, w)
-        self.rt.load_params(self.base.params)
-        self.start_hash = state_hash(window_start_state(self.rt.model))
-        refused = self.syncer.take_refusals()
-        agreement = self.compare_with_leader(w - 1)
-        if is_checkpoint_window(self.windows, w):
-            self.publish(checkpoint_key(self.rt.run_id, w, self.hotkey), encode_checkpoint(self.model))
         in_time, commit_blocks = self.committed(w)
         inventory = pending.inventory()
         if inventory is None:
@@ -176,8 +168,23 @@ class Validator(Participant):
                 self.chain.block,
             )
             self.pending.save(pending.with_inventory(inventory))
+            for url in sorted(inventory.unreachable):
+                log.warning("window %d: the store %s could not be listed at the reveal deadline", w, url)
         else:
             log.info("window %d: resuming with the listing taken at block %d", w, inventory.block)
+        try:
+            self.base = self.syncer.catch_up(self.model, self.base_index(w))
+            self.model = self.syncer.catch_up(self.base, w)
+        except SyncUnavailable as exc:
+            log.warning("window %d: cannot reach the models to check it against yet: %s", w, exc)
+            stop.wait(self.chain.block_time())
+            return
+        self.rt.load_params(self.base.params)
+        self.start_hash = state_hash(window_start_state(self.rt.model))
+        refused = self.syncer.take_refusals()
+        agreement = self.compare_with_leader(w - 1)
+        if is_checkpoint_window(self.windows, w):
+            self.publish(checkpoint_key(self.rt.run_id, w, self.hotkey), encode_checkpoint(self.model))
         mg = self.chain.metagraph()
         verdicts = self.check_window(w, mg, miners, in_time, commit_blocks, inventory)
         report = self.publish_report(w, verdicts, inventory.block, refused)
@@ -249,6 +256,13 @@ class Validator(Participant):
                 )
                 self.state.residuals.pop(hotkey, None)
                 continue
+            if announcement.store_url in inventory.unreachable:
+                verdicts.append(
+                    MinerVerdict(hotkey, uid).fail(
+                        "store", "its store could not be listed at the reveal deadline", fraud=False
+                    )
+                )
+                continue
             try:
                 stores[hotkey] = AtDeadline(
                     self.stores.get(announcement.store_url),
@@ -273,7 +287,7 @@ class Validator(Participant):
                 start_hash=self.start_hash,
                 challenged=hotkey in challenges,
             )
-            self.check_residual_chain(verdict)
+            self.check_residual_chain(verdict, continuous=self.state.window == w - 1)
             verdicts.append(verdict)
         flag_copies(verdicts, commit_blocks)
         for v in verdicts:
@@ -282,14 +296,21 @@ class Validator(Participant):
         score_window(self.rt, self.base, w, verdicts, miners, commit_blocks)
         return verdicts
 
-    def check_residual_chain(self, verdict: MinerVerdict) -> None:
+    def check_residual_chain(self, verdict: MinerVerdict, continuous: bool) -> None:
         """The residual a miner carries into this window must be the one it committed leaving its
         last window (else it could pick a residual that turns any update into a "consistent" one).
-        A break scores zero but is not fraud: a miner that lost its residual in a crash restarts it."""
+        A break scores zero but is not fraud: a miner that lost its residual in a crash restarts it.
+        Checked only when this validator checked the previous window too (`continuous`): one it
+        missed may hold a commitment that moved the residual on."""
         if verdict.manifest is None:
             return
         before = self.state.residuals.get(verdict.hotkey)
-        if before is not None and verdict.passed and verdict.manifest.residual_in_hash != before:
+        if (
+            continuous
+            and before is not None
+            and verdict.passed
+            and verdict.manifest.residual_in_hash != before
+        ):
             verdict.fail(
                 "trajectory",
                 "residual_in_hash does not continue the residual committed in the miner's last window",

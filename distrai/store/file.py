@@ -89,7 +89,8 @@ class FileStore(Store):
         retry: RetryPolicy | None = None,
     ) -> None:
         self.root = Path(root).absolute()
-        self.root.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):  # unreachable now (an outage): every operation says so
+            self.root.mkdir(parents=True, exist_ok=True)
         self.url = self.root.as_uri()
         self._bandwidth = Bandwidth.limited(bandwidth_bytes_per_s)
         self._retry = retry or RetryPolicy()
@@ -216,6 +217,7 @@ class FileStore(Store):
             yield source
 
     def _walk(self, directory: str, prefix: str) -> Iterator[str]:
+        os.stat(self.root)  # a store whose root cannot be reached lists as an error, not as empty
         start = self.root / directory if directory else self.root
         for folder, _, files in os.walk(start):
             relative = Path(folder).relative_to(self.root).as_posix()

@@ -112,6 +112,8 @@ class Syncer:
         """Window → (validator hotkey, aggregate) this node followed."""
         self.refusals: list[Refusal] = []
         self._first_window: int | None = None
+        self.unreachable_since: dict[tuple[int, str], int] = {}
+        """(window, validator) → the block at which its aggregate was first out of reach"""
 
     def first_window(self) -> int:
         """The run's first window (read once: the owner's run commitment does not move)."""
@@ -142,6 +144,9 @@ class Syncer:
         network over an outage."""
         w = model.window
         anchors = read_anchors(self.chain, self.runtime.config, w)
+        # Passed over only by a node that was already waiting for it before the patience ran out,
+        # as every node following live was; a node catching up later waits instead, since it cannot
+        # tell whether the others reached it.
         patience = (
             aggregate_deadline(self.runtime.config.windows, w) + self.runtime.config.windows.blocks_per_window
         )
@@ -165,7 +170,9 @@ class Syncer:
                     self.limits.max_update_bytes,
                 )
             except SyncUnavailable as exc:
-                if self.chain.block() < patience:
+                now = self.chain.block()
+                since = self.unreachable_since.setdefault((w, hotkey), now)
+                if now < patience or since >= patience:
                     log.warning("window %d: %s's aggregate is out of reach for now: %s", w, hotkey[:10], exc)
                     raise
                 log.warning(

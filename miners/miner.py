@@ -125,8 +125,8 @@ class Miner(Participant):
                 self.sleep_until(window_start(self.windows, w), stop)
                 if stop.is_set():
                     break
-                self.run_window(w, stop)
-                done += 1
+                if self.run_window(w, stop):
+                    done += 1
             self.uploader.drain(stop)
         finally:
             self.uploader.close()
@@ -216,7 +216,9 @@ class Miner(Participant):
 
     # -- one window -----------------------------------------------------------------------------
 
-    def run_window(self, w: int, stop: threading.Event) -> None:
+    def run_window(self, w: int, stop: threading.Event) -> bool:
+        """Train, commit and hand the reveal over; False when the window could not be trained
+        because its base model was out of reach (it does not count towards `max_windows`)."""
         started = time.monotonic()
         idle = 0.0 if self.last_end is None else started - self.last_end
         miners = sorted(self.chain.metagraph().hotkeys)
@@ -227,7 +229,7 @@ class Miner(Participant):
                 "window %d: cannot reach the window's base model yet, so it is not trained: %s", w, exc
             )
             self.last_end = time.monotonic()
-            return
+            return False
         self.rt.load_params(self.model.params)
         folder = job_folder(self.options.work_dir, w)
         shutil.rmtree(folder, ignore_errors=True)
@@ -246,7 +248,7 @@ class Miner(Participant):
         if not self.behaviour.commits(self) or not self.commit(w, manifest):
             job.remove()
             self.last_end = time.monotonic()
-            return
+            return True
         if encoded.residual is not None:
             self.residual = encoded.residual
             self._save_residual()
@@ -288,6 +290,7 @@ class Miner(Participant):
                     "behaviour": self.behaviour.name,
                 },
             )
+        return True
 
     def stage(
         self,

@@ -109,8 +109,8 @@ class Validator(Participant):
             self.wait_noting_miners(reveal_deadline(self.windows, w), stop)
             if stop.is_set():
                 return
-            self.run_window(w, stop)
-            done += 1
+            if self.run_window(w, stop):
+                done += 1
 
     def next_window(self) -> int:
         """The oldest window after the last one checked whose reveals can still be listed in time,
@@ -151,7 +151,10 @@ class Validator(Participant):
 
     # -- one window -----------------------------------------------------------------------------
 
-    def run_window(self, w: int, stop: threading.Event) -> None:
+    def run_window(self, w: int, stop: threading.Event) -> bool:
+        """Check window w and publish its aggregate; False when the models to check it against
+        were out of reach (tried again while the window's aggregate is still due; it does not
+        count towards `max_windows`)."""
         started = time.monotonic()
         idle = 0.0 if self.last_end is None else started - self.last_end
         pending = self.note_miners(w)
@@ -178,7 +181,7 @@ class Validator(Participant):
         except SyncUnavailable as exc:
             log.warning("window %d: cannot reach the models to check it against yet: %s", w, exc)
             stop.wait(self.chain.block_time())
-            return
+            return False
         self.rt.load_params(self.base.params)
         self.start_hash = state_hash(window_start_state(self.rt.model))
         refused = self.syncer.take_refusals()
@@ -223,6 +226,7 @@ class Validator(Participant):
                     **{f"average/{uid}": a for uid, a in enumerate(self.state.averages)},
                 },
             )
+        return True
 
     def committed(self, w: int) -> tuple[dict[str, Announcement], dict[str, int]]:
         """The miners whose manifest the chain held before the commit deadline, as of that block

@@ -9,10 +9,16 @@ processes opening it together neither migrate twice nor see it half migrated.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+log = logging.getLogger("distrai.chain")
+
+SLOW_LOCK_SECONDS = 2.0
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -132,8 +138,13 @@ def connect(path: Path) -> sqlite3.Connection:
 
 @contextmanager
 def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One atomic write: all of it lands, or (on any exception) none of it."""
+    """One atomic write: all of it lands, or (on any exception) none of it. A write that waited
+    seconds for another holder of the file's lock says so in the log."""
+    asked = time.monotonic()
     conn.execute("BEGIN IMMEDIATE")
+    waited = time.monotonic() - asked
+    if waited > SLOW_LOCK_SECONDS:
+        log.warning("the embedded chain's file was locked by another process for %.1f s", waited)
     try:
         yield conn
     except BaseException:

@@ -266,6 +266,7 @@ class Validator(Participant):
                         "store", "its store could not be listed at the reveal deadline", fraud=False
                     )
                 )
+                self.state.residuals.pop(hotkey, None)
                 continue
             try:
                 stores[hotkey] = AtDeadline(
@@ -306,7 +307,8 @@ class Validator(Participant):
         A break scores zero but is not fraud: a miner that lost its residual in a crash restarts it.
         Checked only when this validator checked the previous window too (`continuous`): one it
         missed may hold a commitment that moved the residual on."""
-        if verdict.manifest is None:
+        if verdict.manifest is None:  # a commitment this validator could not read: the chain is lost to it
+            self.state.residuals.pop(verdict.hotkey, None)
             return
         before = self.state.residuals.get(verdict.hotkey)
         if (

@@ -127,6 +127,8 @@ class Miner(Participant):
                     break
                 if self.run_window(w, stop):
                     done += 1
+                else:
+                    stop.wait(self.chain.block_time())
             self.uploader.drain(stop)
         finally:
             self.uploader.close()
@@ -197,6 +199,12 @@ class Miner(Participant):
                 log.info("window %d: resuming its reveal after a restart", job.window)
                 self.uploader.submit(job)
             else:
+                log.warning(
+                    "window %d: its reveal deadline (block %d) passed while the miner was down; "
+                    "a validator that challenged it finds nothing revealed",
+                    job.window,
+                    reveal_deadline(self.windows, job.window),
+                )
                 job.remove()
 
     def anchored(self, job: RevealJob, block: int) -> bool:

@@ -241,3 +241,14 @@ def test_training_from_an_older_base_fails_the_replay_of_any_segment(runtime, mo
     store = FileStore(tmp_path / "unanchored")
     verdict = verify(unanchored, model, store, publish(unanchored, store, window), segments=(2,))
     assert verdict.passed, "without the anchor only segment 0 could tell; this test would prove nothing"
+
+
+def test_a_reveal_missing_is_hiding_but_a_store_failing_now_is_not_fraud():
+    from distrai.store import StoreError
+    from distrai.store.base import NotFound
+    from validators.replay import not_read
+
+    hidden = not_read("states", "challenged boundary 5", NotFound("no key"))
+    assert hidden.fraud and "was not revealed" in hidden.why
+    failing = not_read("states", "challenged boundary 5", StoreError("connection reset"))
+    assert not failing.fraud and "could not be read" in failing.why

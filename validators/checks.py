@@ -17,6 +17,7 @@ from distrai.globalmodel import GlobalModel
 from distrai.layout import manifest_key
 from distrai.runtime import Runtime
 from distrai.store import StoreError
+from distrai.store.base import IntegrityError, NotFound, TooLarge
 from distrai.update import decode_update
 from distrai.wire import WireError, open_document
 from distrai.wire.manifest import UpdateManifest, parse_body
@@ -123,8 +124,9 @@ def check_miner(
     verdict.verdicts["consistency"] = PASS
     try:
         blob = store.get_blob(manifest.update.sha256, limits.max_update_bytes)
-    except StoreError as exc:
-        return verdict.fail("update", f"not fetched: {exc}", fraud=challenged)
+    except StoreError as exc:  # hiding, when challenged; a store that fails now is not the miner's doing
+        absent = isinstance(exc, NotFound | IntegrityError | TooLarge)
+        return verdict.fail("update", f"not fetched: {exc}", fraud=challenged and absent)
     try:
         if len(blob) != manifest.update.size:
             raise StoreError(f"update is {len(blob)} bytes, the manifest says {manifest.update.size}")

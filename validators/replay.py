@@ -25,6 +25,7 @@ from distrai.globalmodel import GlobalModel
 from distrai.layout import residual_key, state_key
 from distrai.runtime import Runtime
 from distrai.store import StoreError
+from distrai.store.base import IntegrityError, NotFound, TooLarge
 from distrai.train.assignment import batch_indices
 from distrai.train.inner import float_params, pseudo_gradient
 from distrai.train.replay import replay_distance, replay_segment
@@ -38,10 +39,19 @@ from validators.inventory import Reader
 class Refused(Exception):
     """A challenged miner's revealed data failed a check; the message says which and why."""
 
-    def __init__(self, check: str, why: str):
+    def __init__(self, check: str, why: str, fraud: bool = True):
         super().__init__(why)
         self.check = check
         self.why = why
+        self.fraud = fraud
+
+
+def not_read(check: str, what: str, exc: StoreError) -> Refused:
+    """A reveal that could not be read: absent at the deadline (hiding, fraud), or out of reach
+    now because the store failed (the validator's trouble as much as the miner's: not fraud)."""
+    if isinstance(exc, NotFound | IntegrityError | TooLarge):
+        return Refused(check, f"{what} was not revealed: {exc}")
+    return Refused(check, f"{what} could not be read from the miner's store: {exc}", fraud=False)
 
 
 class Revealed:
@@ -64,7 +74,7 @@ class Revealed:
         try:
             data = self.store.get(key, self.rt.config.limits.max_checkpoint_bytes)
         except StoreError as exc:
-            raise Refused("states", f"challenged boundary {step} was not revealed: {exc}") from exc
+            raise not_read("states", f"challenged boundary {step}", exc) from exc
         self.bytes += len(data)
         try:
             state = decode_state(data)
@@ -85,9 +95,12 @@ class Revealed:
         key = residual_key(self.rt.run_id, self.window, self.verdict.hotkey)
         try:
             data = self.store.get(key, self.rt.config.limits.max_checkpoint_bytes)
+        except StoreError as exc:
+            raise not_read("trajectory", "the incoming codec residual", exc) from exc
+        try:
             self.bytes += len(data)
             residual, _ = decode_tensors(data, max_bytes=self.rt.config.limits.max_checkpoint_bytes)
-        except (StoreError, WireError) as exc:
+        except WireError as exc:
             raise Refused(
                 "trajectory", f"the incoming codec residual was not revealed intact: {exc}"
             ) from exc
@@ -117,7 +130,7 @@ def verify_challenge(
         verdict.verdicts["trajectory"] = PASS
         verdict.numbers["replay_distance"] = distance
     except Refused as exc:
-        verdict.fail(exc.check, exc.why)
+        verdict.fail(exc.check, exc.why, fraud=exc.fraud)
     finally:
         runtime.load_params(model.params)
         verdict.numbers["replay_seconds"] = time.monotonic() - started

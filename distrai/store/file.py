@@ -116,7 +116,8 @@ class FileStore(Store):
         return self._run(f"get {key!r}", read)
 
     def exists(self, key: str) -> bool:
-        return self._path(key).is_file()
+        path = self._path(key)
+        return self._run(f"exists {key!r}", path.is_file)
 
     def list(self, prefix: str = "") -> list[str]:
         directory = prefix.rpartition("/")[0]

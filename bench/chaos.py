@@ -1,0 +1,1669 @@
+"""Bounded chaos run of a localnet; writes docs/reliability.md.
+
+Three miners and two validators run the pipelined cpu-localnet config as separate processes (the
+real entry points, `distrai.localnet`). While they run, the harness
+
+- SIGKILLs a miner or a validator at `--kills` moments drawn with `random.Random(--seed)`, spread
+  over the run's windows and over every phase (`distrai.windows.activities` at the kill's block:
+  the train phase alone, the previous window's reveal beside it, or its validation beside it;
+  every (role, phase) pair at least once, one miner kill aimed at the block its reveal uploads
+  in), and restarts it at once with the same command (`Localnet.restart`);
+- makes the file store unreachable for one window: the store directory is moved aside and a
+  symbolic link that points at itself takes its place, so every put and get fails with a
+  `StoreError` (ELOOP) until the directory is moved back (chmod 000 does not stop root, and a
+  directory merely moved away is silently re-created by the next put);
+- stalls the embedded chain across a window's first block, when every node uses it: a separate
+  sqlite3 connection holds `BEGIN EXCLUSIVE` on chain.db for `--stall-seconds`, then commits;
+  meanwhile it samples which nodes sit in sqlite's busy wait.
+
+No kill falls within `RESTART_S` (plus a few blocks) before a disruption or a few blocks after
+it, so each effect has one cause. Then it checks what the nodes left behind (`run_checks`): no
+validator state lost, no reveal in flight or codec residual lost, no honest miner marked fraud,
+every node on one global model, no partial object or temp file in the store, both disruptions
+survived and told in the logs.
+
+A node restarted with the same command counts its `--max.windows` again from its restart, so it
+would run past the others; once the run's own windows are done (every validator has folded the
+last of them, every reveal of the miners' last window is due) the harness stops such nodes with
+SIGINT and requires them to exit 0 like the rest.
+
+    python bench/chaos.py                                   # 20 kills over 8 windows, ~5 min
+    python bench/chaos.py --kills 8 --windows 5 --seed 3 --block-time 0.7 --output /tmp/r.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import re
+import shlex
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from distrai.announce import committed_updates
+from distrai.globalmodel import CHECKPOINT_FORMAT
+from distrai.layout import manifest_key
+from distrai.localnet import Localnet, LocalnetOptions
+from distrai.localnet_view import signed_reports
+from distrai.metrics import read_metrics
+from distrai.run import run_id
+from distrai.store.file import TEMP_SUFFIX
+from distrai.train.state import load_state as load_train_state
+from distrai.train.tensorfile import decode_tensors as decode_record_tensors
+from distrai.wallets import open_wallet
+from distrai.windows import (
+    Phase,
+    WindowConfig,
+    activities,
+    commit_deadline,
+    committed_in_time,
+    reveal_deadline,
+    window_end,
+    window_of,
+    window_start,
+)
+from distrai.wire import decode_tensors as decode_wire_tensors
+from validators.state import ValidatorState
+from validators.state import load_state as load_validator_state
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUTPUT = ROOT / "docs" / "reliability.md"
+NOTES_MARKER = "<!-- Notes below this line are kept when bench/chaos.py rewrites this file. -->"
+PHASES = ("train", "reveal", "validate")
+ROLES = ("miner", "validator")
+RESTART_S = 12.0
+"""About how long a restarted node takes to reach its loop on a loaded 2-core machine."""
+MARGIN_BLOCKS = 3
+"""No kill within this many blocks after a store outage or a chain stall, nor within this many
+blocks plus `RESTART_S` before one, so each effect has one cause."""
+MIN_KILL_GAP_BLOCKS = 3
+LOG_SLACK_S = 8.0
+"""Log records up to this long after a disruption ends still count as the node's account of it."""
+
+
+# -- options and plan ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChaosOptions:
+    work: Path
+    kills: int = 20
+    windows: int = 8
+    seed: int = 0
+    block_time: float = 0.8
+    miners: int = 3
+    validators: int = 2
+    store_outage: bool = True
+    stall_seconds: float = 5.0
+    """0 for no chain stall"""
+    timeout_s: float | None = None
+    """the whole run, from the nodes' start; default from the windows and the block time"""
+
+
+@dataclass(frozen=True)
+class Planned:
+    kind: str
+    """"kill", "store outage" or "chain stall" """
+    block: float
+    """chain block (with a fraction) at which it starts"""
+    node: str = ""
+    phase: str = ""
+    """for a kill: the phase aimed at (`PHASES`)"""
+    seconds: float = 0.0
+    """for a disruption: how long it lasts"""
+
+
+def phase_label(under_way: list[tuple[int, Phase]]) -> str:
+    """One word for what `activities` says is under way: the older window's reveal or validation
+    if one runs beside the training, else the phase itself."""
+    phases = [p for _, p in under_way]
+    for phase in (Phase.REVEAL, Phase.VALIDATE, Phase.WEIGHTS):
+        if phase in phases:
+            return phase.value
+    return Phase.TRAIN.value
+
+
+def phase_offsets(cfg: WindowConfig) -> dict[str, list[int]]:
+    """Block offsets inside a window (past the first two) at which each label of `phase_label` holds."""
+    window = 2
+    offsets: dict[str, list[int]] = {}
+    for offset in range(cfg.blocks_per_window):
+        label = phase_label(activities(cfg, window_start(cfg, window) + offset))
+        offsets.setdefault(label, []).append(offset)
+    return offsets
+
+
+def plan(
+    cfg: WindowConfig,
+    options: ChaosOptions,
+    nodes: dict[str, str],
+    first_window: int,
+    rng: random.Random,
+) -> list[Planned]:
+    """Every kill and disruption of the run, in block order. `nodes` maps each name to its role;
+    `first_window` is the miners' first window. Kills fall in the windows after it, spread evenly;
+    each (role, phase) pair is hit at least once when there are kills enough, and no node is
+    killed again within half a window of its last kill (its restart takes seconds); among the
+    nodes of a role, the one killed least often so far is taken."""
+    bpw = cfg.blocks_per_window
+    offsets = phase_offsets(cfg)
+    missing = [p for p in PHASES if p not in offsets]
+    if missing:
+        raise ValueError(f"the run's windows have no {', '.join(missing)} phase to aim kills at")
+    kill_windows = list(range(first_window + 1, first_window + options.windows))
+    if not kill_windows:
+        raise ValueError("--windows must be at least 2: kills fall after the miners' first window")
+    blocked: list[tuple[float, float]] = []
+    events: list[Planned] = []
+    before = MARGIN_BLOCKS + RESTART_S / options.block_time
+    if options.store_outage:
+        window = rng.choice(kill_windows[:-2] or kill_windows[:1])
+        start = window_start(cfg, window) + rng.randrange(bpw) + rng.random()
+        seconds = bpw * options.block_time
+        events.append(Planned("store outage", start, seconds=seconds))
+        blocked.append((start - before, start + bpw + MARGIN_BLOCKS))
+    if options.stall_seconds > 0:
+        # across a window's first block, where every node reads or writes the chain: miners start
+        # the window and their uploaders read the commitments, validators note the window's miners
+        stall_blocks = options.stall_seconds / options.block_time
+        for _ in range(1000):
+            start = window_start(cfg, rng.choice(kill_windows[1:] or kill_windows)) - rng.uniform(1.0, 2.0)
+            span = (start - before, start + stall_blocks + MARGIN_BLOCKS)
+            if not any(_overlap(span, b) for b in blocked):
+                break
+        else:
+            raise ValueError("no room for the chain stall: add --windows")
+        events.append(Planned("chain stall", start, seconds=options.stall_seconds))
+        blocked.append(span)
+
+    # every (role, phase) pair once, then moments drawn uniformly over the windows' blocks
+    combos = [(role, phase) for role in ROLES for phase in PHASES]
+    rng.shuffle(combos)
+    wanted = [(role, phase, True) for role, phase in combos[: options.kills]]
+    while len(wanted) < options.kills:
+        role = rng.choices(ROLES, weights=(3, 2))[0]
+        wanted.append((role, rng.choices(PHASES, weights=[len(offsets[p]) for p in PHASES])[0], False))
+    slots = [kill_windows[i * len(kill_windows) // options.kills] for i in range(options.kills)]
+    rng.shuffle(wanted)
+    moments: list[tuple[float, str, str]] = []
+    # the pairs first, the scarcest phase first (on pipelined windows the train phase alone lasts two blocks)
+    pairs = sorted(zip(wanted, slots, strict=True), key=lambda p: (not p[0][2], len(offsets[p[0][1]])))
+    for (role, phase, required), window in pairs:
+        choices = (
+            [(role, phase)]
+            if required
+            else [(r, p) for r in (role, *(x for x in ROLES if x != role)) for p in (phase, *PHASES)]
+        )
+        placed = False
+        for kind, option in choices:
+            for w in sorted(kill_windows, key=lambda x: (abs(x - window), x)):
+                free = [
+                    b
+                    for o in _aim(cfg, offsets, kind, option, required)
+                    if _free(b := window_start(cfg, w) + o, blocked, moments, kind, bpw / 2)
+                ]
+                if free:
+                    moments.append((rng.choice(free) + rng.uniform(0.05, 0.95), kind, option))
+                    placed = True
+                    break
+            if placed:
+                break
+        if not placed:
+            raise ValueError(
+                f"no free block for a {role} kill in the {phase} phase: add --windows or fewer --kills"
+            )
+    last_kill: dict[str, float] = {}
+    times: dict[str, int] = {}
+    for block, role, phase in sorted(moments):
+        names = [n for n, r in nodes.items() if r == role]
+        rested = [n for n in names if block - last_kill.get(n, -1e9) >= bpw / 2]
+        if rested:
+            fewest = min(times.get(n, 0) for n in rested)
+            node = rng.choice([n for n in rested if times.get(n, 0) == fewest])
+        else:
+            node = min(names, key=lambda n: last_kill.get(n, -1e9))
+        last_kill[node] = block
+        times[node] = times.get(node, 0) + 1
+        events.append(Planned("kill", block, node=node, phase=phase))
+    return sorted(events, key=lambda e: e.block)
+
+
+def plan_for_seed(
+    cfg: WindowConfig, options: ChaosOptions, nodes: dict[str, str], first_window: int
+) -> list[Planned]:
+    """`plan` with `random.Random(seed)`; when that draw leaves no room for some kill, the next
+    draws of the same seed are tried, so a seed always gives the same plan."""
+    error = None
+    for attempt in range(100):
+        rng = random.Random(options.seed if attempt == 0 else f"{options.seed}/{attempt}")
+        try:
+            return plan(cfg, options, nodes, first_window, rng)
+        except ValueError as exc:
+            error = exc
+    raise ValueError(f"no plan fits: {error}")
+
+
+def _aim(
+    cfg: WindowConfig, offsets: dict[str, list[int]], role: str, phase: str, required: bool
+) -> list[int]:
+    """Offsets a kill may take. The one required miner kill of the reveal phase aims at the block
+    after the previous window's commit deadline, when its reveal is being uploaded (a reveal of the
+    tiny model takes about a second, so a kill anywhere else in the phase finds it done)."""
+    if required and role == "miner" and phase == "reveal":
+        upload = (cfg.commit_offset + 1) % cfg.blocks_per_window
+        return [o for o in offsets[phase] if o == upload] or offsets[phase]
+    return offsets[phase]
+
+
+def _free(
+    block: int,
+    blocked: list[tuple[float, float]],
+    moments: list[tuple[float, str, str]],
+    role: str,
+    apart: float,
+) -> bool:
+    """Whether a kill may fall in `block`: outside every disruption's span, at least
+    `MIN_KILL_GAP_BLOCKS` from any other kill and, for a validator, `apart` blocks from any other
+    validator kill (one validator down at a time, so a window keeps an aggregate)."""
+    if any(_overlap((block, block + 1), b) for b in blocked):
+        return False
+    for at, other, _ in moments:
+        gap = abs(at - (block + 0.5))
+        if gap < MIN_KILL_GAP_BLOCKS or (role == other == "validator" and gap < apart):
+            return False
+    return True
+
+
+def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
+# -- what happened ------------------------------------------------------------------------------
+
+
+@dataclass
+class Kill:
+    index: int
+    node: str
+    role: str
+    aimed_at: str
+    block: int
+    seconds: float
+    """since the nodes started"""
+    wall: float
+    """unix time of the SIGKILL"""
+    activities: str
+    phase: str
+    doing: str
+    log_offset: int
+    """size of the node's log when it was restarted: what follows is the new process"""
+    in_flight: list[int] = field(default_factory=list)
+    """miner: windows whose sealed reveal job was on disk at the kill"""
+    state_before: dict | None = None
+    """validator: the saved state just before the kill"""
+    state_after: dict | None = None
+    """validator: the saved state just after the kill (before the restart)"""
+    outcome: str = ""
+
+
+@dataclass
+class Disruption:
+    kind: str
+    block: int
+    end_block: int
+    seconds: float
+    """since the nodes started"""
+    wall_start: float
+    wall_end: float
+    how: str
+    alive_after: dict[str, bool] = field(default_factory=dict)
+    said: dict[str, list[str]] = field(default_factory=dict)
+    """node → its warning and error records in the span"""
+    waited: dict[str, float] = field(default_factory=dict)
+    """chain stall: node → seconds (sampled) one of its threads sat in sqlite's busy wait"""
+    log_offsets: dict[str, int] = field(default_factory=dict)
+    """node → size of its log when it began"""
+    running: frozenset[str] = frozenset()
+    """the nodes running when it began: only they can meet it"""
+    outcome: str = ""
+
+
+@dataclass(frozen=True)
+class Crash:
+    node: str
+    code: int | None
+    block: int
+    wall: float
+    error: str
+    """the exception line its traceback ended with"""
+    frames: list[str]
+    """the innermost frames"""
+
+    def __str__(self) -> str:
+        return (
+            f"{self.node} exited {self.code} at block {self.block}: {self.error} ("
+            + " <- ".join(reversed(self.frames))
+            + ")"
+        )
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    summary: str
+    details: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ChaosResult:
+    options: ChaosOptions
+    command: str
+    started: str
+    seconds: float
+    windows: tuple[int, int]
+    """(first, last) window of the run: the miners' first trained and last validated"""
+    kills: list[Kill]
+    disruptions: list[Disruption]
+    crashes: list[Crash]
+    problems: list[str]
+    returncodes: dict[str, int | None]
+    stopped_by_harness: list[str]
+    checks: list[Check]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def check(self, name: str) -> Check:
+        return next(c for c in self.checks if c.name == name)
+
+
+# -- logs ---------------------------------------------------------------------------------------
+
+_RECORD = re.compile(
+    r"^(?:\[(?P<time>[^\]]*)\] |\s{20})(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?P<message>.*)$"
+)
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    offset: int
+    time: float | None
+    level: str
+    message: str
+
+
+def log_records(path: Path, start: int = 0, end: int | None = None) -> list[LogRecord]:
+    """The records of a node's rich log between byte offsets, wrapped lines joined; lines that are
+    no record (a traceback printed on a crash) become records of level "RAW"."""
+    if not path.exists():
+        return []
+    data = path.read_bytes()[start:end]
+    records: list[LogRecord] = []
+    offset, stamp = start, None
+    for raw in data.split(b"\n"):
+        line = raw.decode("utf-8", "replace").rstrip()
+        here, offset = offset, offset + len(raw) + 1
+        if not line.strip():
+            continue
+        m = _RECORD.match(line)
+        if m:
+            if m["time"]:
+                stamp = _parse_time(m["time"]) or stamp
+            records.append(LogRecord(here, stamp, m["level"], m["message"].strip()))
+        elif line.startswith(" ") and records:
+            last = records[-1]
+            records[-1] = LogRecord(last.offset, last.time, last.level, f"{last.message} {line.strip()}")
+        else:
+            records.append(LogRecord(here, stamp, "RAW", line))
+    return records
+
+
+def _parse_time(text: str) -> float | None:
+    for fmt in ("%m/%d/%y %H:%M:%S", "%x %X"):
+        try:
+            return time.mktime(time.strptime(text.strip(), fmt))
+        except ValueError:
+            continue
+    return None
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+def sqlite_waiting(pid: int) -> bool:
+    """Whether a thread of `pid` sleeps in a relative CLOCK_REALTIME nanosleep: sqlite's busy
+    handler (usleep) while another connection holds the lock. Python's own sleeps use
+    CLOCK_MONOTONIC with TIMER_ABSTIME, and waits on events are futexes, so neither counts."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tasks:
+        try:
+            call = Path(f"/proc/{pid}/task/{tid}/syscall").read_text().split()
+        except OSError:
+            continue
+        if call[:3] == ["230", "0x0", "0x0"] or call[:1] == ["35"]:
+            return True
+    return False
+
+
+class Harness:
+    def __init__(self, options: ChaosOptions, say: Callable[[str], None] = print):
+        self.options = options
+        self.say = say
+        self.net = Localnet(
+            LocalnetOptions(
+                work=options.work,
+                miners=options.miners,
+                validators=options.validators,
+                windows=options.windows,
+                block_time=options.block_time,
+            )
+        )
+        self.cfg = self.net.config.windows
+        self.run_id = run_id(self.net.config)
+        self.kills: list[Kill] = []
+        self.disruptions: list[Disruption] = []
+        self.crashes: list[Crash] = []
+        self.problems: list[str] = []
+        """what went wrong with the run itself (a timeout, a node that would not stop)"""
+        self.started_log: dict[str, int] = {}
+        self.restarted: set[str] = set()
+        self.finished: set[str] = set()
+        self.skipped: list[str] = []
+        """planned kills that found no node of their role running"""
+        self.finished_early: dict[str, int] = {}
+        """node → block at which it exited 0 by itself before the run's windows were done"""
+        self.stopped_by_harness: list[str] = []
+        self.started_at = 0.0
+        self._hotkeys: dict[str, str] = {}
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    @property
+    def chain(self):
+        return self.net.chain
+
+    def hotkey(self, name: str) -> str:
+        if name not in self._hotkeys:
+            self._hotkeys[name] = open_wallet(name, "default", str(self.net.wallet_path)).hotkey.ss58_address
+        return self._hotkeys[name]
+
+    def state_path(self, name: str) -> Path:
+        return self.net.neuron(name).work_dir / "validator_state.json"
+
+    def saved_state(self, name: str) -> ValidatorState:
+        return load_validator_state(self.state_path(name), self.run_id)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started_at
+
+    def block_time_of(self, block: float) -> float:
+        whole = int(block)
+        return self.chain.block_timestamp(whole) + (block - whole) * self.options.block_time
+
+    @property
+    def first_window(self) -> int:
+        """The miners' first window: they skip the current one when too little of it is left."""
+        return window_of(self.cfg, self.net.started_block) + 1
+
+    @property
+    def last_miner_window(self) -> int:
+        return self.first_window + self.options.windows - 1
+
+    @property
+    def last_validated_window(self) -> int:
+        """Validators start checking at the window they start in, so their last is one earlier."""
+        return window_of(self.cfg, self.net.started_block) + self.options.windows - 1
+
+    # -- the run --------------------------------------------------------------------------------
+
+    def run(self, progress: Callable[[int, int], None] | None = None) -> None:
+        net = self.net
+        net.setup()
+        events = plan_for_seed(
+            self.cfg, self.options, {n.name: n.role for n in net.neurons}, self.first_window
+        )
+        net.start()
+        self.started_at = time.monotonic()
+        end_block = reveal_deadline(self.cfg, self.last_miner_window) + 2
+        timeout = self.options.timeout_s or 180 + (self.options.windows + 4) * (
+            self.cfg.blocks_per_window * self.options.block_time
+        )
+        tick = (lambda: progress(self.chain.block(), end_block)) if progress else (lambda: None)
+        self.say(
+            f"{len(net.neurons)} processes started in {net.work}; "
+            f"{sum(e.kind == 'kill' for e in events)} kills planned, windows {self.first_window}–{self.last_miner_window}"
+        )
+        for event in events:
+            self.wait_until(self.block_time_of(event.block), tick)
+            if event.kind == "kill":
+                self.kill(event)
+            elif event.kind == "store outage":
+                self.store_outage(event, tick)
+            else:
+                self.chain_stall(event, tick)
+        self.finish(timeout, tick)
+
+    def wait_until(self, when: float, tick: Callable[[], None]) -> None:
+        while time.time() < when:
+            self.watch()
+            tick()
+            time.sleep(min(0.25, max(0.0, when - time.time())))
+
+    def watch(self) -> None:
+        """Notice a process that ended without being killed: exit 0 is a finished node; anything
+        else is a crash, recorded with the traceback it left in its log and restarted so the run
+        goes on."""
+        for neuron in self.net.neurons:
+            if neuron.process is None or neuron.running() or neuron.name in self.finished:
+                continue
+            code = neuron.process.returncode
+            if code == 0:
+                self.finished.add(neuron.name)
+                block = self.chain.block()
+                early = (
+                    self.saved_state(neuron.name).window < self.last_validated_window
+                    if neuron.role == "validator"
+                    else block < window_end(self.cfg, self.last_miner_window)
+                )
+                if early:
+                    self.finished_early[neuron.name] = block
+                self.say(f"{neuron.name} finished its windows (exit 0) at block {block}")
+                continue
+            records = log_records(neuron.log_path, self.started_log.get(neuron.name, 0))
+            # a traceback is a RAW record "Traceback … File …" (its indented lines joined) and the
+            # RAW record of the exception after it
+            raw = [r.message for r in records if r.level == "RAW"]
+            last = max((i for i, line in enumerate(raw) if line.startswith("Traceback")), default=None)
+            trace = raw[last:] if last is not None else raw[-2:]
+            frames = [
+                f"{Path(f).name}:{line} {func}"
+                for f, line, func in re.findall(r'File "([^"]+)", line (\d+), in (\S+)', " ".join(trace))
+            ]
+            error = trace[-1] if trace else "no traceback in the log"
+            self.crashes.append(Crash(neuron.name, code, self.chain.block(), time.time(), error, frames[-5:]))
+            self.say(f"[red]{neuron.name} crashed (exit {code}): {escape(error)}; restarting it[/]")
+            self.restarted.add(neuron.name)
+            self.start(neuron.name)
+
+    def start(self, name: str) -> None:
+        """(Re)start a node with its command (`Localnet.restart`), noting where its log goes on."""
+        neuron = self.net.neuron(name)
+        self.started_log[name] = neuron.log_path.stat().st_size if neuron.log_path.exists() else 0
+        self.net.restart(name)
+
+    def kill(self, event: Planned) -> None:
+        neuron = self.net.neuron(event.node)
+        if not neuron.running():
+            alive = [n for n in self.net.neurons if n.role == neuron.role and n.running()]
+            if not alive:
+                self.skipped.append(
+                    f"{event.kind} of {event.node} at block {int(event.block)}: no {neuron.role} running"
+                )
+                self.say(f"[yellow]kill skipped: no {neuron.role} running at block {self.chain.block()}[/]")
+                return
+            neuron = alive[0]
+        block = self.chain.block()
+        under_way = activities(self.cfg, block)
+        doing = self.doing(neuron.name)
+        in_flight = self.sealed_jobs(neuron.name) if neuron.role == "miner" else []
+        before = self.saved_state(neuron.name).model_dump() if neuron.role == "validator" else None
+        wall = time.time()
+        neuron.kill()
+        after = self.saved_state(neuron.name).model_dump() if neuron.role == "validator" else None
+        self.start(neuron.name)
+        offset = self.started_log[neuron.name]
+        self.restarted.add(neuron.name)
+        self.finished.discard(neuron.name)
+        kill = Kill(
+            index=len(self.kills) + 1,
+            node=neuron.name,
+            role=neuron.role,
+            aimed_at=event.phase,
+            block=block,
+            seconds=self.elapsed(),
+            wall=wall,
+            activities=", ".join(f"w{w} {p.value}" for w, p in under_way),
+            phase=phase_label(under_way),
+            doing=doing,
+            log_offset=offset,
+            in_flight=in_flight,
+            state_before=before,
+            state_after=after,
+        )
+        self.kills.append(kill)
+        self.say(
+            f"kill {kill.index}: {kill.node} at block {block} ({kill.activities}); it was {escape(doing)}; restarted"
+        )
+
+    def sealed_jobs(self, name: str) -> list[int]:
+        root = self.net.neuron(name).work_dir / "reveals"
+        if not root.exists():
+            return []
+        return sorted(
+            int(f.name[1:]) for f in root.iterdir() if (f / "job.json").exists() and f.name[1:].isdigit()
+        )
+
+    def doing(self, name: str) -> str:
+        """What the node was busy with, from its work dir and its latest log record."""
+        neuron = self.net.neuron(name)
+        parts = []
+        if neuron.role == "miner":
+            root = neuron.work_dir / "reveals"
+            for folder in sorted(root.iterdir()) if root.exists() else []:
+                if (folder / "job.json").exists():
+                    w = int(folder.name[1:]) if folder.name[1:].isdigit() else -1
+                    due = commit_deadline(self.cfg, w) + 1
+                    parts.append(
+                        f"{'uploading' if self.chain.block() >= due else 'holding'} the reveal of {folder.name}"
+                    )
+                else:
+                    states = len(list((folder / "states").glob("*.safetensors")))
+                    parts.append(f"training {folder.name} ({states} boundaries saved)")
+        else:
+            state = self.saved_state(name)
+            pending = []
+            for path in sorted((neuron.work_dir / "pending").glob("w*.json")):
+                try:
+                    listed = json.loads(path.read_text()).get("inventory_block") is not None
+                except (OSError, ValueError):
+                    listed = False
+                pending.append(f"{path.stem}{' listed' if listed else ''}")
+            parts.append(f"state at w{state.window}")
+            if pending:
+                parts.append("pending " + ", ".join(pending))
+        records = log_records(neuron.log_path)
+        if records:
+            parts.append(f'last log: "{records[-1].message[:90]}"')
+        return "; ".join(parts) or "starting"
+
+    def offsets(self) -> dict[str, int]:
+        return {n.name: n.log_path.stat().st_size if n.log_path.exists() else 0 for n in self.net.neurons}
+
+    def store_outage(self, event: Planned, tick: Callable[[], None]) -> None:
+        store = self.net.work / "store"
+        aside = self.net.work / "store.unreachable"
+        block, wall, offsets = self.chain.block(), time.time(), self.offsets()
+        present = frozenset(n.name for n in self.net.neurons if n.running())
+        os.rename(store, aside)
+        os.symlink(store.name, store)
+        self.say(f"store unreachable from block {block} for {event.seconds:.0f} s")
+        try:
+            self.wait_until(wall + event.seconds, tick)
+        finally:
+            os.unlink(store)
+            os.rename(aside, store)
+        self.disruptions.append(
+            Disruption(
+                "store outage",
+                block,
+                self.chain.block(),
+                self.elapsed(),
+                wall,
+                time.time(),
+                "store dir moved aside, a self-referencing symlink in its place (ELOOP on every path)",
+                log_offsets=offsets,
+                running=present,
+                alive_after={n.name: n.running() or n.name in self.finished for n in self.net.neurons},
+            )
+        )
+        self.say(f"store back at block {self.chain.block()}")
+
+    def chain_stall(self, event: Planned, tick: Callable[[], None]) -> None:
+        conn = sqlite3.connect(str(self.net.work / "chain.db"), timeout=60.0, isolation_level=None)
+        asked = time.time()
+        conn.execute("BEGIN EXCLUSIVE")
+        wall, block, offsets = time.time(), self.chain.block(), self.offsets()
+        present = frozenset(n.name for n in self.net.neurons if n.running())
+        self.say(f"chain locked (BEGIN EXCLUSIVE) at block {block} for {event.seconds:.1f} s")
+        waited: dict[str, float] = {n.name: 0.0 for n in self.net.neurons}
+        step = 0.25
+        try:
+            while time.time() < wall + event.seconds:
+                self.watch()
+                tick()
+                for neuron in self.net.neurons:
+                    if neuron.running() and sqlite_waiting(neuron.process.pid):
+                        waited[neuron.name] += step
+                time.sleep(step)
+        finally:
+            conn.execute("COMMIT")
+            conn.close()
+        blocked = ", ".join(f"{name} {s:.1f} s" for name, s in waited.items() if s > 0) or "none"
+        self.say(f"chain released at block {self.chain.block()}; waiting on its lock: {blocked}")
+        self.disruptions.append(
+            Disruption(
+                "chain stall",
+                block,
+                self.chain.block(),
+                self.elapsed(),
+                wall,
+                time.time(),
+                f"BEGIN EXCLUSIVE on chain.db for {event.seconds:.1f} s (lock taken after {wall - asked:.2f} s)",
+                log_offsets=offsets,
+                running=present,
+                alive_after={n.name: n.running() or n.name in self.finished for n in self.net.neurons},
+                waited=waited,
+            )
+        )
+
+    def finish(self, timeout: float, tick: Callable[[], None]) -> None:
+        """Wait for the run's windows to be done; nodes that were never restarted end by themselves,
+        restarted ones (whose --max.windows counts from their restart) are stopped with SIGINT."""
+        deadline = self.started_at + timeout
+        end_block = reveal_deadline(self.cfg, self.last_miner_window) + 1
+        while time.monotonic() < deadline:
+            self.watch()
+            tick()
+            if self.run_done(end_block):
+                break
+            time.sleep(0.5)
+        else:
+            self.problems.append(f"the run did not finish its windows within {timeout:.0f} s")
+        for neuron in self.net.neurons:
+            if neuron.running():
+                self.stopped_by_harness.append(neuron.name)
+                neuron.process.send_signal(signal.SIGINT)
+        for neuron in self.net.neurons:
+            if neuron.running():
+                try:
+                    neuron.process.wait(60)
+                except subprocess.TimeoutExpired:
+                    self.problems.append(f"{neuron.name} did not stop within 60 s of SIGINT; killed")
+                    neuron.kill()
+        if self.stopped_by_harness:
+            self.say(f"stopped with SIGINT after the run's windows: {', '.join(self.stopped_by_harness)}")
+
+    def run_done(self, end_block: int) -> bool:
+        for neuron in self.net.neurons:
+            if not neuron.running():
+                continue
+            if neuron.name not in self.restarted:
+                return False
+            if (
+                neuron.role == "validator"
+                and self.saved_state(neuron.name).window < self.last_validated_window
+            ):
+                return False
+            if neuron.role == "miner" and (
+                self.chain.block() < end_block
+                or any(w <= self.last_miner_window for w in self.sealed_jobs(neuron.name))
+            ):
+                return False
+        return True
+
+
+# -- checks -------------------------------------------------------------------------------------
+
+
+def validator_records(path: Path) -> list[dict]:
+    return [r for r in read_metrics(path) if "event" not in r] if path.exists() else []
+
+
+def ema_from_records(
+    records: list[dict], n: int, alpha: float, barred: set[tuple[int, int]] = frozenset()
+) -> tuple[list[float], list[int]]:
+    """The moving average the validator's metrics imply (first record of each window), as
+    tests/test_localnet_e2e.py recomputes it, with the average of a uid the validator barred in a
+    window (`barred`: (window, uid), from its log) reset to 0 as `fold_scores` does."""
+    windows = sorted({r["window"] for r in records})
+    averages = [0.0] * n
+    for w in windows:
+        record = next(r for r in records if r["window"] == w)
+        scores = [record.get(f"score/{uid}", 0.0) for uid in range(n)]
+        averages = [alpha * s + (1 - alpha) * a for a, s in zip(averages, scores, strict=True)]
+        averages = [0.0 if (w, uid) in barred else a for uid, a in enumerate(averages)]
+    return averages, windows
+
+
+def barred_in_log(path: Path) -> set[tuple[int, int]]:
+    """(window, uid) of every ban a validator's log announces ("window W: uid U barred until …")."""
+    return {
+        (int(m[1]), int(m[2]))
+        for r in log_records(path)
+        if (m := re.match(r"window (\d+): uid (\d+) barred until window", r.message))
+    }
+
+
+def check_processes(h: Harness) -> Check:
+    """No crash during the run, and every process exited 0 (by itself once its windows were done,
+    or on SIGINT for a restarted one past the run's windows)."""
+    details = [str(c) for c in h.crashes] + list(h.problems)
+    codes = {n.name: n.process.returncode for n in h.net.neurons}
+    details += [f"{name} exited {code}" for name, code in codes.items() if code != 0]
+    for d in h.disruptions:
+        dead = [name for name, alive in d.alive_after.items() if not alive]
+        if dead:
+            details.append(f"after the {d.kind}: {', '.join(dead)} no longer running")
+    ok = not details
+    summary = (
+        f"no crash; every process exited 0 ({len(h.stopped_by_harness)} restarted ones on SIGINT after the run's windows)"
+        if ok
+        else f"{len(details)} problem(s)"
+    )
+    return Check("processes", ok, summary, details)
+
+
+def check_run_completed(h: Harness) -> Check:
+    """The run got through its windows: no node ended before the run's end, every validator
+    folded the run's last window (or a later one), and every miner killed a window or more
+    before the end trained again after its last kill."""
+    details = []
+    for name in sorted(h.finished_early):
+        details.append(f"{name} exited by itself at block {h.finished_early[name]}, before the run's end")
+    for neuron in h.net.neurons:
+        if neuron.role == "validator":
+            reached = h.saved_state(neuron.name).window
+            if reached < h.last_validated_window:
+                details.append(
+                    f"{neuron.name} got to w{reached}, not to the run's last w{h.last_validated_window}"
+                )
+        else:
+            trained = [
+                r["window"]
+                for r in read_metrics(neuron.work_dir / "metrics.jsonl")
+                if r.get("event") == "train"
+            ]
+            kills = [k.block for k in h.kills if k.node == neuron.name]
+            last_kill = max(kills, default=-1)
+            if last_kill < window_start(h.cfg, h.last_miner_window - 1) and not any(
+                window_start(h.cfg, w) + h.cfg.commit_offset > last_kill for w in trained
+            ):
+                details.append(f"{neuron.name} trained no window after its last kill (block {last_kill})")
+    ok = not details
+    return Check(
+        "run completed",
+        ok,
+        f"validators through w{h.last_validated_window}; every miner trained again after its kills"
+        if ok
+        else f"{len(details)} problem(s)",
+        details,
+    )
+
+
+def check_validator_state(h: Harness) -> Check:
+    """After each validator kill: the state on disk is not behind the state before it, and the
+    restarted process says it resumes at that window; at the end, every validator's averages are
+    the EMA of the scores in its metrics records. Both hold whether the killed window is checked
+    again after the restart (its scores are folded once: state and record are written only when
+    the window is done) or skipped (neither the state nor the metrics hold it)."""
+    details, notes = [], []
+    alpha = h.net.config.scoring.ema_alpha
+    for k in (k for k in h.kills if k.role == "validator"):
+        before, after = ValidatorState(**k.state_before), ValidatorState(**k.state_after)
+        if after.window < before.window:
+            details.append(
+                f"kill {k.index} ({k.node}): state went back from w{before.window} to w{after.window}"
+            )
+        elif after.window == before.window and (
+            after.averages != before.averages or after.banned_until != before.banned_until
+        ):
+            details.append(
+                f"kill {k.index} ({k.node}): state of w{after.window} changed without a new window"
+            )
+        started = [
+            int(m[1])
+            for r in log_records(h.net.neuron(k.node).log_path, k.log_offset)
+            if (m := re.search(r"started on run \S+ at window (-?\d+)", r.message))
+        ]
+        if not started:
+            details.append(f"kill {k.index} ({k.node}): the restarted process never said it started")
+        elif started[0] < before.window:
+            details.append(
+                f"kill {k.index} ({k.node}): restarted at window {started[0]}, behind w{before.window} saved before the kill"
+            )
+        records = validator_records(h.net.neuron(k.node).work_dir / "metrics.jsonl")
+        nxt = after.window + 1
+        redone = [r for r in records if r["window"] == nxt and r["time"] > k.wall]
+        k.outcome = f"resumed at w{started[0] if started else '?'} (saved w{before.window}); " + (
+            f"w{nxt} checked after the restart" if redone else f"w{nxt} skipped"
+        )
+        folded = {r["window"] for r in records}
+        if after.window >= 0 and after.window not in folded:
+            details.append(
+                f"kill {k.index} ({k.node}): w{after.window} was folded into the saved state but has no "
+                "metrics record (killed between save_state and metrics.log)"
+            )
+    n = h.chain.metagraph().n
+    for neuron in (n_ for n_ in h.net.neurons if n_.role == "validator"):
+        final = h.saved_state(neuron.name)
+        records = validator_records(neuron.work_dir / "metrics.jsonl")
+        averages, windows = ema_from_records(records, n, alpha, barred_in_log(neuron.log_path))
+        worst = max((abs(a - b) for a, b in zip(averages, final.averages, strict=False)), default=0.0)
+        if len(averages) != len(final.averages) or worst > 1e-12:
+            details.append(
+                f"{neuron.name}: final averages differ from the EMA of its metrics (windows {windows}) by {worst:.3g}"
+            )
+        else:
+            notes.append(f"{neuron.name}: state at w{final.window}, averages = EMA over windows {windows}")
+        duplicated = sorted(
+            {r["window"] for r in records if sum(x["window"] == r["window"] for x in records) > 1}
+        )
+        if duplicated:
+            details.append(f"{neuron.name}: windows folded twice in its metrics: {duplicated}")
+    kills = sum(k.role == "validator" for k in h.kills)
+    ok = not details
+    return Check(
+        "validator state",
+        ok,
+        f"{kills} validator kills: no state behind the one before the kill; final averages = EMA of metrics"
+        if ok
+        else f"{len(details)} problem(s) over {kills} validator kills",
+        details or notes,
+    )
+
+
+def anchored_manifests(h: Harness) -> dict[str, dict[int, dict]]:
+    """Miner name → window → body of the manifest its chain commitment anchored for that window
+    (as of the block before the commit deadline), read from the store; the miners' own record of
+    the residual they carried from window to window."""
+    names = {h.hotkey(n.name): n.name for n in h.net.neurons if n.role == "miner"}
+    out: dict[str, dict[int, dict]] = {name: {} for name in names.values()}
+    for w in range(h.first_window, h.last_miner_window + 2):
+        deadline = commit_deadline(h.cfg, w)
+        if deadline - 1 > h.chain.block():
+            break
+        counted = committed_updates(
+            h.chain.commitments(block=deadline - 1), w, lambda b, w=w: committed_in_time(h.cfg, w, b)
+        )
+        for hotkey, announcement in counted.items():
+            path = h.net.work / "store" / manifest_key(h.run_id, w, hotkey)
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            if hashlib.sha256(data).hexdigest() == announcement.manifest_sha256 and hotkey in names:
+                out[names[hotkey]][w] = json.loads(data)["body"]
+    return out
+
+
+def check_miner_reveals(h: Harness, manifests: dict[str, dict[int, dict]]) -> list[Check]:
+    """After each miner kill, every reveal job that was on disk is resumed and done in time (or
+    was never anchored, so nobody is owed it), and the miner's anchored manifests keep one residual
+    chain: each window's `residual_in_hash` is the `residual_out_hash` of the window before it
+    that the miner anchored, across every restart."""
+    details = []
+    for k in (k for k in h.kills if k.role == "miner"):
+        neuron = h.net.neuron(k.node)
+        after = log_records(neuron.log_path, k.log_offset)
+        reveals = [
+            r
+            for r in read_metrics(neuron.work_dir / "metrics.jsonl")
+            if r.get("event") == "reveal" and r["time"] > k.wall
+        ]
+        outcomes = []
+        for w in k.in_flight:
+            resumed = any(f"window {w}: resuming its reveal" in r.message for r in after)
+            unanchored = any(f"window {w}: its manifest was never anchored" in r.message for r in after)
+            done = [r for r in reveals if r["window"] == w]
+            if unanchored:
+                outcomes.append(f"w{w} never anchored (killed before its commitment)")
+            elif resumed and done and not done[0]["reveal_late"]:
+                outcomes.append(f"w{w} resumed after the restart, done in {done[0]['upload_seconds']:.1f} s")
+            elif resumed and done:
+                outcomes.append(f"w{w} resumed but late")
+                details.append(
+                    f"kill {k.index} ({k.node}): the reveal of w{w} resumed but missed its deadline"
+                )
+            elif resumed:
+                outcomes.append(f"w{w} resumed, never finished")
+                details.append(f"kill {k.index} ({k.node}): the reveal of w{w} resumed but never finished")
+            else:
+                outcomes.append(f"w{w} LOST")
+                details.append(
+                    f"kill {k.index} ({k.node}): the reveal of w{w} in flight was neither resumed nor done"
+                )
+        k.outcome = "; ".join(outcomes) or "no reveal in flight"
+        if any("carrying on the codec residual" in r.message for r in after):
+            k.outcome += "; residual taken from the job"
+        nxt = min(
+            (w for w in manifests.get(k.node, {}) if window_start(h.cfg, w) + h.cfg.commit_offset > k.block),
+            default=None,
+        )
+        k.outcome += f"; next anchored window w{nxt}" if nxt is not None else "; no later window anchored"
+    kills = sum(k.role == "miner" for k in h.kills)
+    in_flight = sum(len(k.in_flight) for k in h.kills if k.role == "miner")
+    resumed = Check(
+        "reveals in flight resumed",
+        not details,
+        f"{in_flight} reveal(s) in flight at {kills} miner kills, each resumed and done in time"
+        if not details
+        else f"{len(details)} of {in_flight} reveal(s) in flight lost or late",
+        details,
+    )
+    details, links = [], 0
+    for miner, by_window in manifests.items():
+        windows = sorted(by_window)
+        for a, b in zip(windows, windows[1:], strict=False):
+            links += 1
+            if by_window[b].get("residual_in_hash") != by_window[a].get("residual_out_hash"):
+                kills = [k.index for k in h.kills if k.node == miner and window_start(h.cfg, a) <= k.block]
+                details.append(
+                    f"{miner}: the manifest of w{b} does not carry in the residual w{a} committed"
+                    + (f" (after kill {kills[0]})" if kills else "")
+                )
+    chain = Check(
+        "miner residual chain",
+        not details,
+        f"{links} window-to-window links of the miners' anchored manifests, every one intact"
+        if not details
+        else f"{len(details)} of {links} links broken",
+        details,
+    )
+    return [resumed, chain]
+
+
+def check_residual_reports(h: Harness, reports: list[dict], manifests: dict[str, dict[int, dict]]) -> Check:
+    """No validator reports a miner's window as failing `trajectory` with "residual_in_hash does
+    not continue" — after a miner restart or otherwise. Each report is explained against the
+    miners' anchored manifests: when they show an intact chain, the break is the validator's
+    (it did not read the miner's previous anchored window: skipped after a restart, or its store
+    was unreachable), not the miner's."""
+    names = {h.hotkey(n.name): n.name for n in h.net.neurons}
+    seen = {
+        (body["validator"], body["window"], hotkey): entry
+        for body in reports
+        for hotkey, entry in body["miners"].items()
+    }
+    details, after_restart = [], 0
+    for body in reports:
+        validator, w = body["validator"], body["window"]
+        for hotkey, entry in body["miners"].items():
+            if "residual_in_hash does not continue" not in (entry.get("reason") or ""):
+                continue
+            miner = names.get(hotkey, hotkey[:10])
+            anchored = manifests.get(miner, {})
+            last = max((x for x in anchored if x < w), default=None)
+            intact = (
+                last is not None
+                and w in anchored
+                and (anchored[w].get("residual_in_hash") == anchored[last].get("residual_out_hash"))
+            )
+            restarted = [
+                k.index
+                for k in h.kills
+                if k.node == miner
+                and last is not None
+                and window_start(h.cfg, last) <= k.block < window_start(h.cfg, w)
+            ]
+            after_restart += bool(restarted)
+            read_last = (
+                last is not None
+                and seen.get((validator, last, hotkey), {}).get("verdicts", {}).get("manifest") == "pass"
+            )
+            if intact and not read_last:
+                cause = f"the miner's manifests chain correctly from w{last}; the validator never read its w{last} manifest"
+            elif intact:
+                cause = f"the miner's manifests chain correctly from w{last}; unexplained"
+            else:
+                cause = f"the miner's own manifests break the chain after w{last}"
+            details.append(
+                f"{names.get(validator, validator[:10])} w{w}: {miner}"
+                + (f" (restarted, kill {restarted[0]})" if restarted else "")
+                + f" — {cause}"
+            )
+    ok = not details
+    return Check(
+        "no residual chain reported broken",
+        ok,
+        "no report says residual_in_hash does not continue"
+        if ok
+        else f"{len(details)} report(s) of a broken residual chain, {after_restart} of them after the miner's restart",
+        details,
+    )
+
+
+def fraud_cause(reason: str, h: Harness, window: int, miner: str) -> str:
+    """Why an honest miner was judged a cheat, as far as the run shows."""
+    if "another base model" in reason or "not the window's starting state" in reason:
+        return "the validator and the miner are on different global models (see: one global model)"
+    if re.search(r"symbolic links|file store \w+ .* failed", reason):
+        return "the validator could not read the store (outage) and took it for hiding"
+    if "not in the store at the reveal deadline" in reason or "not revealed" in reason:
+        killed = [k.index for k in h.kills if k.node == miner and k.in_flight and window in k.in_flight]
+        if killed:
+            return f"its reveal was cut by kill {killed[0]} and not resumed in time"
+        return "its reveal was missing at the deadline"
+    return "unexplained"
+
+
+def check_fraud(h: Harness, reports: list[dict]) -> Check:
+    """Every miner here is honest: none may be barred, in a report or a validator's state or log."""
+    names = {h.hotkey(n.name): n.name for n in h.net.neurons}
+    uids = {h.chain.metagraph().uid_of(h.hotkey(n.name)): n.name for n in h.net.neurons}
+    details = []
+    for neuron in (n for n in h.net.neurons if n.role == "validator"):
+        for r in log_records(neuron.log_path):
+            if m := re.match(r"window (\d+): uid (\d+) barred until window (\d+): (.*)", r.message):
+                miner = uids.get(int(m[2]), f"uid {m[2]}")
+                details.append(
+                    f"{neuron.name} w{m[1]}: {miner} barred until w{m[3]} — "
+                    f"{fraud_cause(m[4], h, int(m[1]), miner)} ({m[4][:160]})"
+                )
+    for body in reports:
+        for hotkey, entry in body["miners"].items():
+            if "banned" in entry["verdicts"]:
+                details.append(
+                    f"{names.get(body['validator'], '?')} w{body['window']}: {names.get(hotkey, hotkey)} "
+                    f"reported banned ({entry['reason']})"
+                )
+    ok = not details
+    return Check(
+        "no honest miner marked fraud",
+        ok,
+        f"no ban in {len(reports)} signed reports or the validators' logs"
+        if ok
+        else f"{len(details)} fraud verdict(s) or ban(s)",
+        details,
+    )
+
+
+def check_global_model(h: Harness, reports: list[dict]) -> Check:
+    """Every node follows the same global model: per window, every node that synced it applied an
+    aggregate with the same result (or all kept the model); a 'not following' line must name why,
+    and the node must then have followed another validator; no validator reports that the leader
+    reached another model (`leader_agreed_last_window` never 0.0), and no miner's update is
+    refused for training from another base."""
+    names = {h.hotkey(n.name)[:10]: n.name for n in h.net.neurons}
+    full = {h.hotkey(n.name)[:10]: h.hotkey(n.name) for n in h.net.neurons}
+    results: dict[tuple[int, str], str | None] = {}
+    details, refusals = [], 0
+
+    def result_of(w: int, prefix: str) -> str | None:
+        if (w, prefix) not in results:
+            path = (
+                h.net.work
+                / "store"
+                / f"runs/{h.run_id[:16]}/w{w:08d}/aggregates/{full.get(prefix, prefix)}.json"
+            )
+            try:
+                results[(w, prefix)] = json.loads(path.read_bytes())["body"]["result_hash"]
+            except (OSError, ValueError, KeyError):
+                results[(w, prefix)] = None
+        return results[(w, prefix)]
+
+    def base_of(w: int) -> str | None:
+        """The model a window's aggregates start from, which a node that keeps the model keeps."""
+        folder = h.net.work / "store" / f"runs/{h.run_id[:16]}/w{w:08d}/aggregates"
+        bases = set()
+        for path in folder.glob("*.json") if folder.exists() else []:
+            try:
+                bases.add(json.loads(path.read_bytes())["body"]["base_hash"])
+            except (OSError, ValueError, KeyError):
+                continue
+        return bases.pop() if len(bases) == 1 else None
+
+    outcomes: dict[int, dict[str, set[str]]] = {}
+    for neuron in h.net.neurons:
+        records = log_records(neuron.log_path)
+        for i, r in enumerate(records):
+            if m := re.match(r"window (\d+): applied (\S+?)'s aggregate", r.message):
+                w = int(m[1])
+                outcomes.setdefault(w, {}).setdefault(neuron.name, set()).add(
+                    result_of(w, m[2]) or f"unreadable aggregate of {names.get(m[2], m[2])}"
+                )
+            elif m := re.match(r"window (\d+): no aggregate anchored and verifiable", r.message):
+                w = int(m[1])
+                outcomes.setdefault(w, {}).setdefault(neuron.name, set()).add(base_of(w) or "model kept")
+            elif m := re.match(r"window (\d+): not following (\S+?)'s aggregate: ?(.*)", r.message):
+                refusals += 1
+                w, reason = int(m[1]), m[3].strip()
+                served = next(
+                    (
+                        x
+                        for x in records[i + 1 :]
+                        if x.message.startswith(f"window {w}: applied")
+                        or x.message.startswith(f"window {w}: no aggregate")
+                    ),
+                    None,
+                )
+                who = names.get(m[2], m[2])
+                if not reason:
+                    details.append(f"{neuron.name}: refused {who}'s aggregate of w{w} without a reason")
+                elif served is None or not served.message.startswith(f"window {w}: applied"):
+                    details.append(
+                        f"{neuron.name}: refused {who}'s aggregate of w{w} ({reason[:120]}) and no other validator served"
+                    )
+    for w in sorted(outcomes):
+        seen = set().union(*outcomes[w].values())
+        if len(seen) > 1:
+            by = "; ".join(
+                f"{node}: {', '.join(sorted(x[:12] for x in s))}" for node, s in sorted(outcomes[w].items())
+            )
+            details.append(f"w{w}: nodes reached different models ({by})")
+    for neuron in (n for n in h.net.neurons if n.role == "validator"):
+        for r in validator_records(neuron.work_dir / "metrics.jsonl"):
+            if r.get("leader_agreed_last_window") == 0.0:
+                details.append(f"{neuron.name} w{r['window']}: leader_agreed_last_window = 0.0")
+    for body in reports:
+        for hotkey, entry in body["miners"].items():
+            if "another base model" in (entry.get("reason") or ""):
+                details.append(
+                    f"{names.get(body['validator'][:10], '?')} w{body['window']}: "
+                    f"{names.get(hotkey[:10], hotkey[:10])} trained from another base model"
+                )
+    ok = not details
+    return Check(
+        "one global model",
+        ok,
+        f"{len(outcomes)} windows synced alike by every node; {refusals} refusal(s), each followed by another validator"
+        if ok
+        else f"{len(details)} problem(s)",
+        details,
+    )
+
+
+def check_store(h: Harness) -> list[Check]:
+    """Every object under the store whole (states load, tensors and checkpoints decode, JSON
+    documents parse, blobs hash to their names), and no temp file of an interrupted write left
+    anywhere in the store."""
+    root = h.net.work / "store"
+    limit = h.net.config.limits.max_checkpoint_bytes
+    broken, temps, counted = [], [], 0
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        key = path.relative_to(root).as_posix()
+        if path.name.endswith(TEMP_SUFFIX):
+            written = path.stat().st_mtime
+            cause = next(
+                (
+                    f"kill {k.index} of {k.node}"
+                    for k in h.kills
+                    if k.role == "miner" and abs(k.wall - written) < 2.0
+                ),
+                None,
+            ) or next(
+                (f"the {d.kind}" for d in h.disruptions if d.wall_start - 2.0 <= written <= d.wall_end + 2.0),
+                "unknown",
+            )
+            temps.append(
+                f"{key} ({path.stat().st_size} bytes, written {time.strftime('%H:%M:%S', time.localtime(written))}, "
+                f"at {cause})"
+            )
+            continue
+        counted += 1
+        data = path.read_bytes()
+        try:
+            if key.startswith("blobs/"):
+                if hashlib.sha256(data).hexdigest() != path.name:
+                    raise ValueError("does not hash to its name")
+            elif key.endswith(".json"):
+                json.loads(data)
+            elif "/states/" in key:
+                load_train_state(path)
+            elif "/residuals/" in key:
+                decode_wire_tensors(data, max_bytes=limit)
+            elif "/checkpoints/" in key:
+                decode_record_tensors(data, CHECKPOINT_FORMAT, max_bytes=limit)
+            else:
+                raise ValueError("an object of no known kind")
+        except Exception as exc:  # noqa: BLE001 - every failure is a finding
+            broken.append(f"{key}: {type(exc).__name__}: {str(exc)[:160]}")
+    return [
+        Check(
+            "store objects whole",
+            not broken,
+            f"{counted} objects, every one whole"
+            if not broken
+            else f"{len(broken)} of {counted} objects broken",
+            broken,
+        ),
+        Check(
+            "no temp file left",
+            not temps,
+            "no temp file in the store"
+            if not temps
+            else f"{len(temps)} temp file(s) of interrupted writes left",
+            temps,
+        ),
+    ]
+
+
+STORE_WORDS = re.compile(r"store|symbolic links|not following|publish|reveal failed|commit failed", re.I)
+CHAIN_WORDS = re.compile(r"chain|database|locked|sqlite|deadline", re.I)
+
+
+def check_disruption(h: Harness, kind: str) -> list[Check]:
+    """Survived (every process alive right after it, no traceback) and accounted for in the logs.
+    Chain stall: each node seen waiting on the chain's lock must have said so (a node that did not
+    touch the chain during the stall has nothing to say). Store outage: each node running when it
+    began must have logged a warning or error about the store in it, or at least shown that it
+    went on working without the store (other records in the span: a miner busy training through
+    the whole window may never touch the store); a node with no record at all is silent."""
+    found = [d for d in h.disruptions if d.kind == kind]
+    if not found:
+        return []
+    d = found[0]
+    words = STORE_WORDS if kind == "store outage" else CHAIN_WORDS
+    details, silent, tracebacks = [], [], []
+    for neuron in h.net.neurons:
+        span = [
+            r
+            for r in log_records(neuron.log_path, d.log_offsets.get(neuron.name, 0))
+            if r.time is None or r.time <= d.wall_end + LOG_SLACK_S
+        ]
+        said = [
+            r.message for r in span if r.level in ("WARNING", "ERROR", "CRITICAL") and words.search(r.message)
+        ]
+        d.said[neuron.name] = said
+        if kind == "store outage":
+            busy = [
+                r
+                for r in span
+                if r.level in ("INFO", "WARNING", "ERROR") and r.time and r.time >= d.wall_start - 1
+            ]
+            must_say = neuron.name in d.running and not busy
+            if neuron.name in d.running and not said and busy:
+                details.append(f"{neuron.name}: no store error, but went on: {busy[-1].message[:120]}")
+        else:
+            must_say = neuron.name in d.running and d.waited.get(neuron.name, 0.0) > 0
+        if must_say and not said:
+            silent.append(neuron.name)
+        if any(r.level == "RAW" or "Traceback" in r.message for r in span):
+            tracebacks.append(neuron.name)
+    dead = [name for name, alive in d.alive_after.items() if not alive]
+    dead += [
+        f"{c.node} (crashed at block {c.block}: {c.error})"
+        for c in h.crashes
+        if d.wall_start <= c.wall <= d.wall_end + LOG_SLACK_S
+    ]
+    if dead:
+        details.append(f"not running during or right after it: {', '.join(dead)}")
+    if tracebacks:
+        details.append(f"a traceback in the log during it: {', '.join(tracebacks)}")
+    if kind == "chain stall":
+        waits = ", ".join(f"{n} {s:.1f} s" for n, s in d.waited.items() if s > 0) or "no node"
+        details.append(f"seen waiting on the chain's lock (sampled every 0.25 s): {waits}")
+    if silent:
+        details.append(f"said nothing about it in its log: {', '.join(silent)}")
+    for name, said in d.said.items():
+        for line in said[:3]:
+            details.append(f"{name}: {line[:200]}")
+    survived = not dead and not tracebacks
+    d.outcome = ("survived" if survived else "NOT survived") + (
+        f"; silent: {', '.join(silent)}" if silent else "; every node that met it logged it"
+    )
+    if kind == "chain stall":
+        d.outcome += "; waited on the lock: " + (
+            ", ".join(f"{n} {s:.1f} s" for n, s in d.waited.items() if s > 0) or "nobody"
+        )
+    survival = [x for x in details if x.startswith(("not running", "a traceback"))]
+    return [
+        Check(
+            f"{kind} survived",
+            survived,
+            ("every process still running, no traceback" if survived else "; ".join(survival))
+            + f" ({d.how})",
+            survival,
+        ),
+        Check(
+            f"{kind} logged",
+            not silent,
+            "every node that met it said so in its log"
+            if not silent
+            else f"silent: {', '.join(silent)}"
+            + (
+                "; waited on the lock: " + ", ".join(f"{n} {s:.1f} s" for n, s in d.waited.items() if s > 0)
+                if kind == "chain stall"
+                else ""
+            ),
+            [x for x in details if x not in survival],
+        ),
+    ]
+
+
+def run_checks(h: Harness) -> list[Check]:
+    reports = signed_reports(h.net, list(range(max(0, h.first_window - 1), h.last_miner_window + 2)))
+    manifests = anchored_manifests(h)
+    checks = [
+        check_processes(h),
+        check_run_completed(h),
+        check_validator_state(h),
+        *check_miner_reveals(h, manifests),
+        check_residual_reports(h, reports, manifests),
+        check_fraud(h, reports),
+        check_global_model(h, reports),
+        *check_store(h),
+        *check_disruption(h, "store outage"),
+        *check_disruption(h, "chain stall"),
+    ]
+    covered = {k.phase for k in h.kills}
+    missing = [p for p in PHASES if p not in covered]
+    pairs = {(k.role, k.phase) for k in h.kills}
+    checks.append(
+        Check(
+            "every phase hit",
+            not missing and not h.skipped,
+            f"{len(h.kills)} kills hit {', '.join(sorted(covered)) or 'nothing'} ({len(pairs)} role-phase pairs)"
+            + (f"; never {', '.join(missing)}" if missing else "")
+            + (f"; {len(h.skipped)} planned kill(s) skipped" if h.skipped else ""),
+            list(h.skipped),
+        )
+    )
+    return checks
+
+
+def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print, progress=None) -> ChaosResult:
+    started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    h = Harness(options, say)
+    clock = time.monotonic()
+    try:
+        h.run(progress)
+    finally:
+        h.net.stop()
+    checks = run_checks(h)
+    return ChaosResult(
+        options=options,
+        command="",
+        started=started,
+        seconds=time.monotonic() - clock,
+        windows=(h.first_window, h.last_miner_window),
+        kills=h.kills,
+        disruptions=h.disruptions,
+        crashes=h.crashes,
+        problems=h.problems,
+        returncodes={n.name: n.process.returncode for n in h.net.neurons},
+        stopped_by_harness=h.stopped_by_harness,
+        checks=checks,
+    )
+
+
+# -- output -------------------------------------------------------------------------------------
+
+
+def kills_table(result: ChaosResult) -> Table:
+    table = Table(title="kills")
+    for col in ("#", "at (s)", "block", "under way", "node", "it was", "outcome"):
+        table.add_column(col, overflow="fold")
+    for k in result.kills:
+        table.add_row(
+            str(k.index), f"{k.seconds:.0f}", str(k.block), k.activities, k.node, k.doing, k.outcome
+        )
+    return table
+
+
+def checks_table(result: ChaosResult) -> Table:
+    table = Table(title="checks")
+    for col in ("check", "result", "measured"):
+        table.add_column(col, overflow="fold")
+    for c in result.checks:
+        table.add_row(c.name, "[green]pass[/]" if c.ok else "[red]FAIL[/]", c.summary)
+    return table
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(result: ChaosResult) -> str:
+    o = result.options
+    lines = [
+        "# Reliability: a bounded chaos run",
+        "",
+        "Written by `bench/chaos.py` (see its docstring for what it does and how). "
+        "Rerun it to refresh the measured part; notes after the marker at the end are kept.",
+        "",
+        f"- command: `{result.command}`",
+        f"- date: {result.started}; machine: {os.cpu_count()} CPU cores; code: {code_version()}",
+        f"- network: {o.miners} miners, {o.validators} validators, cpu-localnet config (pipelined), "
+        f"block time {o.block_time} s, {o.windows} windows (miners' windows {result.windows[0]}–{result.windows[1]}), "
+        f"seed {o.seed}",
+        f"- {len(result.kills)} SIGKILLs, each followed at once by a restart with the same command; "
+        f"store outage {'on' if o.store_outage else 'off'}; chain stall {o.stall_seconds:.1f} s",
+        f"- wall time: {result.seconds:.0f} s; exit codes: "
+        + ", ".join(f"{n} {c}" for n, c in result.returncodes.items())
+        + (
+            f"; stopped by SIGINT after the run's windows: {', '.join(result.stopped_by_harness)}"
+            if result.stopped_by_harness
+            else ""
+        ),
+        f"- result: **{'all checks pass' if result.ok else 'some checks fail'}**",
+        "",
+        "## Checks",
+        "",
+        "| check | result | measured |",
+        "|---|---|---|",
+    ]
+    for c in result.checks:
+        lines.append(f"| {c.name} | {'pass' if c.ok else '**FAIL**'} | {_cell(c.summary)} |")
+    for c in result.checks:
+        if c.details:
+            lines += ["", f"### {c.name}", ""]
+            lines += [f"- {_cell(d)[:400]}" for d in c.details[:40]]
+            if len(c.details) > 40:
+                lines.append(f"- … and {len(c.details) - 40} more")
+    lines += [
+        "",
+        "## Kills",
+        "",
+        "Moment in seconds after the nodes started; `under way` is `distrai.windows.activities` at the "
+        "kill's block; `it was` comes from the node's work dir and its last log record.",
+        "",
+        "| # | at (s) | block | under way | phase | node | it was | outcome |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for k in result.kills:
+        lines.append(
+            f"| {k.index} | {k.seconds:.0f} | {k.block} | {k.activities} | {k.phase} | {k.node} | "
+            f"{_cell(k.doing)} | {_cell(k.outcome)} |"
+        )
+    lines += ["", "## Disruptions", "", "| what | at (s) | blocks | how | outcome |", "|---|---|---|---|---|"]
+    for d in result.disruptions:
+        lines.append(
+            f"| {d.kind} | {d.seconds:.0f} | {d.block}–{d.end_block} | {_cell(d.how)} | {_cell(d.outcome)} |"
+        )
+    if result.crashes or result.problems:
+        lines += ["", "## Crashes", ""]
+        lines += [f"- {_cell(str(c))}" for c in result.crashes]
+        lines += [f"- {_cell(p)}" for p in result.problems]
+    return "\n".join(lines) + "\n"
+
+
+def code_version() -> str:
+    """The commit the run's code is at, and whether tracked files differ from it."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.split("\n")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    changed = [line[3:] for line in changed if line.strip()]
+    return f"commit {head}" + (f" with uncommitted changes to {', '.join(changed)}" if changed else "")
+
+
+def kept_notes(path: Path) -> str:
+    if not path.exists():
+        return f"\n{NOTES_MARKER}\n"
+    text = path.read_text()
+    return (
+        "\n" + NOTES_MARKER + text.split(NOTES_MARKER, 1)[1]
+        if NOTES_MARKER in text
+        else f"\n{NOTES_MARKER}\n"
+    )
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--kills", type=int, default=20, help="SIGKILLs over the run (default 20)")
+    parser.add_argument("--windows", type=int, default=8, help="windows each node runs (default 8)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
+    parser.add_argument("--block-time", type=float, default=0.8, help="seconds per block (default 0.8)")
+    parser.add_argument(
+        "--stall-seconds", type=float, default=5.0, help="chain stall; 0 for none (default 5)"
+    )
+    parser.add_argument("--no-store-outage", action="store_true", help="leave the store up")
+    parser.add_argument("--work", type=Path, default=None, help="localnet folder (default: a temp dir)")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="markdown report to write")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    console = Console(width=200)
+    work = args.work or Path(tempfile.mkdtemp(prefix="distrai-chaos-")) / "net"
+    options = ChaosOptions(
+        work=work,
+        kills=args.kills,
+        windows=args.windows,
+        seed=args.seed,
+        block_time=args.block_time,
+        store_outage=not args.no_store_outage,
+        stall_seconds=args.stall_seconds,
+    )
+    with Progress(
+        TextColumn("[bold]block {task.completed:.0f} of {task.total:.0f}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        refresh_per_second=2,
+    ) as bar:
+        task = bar.add_task("run", total=1)
+        result = run_chaos(
+            options,
+            say=lambda text: bar.console.print(text),
+            progress=lambda block, end: bar.update(task, completed=block, total=end),
+        )
+    result.command = shlex.join(["python", "bench/chaos.py", *argv])
+    console.print(kills_table(result))
+    console.print(checks_table(result))
+    for c in result.checks:
+        if not c.ok:
+            console.print(f"[red]{c.name}[/]")
+            for d in c.details[:20]:
+                console.print(f"  - {d}")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    notes = kept_notes(args.output)
+    args.output.write_text(markdown(result) + notes)
+    console.print(f"wrote {args.output}; the localnet's files are in {work}")
+    if args.work is None and result.ok:
+        shutil.rmtree(work.parent, ignore_errors=True)
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -248,6 +248,11 @@ class Validator(Participant):
         challenges = validator_challenges(
             challenge_inputs(self.rt.config, deadline_hash, w, in_time), self.hotkey
         )
+        if self.state.window != w - 1 and self.state.residuals:
+            log.info(
+                "window %d: window %d was not checked here; the miners' residual chains start again", w, w - 1
+            )
+            self.state.residuals.clear()
         verdicts, stores = [], {}
         for hotkey, announcement in sorted(in_time.items()):
             uid = mg.uid_of(hotkey)
@@ -292,7 +297,7 @@ class Validator(Participant):
                 start_hash=self.start_hash,
                 challenged=hotkey in challenges,
             )
-            self.check_residual_chain(verdict, continuous=self.state.window == w - 1)
+            self.check_residual_chain(verdict)
             verdicts.append(verdict)
         flag_copies(verdicts, commit_blocks)
         for v in verdicts:
@@ -301,22 +306,18 @@ class Validator(Participant):
         score_window(self.rt, self.base, w, verdicts, miners, commit_blocks)
         return verdicts
 
-    def check_residual_chain(self, verdict: MinerVerdict, continuous: bool) -> None:
+    def check_residual_chain(self, verdict: MinerVerdict) -> None:
         """The residual a miner carries into this window must be the one it committed leaving its
         last window (else it could pick a residual that turns any update into a "consistent" one).
         A break scores zero but is not fraud: a miner that lost its residual in a crash restarts it.
-        Checked only when this validator checked the previous window too (`continuous`): one it
-        missed may hold a commitment that moved the residual on."""
+        A validator knows a miner's last residual only if it read every commitment since: records
+        are forgotten when a commitment could not be read, and all of them when the validator
+        missed a window (`check_window`)."""
         if verdict.manifest is None:  # a commitment this validator could not read: the chain is lost to it
             self.state.residuals.pop(verdict.hotkey, None)
             return
         before = self.state.residuals.get(verdict.hotkey)
-        if (
-            continuous
-            and before is not None
-            and verdict.passed
-            and verdict.manifest.residual_in_hash != before
-        ):
+        if before is not None and verdict.passed and verdict.manifest.residual_in_hash != before:
             verdict.fail(
                 "trajectory",
                 "residual_in_hash does not continue the residual committed in the miner's last window",

@@ -1,0 +1,1043 @@
+"""Utilization benchmark: sequential against pipelined windows on a local network; writes docs/utilization.md.
+
+Three miners and two validators run as separate processes through the real entry points, twice, one
+run after the other: with sequential windows (bench/utilization-sequential.toml: train, reveal,
+validate and set weights inside each window) and with pipelined ones (bench/utilization-pipelined.toml:
+train through the whole window while the previous window is revealed and checked). Same model, data,
+H, batch and number of windows, so the same tokens; the train phase has the same length in both.
+
+1. The link. Every miner's store is throttled so that a challenged miner's reveal takes the same share
+   of the bench's window as the GPU config's reveal (distrai/configs/gpu-subnet.toml, two validators)
+   takes of its 20-minute window on a 100 Mbit/s link (`distrai.linkcheck`).
+2. Calibration (unless --no-calibrate): a short pipelined run with longer windows measures how long
+   the miners take to train H steps side by side, and how long the validators take to check a window;
+   the train phase W is set to that training time plus the window's fixed cost, the reveal and
+   validate phases to the throttled reveal and the measured validation, with margins.
+3. The two runs. Per miner: utilization (train seconds over wall seconds, the first window left out),
+   windows committed, updates dropped, reveals late, upload seconds; per protocol: the held-out loss of
+   the global model after the same number of windows, and wall seconds per window.
+
+    python bench/utilization.py                   # calibration and both runs: about 30 minutes on 2 cores
+    python bench/utilization.py --no-calibrate    # the bench TOMLs' windows as they are
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import re
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from distrai import linkcheck
+from distrai.localnet import Localnet, LocalnetOptions
+from distrai.localnet_view import heldout_curve, node_records, utilization
+from distrai.run import RunConfig, load_run_config, shipped_config_path
+from distrai.windows import WindowConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = Path(__file__).resolve().parent
+SEQUENTIAL_CONFIG = BENCH / "utilization-sequential.toml"
+PIPELINED_CONFIG = BENCH / "utilization-pipelined.toml"
+DEFAULT_OUTPUT = ROOT / "docs" / "utilization.md"
+NOTES_MARKER = "<!-- Notes below this line are kept when the benchmark rewrites this file. -->"
+
+MINERS = 3
+VALIDATORS = 2
+BLOCK_TIME = 1.0
+"""Seconds per block of the bench's embedded chain."""
+GPU_LINK_BITS_PER_S = 100e6
+"""The link the GPU config's reveal is measured against: 100 Mbit/s."""
+UTILIZATION_TARGET = 0.95
+LOSS_TARGET = 1.02
+
+START_SLACK_S = 0.5
+"""The train phase holds the slowest calibrated training time, the window's slowest fixed cost (sync,
+encode, stage, commit) and this much: the miner wakes up to a quarter block late, and its commitment
+must land in a block before the deadline. Every second more is a point of utilization less (at
+~50 s), so there is no other margin: a calibration window slower than the run's would be dropped."""
+REVEAL_MARGIN = 1.3
+"""The reveal phase holds this many times the reveal: the throttled worst case, or the slowest
+calibrated upload at the run's rate if longer (the GPU config gives its reveal 1.97×, with a window
+twice as long as its reveal and validate phases need)."""
+VALIDATE_MARGIN = 1.4
+"""The validate phase holds this many times the slowest calibrated validation, plus a block: beside
+the training miners for the pipelined schedule, with the miners idle for the sequential one."""
+WEIGHTS_BLOCKS = 2
+"""Sequential windows end with this many blocks after the aggregate deadline for weights."""
+CALIBRATION_STRETCH = 1.6
+"""The calibration run's train phase, as a multiple of the bench TOML's: long enough that no update
+is dropped however far the TOML is off, so every window's training time is logged."""
+DROPPED = ("update dropped", "commitment landed after the deadline", "commit failed")
+AGGREGATE_LATE = "validation finished after the aggregate deadline"
+
+
+# -- the link -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Link:
+    """The GPU config's reveal on a 100 Mbit/s link, and the bench's reveal at the same share of its window."""
+
+    gpu_params: int
+    gpu_reveal: linkcheck.RevealBytes
+    gpu_window_s: float
+    gpu_reveal_window_s: float
+    """the reveal phase the GPU config gives a challenged miner"""
+    bench_params: int
+    bench_reveal: linkcheck.RevealBytes
+    bench_window_s: float
+    """the bench's train phase W: the pipelined window, and the sequential window's train phase"""
+    link_bytes_per_s: float = GPU_LINK_BITS_PER_S / 8
+    validators: int = VALIDATORS
+
+    @property
+    def gpu_reveal_s(self) -> float:
+        return self.gpu_reveal.total / self.link_bytes_per_s
+
+    @property
+    def share(self) -> float:
+        """The GPU reveal's seconds over the GPU window's seconds."""
+        return self.gpu_reveal_s / self.gpu_window_s
+
+    @property
+    def bench_reveal_s(self) -> float:
+        return self.share * self.bench_window_s
+
+    @property
+    def bandwidth(self) -> float:
+        """Bytes per second of every miner's store: the bench reveal in `bench_reveal_s`."""
+        return self.bench_reveal.total / self.bench_reveal_s
+
+
+def link_for(
+    gpu: RunConfig,
+    bench: RunConfig,
+    bench_window_s: float,
+    *,
+    gpu_params: int | None = None,
+    bench_params: int | None = None,
+    validators: int = VALIDATORS,
+) -> Link:
+    gpu_params = linkcheck.parameter_count(gpu) if gpu_params is None else gpu_params
+    bench_params = linkcheck.parameter_count(bench) if bench_params is None else bench_params
+    return Link(
+        gpu_params=gpu_params,
+        gpu_reveal=linkcheck.reveal_bytes(gpu, gpu_params, validators),
+        gpu_window_s=gpu.windows.blocks_per_window * linkcheck.DEFAULT_BLOCK_TIME,
+        gpu_reveal_window_s=linkcheck.reveal_seconds(gpu),
+        bench_params=bench_params,
+        bench_reveal=linkcheck.reveal_bytes(bench, bench_params, validators),
+        bench_window_s=bench_window_s,
+        validators=validators,
+    )
+
+
+def link_lines(link: Link) -> list[str]:
+    """The arithmetic, one sentence per step."""
+    g, b = link.gpu_reveal, link.bench_reveal
+    mbit = linkcheck.mbit_per_s(link.link_bytes_per_s)
+    return [
+        f"GPU config (`distrai/configs/gpu-subnet.toml`): {link.gpu_params:,} parameters; a miner challenged "
+        f"by {link.validators} validators reveals {g.n_states} boundary states × {linkcheck.format_bytes(g.state)} "
+        f"+ residual {linkcheck.format_bytes(g.residual)} + update {linkcheck.format_bytes(g.update)} = "
+        f"{g.total / 1e9:.2f} GB (`linkcheck.reveal_bytes`).",
+        f"At {mbit:.0f} Mbit/s that takes {g.total:,} / {link.link_bytes_per_s:,.0f} B/s = {link.gpu_reveal_s:.0f} s, "
+        f"{link.share:.1%} of its {link.gpu_window_s:.0f}-s window (100 blocks × 12 s); its reveal phase gives "
+        f"{link.gpu_reveal_window_s:.0f} s ({link.gpu_reveal_window_s / link.gpu_reveal_s:.2f}× the reveal).",
+        f"Bench config: {link.bench_params:,} parameters; the same functions give {b.n_states} states × "
+        f"{linkcheck.format_bytes(b.state)} + residual {linkcheck.format_bytes(b.residual)} + update "
+        f"{linkcheck.format_bytes(b.update)} = {b.total / 1e6:.1f} MB.",
+        f"The same share of the bench's train phase W = {link.bench_window_s:.0f} s is {link.bench_reveal_s:.1f} s, "
+        f"so every miner's store is throttled to {b.total / 1e6:.1f} MB / {link.bench_reveal_s:.1f} s = "
+        f"{link.bandwidth / 1e6:.2f} MB/s ({linkcheck.format_rate(link.bandwidth)}), in each direction.",
+    ]
+
+
+# -- the windows ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What the calibration run measured (the first window of every node left out)."""
+
+    windows: WindowConfig
+    bandwidth: float
+    train_s: list[float]
+    other_s: list[float]
+    """per window, a miner's seconds neither idle nor training: sync, encode, stage, commit"""
+    validate_s: list[float]
+    """validations of a window while the miners trained the next (pipelined)"""
+    validate_idle_s: list[float]
+    """validations of a window while no miner trained (the last window): what a sequential window sees"""
+    upload_s: list[float]
+    seconds: float
+
+    @property
+    def train_median(self) -> float:
+        return statistics.median(self.train_s)
+
+
+def calibration_windows(pipelined: WindowConfig, stretch: float = CALIBRATION_STRETCH) -> WindowConfig:
+    """The pipelined windows with the train phase stretched and the reveal and validate phases kept."""
+    w = math.ceil(pipelined.blocks_per_window * stretch)
+    shift = w - pipelined.blocks_per_window
+    return pipelined.model_copy(
+        update={
+            "blocks_per_window": w,
+            "commit_offset": w,
+            "reveal_offset": pipelined.reveal_offset + shift,
+            "aggregate_offset": pipelined.aggregate_offset + shift,
+        }
+    )
+
+
+@dataclass(frozen=True)
+class Plan:
+    train_blocks: int
+    reveal_blocks: int
+    validate_blocks: int
+    """pipelined"""
+    validate_idle_blocks: int
+    """sequential"""
+    reveal_s: float
+    validate_s: float
+    validate_idle_s: float
+    pipelined: WindowConfig
+    sequential: WindowConfig
+
+
+def train_blocks(train_s: float, other_s: float, block_time: float = BLOCK_TIME) -> int:
+    """The train phase W in blocks: the slowest measured training, the window's slowest fixed cost
+    and the start slack."""
+    return math.ceil((train_s + other_s + START_SLACK_S) / block_time)
+
+
+def plan_windows(
+    template: WindowConfig,
+    *,
+    train: int,
+    reveal_s: float,
+    validate_s: float,
+    validate_idle_s: float,
+    block_time: float = BLOCK_TIME,
+) -> Plan:
+    """Both protocols' windows around a train phase of `train` blocks: the reveal phase holds the
+    reveal (`reveal_s`), the validate phase the slowest validation, with margins: `validate_s`
+    beside the training miners (pipelined), `validate_idle_s` with the miners idle (sequential).
+    Pipelined: `train` blocks, reveal and validate in the next window. Sequential: train + reveal +
+    validate + weights blocks."""
+    reveal = math.ceil(reveal_s * REVEAL_MARGIN / block_time) + 1
+    validate = math.ceil(validate_s * VALIDATE_MARGIN / block_time) + 1
+    validate_idle = math.ceil(validate_idle_s * VALIDATE_MARGIN / block_time) + 1
+    if reveal + validate >= train:
+        raise ValueError(
+            f"reveal ({reveal} blocks) and validation ({validate} blocks) do not fit in a pipelined window of "
+            f"{train} blocks: the aggregate must be in place before the window after next starts"
+        )
+    pipelined = WindowConfig(
+        blocks_per_window=train,
+        pipelined=True,
+        commit_offset=train,
+        reveal_offset=train + reveal,
+        aggregate_offset=train + reveal + validate,
+        checkpoint_every=template.checkpoint_every,
+    )
+    sequential = WindowConfig(
+        blocks_per_window=train + reveal + validate_idle + WEIGHTS_BLOCKS,
+        pipelined=False,
+        commit_offset=train,
+        reveal_offset=train + reveal,
+        aggregate_offset=train + reveal + validate_idle,
+        checkpoint_every=template.checkpoint_every,
+    )
+    return Plan(
+        train, reveal, validate, validate_idle, reveal_s, validate_s, validate_idle_s, pipelined, sequential
+    )
+
+
+def windows_toml(windows: WindowConfig) -> str:
+    return "\n".join(
+        [
+            "[windows]",
+            f"blocks_per_window = {windows.blocks_per_window}",
+            f"pipelined = {'true' if windows.pipelined else 'false'}",
+            f"commit_offset = {windows.commit_offset}",
+            f"reveal_offset = {windows.reveal_offset}",
+            f"aggregate_offset = {windows.aggregate_offset}",
+            f"checkpoint_every = {windows.checkpoint_every}",
+        ]
+    )
+
+
+def with_windows(toml_text: str, windows: WindowConfig) -> str:
+    """The run config's text with its [windows] section replaced (comments in it dropped)."""
+    pattern = re.compile(r"^\[windows\]\n.*?(?=^\[|\Z)", re.S | re.M)
+    if not pattern.search(toml_text):
+        raise ValueError("the run config has no [windows] section")
+    return pattern.sub(lambda _: windows_toml(windows) + "\n\n", toml_text, count=1)
+
+
+def config_differences(a: RunConfig, b: RunConfig) -> list[str]:
+    """Top-level settings in which two run configs differ, besides their name and windows."""
+    da, db = a.model_dump(mode="json"), b.model_dump(mode="json")
+    return sorted(k for k in da.keys() | db.keys() if k not in ("name", "windows") and da.get(k) != db.get(k))
+
+
+# -- one network ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MinerStats:
+    name: str
+    committed: int
+    dropped: int
+    utilization: float | None
+    train_s: list[float]
+    wall_s: list[float]
+    other_s: list[float]
+    reveals: int
+    late: int
+    upload_s: list[float]
+    revealed_bytes: list[int]
+    upload_rate: list[float]
+    rate_needed: list[float]
+
+
+def miner_stats(name: str, records: list[dict], log_text: str = "") -> MinerStats:
+    """A miner's windows from its metrics: every `train` record is a window whose commitment landed in
+    time; the first is left out of the times (it has no idle time: nothing before it is a window)."""
+    trains = [r for r in records if r.get("event") == "train"]
+    reveals = [r for r in records if r.get("event") == "reveal"]
+    measured = trains[1:]
+    return MinerStats(
+        name=name,
+        committed=len(trains),
+        dropped=sum(log_text.count(marker) for marker in DROPPED),
+        utilization=utilization(trains),
+        train_s=[r["train_seconds"] for r in measured],
+        wall_s=[r["wall_seconds"] for r in measured],
+        other_s=[r["other_seconds"] for r in measured],
+        reveals=len(reveals),
+        late=sum(1 for r in reveals if r["reveal_late"]),
+        upload_s=[r["upload_seconds"] for r in reveals if r["revealed_bytes"]],
+        revealed_bytes=[r["revealed_bytes"] for r in reveals if r["revealed_bytes"]],
+        upload_rate=[r["upload_rate"] for r in reveals if r.get("upload_rate")],
+        rate_needed=[r["upload_rate_needed"] for r in reveals if r.get("upload_rate_needed")],
+    )
+
+
+@dataclass(frozen=True)
+class ValidatorStats:
+    name: str
+    windows: list[int]
+    validate_s: list[float]
+    updates: dict[int, int]
+    accepted: dict[int, int]
+    late_aggregates: int
+    refused: int
+
+
+def validator_stats(name: str, records: list[dict], log_text: str = "") -> ValidatorStats:
+    windows = [r for r in records if "validate_seconds" in r]
+    return ValidatorStats(
+        name=name,
+        windows=[r["window"] for r in windows],
+        validate_s=[r["validate_seconds"] for r in windows],
+        updates={r["window"]: r["updates"] for r in windows},
+        accepted={r["window"]: r["accepted"] for r in windows},
+        late_aggregates=log_text.count(AGGREGATE_LATE),
+        refused=sum(r.get("aggregates_refused", 0) for r in windows),
+    )
+
+
+@dataclass
+class RunResult:
+    label: str
+    config: RunConfig
+    bandwidth: float
+    miners: list[MinerStats]
+    validators: list[ValidatorStats]
+    windows: list[int]
+    """the windows the miners trained, first to last"""
+    heldout: list[float] = field(default_factory=list)
+    """held-out loss of the global model at the start of `windows[0]`, then after each of `windows`"""
+    seconds: float = 0.0
+
+    @property
+    def window_s(self) -> float:
+        return self.config.windows.blocks_per_window * BLOCK_TIME
+
+    @property
+    def accepted(self) -> int:
+        """Updates in the global model: the leader's accepted count over the miners' windows."""
+        leader = self.validators[0].accepted if self.validators else {}
+        return sum(leader.get(w, 0) for w in self.windows)
+
+    @property
+    def tokens_per_update(self) -> int:
+        t = self.config.train
+        return t.inner_steps * t.batch_size * self.config.data.seq_len
+
+
+def _set_arg(args: list[str], flag: str, value: str) -> None:
+    args[args.index(flag) + 1] = value
+
+
+def _logs(net: Localnet, name: str) -> str:
+    path = net.neuron(name).log_path
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _trained_windows(net: Localnet) -> set[int]:
+    return {
+        r["window"]
+        for n in net.neurons
+        if n.role == "miner"
+        for r in node_records(n.work_dir / "metrics.jsonl")
+        if r.get("event") == "train"
+    }
+
+
+def _validated(net: Localnet, name: str) -> set[int]:
+    return {
+        r["window"]
+        for r in node_records(net.neuron(name).work_dir / "metrics.jsonl")
+        if "validate_seconds" in r
+    }
+
+
+def run_network(
+    label: str,
+    config_path: Path,
+    work: Path,
+    windows: int,
+    bandwidth: float,
+    console: Console,
+    curve: bool = True,
+) -> RunResult:
+    """One localnet: the miners train `windows` windows; the validators may check up to two more (they
+    may start a window before the miners do) and are stopped once each has reported the last window a
+    miner committed."""
+    started = time.perf_counter()
+    net = Localnet(
+        LocalnetOptions(
+            work=work,
+            miners=MINERS,
+            validators=VALIDATORS,
+            windows=windows,
+            block_time=BLOCK_TIME,
+            run_config=config_path,
+            miner_bandwidth=bandwidth,
+        )
+    )
+    net.setup()
+    for neuron in net.neurons:
+        if neuron.role == "validator":
+            _set_arg(neuron.args, "--max.windows", str(windows + 2))
+    cfg = net.config.windows
+    console.print(
+        f"[bold]{label}[/]: {MINERS} miners, {VALIDATORS} validators, {windows} windows of "
+        f"{cfg.blocks_per_window} blocks (train phase {cfg.commit_offset}), miners' store at "
+        f"{bandwidth / 1e6:.2f} MB/s; logs in {net.work / 'logs'}"
+    )
+    miners = [n for n in net.neurons if n.role == "miner"]
+    validators = [n for n in net.neurons if n.role == "validator"]
+    timeout = 240 + (windows + 4) * cfg.blocks_per_window * BLOCK_TIME
+    net.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            failed = [n.name for n in net.neurons if not n.running() and n.process.returncode != 0]
+            if failed:
+                raise SystemExit(f"{label}: {failed} exited with an error; logs in {net.work / 'logs'}")
+            if not any(n.running() for n in miners):
+                trained = _trained_windows(net)
+                if all(
+                    max(_validated(net, v.name), default=-1) >= max(trained, default=-1) or not v.running()
+                    for v in validators
+                ):
+                    break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{label}: not done after {timeout:.0f} s; logs in {net.work / 'logs'}")
+            time.sleep(1.0)
+    finally:
+        net.stop()
+    trained = sorted(_trained_windows(net))
+    if not trained:
+        raise SystemExit(f"{label}: no miner committed a window; logs in {net.work / 'logs'}")
+    result = RunResult(
+        label=label,
+        config=net.config,
+        bandwidth=bandwidth,
+        miners=[
+            miner_stats(n.name, node_records(n.work_dir / "metrics.jsonl"), _logs(net, n.name))
+            for n in miners
+        ],
+        validators=[
+            validator_stats(n.name, node_records(n.work_dir / "metrics.jsonl"), _logs(net, n.name))
+            for n in validators
+        ],
+        windows=list(range(trained[0], trained[-1] + 1)),
+    )
+    if curve:
+        result.heldout = heldout_curve(net, result.windows)
+    result.seconds = time.perf_counter() - started
+    console.print(f"{label}: done in {result.seconds:.0f} s")
+    return result
+
+
+def calibrate(
+    pipelined_path: Path, work: Path, windows: int, bandwidth: float, console: Console
+) -> Calibration:
+    text = pipelined_path.read_text()
+    stretched = calibration_windows(load_run_config(pipelined_path).windows)
+    path = work / "calibration.toml"
+    path.write_text(with_windows(text, stretched))
+    run = run_network("calibration", path, work / "calibration", windows, bandwidth, console, curve=False)
+    trained = set(run.windows)
+    beside, idle = [], []
+    for v in run.validators:
+        for w, seconds in zip(v.windows, v.validate_s, strict=True):
+            if v.updates.get(w):
+                (beside if w + 1 in trained else idle).append(seconds)
+    return Calibration(
+        windows=stretched,
+        bandwidth=bandwidth,
+        train_s=[s for m in run.miners for s in m.train_s],
+        other_s=[s for m in run.miners for s in m.other_s],
+        validate_s=beside,
+        validate_idle_s=idle,
+        upload_s=[s for m in run.miners for s in m.upload_s],
+        seconds=run.seconds,
+    )
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else math.nan
+
+
+def _max(values: list[float]) -> float:
+    return max(values) if values else math.nan
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None or math.isnan(x) else f"{100 * x:.1f}%"
+
+
+def _s(x: float) -> str:
+    return "—" if math.isnan(x) else f"{x:.1f}"
+
+
+def median_utilization(run: RunResult) -> float:
+    values = [m.utilization for m in run.miners if m.utilization is not None]
+    return _median(values)
+
+
+def loss_at_equal_windows(seq: RunResult, pipe: RunResult) -> tuple[int, float, float]:
+    """(windows, sequential loss, pipelined loss) after the same number of windows in both runs."""
+    n = min(len(seq.heldout), len(pipe.heldout)) - 1
+    return n, seq.heldout[n], pipe.heldout[n]
+
+
+MINER_HEADERS = [
+    "protocol",
+    "miner",
+    "windows committed",
+    "updates dropped",
+    "utilization",
+    "median train s",
+    "median wall s",
+    "median other s",
+    "reveals late",
+    "median upload s",
+    "max upload s",
+    "median reveal MB",
+]
+
+
+def miner_rows(runs: list[RunResult]) -> list[list[str]]:
+    rows = []
+    for run in runs:
+        for m in run.miners:
+            rows.append(
+                [
+                    run.label,
+                    m.name,
+                    str(m.committed),
+                    str(m.dropped),
+                    _pct(m.utilization),
+                    _s(_median(m.train_s)),
+                    _s(_median(m.wall_s)),
+                    _s(_median(m.other_s)),
+                    f"{m.late}/{m.reveals}",
+                    _s(_median(m.upload_s)),
+                    _s(_max(m.upload_s)),
+                    _s(_median(m.revealed_bytes) / 1e6),
+                ]
+            )
+    return rows
+
+
+VALIDATOR_HEADERS = [
+    "protocol",
+    "validator",
+    "windows reported",
+    "median validate s",
+    "max validate s",
+    "validate phase s",
+    "aggregates late",
+    "aggregates refused",
+]
+
+
+def validator_rows(runs: list[RunResult]) -> list[list[str]]:
+    rows = []
+    for run in runs:
+        w = run.config.windows
+        phase = (w.aggregate_offset - w.reveal_offset) * BLOCK_TIME
+        for v in run.validators:
+            rows.append(
+                [
+                    run.label,
+                    v.name,
+                    f"{v.windows[0]}–{v.windows[-1]}" if v.windows else "—",
+                    _s(_median(v.validate_s)),
+                    _s(_max(v.validate_s)),
+                    f"{phase:.0f}",
+                    str(v.late_aggregates),
+                    str(v.refused),
+                ]
+            )
+    return rows
+
+
+SUMMARY_HEADERS = ["", "sequential", "pipelined", "pipelined / sequential"]
+
+
+def summary_rows(seq: RunResult, pipe: RunResult) -> list[list[str]]:
+    n, loss_seq, loss_pipe = loss_at_equal_windows(seq, pipe)
+    u_seq, u_pipe = median_utilization(seq), median_utilization(pipe)
+    wall_seq = _median([s for m in seq.miners for s in m.wall_s])
+    wall_pipe = _median([s for m in pipe.miners for s in m.wall_s])
+    train_seq = _median([s for m in seq.miners for s in m.train_s])
+    train_pipe = _median([s for m in pipe.miners for s in m.train_s])
+    tok_seq = seq.accepted * seq.tokens_per_update
+    tok_pipe = pipe.accepted * pipe.tokens_per_update
+    return [
+        ["median miner utilization", _pct(u_seq), _pct(u_pipe), f"{u_pipe / u_seq:.2f}×"],
+        [
+            "window (schedule), s",
+            f"{seq.window_s:.0f}",
+            f"{pipe.window_s:.0f}",
+            f"{pipe.window_s / seq.window_s:.2f}×",
+        ],
+        ["median wall s per window (miners)", _s(wall_seq), _s(wall_pipe), f"{wall_pipe / wall_seq:.2f}×"],
+        ["median train s per window", _s(train_seq), _s(train_pipe), f"{train_pipe / train_seq:.2f}×"],
+        [
+            "windows trained (by the miners)",
+            f"{len(seq.windows)} ({seq.windows[0]}–{seq.windows[-1]})",
+            f"{len(pipe.windows)} ({pipe.windows[0]}–{pipe.windows[-1]})",
+            "",
+        ],
+        ["updates in the global model", str(seq.accepted), str(pipe.accepted), ""],
+        ["tokens in the global model", f"{tok_seq:,}", f"{tok_pipe:,}", f"{tok_pipe / max(tok_seq, 1):.2f}×"],
+        [
+            "tokens per wall second (schedule)",
+            f"{tok_seq / (len(seq.windows) * seq.window_s):,.0f}",
+            f"{tok_pipe / (len(pipe.windows) * pipe.window_s):,.0f}",
+            f"{(tok_pipe / pipe.window_s) / max(tok_seq / seq.window_s, 1e-9):.2f}×",
+        ],
+        [
+            f"held-out loss after {n} windows",
+            f"{loss_seq:.4f}",
+            f"{loss_pipe:.4f}",
+            f"{loss_pipe / loss_seq:.4f}",
+        ],
+        [
+            "run wall time, s",
+            f"{seq.seconds:.0f}",
+            f"{pipe.seconds:.0f}",
+            f"{pipe.seconds / seq.seconds:.2f}×",
+        ],
+    ]
+
+
+def curve_rows(seq: RunResult, pipe: RunResult) -> list[list[str]]:
+    rows = []
+    for j in range(min(len(seq.heldout), len(pipe.heldout))):
+        a, b = seq.heldout[j], pipe.heldout[j]
+        rows.append([str(j), f"{a:.4f}", f"{b:.4f}", f"{b / a:.4f}"])
+    return rows
+
+
+def schedule_rows(runs: list[RunResult]) -> list[list[str]]:
+    rows = []
+    for run in runs:
+        w = run.config.windows
+        rows.append(
+            [
+                run.label,
+                str(w.blocks_per_window),
+                f"[0, {w.commit_offset})",
+                f"[{w.commit_offset}, {w.reveal_offset})",
+                f"[{w.reveal_offset}, {w.aggregate_offset})",
+                f"[{w.aggregate_offset}, …)",
+                "w − 1 (one aggregate behind)" if w.pipelined else "w (after w − 1's aggregate)",
+            ]
+        )
+    return rows
+
+
+SCHEDULE_HEADERS = [
+    "protocol",
+    "blocks per window",
+    "train",
+    "reveal",
+    "validate",
+    "weights",
+    "trains from model",
+]
+
+
+def target_sentences(seq: RunResult, pipe: RunResult) -> list[str]:
+    n, loss_seq, loss_pipe = loss_at_equal_windows(seq, pipe)
+    u = median_utilization(pipe)
+    worst = min((m.utilization for m in pipe.miners if m.utilization is not None), default=math.nan)
+    ratio = loss_pipe / loss_seq
+    return [
+        f"Pipelined utilization: median {_pct(u)} over the miners (lowest {_pct(worst)}); target ≥ "
+        f"{UTILIZATION_TARGET:.0%}: {'met' if u >= UTILIZATION_TARGET else 'MISSED'}.",
+        f"Held-out loss after {n} windows, pipelined / sequential: {loss_pipe:.4f} / {loss_seq:.4f} = "
+        f"{ratio:.4f}; target ≤ {LOSS_TARGET:.2f}: {'met' if ratio <= LOSS_TARGET else 'MISSED'}.",
+    ]
+
+
+def md_table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def rich_table(title: str, headers: list[str], rows: list[list[str]]) -> Table:
+    table = Table(title=title)
+    for h in headers:
+        table.add_column(h, justify="left" if h in ("protocol", "miner", "validator", "") else "right")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _row(label: str, values: list[float]) -> list[str]:
+    return [label, str(len(values)), _s(_median(values)), _s(_max(values))]
+
+
+def calibration_lines(cal: Calibration | None, plan: Plan | None) -> list[str]:
+    if cal is None:
+        return [
+            "No calibration in this invocation (`--no-calibrate`): the windows are the bench TOMLs' as they are."
+        ]
+    w = cal.windows
+    measured = [
+        f"A pipelined run of the same network with the train phase stretched to {w.blocks_per_window} blocks "
+        f"(×{CALIBRATION_STRETCH}, so no update is dropped) and the reveal and validate phases of the bench "
+        f"TOML, the miners' store at {cal.bandwidth / 1e6:.2f} MB/s (the link for the TOML's window); "
+        f"{cal.seconds:.0f} s. Every miner's first window left out:",
+        "",
+        md_table(
+            ["measured", "samples", "median s", "max s"],
+            [
+                _row("miner: train H steps (3 miners side by side)", cal.train_s),
+                _row("miner: other (sync, encode, stage, commit)", cal.other_s),
+                _row("validator: validate a window while the miners train", cal.validate_s),
+                _row("validator: validate a window with the miners idle (the last)", cal.validate_idle_s),
+                _row("miner: upload a reveal", cal.upload_s),
+            ],
+        ),
+    ]
+    if plan is None:
+        return measured
+    return [
+        *measured,
+        "",
+        f"- train phase W = ⌈max train + max other + {START_SLACK_S} s⌉ = **{plan.train_blocks} blocks**; "
+        f"the calibrated median training time is {cal.train_median / (plan.train_blocks * BLOCK_TIME):.1%} of it",
+        f"- reveal phase = ⌈{plan.reveal_s:.1f} s × {REVEAL_MARGIN}⌉ + 1 = **{plan.reveal_blocks} blocks**: the "
+        "longer of the throttled reveal at W and the slowest calibrated upload at W's rate; the upload starts one "
+        "block after the commit deadline",
+        f"- validate phase = ⌈max validate × {VALIDATE_MARGIN}⌉ + 1: pipelined (beside training) ⌈{plan.validate_s:.1f} s "
+        f"× {VALIDATE_MARGIN}⌉ + 1 = **{plan.validate_blocks} blocks**, sequential (miners idle) "
+        f"⌈{plan.validate_idle_s:.1f} s × {VALIDATE_MARGIN}⌉ + 1 = **{plan.validate_idle_blocks} blocks**",
+        f"- pipelined window = W = **{plan.pipelined.blocks_per_window} blocks**, its reveal and validate phases in "
+        f"the next window ({plan.pipelined.blocks_per_window - plan.reveal_blocks - plan.validate_blocks} blocks to "
+        "spare before the window after next starts from the aggregate)",
+        f"- sequential window = W + reveal + validate + {WEIGHTS_BLOCKS} blocks for weights = "
+        f"**{plan.sequential.blocks_per_window} blocks**",
+    ]
+
+
+@dataclass(frozen=True)
+class Report:
+    command: str
+    date: str
+    machine: str
+    link: Link
+    calibration: Calibration | None
+    plan: Plan | None
+    sequential: RunResult
+    pipelined: RunResult
+    total_seconds: float
+
+
+def markdown(report: Report, kept: str = "") -> str:
+    seq, pipe = report.sequential, report.pipelined
+    cfg = seq.config
+    t = cfg.train
+    n, _, _ = loss_at_equal_windows(seq, pipe)
+    lines = [
+        "# Utilization: sequential against pipelined windows",
+        "",
+        "Written by `bench/utilization.py`. The command that produced these numbers:",
+        "",
+        f"```\n{report.command}\n```",
+        "",
+        f"- date: {report.date}; total wall time of the command: {report.total_seconds:.0f} s",
+        f"- machine: {report.machine}",
+        f"- network: {MINERS} miners and {VALIDATORS} validators as separate processes (`distrai.localnet`), "
+        f"embedded chain at {BLOCK_TIME:.0f} s per block, file store; the two runs one after the other",
+        f"- run configs: `bench/utilization-sequential.toml` and `bench/utilization-pipelined.toml` "
+        f"(`distrai/configs/cpu-localnet.toml` with H = {t.inner_steps}; they differ only in [windows]): "
+        f"model `{cfg.model.preset}` ({report.link.bench_params:,} parameters), built-in corpus, seq_len "
+        f"{cfg.data.seq_len}, batch {t.batch_size}, H = {t.inner_steps}, k = {t.segment_steps}, codec "
+        f"`{cfg.codec.name}`; each validator replays {cfg.verification.challenge_segments} segments of "
+        f"{cfg.verification.challenge_miners} miners",
+        f"- every update is {t.inner_steps} × {t.batch_size} × {cfg.data.seq_len} = {seq.tokens_per_update:,} tokens",
+        "",
+        "## The link",
+        "",
+        *[f"- {line}" for line in link_lines(report.link)],
+        "",
+        "## Calibration",
+        "",
+        *calibration_lines(report.calibration, report.plan),
+        "",
+        "## Schedules",
+        "",
+        "Offsets in blocks from the window's first block (pipelined reveal and validate phases fall in the next window):",
+        "",
+        md_table(SCHEDULE_HEADERS, schedule_rows([seq, pipe])),
+        "",
+        "## Summary",
+        "",
+        md_table(SUMMARY_HEADERS, summary_rows(seq, pipe)),
+        "",
+        "## Miners",
+        "",
+        "**Utilization** of a miner: the sum of its `train_seconds` over the sum of its `wall_seconds`, over every "
+        "window it committed except its first (`distrai.localnet_view.utilization`). A window's wall seconds run "
+        "from the end of the miner's previous commit to the end of this one: idle (waiting for the window to "
+        "start, and on sequential windows the reveal, validate and weights phases), sync to the window's base, "
+        "training H steps (`train_seconds`, boundary states saved included), encoding, staging the reveal and "
+        "committing (`other`). The first committed window is left out: it has no previous commit, so its wait "
+        "for the network to start is not a window's idle time. A window whose update missed the commit "
+        "deadline writes no record; its seconds fall into the next window's idle. **Updates dropped**: the "
+        "miner's log lines saying a commitment missed the deadline or failed. **Reveals late**: `reveal` records "
+        "with `reveal_late`, of all reveals. **Upload s**: a reveal's seconds through the throttled store.",
+        "",
+        md_table(MINER_HEADERS, miner_rows([seq, pipe])),
+        "",
+        "## Validators",
+        "",
+        "Validate seconds: from the reveal deadline to the aggregate and weights (`validate_seconds`). "
+        "Aggregates late: log lines saying validation finished after the aggregate deadline.",
+        "",
+        md_table(VALIDATOR_HEADERS, validator_rows([seq, pipe])),
+        "",
+        "## Held-out loss at equal tokens",
+        "",
+        "The global model's held-out loss (`distrai.localnet_view.heldout_curve`: followed from the validators' "
+        f"aggregates, the project's `evaluate` over the held-out split) after the same number of windows; 0 is "
+        f"the initial model. Compared after {n} windows.",
+        "",
+        md_table(["windows", "sequential", "pipelined", "pipelined / sequential"], curve_rows(seq, pipe)),
+        "",
+        "## Targets",
+        "",
+        *[f"- {s}" for s in target_sentences(seq, pipe)],
+        "",
+        NOTES_MARKER,
+    ]
+    return "\n".join(lines) + "\n" + kept
+
+
+def kept_notes(path: Path) -> str:
+    if not path.exists():
+        return ""
+    _, marker, rest = path.read_text().partition(NOTES_MARKER + "\n")
+    return rest if marker else ""
+
+
+def machine_line() -> str:
+    import os
+    import platform
+
+    import torch
+
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    cpu = names[0] if names else platform.processor() or "unknown CPU"
+    return (
+        f"{cpu}, {len(os.sched_getaffinity(0))} cores (shared); torch {torch.__version__}; "
+        f"Python {platform.python_version()}"
+    )
+
+
+# -- main -----------------------------------------------------------------------------------------
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--windows", type=int, default=7, help="windows each miner trains in each run (≥ 2)")
+    parser.add_argument("--calibration-windows", type=int, default=4, help="windows of the calibration run")
+    parser.add_argument(
+        "--no-calibrate",
+        action="store_true",
+        help="use the bench TOMLs' windows as they are, no calibration run",
+    )
+    parser.add_argument(
+        "--calibrate-only",
+        action="store_true",
+        help="run the calibration, print the windows it gives, and stop",
+    )
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="keep the networks' folders (logs, metrics) here; default: a temporary folder",
+    )
+    args = parser.parse_args(argv)
+    if args.calibrate_only and args.no_calibrate:
+        parser.error("--calibrate-only and --no-calibrate exclude each other")
+    if args.windows < 2 or args.calibration_windows < 2:
+        parser.error("--windows and --calibration-windows must be at least 2 (the first window is left out)")
+    console = Console(width=180)
+    started = time.perf_counter()
+    gpu = load_run_config(shipped_config_path("gpu-subnet"))
+    seq_cfg, pipe_cfg = load_run_config(SEQUENTIAL_CONFIG), load_run_config(PIPELINED_CONFIG)
+    differ = config_differences(seq_cfg, pipe_cfg)
+    if differ:
+        raise SystemExit(f"the bench TOMLs differ in more than [windows]: {differ}")
+    gpu_params, bench_params = linkcheck.parameter_count(gpu), linkcheck.parameter_count(pipe_cfg)
+
+    def link(window_blocks: int) -> Link:
+        return link_for(
+            gpu, pipe_cfg, window_blocks * BLOCK_TIME, gpu_params=gpu_params, bench_params=bench_params
+        )
+
+    if args.work is not None:
+        args.work.mkdir(parents=True, exist_ok=True)
+    folder = (
+        contextlib.nullcontext(str(args.work))
+        if args.work is not None
+        else tempfile.TemporaryDirectory(prefix="distrai-utilization-")
+    )
+    with folder as tmp:
+        work = Path(tmp).resolve()
+        seq_path, pipe_path = SEQUENTIAL_CONFIG, PIPELINED_CONFIG
+        calibration = plan = None
+        if not args.no_calibrate:
+            prior = link(pipe_cfg.windows.blocks_per_window)
+            calibration = calibrate(
+                PIPELINED_CONFIG, work, args.calibration_windows, prior.bandwidth, console
+            )
+            if not calibration.train_s or not calibration.validate_s:
+                raise SystemExit("calibration: no window was measured; see the logs")
+            for line in calibration_lines(calibration, None)[2:]:
+                console.print(line)
+            w = train_blocks(_max(calibration.train_s), _max(calibration.other_s))
+            at_w = link(w)
+            measured_reveal = _max(calibration.upload_s) * prior.bandwidth / at_w.bandwidth
+            try:
+                plan = plan_windows(
+                    pipe_cfg.windows,
+                    train=w,
+                    reveal_s=max(at_w.bench_reveal_s, measured_reveal),
+                    validate_s=_max(calibration.validate_s),
+                    validate_idle_s=_max(calibration.validate_idle_s or calibration.validate_s),
+                )
+            except ValueError as exc:
+                raise SystemExit(f"calibration: {exc}") from None
+            seq_path, pipe_path = work / "sequential.toml", work / "pipelined.toml"
+            seq_path.write_text(with_windows(SEQUENTIAL_CONFIG.read_text(), plan.sequential))
+            pipe_path.write_text(with_windows(PIPELINED_CONFIG.read_text(), plan.pipelined))
+            console.print(f"calibrated windows:\n[sequential]\n{windows_toml(plan.sequential)}")
+            console.print(f"[pipelined]\n{windows_toml(plan.pipelined)}")
+            for line in calibration_lines(calibration, plan)[-5:]:
+                console.print(line)
+            if args.calibrate_only:
+                return
+        w_blocks = load_run_config(pipe_path).windows.blocks_per_window
+        if load_run_config(seq_path).windows.commit_offset != w_blocks:
+            raise SystemExit("the sequential train phase must be the pipelined window's length")
+        chosen = link(w_blocks)
+        for line in link_lines(chosen):
+            console.print(f"• {line}")
+        sequential = run_network(
+            "sequential", seq_path, work / "sequential", args.windows, chosen.bandwidth, console
+        )
+        pipelined = run_network(
+            "pipelined", pipe_path, work / "pipelined", args.windows, chosen.bandwidth, console
+        )
+
+    command = "python bench/utilization.py" + "".join(
+        f" {a}"
+        for a, on in (
+            (f"--windows {args.windows}", args.windows != 7),
+            (f"--calibration-windows {args.calibration_windows}", args.calibration_windows != 4),
+            ("--no-calibrate", args.no_calibrate),
+            (f"--output {shlex.quote(str(args.output))}", args.output != DEFAULT_OUTPUT),
+        )
+        if on
+    )
+    report = Report(
+        command=command,
+        date=f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
+        machine=machine_line(),
+        link=chosen,
+        calibration=calibration,
+        plan=plan,
+        sequential=sequential,
+        pipelined=pipelined,
+        total_seconds=time.perf_counter() - started,
+    )
+    text = markdown(report, kept_notes(args.output))
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text)
+    runs = [sequential, pipelined]
+    console.print(rich_table("schedules", SCHEDULE_HEADERS, schedule_rows(runs)))
+    console.print(rich_table("miners", MINER_HEADERS, miner_rows(runs)))
+    console.print(rich_table("validators", VALIDATOR_HEADERS, validator_rows(runs)))
+    console.print(rich_table("summary", SUMMARY_HEADERS, summary_rows(sequential, pipelined)))
+    for sentence in target_sentences(sequential, pipelined):
+        console.print(f"• {sentence}")
+    console.print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,202 @@
+"""The pure parts of bench/utilization.py: the two bench run configs, the link arithmetic, the window
+plan, the per-miner accounting and the report. The benchmark itself runs two localnets for half an
+hour; nothing here starts a process or times anything."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from distrai.run import load_run_config, parse_run_config, shipped_config_path
+from distrai.windows import WindowConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("bench_utilization", ROOT / "bench" / "utilization.py")
+U = importlib.util.module_from_spec(_spec)
+sys.modules["bench_utilization"] = U
+_spec.loader.exec_module(U)
+
+GPU_PARAMS = 154_698_752
+"""`linkcheck.parameter_count` of the GPU config (test_link_uses_linkcheck checks it once)."""
+
+
+@pytest.fixture(scope="module")
+def configs():
+    return (
+        load_run_config(U.SEQUENTIAL_CONFIG),
+        load_run_config(U.PIPELINED_CONFIG),
+        load_run_config(shipped_config_path("cpu-localnet")),
+        load_run_config(shipped_config_path("gpu-subnet")),
+    )
+
+
+def test_bench_configs_differ_only_in_their_windows(configs):
+    seq, pipe, cpu, _ = configs
+    assert U.config_differences(seq, pipe) == []
+    assert not seq.windows.pipelined and pipe.windows.pipelined
+    assert seq.windows.commit_offset == pipe.windows.blocks_per_window == pipe.windows.commit_offset
+    assert seq.windows.aggregate_offset < seq.windows.blocks_per_window
+    # from the shipped CPU config only H changes (besides the windows and the name)
+    assert U.config_differences(pipe, cpu) == ["train"]
+    changed = {k for k, v in pipe.train.model_dump().items() if cpu.train.model_dump()[k] != v}
+    assert changed == {"inner_steps"}
+
+
+def test_link_uses_linkcheck_and_keeps_the_gpu_share(configs):
+    _, pipe, _, gpu = configs
+    window = pipe.windows.blocks_per_window * U.BLOCK_TIME
+    link = U.link_for(gpu, pipe, window)
+    assert link.gpu_params == GPU_PARAMS
+    assert link.gpu_reveal.n_states == 5  # min(2·1·2 + 1, 20 + 1)
+    assert link.gpu_reveal.total == pytest.approx(5.264e9, rel=1e-3)
+    assert link.gpu_reveal_s == pytest.approx(link.gpu_reveal.total / 12.5e6)
+    assert link.share == pytest.approx(link.gpu_reveal_s / 1200.0)
+    assert link.bench_reveal_s / window == pytest.approx(link.share)
+    assert link.bandwidth * link.bench_reveal_s == pytest.approx(link.bench_reveal.total)
+    for line in U.link_lines(link):
+        assert line.endswith(".")
+
+
+def test_bench_tomls_hold_the_throttled_reveal_and_the_schedule(configs):
+    seq, pipe, _, gpu = configs
+    link = U.link_for(gpu, pipe, pipe.windows.blocks_per_window * U.BLOCK_TIME, gpu_params=GPU_PARAMS)
+    for cfg in (seq, pipe):
+        seconds = (cfg.windows.reveal_offset - cfg.windows.commit_offset - 1) * U.BLOCK_TIME
+        assert seconds >= link.bench_reveal_s, cfg.name
+    assert seq.windows.reveal_offset == pipe.windows.reveal_offset
+    assert seq.windows.aggregate_offset <= pipe.windows.aggregate_offset
+    assert seq.windows.blocks_per_window == seq.windows.aggregate_offset + U.WEIGHTS_BLOCKS
+    # the pipelined aggregate is in place before the window after next trains from it
+    assert pipe.windows.aggregate_offset < 2 * pipe.windows.blocks_per_window
+
+
+def test_plan_windows_builds_valid_twins():
+    template = load_run_config(U.PIPELINED_CONFIG).windows
+    w = U.train_blocks(40.0, 0.7)
+    assert w == math.ceil(40.0 + 0.7 + U.START_SLACK_S)
+    plan = U.plan_windows(template, train=w, reveal_s=14.0, validate_s=9.0, validate_idle_s=3.0)
+    assert plan.reveal_blocks == math.ceil(14.0 * U.REVEAL_MARGIN) + 1
+    assert plan.validate_blocks == math.ceil(9.0 * U.VALIDATE_MARGIN) + 1
+    assert plan.validate_idle_blocks == math.ceil(3.0 * U.VALIDATE_MARGIN) + 1
+    p, s = plan.pipelined, plan.sequential
+    assert p.pipelined and not s.pipelined
+    assert p.blocks_per_window == p.commit_offset == s.commit_offset == w
+    assert p.reveal_offset == s.reveal_offset == w + plan.reveal_blocks
+    assert p.aggregate_offset == p.reveal_offset + plan.validate_blocks
+    assert s.aggregate_offset == s.reveal_offset + plan.validate_idle_blocks
+    assert s.blocks_per_window == w + plan.reveal_blocks + plan.validate_idle_blocks + U.WEIGHTS_BLOCKS
+    WindowConfig.model_validate(p.model_dump())
+    WindowConfig.model_validate(s.model_dump())
+    with pytest.raises(ValueError, match="do not fit"):
+        U.plan_windows(template, train=20, reveal_s=10.0, validate_s=5.0, validate_idle_s=2.0)
+
+
+def test_with_windows_replaces_only_the_windows():
+    text = U.PIPELINED_CONFIG.read_text()
+    stretched = U.calibration_windows(load_run_config(U.PIPELINED_CONFIG).windows, 1.5)
+    original = load_run_config(U.PIPELINED_CONFIG).windows
+    assert (
+        stretched.reveal_offset - stretched.commit_offset == original.reveal_offset - original.commit_offset
+    )
+    assert (
+        stretched.aggregate_offset - stretched.reveal_offset
+        == original.aggregate_offset - original.reveal_offset
+    )
+    rewritten = parse_run_config(tomllib.loads(U.with_windows(text, stretched)))
+    assert rewritten.windows == stretched
+    assert U.config_differences(rewritten, load_run_config(U.PIPELINED_CONFIG)) == []
+    with pytest.raises(ValueError):
+        U.with_windows("name = 'x'\n", stretched)
+
+
+def train(window: int, train_s: float, idle_s: float, other_s: float = 1.0) -> dict:
+    wall = train_s + idle_s + other_s
+    return {
+        "event": "train",
+        "window": window,
+        "train_seconds": train_s,
+        "idle_seconds": idle_s,
+        "other_seconds": other_s,
+        "wall_seconds": wall,
+        "utilization": train_s / wall,
+    }
+
+
+def reveal(window: int, seconds: float, late: bool = False, n_bytes: int = 110_000_000) -> dict:
+    return {
+        "event": "reveal",
+        "window": window,
+        "upload_seconds": seconds,
+        "revealed_bytes": n_bytes,
+        "upload_rate": n_bytes / seconds,
+        "upload_rate_needed": n_bytes / 20,
+        "reveal_late": late,
+    }
+
+
+def test_miner_stats_leave_out_the_first_window():
+    records = [
+        train(3, 40.0, 0.0),
+        reveal(3, 17.0),
+        train(4, 46.0, 2.0),
+        reveal(4, 18.0, late=True),
+        train(5, 47.0, 1.0),
+    ]
+    log = "window 6: training ended after the commit deadline (block 350); update dropped\n"
+    m = U.miner_stats("miner0", records, log)
+    assert m.committed == 3 and m.dropped == 1
+    assert m.utilization == pytest.approx((46.0 + 47.0) / (49.0 + 49.0))
+    assert m.train_s == [46.0, 47.0] and m.wall_s == [49.0, 49.0]
+    assert (m.reveals, m.late, m.upload_s) == (2, 1, [17.0, 18.0])
+
+
+def run_result(label: str, pipelined: bool, loss_drop: float, utilization_train: float) -> object:
+    template = load_run_config(U.PIPELINED_CONFIG)
+    plan = U.plan_windows(template.windows, train=50, reveal_s=17.5, validate_s=10.0, validate_idle_s=4.0)
+    config = template.model_copy(update={"windows": plan.pipelined if pipelined else plan.sequential})
+    wall = config.windows.blocks_per_window * U.BLOCK_TIME
+    records = [train(w, utilization_train, wall - utilization_train - 1.0) for w in range(2, 9)]
+    records += [reveal(w, 17.0) for w in range(2, 9)]
+    miners = [U.miner_stats(f"miner{i}", records) for i in range(U.MINERS)]
+    validator = [
+        {"window": w, "validate_seconds": 8.0, "updates": 3, "accepted": 3, "aggregates_refused": 0}
+        for w in range(1, 9)
+    ]
+    validators = [U.validator_stats(f"validator{i}", validator) for i in range(U.VALIDATORS)]
+    heldout = [5.5 - loss_drop * j for j in range(8)]
+    return U.RunResult(label, config, 6.3e6, miners, validators, list(range(2, 9)), heldout, 600.0)
+
+
+def test_report_tables_and_targets():
+    seq = run_result("sequential", False, 0.30, 48.0)
+    pipe = run_result("pipelined", True, 0.29, 48.0)
+    link = U.link_for(
+        load_run_config(shipped_config_path("gpu-subnet")),
+        seq.config,
+        50.0,
+        gpu_params=GPU_PARAMS,
+        bench_params=985_536,
+    )
+    report = U.Report(
+        "python bench/utilization.py", "2026-01-01 00:00 UTC", "test CPU", link, None, None, seq, pipe, 1.0
+    )
+    text = U.markdown(report, "kept notes\n")
+    assert "```\npython bench/utilization.py\n```" in text and text.endswith(
+        U.NOTES_MARKER + "\nkept notes\n"
+    )
+    for header in (U.MINER_HEADERS, U.VALIDATOR_HEADERS, U.SUMMARY_HEADERS, U.SCHEDULE_HEADERS):
+        assert "| " + " | ".join(header) + " |" in text
+    assert len(U.miner_rows([seq, pipe])) == 2 * U.MINERS
+    n, loss_seq, loss_pipe = U.loss_at_equal_windows(seq, pipe)
+    assert n == 7 and loss_pipe / loss_seq == pytest.approx((5.5 - 0.29 * 7) / (5.5 - 0.30 * 7))
+    assert U.median_utilization(pipe) == pytest.approx(48.0 / 50.0)
+    assert U.median_utilization(seq) == pytest.approx(48.0 / seq.window_s)
+    targets = U.target_sentences(seq, pipe)
+    assert "target ≥ 95%: met" in targets[0]
+    assert "MISSED" in targets[1]  # 3.50 / 3.40 > 1.02
+    assert seq.accepted == pipe.accepted == 3 * 7

@@ -67,6 +67,7 @@ from distrai.run import run_id
 from distrai.store.file import TEMP_SUFFIX
 from distrai.train.state import load_state as load_train_state
 from distrai.train.tensorfile import decode_tensors as decode_record_tensors
+from distrai.trajectory import decode_trajectory
 from distrai.wallets import open_wallet
 from distrai.windows import (
     Phase,
@@ -79,7 +80,6 @@ from distrai.windows import (
     window_of,
     window_start,
 )
-from distrai.wire import decode_tensors as decode_wire_tensors
 from validators.state import ValidatorState
 from validators.state import load_state as load_validator_state
 
@@ -1308,8 +1308,8 @@ def check_store(h: Harness) -> list[Check]:
                 json.loads(data)
             elif "/states/" in key:
                 load_train_state(path)
-            elif "/residuals/" in key:
-                decode_wire_tensors(data, max_bytes=limit)
+            elif "/trajectories/" in key:
+                decode_trajectory(data, max_bytes=limit)
             elif "/checkpoints/" in key:
                 decode_record_tensors(data, CHECKPOINT_FORMAT, max_bytes=limit)
             else:

@@ -150,13 +150,13 @@ def link_lines(link: Link) -> list[str]:
     return [
         f"GPU config (`distrai/configs/gpu-subnet.toml`): {link.gpu_params:,} parameters; a miner challenged "
         f"by {link.validators} validators reveals {g.n_states} boundary states × {linkcheck.format_bytes(g.state)} "
-        f"+ residual {linkcheck.format_bytes(g.residual)} + update {linkcheck.format_bytes(g.update)} = "
+        f"+ trajectory {linkcheck.format_bytes(g.trajectory)} + update {linkcheck.format_bytes(g.update)} = "
         f"{g.total / 1e9:.2f} GB (`linkcheck.reveal_bytes`).",
         f"At {mbit:.0f} Mbit/s that takes {g.total:,} / {link.link_bytes_per_s:,.0f} B/s = {link.gpu_reveal_s:.0f} s, "
         f"{link.share:.1%} of its {link.gpu_window_s:.0f}-s window (100 blocks × 12 s); its reveal phase gives "
         f"{link.gpu_reveal_window_s:.0f} s ({link.gpu_reveal_window_s / link.gpu_reveal_s:.2f}× the reveal).",
         f"Bench config: {link.bench_params:,} parameters; the same functions give {b.n_states} states × "
-        f"{linkcheck.format_bytes(b.state)} + residual {linkcheck.format_bytes(b.residual)} + update "
+        f"{linkcheck.format_bytes(b.state)} + trajectory {linkcheck.format_bytes(b.trajectory)} + update "
         f"{linkcheck.format_bytes(b.update)} = {b.total / 1e6:.1f} MB.",
         f"The same share of the bench's train phase W = {link.bench_window_s:.0f} s is {link.bench_reveal_s:.1f} s, "
         f"so every miner's store is throttled to {b.total / 1e6:.1f} MB / {link.bench_reveal_s:.1f} s = "

@@ -248,11 +248,16 @@ def loss_table(with_adversaries: RunResult, without: RunResult) -> str:
 def catch_probability(
     n_segments: int, faked: int, per_miner: int, miner_share: float, validators: int, windows: int
 ) -> float:
-    """P(at least one validator replays a faked segment within `windows`), each validator drawing
-    its segments uniformly without replacement and challenging the miner with `miner_share`."""
-    clean = math.comb(n_segments - faked, per_miner) / math.comb(n_segments, per_miner)
-    per_validator = miner_share * (1.0 - clean)
-    return 1.0 - (1.0 - per_validator) ** (validators * windows)
+    """P(the faker's last `faked` segments are replayed within `windows`): a window's replay is one
+    cyclic run of `per_miner` consecutive segments from a uniform first one, shared by every
+    validator that challenges the miner, and each of `validators` challenges it with `miner_share`."""
+    run_hits = sum(
+        any((first + i) % n_segments >= n_segments - faked for i in range(per_miner))
+        for first in range(n_segments)
+    )
+    challenged = 1.0 - (1.0 - miner_share) ** validators
+    per_window = challenged * run_hits / n_segments
+    return 1.0 - (1.0 - per_window) ** windows
 
 
 def measured_catch_rate(config, miners: int, trials: int) -> float:
@@ -395,8 +400,8 @@ def main(argv: list[str]) -> None:
         sections["cost"],
         "",
         f"A challenged honest miner reveals a median {revealed / 1e6:.1f} MB per window beyond its "
-        f"{update / 1e3:.0f} kB update and manifest (the boundary states of the challenged segments and the last "
-        "state, parameters and AdamW moments, and its incoming codec residual).",
+        f"{update / 1e3:.0f} kB update and manifest (the start state of its run of challenged segments, "
+        "parameters and AdamW moments, unless the run starts at segment 0, and its trajectory reveal).",
         "",
         "## The global model with 30% adversarial miners",
         "",
@@ -407,12 +412,13 @@ def main(argv: list[str]) -> None:
         "",
         "## Catching a miner that fakes a quarter of its segments",
         "",
-        f"With n = {n} segments of which m = {round(FAKED_SHARE * n)} are faked, each validator "
-        f"challenging a miner with probability q = {share:.2f} and replaying s = "
-        f"{bench_config.verification.challenge_segments} segment(s) drawn without replacement, one "
-        "validator catches the faker in one window with probability p = q · (1 − C(n−m, s)/C(n, s)); "
-        f"{VALIDATORS} validators draw independently, so within {CATCH_WINDOWS} windows the faker is "
-        f"caught with probability 1 − (1 − p)^({VALIDATORS}·{CATCH_WINDOWS}) = **{predicted:.4f}**. "
+        f"With n = {n} segments of which the last m = {round(FAKED_SHARE * n)} are faked (as `lazy` does), "
+        f"each of {VALIDATORS} validators challenging a miner with probability q = {share:.2f}, and every "
+        f"challenging validator replaying the same run of s = {bench_config.verification.challenge_segments} "
+        "consecutive segments from a uniform first one (wrapping round; one draw per window, so the reveal "
+        "does not grow with the validators), the faker is caught in one window with probability "
+        "p = (1 − (1 − q)^V) · (m + s − 1)/n, and within "
+        f"{CATCH_WINDOWS} windows with probability 1 − (1 − p)^{CATCH_WINDOWS} = **{predicted:.4f}**. "
         f"Measured over {plan.catch_trials:,} trials of the project's challenge draws "
         f"(`distrai.windows.validator_challenges`, random block hashes, {miners} miners): **{measured:.4f}**.",
         "",

@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--validators",
         type=int,
         default=8,
-        help="validators with a permit, each drawing its own segments to challenge (default 8)",
+        help="validators with a permit (default 8; 0: nobody challenges, the reveal is the update alone)",
     )
     doctor.add_argument(
         "--probe-bytes",
@@ -309,12 +309,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     rows = [
         ("parameters", f"{n_params:,}", f"{model}, {config.model.dtype}"),
         ("update", linkcheck.format_bytes(parts.update), update_note),
-        ("residual", linkcheck.format_bytes(parts.residual), "codec residual, fp32"),
+        (
+            "trajectory",
+            linkcheck.format_bytes(parts.trajectory),
+            f"{config.verification.trajectory_fraction:g} of the last parameters and of the fp32 residual",
+        ),
         (
             "states",
             linkcheck.format_bytes(parts.states),
-            f"{parts.n_states} × {linkcheck.format_bytes(parts.state)}: {args.validators} validators × "
-            f"{config.verification.challenge_segments} segment(s), of {config.train.n_segments}",
+            f"{parts.n_states} × {linkcheck.format_bytes(parts.state)}: the start of each challenged segment, "
+            f"{config.verification.challenge_segments} of {config.train.n_segments}, whatever the validators",
         ),
         ("reveal", linkcheck.format_bytes(parts.total), f"{parts.total:,} bytes"),
         (

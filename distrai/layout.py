@@ -43,6 +43,7 @@ def checkpoint_window(key: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
-def residual_key(run_id: str, window: int, hotkey: str) -> str:
-    """A revealed codec residual: the error feedback a miner carried into `window`."""
-    return f"{window_prefix(run_id, window)}/residuals/{hotkey}.safetensors"
+def trajectory_key(run_id: str, window: int, hotkey: str) -> str:
+    """A challenged miner's trajectory reveal (`distrai.trajectory`): the piece digests of its last
+    state and residuals, and the drawn pieces of its last parameters and incoming residual."""
+    return f"{window_prefix(run_id, window)}/trajectories/{hotkey}.safetensors"

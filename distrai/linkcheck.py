@@ -7,16 +7,19 @@ before the reveal deadline: `(reveal_offset − commit_offset − 1)` blocks. In
 (`miners/miner.py`, `Miner.reveal`):
 
 - the update blob (the codec's payload);
-- when challenged, both boundary states of every challenged segment and the last boundary state
-  (step H): each validator with a permit draws its own `challenge_segments` segments and a miner
-  cannot tell which will check it, so it reveals the union, at most `min(2·s·V + 1, H/k + 1)` states;
-- when challenged, the incoming codec residual (fp32, one tensor per parameter; lossy codecs only).
+- when challenged, the start state of each of the `challenge_segments` segments drawn for it (one
+  draw per window that every validator replays, so the count does not grow with the validators;
+  segment 0 starts at the window's base, which validators build themselves, so this is the worst case);
+- when challenged, the trajectory reveal (`distrai.trajectory`): `trajectory_fraction` of the last
+  state's parameters, the same share of the incoming codec residual (fp32; lossy codecs only), and
+  32-byte piece digests (left out here: a few kB).
 
 A boundary state holds the parameters in the model's dtype and AdamW's two moments, which torch
-keeps in the parameter's dtype: 6 bytes per parameter in bfloat16, 12 in float32. The state at step
-0 is taken before the first step, so it has no moments yet. Safetensors headers (about 100 bytes per
-tensor) and AdamW's scalar step counts are left out: measured, a saved state is 6.0025 bytes per
-parameter in bfloat16 at the `small` preset (0.04 % over) and closer still for larger models.
+keeps in the parameter's dtype: 6 bytes per parameter in bfloat16, 12 in float32. Safetensors
+headers (about 100 bytes per tensor) and AdamW's scalar step counts are left out: measured, a saved
+state is 6.0025 bytes per parameter in bfloat16 at the `small` preset (0.04 % over) and closer still
+for larger models. The trajectory sample is drawn by piece (`distrai.train.hashing`), so its size
+varies around `trajectory_fraction` of the parameters from window to window.
 
 Pure arithmetic first; `parameter_count` builds the model on torch's `meta` device (no memory), and
 `measure_upload_rate` is the only function that touches the network.
@@ -80,13 +83,11 @@ def state_bytes_per_param(dtype: str) -> int:
 
 
 def states_revealed(config: RunConfig, validators: int) -> int:
-    """Most boundary states a challenged miner reveals in one window: `min(2·s·V + 1, H/k + 1)` with
-    s = `verification.challenge_segments` and V = validators with a permit (0 when there are none)."""
+    """Most boundary states a challenged miner reveals in one window: the start of each challenged
+    segment, `verification.challenge_segments`, whatever the number of validators (0 when none
+    holds a permit, since nobody challenges)."""
     _check_count("validators", validators)
-    if validators == 0:
-        return 0
-    n_segments = config.train.n_segments
-    return min(2 * config.verification.challenge_segments * validators + 1, n_segments + 1)
+    return config.verification.challenge_segments if validators else 0
 
 
 # -- the bytes of a reveal --------------------------------------------------------------------------
@@ -101,18 +102,23 @@ class RevealBytes:
     `limits.max_update_bytes` when that is smaller (no valid update is larger)"""
     update_source: str
     """"codec" (the codec's payload size) or "limit" (`limits.max_update_bytes`)"""
-    residual: int
-    """the incoming codec residual, fp32 (0 for a codec without error feedback, or with no challenge)"""
+    trajectory: int
+    """the trajectory reveal's drawn share of the last parameters and of the fp32 incoming residual
+    (0 with no challenge)"""
     n_states: int
     """boundary states revealed"""
     state: int
     """bytes of one full boundary state (parameters and both AdamW moments)"""
     states: int
-    """bytes of all revealed states (when every boundary is revealed, the one at step 0 has no moments)"""
+    """bytes of all revealed states"""
 
     @property
     def total(self) -> int:
-        return self.update + self.residual + self.states
+        return self.update + self.trajectory + self.states
+
+    def per_param(self, n_params: int) -> float:
+        """What a challenged miner reveals beyond its update, in bytes per parameter."""
+        return (self.trajectory + self.states) / n_params
 
 
 def update_bytes(config: RunConfig, n_params: int) -> tuple[int, str]:
@@ -126,20 +132,21 @@ def update_bytes(config: RunConfig, n_params: int) -> tuple[int, str]:
 
 
 def reveal_bytes(config: RunConfig, n_params: int, validators: int) -> RevealBytes:
-    """Worst-case bytes a miner challenged by every one of `validators` (with a permit) uploads in
-    one window: update, residual and `states_revealed` boundary states."""
+    """Worst-case bytes a challenged miner uploads in one window when `validators` (with a permit)
+    may challenge it: update, trajectory sample and `states_revealed` boundary states."""
     update, source = update_bytes(config, n_params)
     n_states = states_revealed(config, validators)
     state = state_bytes_per_param(config.model.dtype) * n_params
-    width = DTYPE_BYTES[config.model.dtype]
-    if n_states == config.train.n_segments + 1:
-        states = (n_states - 1) * state + width * n_params
-    else:
-        states = n_states * state
     lossy = get_codec(config.codec.name, **dict(config.codec.options)).residual_decay() is not None
-    residual = RESIDUAL_BYTES_PER_PARAM * n_params if lossy and n_states else 0
+    sampled = math.ceil(config.verification.trajectory_fraction * n_params)
+    per_sampled = DTYPE_BYTES[config.model.dtype] + (RESIDUAL_BYTES_PER_PARAM if lossy else 0)
     return RevealBytes(
-        update=update, update_source=source, residual=residual, n_states=n_states, state=state, states=states
+        update=update,
+        update_source=source,
+        trajectory=sampled * per_sampled if n_states else 0,
+        n_states=n_states,
+        state=state,
+        states=n_states * state,
     )
 
 

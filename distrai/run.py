@@ -31,6 +31,8 @@ from pydantic import (
     model_validator,
 )
 
+from distrai.codec import get_codec
+from distrai.train.hashing import PIECE_ELEMENTS
 from distrai.windows import ChallengeInputs, WindowConfig
 
 RUN_COMMITMENT_PREFIX = "distrai-run:"
@@ -258,6 +260,12 @@ class CodecConfig(_Section):
     def _none_has_no_options(self) -> CodecConfig:
         if self.name == "none" and self.options:
             raise ValueError("codec 'none' takes no options")
+        chunk = getattr(get_codec(self.name, **self.options), "chunk", 1)
+        if PIECE_ELEMENTS % chunk:
+            raise ValueError(
+                f"options.chunk ({chunk}) must divide {PIECE_ELEMENTS}, the hashed piece a challenged miner "
+                "reveals for the trajectory check: a power of two"
+            )
         return self
 
 
@@ -271,6 +279,19 @@ class VerificationConfig(_Section):
     challenge_segments: int = Field(default=1, ge=1, description="segments replayed per challenged miner")
     replay_tolerance: float = Field(
         default=0.0, ge=0.0, description="relative distance a replay may differ by; 0.0 (bit-exact) on CPU"
+    )
+    loss_tolerance: float = Field(
+        default=0.0,
+        ge=0.0,
+        description="relative difference a replayed step's loss may have from the committed one, when "
+        "replay_tolerance > 0 (a bit-exact replay must reproduce every loss exactly)",
+    )
+    trajectory_fraction: float = Field(
+        default=0.125,
+        gt=0.0,
+        le=1.0,
+        description="share of the last state's parameter pieces a challenged miner reveals, with the same "
+        "pieces of its residual, for the check that its update encodes its trajectory",
     )
 
     @field_validator("challenge_miners", mode="before")
@@ -368,6 +389,11 @@ class RunConfig(_Section):
             raise ValueError(
                 "task.teacher must share the student's tokenizer: a preset teacher with tokenizer 'byte', "
                 "a path_or_id teacher with tokenizer 'model'"
+            )
+        if self.verification.replay_tolerance > 0 and self.verification.loss_tolerance == 0:
+            raise ValueError(
+                "verification.loss_tolerance must be above 0 when replay_tolerance is: a replay that is not "
+                "bit-exact does not reproduce every loss exactly"
             )
         segments = self.train.n_segments
         if self.verification.challenge_segments > segments:

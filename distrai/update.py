@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import torch
 
 from distrai.codec import Codec
-from distrai.train.hashing import hash_tensors
+from distrai.train.hashing import PieceRef, digests_root, piece_digests
 from distrai.wire import Reason, WireError, decode_tensors, encode_tensors
 
 HOTKEY_ENTRY = "distrai.hotkey"
@@ -22,9 +22,17 @@ WINDOW_ENTRY = "distrai.window"
 RESIDUAL_TAG = "codec_residual"
 
 
+RESIDUAL_SECTION = "tensors"
+
+
 def residual_hash(residual: Mapping[str, torch.Tensor]) -> str:
     """The canonical hash of a codec's error-feedback residual (manifests commit to it)."""
-    return hash_tensors(RESIDUAL_TAG, dict(residual))
+    return digests_root(RESIDUAL_TAG, residual_digests(residual))
+
+
+def residual_digests(residual: Mapping[str, torch.Tensor]) -> dict[PieceRef, str]:
+    """The piece digests `residual_hash` is the root of (one section, `tensors`)."""
+    return piece_digests({RESIDUAL_SECTION: dict(residual)})
 
 
 def encode_update(

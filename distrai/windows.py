@@ -20,7 +20,10 @@ sits in a block `b` with `window_start(w) <= b < commit_deadline(w)`. The hash o
 commit deadline seeds the challenge, so no commitment that counts could have known it.
 
 The challenge draw ranks candidates by sha256 of a domain-separated, length-prefixed message, so it
-is deterministic, uniform over subsets, and independent of the order of any input list.
+is deterministic, uniform over subsets, and independent of the order of any input list. Each
+validator draws the miners it challenges from its own seed; what a challenged miner reveals (its
+segments and the sample of its last state, `trajectory_sample`) is drawn from one seed per window
+that all validators share, so a miner's reveal does not grow with the number of validators.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ _BLOCK_HASH = re.compile(r"0x[0-9a-fA-F]+")
 _SEED_TAG = b"distrai/challenge-seed/v1"
 _MINER_TAG = b"distrai/challenge-miner/v1"
 _SEGMENT_TAG = b"distrai/challenge-segment/v1"
+_REVEAL_TAG = b"distrai/reveal-seed/v1"
+_PIECE_TAG = b"distrai/trajectory-piece/v1"
 
 
 class WindowConfig(BaseModel):
@@ -244,19 +249,29 @@ def challenge_seed(
 ) -> bytes:
     """The 32-byte seed of one validator's challenge in one window. The block hash is a `0x` hex
     string (case does not matter); nobody knows it before the commit deadline's block exists."""
-    if not isinstance(block_hash_at_commit_deadline, str) or not _BLOCK_HASH.fullmatch(
-        block_hash_at_commit_deadline
-    ):
-        raise ValueError(
-            f"block hash must be a 0x-prefixed hex string, got {block_hash_at_commit_deadline!r:.80}"
-        )
     return _digest(
         _SEED_TAG,
-        block_hash_at_commit_deadline.lower().encode("ascii"),
+        _block_hash(block_hash_at_commit_deadline),
         _hotkey("run_id", run_id),
         _non_negative("window", window).to_bytes(8, "big"),
         _hotkey("validator_hotkey", validator_hotkey),
     )
+
+
+def reveal_seed(block_hash_at_commit_deadline: str, run_id: str, window: int) -> bytes:
+    """The 32-byte seed, shared by every validator, of what challenged miners reveal in one window."""
+    return _digest(
+        _REVEAL_TAG,
+        _block_hash(block_hash_at_commit_deadline),
+        _hotkey("run_id", run_id),
+        _non_negative("window", window).to_bytes(8, "big"),
+    )
+
+
+def _block_hash(value: str) -> bytes:
+    if not isinstance(value, str) or not _BLOCK_HASH.fullmatch(value):
+        raise ValueError(f"block hash must be a 0x-prefixed hex string, got {value!r:.80}")
+    return value.lower().encode("ascii")
 
 
 def challenge_count(count_or_fraction: int | float, population: int) -> int:
@@ -283,15 +298,26 @@ def challenged_miners(seed: bytes, miner_hotkeys: Iterable[str], count_or_fracti
 
 
 def challenged_segments(seed: bytes, miner_hotkey: str, n_segments: int, count: int) -> list[int]:
-    """The `count` segment indices (of `n_segments`) a seed challenges for one miner, ascending."""
+    """The `count` segment indices (of `n_segments`) a seed challenges for one miner, ascending: a run
+    of consecutive segments from a uniformly drawn first one, wrapping around to segment 0. A run is
+    replayed from one revealed state (each replayed end, matching its committed hash, starts the
+    next segment; segment 0 starts at the window's base), so a longer run costs replay, not upload,
+    and every segment is covered with probability count / n_segments."""
     _check_seed(seed)
     hotkey = _hotkey("miner_hotkey", miner_hotkey)
     if _non_negative("n_segments", n_segments) < _non_negative("count", count):
         raise ValueError(f"cannot challenge {count} segments of {n_segments}")
-    ranked = sorted(
-        range(n_segments), key=lambda i: _digest(_SEGMENT_TAG, seed, hotkey, i.to_bytes(8, "big"))
-    )
-    return sorted(ranked[:count])
+    if count == 0:
+        return []
+    first = min(range(n_segments), key=lambda i: _digest(_SEGMENT_TAG, seed, hotkey, i.to_bytes(8, "big")))
+    return sorted((first + i) % n_segments for i in range(count))
+
+
+def run_starts(segments: Iterable[int]) -> list[int]:
+    """The challenged segments whose start state must be revealed: those that begin a run (the one
+    before is not challenged) other than segment 0, whose start is the window's base."""
+    chosen = set(segments)
+    return sorted(s for s in chosen if s > 0 and s - 1 not in chosen)
 
 
 @dataclass(frozen=True)
@@ -312,20 +338,39 @@ class ChallengeInputs:
 
 
 def validator_challenges(inputs: ChallengeInputs, validator_hotkey: str) -> dict[str, list[int]]:
-    """What one validator challenges: each challenged miner's segment indices."""
+    """What one validator challenges: each challenged miner's segment indices (the miners drawn
+    from the validator's own seed, the segments from the window's shared reveal seed)."""
     seed = challenge_seed(inputs.block_hash, inputs.run_id, inputs.window, validator_hotkey)
     return {
-        miner: challenged_segments(seed, miner, inputs.n_segments, inputs.segments_per_miner)
+        miner: miner_segments(inputs, miner)
         for miner in challenged_miners(seed, inputs.miner_hotkeys, inputs.miners_per_validator)
     }
+
+
+def miner_segments(inputs: ChallengeInputs, miner_hotkey: str) -> list[int]:
+    """The segments a miner reveals and any validator that challenges it replays."""
+    seed = reveal_seed(inputs.block_hash, inputs.run_id, inputs.window)
+    return challenged_segments(seed, miner_hotkey, inputs.n_segments, inputs.segments_per_miner)
 
 
 def segments_to_reveal(
     inputs: ChallengeInputs, miner_hotkey: str, validator_hotkeys: Iterable[str]
 ) -> list[int]:
-    """Every segment any of `validator_hotkeys` challenges for `miner_hotkey`, ascending: a miner
-    cannot tell which validator will check it, so it reveals the union."""
-    wanted: set[int] = set()
-    for validator in _hotkey_list("validator_hotkeys", validator_hotkeys):
-        wanted.update(validator_challenges(inputs, validator).get(miner_hotkey, ()))
-    return sorted(wanted)
+    """The miner's segments when any of `validator_hotkeys` challenges it, else none: a miner
+    cannot tell which validator will check it, and all of them replay the same segments."""
+    validators = _hotkey_list("validator_hotkeys", validator_hotkeys)
+    if any(miner_hotkey in validator_challenges(inputs, v) for v in validators):
+        return miner_segments(inputs, miner_hotkey)
+    return []
+
+
+def trajectory_sample(
+    inputs: ChallengeInputs, miner_hotkey: str, pieces: Iterable[str], fraction: float
+) -> list[str]:
+    """The pieces of its last state and residual a challenged miner reveals for the trajectory
+    check: `fraction` of `pieces` (rounded up), drawn from the window's shared reveal seed; sorted."""
+    seed = reveal_seed(inputs.block_hash, inputs.run_id, inputs.window)
+    hotkey = _hotkey("miner_hotkey", miner_hotkey)
+    unique = sorted(set(pieces))
+    ranked = sorted(unique, key=lambda p: (_digest(_PIECE_TAG, seed, hotkey, p.encode("utf-8")), p))
+    return sorted(ranked[: challenge_count(fraction, len(ranked))])

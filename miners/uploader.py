@@ -2,8 +2,9 @@
 
 Jobs (`reveal_job.py`) are taken oldest first. For each: wait for the block at the window's
 commit deadline (its hash draws the challenges), work out what any permitted validator challenges,
-and upload through the miner's store (its bandwidth limit included): the update blob first, the
-incoming residual, then the boundary states. A job whose reveal deadline has passed is dropped,
+and upload through the miner's store (its bandwidth limit included): the update blob first, then,
+when challenged, the trajectory reveal (`distrai.trajectory`) and the start state of the run of
+challenged segments. A job whose reveal deadline has passed is dropped,
 since nothing uploaded after it counts. While uploading, the uploader projects its finish from
 the rate it achieves and says, before the deadline, when the reveal will not make it. Every job
 ends with one metrics record (`"event": "reveal"`): seconds, bytes, rate, the rate that was
@@ -22,15 +23,21 @@ from typing import TYPE_CHECKING
 
 from distrai.announce import committed_updates
 from distrai.chain.base import Chain, ChainError
-from distrai.layout import residual_key, state_key
+from distrai.layout import state_key, trajectory_key
 from distrai.run import challenge_inputs
 from distrai.store import StoreError
+from distrai.train.state import load_state, state_digests
+from distrai.trajectory import build_trajectory, drawn_pieces, encode_trajectory
+from distrai.update import residual_digests
 from distrai.windows import (
+    ChallengeInputs,
     commit_deadline,
     committed_in_time,
     reveal_deadline,
+    run_starts,
     segments_to_reveal,
 )
+from distrai.wire import decode_tensors
 from miners.reveal_job import RevealJob
 
 if TYPE_CHECKING:
@@ -47,6 +54,7 @@ class Piece:
     """store key; None for the update blob, stored content-addressed"""
     size: int
     data: bytes | None = None
+    """the bytes, for what is built in memory (the blob, the trajectory reveal); else `path`"""
     path: Path | None = None
 
 
@@ -121,13 +129,13 @@ class Uploader:
             )
             self._log(w, RevealResult(0, 0, 0.0, late=True), needed=0.0)
             return RevealResult(0, 0, 0.0, late=True)
-        steps, challenged = self._steps_to_reveal(w)
-        pieces = self._pieces(job, steps, challenged)
+        steps, inputs = self._to_reveal(w)
+        pieces = self._pieces(job, steps, inputs)
         total = sum(p.size for p in pieces)
         seconds_left = (deadline - self.chain.block()) * self.chain.block_time()
         needed = total / max(seconds_left, 1e-9)
         log.info(
-            "window %d: revealing %d states and the update, %.1f MB, before block %d (%.0f s): needs %.2f MB/s",
+            "window %d: revealing %d states, the trajectory and the update, %.1f MB, before block %d (%.0f s): needs %.2f MB/s",
             w,
             len(steps),
             total / 1e6,
@@ -175,10 +183,11 @@ class Uploader:
             self.stop.wait(min(0.5, self.chain.block_time() / 4))
         return False
 
-    def _steps_to_reveal(self, w: int) -> tuple[list[int], bool]:
-        """The boundary steps any permitted validator challenges (with the last one), and whether
-        this miner is challenged at all; the miners drawn from are those whose commitment the
-        chain held at the block before the commit deadline."""
+    def _to_reveal(self, w: int) -> tuple[list[int], ChallengeInputs | None]:
+        """The start step of the run of segments any permitted validator challenges (none when the
+        run starts at segment 0, whose start is the window's base), and the window's challenge inputs
+        when this miner is challenged at all (None when not); the miners drawn from are those whose
+        commitment the chain held at the block before the commit deadline."""
         miner, windows = self.miner, self.miner.windows
         deadline = commit_deadline(windows, w)
         counted = self.chain.commitments(block=deadline - 1)
@@ -186,21 +195,20 @@ class Uploader:
         inputs = challenge_inputs(miner.rt.config, self.chain.block_hash(deadline), w, in_time)
         validators = [n.hotkey for n in self.chain.metagraph().neurons if n.validator_permit]
         segments = segments_to_reveal(inputs, miner.hotkey, validators) if miner.hotkey in in_time else []
-        k, last = miner.rt.inner.segment_steps, miner.rt.inner.inner_steps
-        steps = {s * k for s in segments} | {(s + 1) * k for s in segments} | ({last} if segments else set())
-        return sorted(steps), bool(segments)
+        k = miner.rt.inner.segment_steps
+        return [s * k for s in run_starts(segments)], inputs if segments else None
 
-    def _pieces(self, job: RevealJob, steps: list[int], challenged: bool) -> list[Piece]:
+    def _pieces(self, job: RevealJob, steps: list[int], inputs: ChallengeInputs | None) -> list[Piece]:
         miner, w = self.miner, job.window
         pieces = []
         blob = job.blob_path.read_bytes() if job.blob_path.exists() else None
         blob = None if blob is None else miner.behaviour.reveal_blob(miner, w, blob, self.chain)
         if blob is not None:
             pieces.append(Piece(None, len(blob), data=blob))
-        if challenged and job.residual_in_path.exists():
-            path = job.residual_in_path
+        if inputs is not None:
+            trajectory = self._trajectory(job, inputs)
             pieces.append(
-                Piece(residual_key(miner.rt.run_id, w, miner.hotkey), path.stat().st_size, path=path)
+                Piece(trajectory_key(miner.rt.run_id, w, miner.hotkey), len(trajectory), data=trajectory)
             )
         for step in steps:
             path = job.states / f"{step:06d}.safetensors"
@@ -209,10 +217,35 @@ class Uploader:
             )
         return pieces
 
+    def _trajectory(self, job: RevealJob, inputs: ChallengeInputs) -> bytes:
+        """The trajectory reveal (`distrai.trajectory`) from the job's last state and residuals. Their
+        digests are computed once more here, in the upload thread, and only when challenged."""
+        miner = self.miner
+        last = load_state(job.states / f"{miner.rt.inner.inner_steps:06d}.safetensors")
+        limit = miner.rt.config.limits.max_checkpoint_bytes
+        residual_in = (
+            decode_tensors(job.residual_in_path.read_bytes(), max_bytes=limit)[0]
+            if job.residual_in_path.exists()
+            else None
+        )
+        residual_out = load_state(job.residual_out_path).params if job.residual_out_path.exists() else None
+        fraction = miner.rt.config.verification.trajectory_fraction
+        reveal = build_trajectory(
+            drawn_pieces(inputs, miner.hotkey, last.params, fraction),
+            last.params,
+            state_digests(last),
+            residual_in,
+            None if residual_in is None else residual_digests(residual_in),
+            None if residual_out is None else residual_digests(residual_out),
+        )
+        return encode_trajectory(reveal)
+
     def _put(self, piece: Piece) -> None:
         store = self.miner.store
         if piece.key is None:
             store.put_blob(piece.data)
+        elif piece.data is not None:
+            store.put(piece.key, piece.data)
         else:
             store.put_file(piece.key, piece.path)
 

@@ -64,7 +64,7 @@ def test_state_bytes_by_dtype():
 
 def test_reveal_bytes_of_the_tiny_cpu_config(cpu):
     assert cpu.model.dtype == "float32" and cpu.codec.name == "topk"
-    n, s, segments = TINY_PARAMS, cpu.verification.challenge_segments, cpu.train.n_segments
+    n, s = TINY_PARAMS, cpu.verification.challenge_segments
     # topk: per chunk of `chunk` entries, k indices of ceil(log2(chunk)) bits, k 2-bit codes, two fp32
     # levels; the flat tensor's last chunk keeps ceil(k·tail/chunk) entries.
     chunk, k = cpu.codec.options["chunk"], cpu.codec.options["k"]
@@ -75,48 +75,39 @@ def test_reveal_bytes_of_the_tiny_cpu_config(cpu):
     assert update < cpu.limits.max_update_bytes
 
     one = linkcheck.reveal_bytes(cpu, n, validators=1)
-    n_states = min(2 * s + 1, segments + 1)
+    sampled = math.ceil(cpu.verification.trajectory_fraction * n)
     assert one.update == update and one.update_source == "codec"
     assert one.state == 12 * n
-    assert one.residual == 4 * n
-    assert one.n_states == n_states
-    expected_states = (n_states - 1) * 12 * n + 4 * n if n_states == segments + 1 else n_states * 12 * n
-    assert one.states == expected_states
-    assert one.total == update + 4 * n + expected_states
+    assert one.trajectory == sampled * (4 + 4)  # fp32 parameters and the fp32 residual
+    assert (one.n_states, one.states) == (s, s * 12 * n)
+    assert one.total == update + sampled * 8 + s * 12 * n
 
 
-def test_gpu_subnet_states_are_6_bytes_per_parameter_and_22_for_one_validator(gpu):
-    assert gpu.model.dtype == "bfloat16"
+def test_gpu_subnet_reveals_at_most_8_bytes_per_parameter_whatever_the_validators(gpu):
+    assert gpu.model.dtype == "bfloat16" and gpu.verification.challenge_segments == 1
     one = linkcheck.reveal_bytes(gpu, GPU_PARAMS, validators=1)
     assert one.state / GPU_PARAMS == 6.0
-    assert one.residual / GPU_PARAMS == 4.0
-    if gpu.verification.challenge_segments == 1 and gpu.train.n_segments > 2:
-        assert one.n_states == 3
-        assert (one.states + one.residual) / GPU_PARAMS == 22.0
+    # one start state (6 B/param) and the trajectory sample: (2 + 4) B/param × trajectory_fraction
+    expected = 6.0 + 6.0 * gpu.verification.trajectory_fraction
+    assert one.per_param(GPU_PARAMS) == pytest.approx(expected, abs=1e-6)
+    assert one.per_param(GPU_PARAMS) <= 8.0
     assert one.update < 0.05 * GPU_PARAMS  # topk at 4096/64: about 0.03 bytes per parameter
-
-
-def test_the_union_of_many_validators_is_capped_at_every_boundary(gpu):
-    segments = gpu.train.n_segments
     many = linkcheck.reveal_bytes(gpu, GPU_PARAMS, validators=10_000)
-    assert many.n_states == segments + 1
-    # every boundary, and the one at step 0 carries the parameters only (no AdamW moments yet)
-    assert many.states == segments * 6 * GPU_PARAMS + 2 * GPU_PARAMS
-    s = gpu.verification.challenge_segments
-    for v in range(0, 12):
-        assert linkcheck.states_revealed(gpu, v) == (0 if v == 0 else min(2 * s * v + 1, segments + 1))
+    assert many == one
+    for v in range(1, 12):
+        assert linkcheck.states_revealed(gpu, v) == gpu.verification.challenge_segments
 
 
 def test_no_validators_means_no_challenge_and_only_the_update(gpu):
     none = linkcheck.reveal_bytes(gpu, GPU_PARAMS, validators=0)
-    assert (none.n_states, none.states, none.residual) == (0, 0, 0)
+    assert (none.n_states, none.states, none.trajectory) == (0, 0, 0)
     assert none.total == none.update
 
 
 def test_codec_without_residual_and_the_update_limit():
     plain = config_with("cpu-localnet", codec={"name": "none", "options": {}})
     got = linkcheck.reveal_bytes(plain, TINY_PARAMS, validators=2)
-    assert got.residual == 0
+    assert got.trajectory == math.ceil(plain.verification.trajectory_fraction * TINY_PARAMS) * 4  # no residual
     assert (got.update, got.update_source) == (4 * TINY_PARAMS, "codec")
     capped = config_with(
         "cpu-localnet", codec={"name": "none", "options": {}}, limits={"max_update_bytes": 1 << 20}
@@ -248,7 +239,7 @@ def test_doctor_fails_a_throttled_link_that_cannot_fit_the_reveal(tmp_path, caps
 
 
 def test_doctor_passes_an_unthrottled_link(tmp_path, capsys):
-    # one validator: 3 states + residual (~40 MB) in 5 twelve-second blocks: ~0.7 MB/s needed
+    # one start state and the trajectory sample (~13 MB) in twelve-second blocks: well under the disk's rate
     code = doctor(tmp_path, str(tmp_path / "store"), "--validators", "1", "--probe-bytes", "1048576")
     out = " ".join(capsys.readouterr().out.split())
     assert code == 0, out

@@ -12,7 +12,7 @@ import pytest
 from support.local_harness import make_local_harness
 
 from distrai.chain.local import LocalChain
-from distrai.layout import state_key
+from distrai.layout import state_key, trajectory_key
 from distrai.metrics import Metrics, read_metrics
 from distrai.run import load_run_config
 from distrai.runtime import build_runtime
@@ -80,10 +80,13 @@ def test_a_restarted_miner_resumes_a_reveal_still_due_and_uploads_it_in_time(net
     harness.advance(commit_deadline(config.windows, WINDOW) + 1 - harness.local.block())
     result = restarted.uploader.upload(restarted.uploader.jobs.get())
     assert result is not None and not result.late
-    assert result.states > 0, "the validator challenges every segment; states were due"
+    # the validator challenges every segment: one run from segment 0, whose start is the base, so the
+    # reveal is the update and the trajectory reveal, and no state
+    assert result.states == 0
     assert store.exists(blob_key(job_blob_sha(job)))
+    assert store.exists(trajectory_key(restarted.rt.run_id, WINDOW, restarted.hotkey))
     for step in range(0, config.train.inner_steps + 1, config.train.segment_steps):
-        assert store.exists(state_key(restarted.rt.run_id, WINDOW, restarted.hotkey, step)), step
+        assert not store.exists(state_key(restarted.rt.run_id, WINDOW, restarted.hotkey, step)), step
 
 
 def job_blob_sha(job) -> str:

@@ -361,13 +361,25 @@ def test_canonical_json_reads_back_as_the_same_run(name):
         ("outer.nesterov", False),
         ("codec", {"name": "int8"}),
         ("windows.checkpoint_every", 11),
-        ("verification.replay_tolerance", 1e-6),
+        ("verification.loss_tolerance", 1e-3),
+        ("verification.trajectory_fraction", 0.5),
         ("scoring.burn_share", 0.1),
         ("limits.max_manifest_bytes", 4096),
     ],
 )
 def test_any_changed_knob_changes_the_run_id(path, value):
     assert run_id(parse_run_config(with_change(path, value))) != run_id(parse_run_config(minimal()))
+
+
+def test_a_tolerance_replay_needs_a_loss_tolerance_and_a_codec_chunk_must_divide_a_piece():
+    with pytest.raises(RunConfigError, match="loss_tolerance must be above 0 when replay_tolerance is"):
+        parse_run_config(with_change("verification", {"replay_tolerance": 0.02}))
+    loose = parse_run_config(with_change("verification", {"replay_tolerance": 0.02, "loss_tolerance": 0.01}))
+    assert loose.verification.loss_tolerance == 0.01
+    with pytest.raises(RunConfigError, match=r"options.chunk \(3000\) must divide 1048576"):
+        parse_run_config(with_change("codec", {"name": "topk", "options": {"chunk": 3000, "k": 8}}))
+    with pytest.raises(RunConfigError, match="trajectory_fraction"):
+        parse_run_config(with_change("verification", {"trajectory_fraction": 0.0}))
 
 
 KNOBS = st.fixed_dictionaries(

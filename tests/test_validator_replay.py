@@ -1,5 +1,6 @@
 """A validator's verification of a challenged miner, in one process: the miner's side is the
-project's own inner loop, codec and update encoding; the validator's is `verify_challenge`.
+project's own inner loop, codec, update encoding and trajectory reveal; the validator's is
+`verify_challenge`.
 
 An honest window passes bit for bit; each way of cheating fails its named check."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from pathlib import Path
 
 import pytest
@@ -14,19 +16,22 @@ import torch
 from bittensor.keyfiles import Keypair
 
 from distrai.globalmodel import GlobalModel
-from distrai.layout import residual_key, state_key
+from distrai.layout import state_key, trajectory_key
 from distrai.run import load_run_config
 from distrai.runtime import build_runtime
 from distrai.store import FileStore
 from distrai.train.assignment import batch_indices
+from distrai.train.hashing import piece_digests
 from distrai.train.inner import inner_loop, pseudo_gradient, window_start_state
 from distrai.train.outer import OuterState
-from distrai.train.state import encode_state, state_hash
-from distrai.update import encode_update, residual_hash
-from distrai.wire import encode_tensors
+from distrai.train.state import encode_state, state_digests, state_hash
+from distrai.trajectory import build_trajectory, decode_trajectory, encode_trajectory, param_pieces
+from distrai.update import decode_update, encode_update, residual_digests, residual_hash
 from distrai.wire.manifest import UpdateManifest
 from validators.checks import PASS, MinerVerdict
+from validators.refused import Refused
 from validators.replay import verify_challenge
+from validators.trajectory import check_encoding
 
 CONFIG = Path(__file__).parent / "support" / "adversary-localnet.toml"
 WINDOW = 5
@@ -52,6 +57,7 @@ class Window:
     states: dict[int, object]
     pseudo_gradient: dict[str, torch.Tensor]
     losses: list[float]
+    sketches: dict[int, list[float]] = dataclasses.field(default_factory=dict)
 
 
 def train(runtime, model, data_of=MINER) -> Window:
@@ -65,7 +71,12 @@ def train(runtime, model, data_of=MINER) -> Window:
 
     result = inner_loop(runtime.model, batch, runtime.loss_fn, runtime.inner)
     runtime.load_params(model.params)
-    return Window({b.step: b.state for b in result.boundaries}, result.pseudo_gradient, result.losses)
+    return Window(
+        {b.step: b.state for b in result.boundaries},
+        result.pseudo_gradient,
+        result.losses,
+        {b.step: b.sketch for b in result.boundaries},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -73,14 +84,37 @@ def honest(runtime, model):
     return train(runtime, model)
 
 
-def publish(runtime, store, window: Window, update=None, residual=None, hashes=None, reveal=None):
-    """Reveal the states, encode the update, and return the verdict the cheap checks would pass."""
+def publish(
+    runtime,
+    store,
+    window: Window,
+    update=None,
+    residual=None,
+    hashes=None,
+    reveal=None,
+    residual_revealed=None,
+    drawn=None,
+):
+    """Reveal what a challenged miner reveals (every boundary but 0 and H, and the trajectory reveal
+    with the `drawn` pieces, by default all), encode the update, and return the verdict the cheap
+    checks would pass."""
     encoded = runtime.codec.encode(update or window.pseudo_gradient, residual)
     blob = encode_update(encoded.payload, encoded.metadata, MINER, WINDOW)
+    last = runtime.inner.inner_steps
     for step, state in (reveal or window.states).items():
-        store.put(state_key(runtime.run_id, WINDOW, MINER, step), encode_state(state))
-    if residual is not None:
-        store.put(residual_key(runtime.run_id, WINDOW, MINER), encode_tensors(residual))
+        if step not in (0, last):
+            store.put(state_key(runtime.run_id, WINDOW, MINER, step), encode_state(state))
+    end = window.states[last]
+    revealed_residual = residual_revealed or residual
+    trajectory = build_trajectory(
+        list(param_pieces(end.params).values()) if drawn is None else drawn,
+        end.params,
+        state_digests(end),
+        revealed_residual,
+        None if revealed_residual is None else residual_digests(revealed_residual),
+        None if encoded.residual is None else residual_digests(encoded.residual),
+    )
+    store.put(trajectory_key(runtime.run_id, WINDOW, MINER), encode_trajectory(trajectory))
     hashes = hashes or {step: state_hash(state) for step, state in window.states.items()}
     manifest = UpdateManifest(
         run_id=runtime.run_id,
@@ -95,18 +129,37 @@ def publish(runtime, store, window: Window, update=None, residual=None, hashes=N
         },
         micro_batches=1,
         losses=window.losses,
-        boundaries=[{"step": s, "state_hash": h, "sketch": [0.0]} for s, h in sorted(hashes.items())],
+        boundaries=[
+            {"step": s, "state_hash": h, "sketch": window.sketches.get(s, [0.0])}
+            for s, h in sorted(hashes.items())
+        ],
         residual_in_hash=None if residual is None else residual_hash(residual),
         residual_out_hash=None if encoded.residual is None else residual_hash(encoded.residual),
     )
     verdict = MinerVerdict(MINER, 1, verdicts={"manifest": PASS, "consistency": PASS, "update": PASS})
     verdict.manifest, verdict.blob = manifest, blob
+    shapes = {n: tuple(p.shape) for n, p in window.pseudo_gradient.items()}
+    verdict.update = decode_update(blob, runtime.codec, shapes, len(blob), MINER, WINDOW)
     return verdict
 
 
-def verify(runtime, model, store, verdict, segments=(0, 1, 2, 3)):
-    verify_challenge(runtime, model, WINDOW, verdict, store, list(segments), MINERS)
+def verify(runtime, model, store, verdict, segments=(0, 1, 2, 3), sample=None):
+    pieces = list(param_pieces(model.params).values())
+    verify_challenge(
+        runtime, model, WINDOW, verdict, store, list(segments), MINERS, pieces if sample is None else sample
+    )
     return verdict
+
+
+def test_a_run_of_segments_is_replayed_from_its_one_revealed_start(runtime, model, honest, tmp_path):
+    store = FileStore(tmp_path)
+    k = runtime.inner.segment_steps
+    reveal = {step: st for step, st in honest.states.items() if step in (0, 2 * k, 4 * k)}
+    verdict = verify(runtime, model, store, publish(runtime, store, honest, reveal=reveal), segments=(2, 3))
+    assert verdict.passed, verdict.verdicts
+    assert verdict.numbers["replay_steps"] == 2 * k
+    wrapped = verify(runtime, model, store, publish(runtime, store, honest, reveal=reveal), segments=(0, 3))
+    assert wrapped.fraud and f"challenged boundary {3 * k} was not revealed" in wrapped.verdicts["states"]
 
 
 def test_an_honest_window_passes_bit_for_bit(runtime, model, honest, tmp_path):
@@ -155,14 +208,14 @@ def test_revealed_states_that_do_not_match_the_commitment_fail(runtime, model, h
     store = FileStore(tmp_path)
     hashes = {s: state_hash(st) for s, st in honest.states.items()}
     hashes[runtime.inner.segment_steps] = "cd" * 32
-    verdict = verify(runtime, model, store, publish(runtime, store, honest, hashes=hashes))
+    verdict = verify(runtime, model, store, publish(runtime, store, honest, hashes=hashes), segments=(1,))
     assert verdict.fraud and "does not hash to the committed state" in verdict.verdicts["states"]
 
 
 def test_an_unrevealed_state_fails(runtime, model, honest, tmp_path):
     store = FileStore(tmp_path)
     reveal = {s: st for s, st in honest.states.items() if s != runtime.inner.segment_steps}
-    verdict = verify(runtime, model, store, publish(runtime, store, honest, reveal=reveal))
+    verdict = verify(runtime, model, store, publish(runtime, store, honest, reveal=reveal), segments=(1,))
     assert verdict.fraud and "was not revealed" in verdict.verdicts["states"]
 
 
@@ -170,7 +223,7 @@ def test_a_state_revealed_under_another_step_fails(runtime, model, honest, tmp_p
     store = FileStore(tmp_path)
     k = runtime.inner.segment_steps
     reveal = {**honest.states, k: honest.states[2 * k]}
-    verdict = verify(runtime, model, store, publish(runtime, store, honest, reveal=reveal))
+    verdict = verify(runtime, model, store, publish(runtime, store, honest, reveal=reveal), segments=(1,))
     assert verdict.fraud and f"boundary {k} says it is step {2 * k}" in verdict.verdicts["states"]
 
 
@@ -189,16 +242,152 @@ def test_an_update_that_is_not_the_trajectorys_encoding_fails(runtime, model, ho
     assert verdict.fraud and "not the encoding of the committed trajectory" in verdict.verdicts["trajectory"]
 
 
-def test_a_residual_that_does_not_match_its_hash_fails(runtime, model, honest, tmp_path):
+def retamper(runtime, store, change):
+    """Rewrite the revealed trajectory after `change(reveal)`."""
+    key = trajectory_key(runtime.run_id, WINDOW, MINER)
+    reveal = decode_trajectory(store.get(key, 1 << 30), 1 << 30)
+    store.put(key, encode_trajectory(change(reveal)))
+
+
+def test_a_residual_piece_that_does_not_match_its_digest_fails(runtime, model, honest, tmp_path):
     store = FileStore(tmp_path)
     residual = {n: torch.zeros(p.shape) for n, p in model.params.items()}
     verdict = publish(runtime, store, honest, residual=residual)
-    name = next(iter(residual))
-    store.put(
-        residual_key(runtime.run_id, WINDOW, MINER), encode_tensors({**residual, name: residual[name] + 1})
-    )
+    ref = next(iter(sorted(verdict_residual_refs(store, runtime))))
+
+    def bump(reveal):
+        return dataclasses.replace(reveal, residual={**reveal.residual, ref: reveal.residual[ref] + 1})
+
+    retamper(runtime, store, bump)
     verify(runtime, model, store, verdict, segments=(0,))
-    assert verdict.fraud and "residual" in verdict.verdicts["trajectory"]
+    assert verdict.fraud and "incoming residual does not hash to its digest" in verdict.verdicts["trajectory"]
+
+
+def verdict_residual_refs(store, runtime):
+    return decode_trajectory(
+        store.get(trajectory_key(runtime.run_id, WINDOW, MINER), 1 << 30), 1 << 30
+    ).residual
+
+
+def test_residual_digests_that_are_not_the_committed_residual_fail(runtime, model, honest, tmp_path):
+    store = FileStore(tmp_path)
+    residual = {n: torch.zeros(p.shape) for n, p in model.params.items()}
+    name = next(iter(residual))
+    other = {**residual, name: residual[name] + 1}
+    verdict = verify(
+        runtime,
+        model,
+        store,
+        publish(runtime, store, honest, residual=residual, residual_revealed=other),
+        segments=(0,),
+    )
+    assert (
+        verdict.fraud and "incoming residual do not hash to the committed hash" in verdict.verdicts["states"]
+    )
+
+
+def test_a_missing_trajectory_reveal_is_hiding(runtime, model, honest, tmp_path):
+    store = FileStore(tmp_path)
+    verdict = publish(runtime, store, honest)
+    store.delete(trajectory_key(runtime.run_id, WINDOW, MINER))
+    verify(runtime, model, store, verdict, segments=(1,))
+    assert verdict.fraud and "the trajectory reveal was not revealed" in verdict.verdicts["states"]
+
+
+def test_a_reveal_holds_one_start_state_per_segment_and_a_sample_of_the_last_state(
+    runtime, model, honest, tmp_path
+):
+    store = FileStore(tmp_path)
+    k = runtime.inner.segment_steps
+    pieces = list(param_pieces(model.params).values())
+    fraction = runtime.config.verification.trajectory_fraction
+    sample = pieces[: max(1, round(fraction * len(pieces)))]
+    verdict = verify(
+        runtime, model, store, publish(runtime, store, honest, drawn=sample), segments=(1,), sample=sample
+    )
+    assert verdict.passed, verdict.verdicts
+    one_state = len(encode_state(honest.states[k]))
+    sampled = sum(model.params[ref.name].numel() for ref in sample) * 4
+    # the start of segment 1 and the sampled parameters, plus the digests: never the end or the last state
+    assert one_state + sampled < verdict.numbers["revealed_bytes"] < one_state + sampled + 64 * 1024
+
+
+def test_an_idle_window_claiming_the_start_state_everywhere_fails_the_states(
+    runtime, model, honest, tmp_path
+):
+    store = FileStore(tmp_path)
+    start = honest.states[0]
+    idle = Window(
+        {step: start for step in honest.states},
+        {n: torch.zeros_like(t) for n, t in honest.pseudo_gradient.items()},
+        [0.0] * runtime.inner.inner_steps,
+    )
+    verdict = verify(runtime, model, store, publish(runtime, store, idle), segments=(0,))
+    last = runtime.inner.inner_steps
+    assert verdict.fraud and f"not a state after step {last}" in verdict.verdicts["states"]
+
+
+def test_boundary_zero_that_is_not_the_base_fails(runtime, model, honest, tmp_path):
+    store = FileStore(tmp_path)
+    hashes = {s: state_hash(st) for s, st in honest.states.items()}
+    hashes[0] = state_hash(honest.states[runtime.inner.segment_steps])
+    verdict = verify(runtime, model, store, publish(runtime, store, honest, hashes=hashes), segments=(0,))
+    assert verdict.fraud and "boundary 0 is not the window's base" in verdict.verdicts["states"]
+
+
+def test_committed_losses_that_the_replay_does_not_reproduce_fail(runtime, model, honest, tmp_path):
+    store = FileStore(tmp_path)
+    k = runtime.inner.segment_steps
+    losses = list(honest.losses)
+    losses[k + 1] *= 1.0 + 1e-6
+    window = dataclasses.replace(honest, losses=losses)
+    passes = verify(runtime, model, store, publish(runtime, store, window), segments=(0,))
+    assert passes.passed, passes.verdicts
+    caught = verify(runtime, model, store, publish(runtime, store, window), segments=(1,))
+    assert caught.fraud and "per-step losses" in caught.verdicts["replay"]
+
+
+def test_a_cheat_on_one_piece_is_caught_only_when_that_piece_is_drawn(runtime, model, honest, tmp_path):
+    pieces = list(param_pieces(model.params).values())  # the tiny model's tensors are one piece each
+    target = pieces[3]
+    update = {n: t.clone() for n, t in honest.pseudo_gradient.items()}
+    update[target.name] *= 10
+    drawn = [ref for ref in pieces if ref != target]
+    store = FileStore(tmp_path / "missed")
+    missed = verify(
+        runtime, model, store, publish(runtime, store, honest, update=update, drawn=drawn), (1,), drawn
+    )
+    assert missed.passed, missed.verdicts
+    store = FileStore(tmp_path / "caught")
+    caught = verify(
+        runtime, model, store, publish(runtime, store, honest, update=update, drawn=[target]), (1,), [target]
+    )
+    assert caught.fraud and f"piece {target.key}" in caught.verdicts["trajectory"]
+
+
+def test_the_encoding_check_cuts_a_tensor_into_pieces_as_the_codec_chunks_it(runtime, model, honest):
+    piece = 4096  # a multiple of the config's chunk (256): each tensor of the tiny model is many pieces
+    residual = {n: 1e-4 * torch.ones(p.shape) for n, p in model.params.items()}
+    encoded = runtime.codec.encode(honest.pseudo_gradient, residual)
+    shapes = {n: tuple(p.shape) for n, p in model.params.items()}
+    update = runtime.codec.decode(encoded.payload, encoded.metadata, shapes)
+    end = honest.states[runtime.inner.inner_steps]
+    pieces = list(param_pieces(model.params, piece).values())
+    middle = [ref for ref in pieces if ref.index == 2]
+    reveal = build_trajectory(
+        middle,
+        end.params,
+        piece_digests({"param": end.params}, piece),
+        residual,
+        piece_digests({"tensors": residual}, piece),
+        piece_digests({"tensors": encoded.residual}, piece),
+        piece,
+    )
+    check_encoding(runtime.codec, reveal, middle, model.params, update, piece)
+    target = middle[0]
+    update[target.name].view(-1)[2 * piece + 7] += 1.0
+    with pytest.raises(Refused, match=f"piece {re.escape(target.key)}"):
+        check_encoding(runtime.codec, reveal, middle, model.params, update, piece)
 
 
 def test_with_a_tolerance_the_distance_is_measured(runtime, model, honest, tmp_path):
@@ -206,13 +395,38 @@ def test_with_a_tolerance_the_distance_is_measured(runtime, model, honest, tmp_p
     loose = dataclasses.replace(
         runtime,
         config=runtime.config.model_copy(
-            update={"verification": runtime.config.verification.model_copy(update={"replay_tolerance": 0.01})}
+            update={
+                "verification": runtime.config.verification.model_copy(
+                    update={"replay_tolerance": 0.01, "loss_tolerance": 1e-3}
+                )
+            }
         ),
     )
     verdict = verify(loose, model, store, publish(runtime, store, honest))
     assert verdict.passed and verdict.numbers["replay_distance"] == 0.0
     other = verify(loose, model, store, publish(runtime, store, train(runtime, model, data_of=OTHER)))
     assert other.fraud and "tolerance 0.01" in other.verdicts["replay"]
+
+
+def test_with_a_tolerance_a_loss_off_by_more_than_its_bound_fails(runtime, model, honest, tmp_path):
+    store = FileStore(tmp_path)
+    loose = dataclasses.replace(
+        runtime,
+        config=runtime.config.model_copy(
+            update={
+                "verification": runtime.config.verification.model_copy(
+                    update={"replay_tolerance": 0.01, "loss_tolerance": 1e-3}
+                )
+            }
+        ),
+    )
+    k = runtime.inner.segment_steps
+    losses = list(honest.losses)
+    losses[k + 1] *= 1.01
+    verdict = verify(
+        loose, model, store, publish(runtime, store, dataclasses.replace(honest, losses=losses)), (1,)
+    )
+    assert verdict.fraud and f"step {k + 1}'s loss replayed to" in verdict.verdicts["replay"]
 
 
 def stale_window(runtime, model, older) -> Window:
@@ -246,7 +460,7 @@ def test_training_from_an_older_base_fails_the_replay_of_any_segment(runtime, mo
 def test_a_reveal_missing_is_hiding_but_a_store_failing_now_is_not_fraud():
     from distrai.store import StoreError
     from distrai.store.base import NotFound
-    from validators.replay import not_read
+    from validators.refused import not_read
 
     hidden = not_read("states", "challenged boundary 5", NotFound("no key"))
     assert hidden.fraud and "was not revealed" in hidden.why

@@ -26,9 +26,12 @@ from distrai.windows import (
     commit_deadline,
     committed_in_time,
     is_checkpoint_window,
+    miner_segments,
     phase,
     reveal_deadline,
+    run_starts,
     segments_to_reveal,
+    trajectory_sample,
     validator_challenges,
     window_end,
     window_of,
@@ -263,6 +266,17 @@ def test_challenged_segments_are_distinct_sorted_and_in_range(i, n_segments, dat
     assert len(segments) == count
     assert all(0 <= s < n_segments for s in segments)
     assert segments == challenged_segments(seed_number(i), "5miner", n_segments, count)
+    # one run of consecutive segments (wrapping to 0): at most one start state to reveal
+    assert len(run_starts(segments)) <= 1
+    if 0 < count < n_segments:
+        assert len([s for s in segments if (s + 1) % n_segments not in segments]) == 1
+
+
+def test_run_starts_are_the_segments_whose_predecessor_is_not_challenged():
+    assert run_starts([]) == []
+    assert run_starts([0, 1, 2]) == []
+    assert run_starts([0, 1, 18, 19]) == [18]
+    assert run_starts([3, 4, 7]) == [3, 7]
 
 
 def test_challenged_segments_refuse_more_than_there_are():
@@ -303,7 +317,7 @@ def test_different_validators_challenge_different_miners():
     st.data(),
 )
 @settings(max_examples=60, deadline=None)
-def test_miners_reveal_exactly_the_union_of_every_validators_challenge(
+def test_miners_reveal_the_segments_every_challenging_validator_replays(
     i, n_miners, n_validators, per_validator, n_segments, data
 ):
     inputs = ChallengeInputs(
@@ -326,6 +340,22 @@ def test_miners_reveal_exactly_the_union_of_every_validators_challenge(
     for challenge in challenges:
         assert len(challenge) == challenge_count(per_validator, n_miners)
         assert all(len(segs) == inputs.segments_per_miner for segs in challenge.values())
+        # one draw per window for what is replayed: the reveal does not grow with the validators
+        assert all(segs == miner_segments(inputs, miner) for miner, segs in challenge.items())
+
+
+def test_the_trajectory_sample_is_a_fraction_of_the_pieces_drawn_per_miner_and_window():
+    inputs = ChallengeInputs(BLOCK_HASH, RUN, 5, tuple(hotkeys(4)), 1, 1, 4)
+    pieces = [f"param/layer{i}.weight#0" for i in range(40)]
+    miner = inputs.miner_hotkeys[0]
+    sample = trajectory_sample(inputs, miner, pieces, 0.125)
+    assert len(sample) == 5 and set(sample) <= set(pieces) and sample == sorted(sample)
+    assert trajectory_sample(inputs, miner, list(reversed(pieces)) + pieces[:3], 0.125) == sample
+    assert trajectory_sample(inputs, inputs.miner_hotkeys[1], pieces, 0.125) != sample
+    later = ChallengeInputs(BLOCK_HASH, RUN, 6, inputs.miner_hotkeys, 1, 1, 4)
+    assert trajectory_sample(later, miner, pieces, 0.125) != sample
+    assert trajectory_sample(inputs, miner, pieces[:3], 0.125) != []
+    assert sorted(trajectory_sample(inputs, miner, pieces, 1.0)) == sorted(pieces)
 
 
 def test_an_unchallenged_miner_reveals_nothing():

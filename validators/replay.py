@@ -1,64 +1,59 @@
 """Verification by recomputation of one challenged miner: its revealed states, the replay of its
 challenged segments, and the published update against its committed trajectory.
 
-Three verdicts, each added to the miner's `MinerVerdict`:
-- `states`: every revealed boundary state is well formed, for the right step, and hashes to the
-  hash the manifest committed before the commit deadline (a miner that faked its commitments, or
-  did not reveal, fails here);
-- `replay`: each challenged segment, run from its revealed start on the miner's assigned batches
-  with the shared step function and the miner's micro-batch split, reaches the revealed end:
-  bit for bit when the run's tolerance is 0 (CPU), else within the tolerance relative to the
-  segment's own movement;
-- `trajectory`: the run's codec, applied to G_w − θ_H (the committed last state) and the revealed
-  incoming residual, yields exactly the published blob and the committed outgoing residual, so
-  the compressed update is the honest encoding of the training that was replayed.
+What a challenged miner reveals (`miners/uploader.py`) is lean: the start state of its run of
+challenged segments (none when the run starts at segment 0, whose start is the window's base with
+a fresh optimizer, which the validator builds itself) and its trajectory reveal
+(`distrai.trajectory`). The segments are replayed in order, each from the end the one before it
+replayed to. Three verdicts, each added to the miner's `MinerVerdict`:
+- `states`: every revealed start state is well formed, for the right step, and hashes to the
+  hash the manifest committed before the commit deadline; the trajectory reveal's digest lists
+  hash to the committed last state and residuals, and its drawn pieces to their digests (a miner
+  that faked its commitments, or did not reveal, fails here);
+- `replay`: each challenged segment, run from its start on the miner's assigned batches with the
+  shared step function and the miner's micro-batch split, reaches the committed end and the
+  committed per-step losses: bit for bit when the run's tolerance is 0 (CPU), so the end is checked
+  against its committed hash and never downloaded; else the end's committed sketch within the
+  tolerance relative to the segment's own movement, and each loss within `loss_tolerance`;
+- `trajectory`: on every drawn piece, the run's codec applied to G_w − θ_H and the incoming residual
+  yields the published update and the committed outgoing residual.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import torch
 
 from distrai.globalmodel import GlobalModel
-from distrai.layout import residual_key, state_key
+from distrai.layout import state_key, trajectory_key
 from distrai.runtime import Runtime
 from distrai.store import StoreError
-from distrai.store.base import IntegrityError, NotFound, TooLarge
 from distrai.train.assignment import batch_indices
-from distrai.train.inner import float_params, pseudo_gradient
-from distrai.train.replay import replay_distance, replay_segment
+from distrai.train.hashing import PIECE_ELEMENTS, PieceRef
+from distrai.train.inner import window_start_state
+from distrai.train.replay import replay_segment
+from distrai.train.sketch import sketch
 from distrai.train.state import TrainState, check_state, decode_state, state_hash
-from distrai.update import is_encoding_of, residual_hash
-from distrai.wire import WireError, decode_tensors
+from distrai.trajectory import TrajectoryReveal, decode_trajectory
+from distrai.windows import run_starts
+from distrai.wire import WireError
 from validators.checks import PASS, MinerVerdict
 from validators.inventory import Reader
-
-
-class Refused(Exception):
-    """A challenged miner's revealed data failed a check; the message says which and why."""
-
-    def __init__(self, check: str, why: str, fraud: bool = True):
-        super().__init__(why)
-        self.check = check
-        self.why = why
-        self.fraud = fraud
-
-
-def not_read(check: str, what: str, exc: StoreError) -> Refused:
-    """A reveal that could not be read: absent at the deadline (hiding, fraud), or out of reach
-    now because the store failed (the validator's trouble as much as the miner's: not fraud)."""
-    if isinstance(exc, NotFound | IntegrityError | TooLarge):
-        return Refused(check, f"{what} was not revealed: {exc}")
-    return Refused(check, f"{what} could not be read from the miner's store: {exc}", fraud=False)
+from validators.refused import Refused, not_read
+from validators.trajectory import check_encoding, check_last_pieces, check_roots
 
 
 class Revealed:
-    """The boundary states a miner revealed, fetched once each and checked against the manifest."""
+    """What a challenged miner revealed, fetched once each and checked against its manifest."""
 
-    def __init__(self, runtime: Runtime, window: int, verdict: MinerVerdict, store: Reader):
+    def __init__(
+        self, runtime: Runtime, model: GlobalModel, window: int, verdict: MinerVerdict, store: Reader
+    ):
         self.rt = runtime
+        self.model = model
         self.window = window
         self.verdict = verdict
         self.store = store
@@ -68,14 +63,20 @@ class Revealed:
         self.replayed_steps = 0
 
     def state(self, step: int) -> TrainState:
-        if step in self.states:
-            return self.states[step]
+        if step not in self.states:
+            self.states[step] = self._base_state() if step == 0 else self._fetched_state(step)
+        return self.states[step]
+
+    def _base_state(self) -> TrainState:
+        self.rt.load_params(self.model.params)
+        state = window_start_state(self.rt.model)
+        if state_hash(state) != self.hashes[0]:
+            raise Refused("states", "boundary 0 is not the window's base with a fresh optimizer")
+        return state
+
+    def _fetched_state(self, step: int) -> TrainState:
         key = state_key(self.rt.run_id, self.window, self.verdict.hotkey, step)
-        try:
-            data = self.store.get(key, self.rt.config.limits.max_checkpoint_bytes)
-        except StoreError as exc:
-            raise not_read("states", f"challenged boundary {step}", exc) from exc
-        self.bytes += len(data)
+        data = self._get(key, "states", f"challenged boundary {step}")
         try:
             state = decode_state(data)
             check_state(self.rt.model, state)
@@ -85,28 +86,26 @@ class Revealed:
             raise Refused("states", f"revealed boundary {step} says it is step {state.step}")
         if state_hash(state) != self.hashes[step]:
             raise Refused("states", f"revealed boundary {step} does not hash to the committed state")
-        self.states[step] = state
         return state
 
-    def residual(self) -> dict[str, torch.Tensor] | None:
-        expected = self.verdict.manifest.residual_in_hash
-        if expected is None:
-            return None
-        key = residual_key(self.rt.run_id, self.window, self.verdict.hotkey)
+    def trajectory(self, sample: list[PieceRef]) -> TrajectoryReveal:
+        key = trajectory_key(self.rt.run_id, self.window, self.verdict.hotkey)
+        data = self._get(key, "states", "the trajectory reveal")
+        try:
+            reveal = decode_trajectory(data, max_bytes=self.rt.config.limits.max_checkpoint_bytes)
+        except (ValueError, WireError) as exc:
+            raise Refused("states", f"the trajectory reveal is malformed: {exc}") from exc
+        check_roots(reveal, self.verdict.manifest)
+        check_last_pieces(reveal, sample, self.model.params, PIECE_ELEMENTS)
+        return reveal
+
+    def _get(self, key: str, check: str, what: str) -> bytes:
         try:
             data = self.store.get(key, self.rt.config.limits.max_checkpoint_bytes)
         except StoreError as exc:
-            raise not_read("trajectory", "the incoming codec residual", exc) from exc
-        try:
-            self.bytes += len(data)
-            residual, _ = decode_tensors(data, max_bytes=self.rt.config.limits.max_checkpoint_bytes)
-        except WireError as exc:
-            raise Refused(
-                "trajectory", f"the incoming codec residual was not revealed intact: {exc}"
-            ) from exc
-        if residual_hash(residual) != expected:
-            raise Refused("trajectory", "the revealed codec residual does not hash to residual_in_hash")
-        return residual
+            raise not_read(check, what, exc) from exc
+        self.bytes += len(data)
+        return data
 
 
 def verify_challenge(
@@ -117,16 +116,24 @@ def verify_challenge(
     store: Reader,
     segments: list[int],
     miners: list[str],
+    sample: list[PieceRef],
 ) -> None:
-    """Check the challenged `segments` of a miner whose cheap checks passed; adds the `states`,
-    `replay` and `trajectory` verdicts (fraud on failure) and the numbers measured."""
+    """Check the challenged `segments` and the drawn trajectory `sample` of a miner whose cheap
+    checks passed; adds the `states`, `replay` and `trajectory` verdicts (fraud on failure) and the
+    numbers measured."""
     started = time.monotonic()
-    revealed = Revealed(runtime, window, verdict, store)
+    revealed = Revealed(runtime, model, window, verdict, store)
+    k = runtime.inner.segment_steps
     try:
-        distance = max(replay_one(runtime, model, window, verdict, revealed, s, miners) for s in segments)
+        for segment in run_starts(segments):
+            revealed.state(segment * k)
+        reveal = revealed.trajectory(sample)
         verdict.verdicts["states"] = PASS
+        distance = max(
+            replay_one(runtime, model, window, verdict, revealed, s, miners) for s in sorted(segments)
+        )
         verdict.verdicts["replay"] = PASS
-        check_trajectory(runtime, model, window, verdict, revealed)
+        check_encoding(runtime.codec, reveal, sample, model.params, verdict.update, PIECE_ELEMENTS)
         verdict.verdicts["trajectory"] = PASS
         verdict.numbers["replay_distance"] = distance
     except Refused as exc:
@@ -151,7 +158,7 @@ def replay_one(
     bit-exact match)."""
     k = runtime.inner.segment_steps
     first = segment * k
-    start, end = revealed.state(first), revealed.state(first + k)
+    start = revealed.state(first)
     cfg = runtime.config.train
     batches = [
         runtime.data.batch(
@@ -165,35 +172,47 @@ def replay_one(
         runtime.inner,
         step=dataclasses.replace(runtime.inner.step, micro_batches=verdict.manifest.micro_batches),
     )
-    replayed = replay_segment(runtime.model, start, batches, runtime.loss_fn, inner, base=model.params).end
+    replayed = replay_segment(runtime.model, start, batches, runtime.loss_fn, inner, base=model.params)
     revealed.replayed_steps += k
-    tolerance = runtime.config.verification.replay_tolerance
-    if tolerance == 0.0:
-        if state_hash(replayed) != state_hash(end):
-            raise Refused(
-                "replay", f"segment {segment} (steps {first}–{first + k}) replayed to another state"
-            )
+    revealed.states.setdefault(first + k, replayed.end)  # the next segment of the run starts here
+    where = f"segment {segment} (steps {first}–{first + k})"
+    committed_losses = verdict.manifest.losses[first : first + k]
+    verification = runtime.config.verification
+    if verification.replay_tolerance == 0.0:
+        if state_hash(replayed.end) != revealed.hashes[first + k]:
+            raise Refused("replay", f"{where} replayed to another state than the committed one")
+        if replayed.losses != committed_losses:
+            raise Refused("replay", f"{where} replayed to other per-step losses than the committed ones")
         return 0.0
-    distance = replay_distance(start, end, replayed)
-    if not distance <= tolerance:
+    distance = sketch_distance(
+        runtime, start, replayed.end, verdict.manifest.boundaries[first // k + 1].sketch
+    )
+    if not distance <= verification.replay_tolerance:
         raise Refused(
-            "replay",
-            f"segment {segment} (steps {first}–{first + k}) replayed {distance:.3g} away, tolerance {tolerance:.3g}",
+            "replay", f"{where} replayed {distance:.3g} away, tolerance {verification.replay_tolerance:.3g}"
         )
+    for step, (mine, theirs) in enumerate(zip(replayed.losses, committed_losses, strict=True), start=first):
+        if not abs(mine - theirs) <= verification.loss_tolerance * max(abs(theirs), 1e-12):
+            raise Refused(
+                "replay",
+                f"{where}: step {step}'s loss replayed to {mine:.6g}, the miner committed {theirs:.6g}",
+            )
     return distance
 
 
-def check_trajectory(
-    runtime: Runtime, model: GlobalModel, window: int, verdict: MinerVerdict, revealed: Revealed
-) -> None:
-    """The published blob must be the codec's encoding of G_w − θ_H with the revealed residual."""
-    manifest = verdict.manifest
-    last = revealed.state(manifest.boundaries[-1].step)
-    residual_in = revealed.residual()
-    runtime.load_params(model.params)
-    encoded = runtime.codec.encode(pseudo_gradient(float_params(runtime.model), last.params), residual_in)
-    if not is_encoding_of(verdict.blob, encoded.payload, encoded.metadata, verdict.hotkey, window):
-        raise Refused("trajectory", "the published update is not the encoding of the committed trajectory")
-    residual_out = None if encoded.residual is None else residual_hash(encoded.residual)
-    if residual_out != manifest.residual_out_hash:
-        raise Refused("trajectory", "residual_out_hash is not the residual the encoding leaves")
+def sketch_distance(
+    runtime: Runtime, start: TrainState, replayed: TrainState, committed: list[float]
+) -> float:
+    """‖S·θ_replayed − S·θ_claimed‖ / ‖S·θ_claimed − S·θ_start‖ from the committed sketch of the
+    segment's end (S linear, E‖S·x‖² = ‖x‖², so about the distance `replay_distance` measures on full states)."""
+    seed, size = runtime.inner.sketch_seed, runtime.inner.sketch_size
+    claimed = torch.tensor(committed, dtype=torch.float64)
+    if claimed.numel() != size:
+        raise Refused(
+            "replay", f"the committed sketch has {claimed.numel()} numbers, the run's sketch {size}"
+        )
+    gap = float((sketch(replayed.params, seed, size) - claimed).norm())
+    movement = float((claimed - sketch(start.params, seed, size)).norm())
+    if gap == 0.0:
+        return 0.0
+    return math.inf if movement == 0.0 else gap / movement

@@ -47,6 +47,7 @@ from distrai.sync import StoreCache
 from distrai.train.inner import window_start_state
 from distrai.train.outer import Contribution, outer_step
 from distrai.train.state import state_hash
+from distrai.trajectory import drawn_pieces
 from distrai.windows import (
     aggregate_deadline,
     commit_deadline,
@@ -245,9 +246,8 @@ class Validator(Participant):
         inventory: Inventory,
     ) -> list[MinerVerdict]:
         deadline_hash = self.chain.block_hash(commit_deadline(self.windows, w))
-        challenges = validator_challenges(
-            challenge_inputs(self.rt.config, deadline_hash, w, in_time), self.hotkey
-        )
+        inputs = challenge_inputs(self.rt.config, deadline_hash, w, in_time)
+        challenges = validator_challenges(inputs, self.hotkey)
         if self.state.window != w - 1 and self.state.residuals:
             log.info(
                 "window %d: window %d was not checked here; the miners' residual chains start again", w, w - 1
@@ -300,9 +300,13 @@ class Validator(Participant):
             self.check_residual_chain(verdict)
             verdicts.append(verdict)
         flag_copies(verdicts, commit_blocks)
+        fraction = self.rt.config.verification.trajectory_fraction
         for v in verdicts:
             if v.passed and v.hotkey in challenges:
-                verify_challenge(self.rt, self.base, w, v, stores[v.hotkey], challenges[v.hotkey], miners)
+                sample = drawn_pieces(inputs, v.hotkey, self.base.params, fraction)
+                verify_challenge(
+                    self.rt, self.base, w, v, stores[v.hotkey], challenges[v.hotkey], miners, sample
+                )
         score_window(self.rt, self.base, w, verdicts, miners, commit_blocks)
         return verdicts
 

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import torch
 
-from distrai.train.hashing import hash_sections
+from distrai.train.hashing import PieceRef, digests_root, piece_digests
 from distrai.train.tensorfile import decode_tensors, encode_tensors
 
 STATE_FORMAT = "distrai.train_state/1"
+STATE_TAG = "train_state"
 PARAM_PREFIX = "param/"
 OPTIM_PREFIX = "optim/"
 
@@ -91,10 +92,25 @@ def check_state(model: torch.nn.Module, state: TrainState) -> None:
 
 def state_hash(state: TrainState) -> str:
     """Canonical hex SHA-256 of (step, parameters, optimizer state)."""
-    step = torch.tensor([state.step], dtype=torch.int64)
-    return hash_sections(
-        "train_state", {"param": state.params, "optim": state.optimizer, "step": {"step": step}}
-    )
+    return digests_root(STATE_TAG, state_digests(state))
+
+
+def state_digests(state: TrainState) -> dict[PieceRef, str]:
+    """The piece digests `state_hash` is the root of: sections `param`, `optim` and `step`."""
+    return piece_digests({"param": state.params, "optim": state.optimizer, "step": _step_section(state.step)})
+
+
+STEP_PIECE = PieceRef("step", "step", 0)
+"""The piece of a state's digests that holds its step."""
+
+
+def step_digest(step: int) -> str:
+    """The digest of `STEP_PIECE` in the digests of any state after `step` inner steps."""
+    return piece_digests({"step": _step_section(step)})[STEP_PIECE]
+
+
+def _step_section(step: int) -> dict[str, torch.Tensor]:
+    return {"step": torch.tensor([step], dtype=torch.int64)}
 
 
 def states_equal(a: TrainState, b: TrainState) -> bool:

@@ -818,7 +818,8 @@ def markdown(report: Report, kept: str = "") -> str:
         f"- network: {MINERS} miners and {VALIDATORS} validators as separate processes (`distrai.localnet`), "
         f"embedded chain at {BLOCK_TIME:.0f} s per block, file store; the two runs one after the other",
         f"- run configs: `bench/utilization-sequential.toml` and `bench/utilization-pipelined.toml` "
-        f"(`distrai/configs/cpu-localnet.toml` with H = {t.inner_steps}; they differ only in [windows]): "
+        f"(`distrai/configs/cpu-localnet.toml` with H = {t.inner_steps}; they differ only in [windows] and the "
+        f"outer momentum, {cfg.outer.momentum:g} sequential and {pipe.config.outer.momentum:g} pipelined): "
         f"model `{cfg.model.preset}` ({report.link.bench_params:,} parameters), built-in corpus, seq_len "
         f"{cfg.data.seq_len}, batch {t.batch_size}, H = {t.inner_steps}, k = {t.segment_steps}, codec "
         f"`{cfg.codec.name}`; each validator replays {cfg.verification.challenge_segments} segments of "

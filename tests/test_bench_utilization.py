@@ -39,7 +39,10 @@ def test_bench_configs_differ_only_in_their_windows_and_outer_momentum(configs):
     seq, pipe, cpu, _ = configs
     assert U.config_differences(seq, pipe) == ["outer"]
     assert (seq.outer.momentum, pipe.outer.momentum) == (0.9, cpu.outer.momentum)
-    assert seq.outer.model_copy(update={"momentum": pipe.outer.momentum}) == pipe.outer
+    assert U.same_but_momentum(seq, pipe)
+    assert not U.same_but_momentum(
+        seq, seq.model_copy(update={"outer": seq.outer.model_copy(update={"lr": 0.5})})
+    )
     assert not seq.windows.pipelined and pipe.windows.pipelined
     assert seq.windows.commit_offset == pipe.windows.blocks_per_window == pipe.windows.commit_offset
     assert seq.windows.aggregate_offset < seq.windows.blocks_per_window

@@ -317,8 +317,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         (
             "states",
             linkcheck.format_bytes(parts.states),
-            f"{parts.n_states} × {linkcheck.format_bytes(parts.state)}: the start of each challenged segment, "
-            f"{config.verification.challenge_segments} of {config.train.n_segments}, whatever the validators",
+            f"{parts.n_states} × {linkcheck.format_bytes(parts.state)}: the start of the run of "
+            f"{config.verification.challenge_segments} challenged segment(s) of {config.train.n_segments}, "
+            "whatever the validators",
         ),
         ("reveal", linkcheck.format_bytes(parts.total), f"{parts.total:,} bytes"),
         (

@@ -7,9 +7,10 @@ before the reveal deadline: `(reveal_offset − commit_offset − 1)` blocks. In
 (`miners/miner.py`, `Miner.reveal`):
 
 - the update blob (the codec's payload);
-- when challenged, the start state of each of the `challenge_segments` segments drawn for it (one
-  draw per window that every validator replays, so the count does not grow with the validators;
-  segment 0 starts at the window's base, which validators build themselves, so this is the worst case);
+- when challenged, the start state of the run of `challenge_segments` consecutive segments drawn
+  for it (one draw per window that every validator replays, so it does not grow with the
+  validators; a run from segment 0 starts at the window's base, which validators build themselves,
+  so one state is the worst case);
 - when challenged, the trajectory reveal (`distrai.trajectory`): `trajectory_fraction` of the last
   state's parameters, the same share of the incoming codec residual (fp32; lossy codecs only), and
   32-byte piece digests (left out here: a few kB).
@@ -83,11 +84,11 @@ def state_bytes_per_param(dtype: str) -> int:
 
 
 def states_revealed(config: RunConfig, validators: int) -> int:
-    """Most boundary states a challenged miner reveals in one window: the start of each challenged
-    segment, `verification.challenge_segments`, whatever the number of validators (0 when none
+    """Most boundary states a challenged miner reveals in one window: the start of its run of
+    challenged segments, one whatever the run's length and the number of validators (0 when none
     holds a permit, since nobody challenges)."""
     _check_count("validators", validators)
-    return config.verification.challenge_segments if validators else 0
+    return 1 if validators else 0
 
 
 # -- the bytes of a reveal --------------------------------------------------------------------------

@@ -64,7 +64,8 @@ def test_state_bytes_by_dtype():
 
 def test_reveal_bytes_of_the_tiny_cpu_config(cpu):
     assert cpu.model.dtype == "float32" and cpu.codec.name == "topk"
-    n, s = TINY_PARAMS, cpu.verification.challenge_segments
+    n = TINY_PARAMS
+    assert cpu.verification.challenge_segments == 2  # a run of two segments: still one start state
     # topk: per chunk of `chunk` entries, k indices of ceil(log2(chunk)) bits, k 2-bit codes, two fp32
     # levels; the flat tensor's last chunk keeps ceil(k·tail/chunk) entries.
     chunk, k = cpu.codec.options["chunk"], cpu.codec.options["k"]
@@ -79,8 +80,8 @@ def test_reveal_bytes_of_the_tiny_cpu_config(cpu):
     assert one.update == update and one.update_source == "codec"
     assert one.state == 12 * n
     assert one.trajectory == sampled * (4 + 4)  # fp32 parameters and the fp32 residual
-    assert (one.n_states, one.states) == (s, s * 12 * n)
-    assert one.total == update + sampled * 8 + s * 12 * n
+    assert (one.n_states, one.states) == (1, 12 * n)
+    assert one.total == update + sampled * 8 + 12 * n
 
 
 def test_gpu_subnet_reveals_at_most_8_bytes_per_parameter_whatever_the_validators(gpu):
@@ -95,7 +96,7 @@ def test_gpu_subnet_reveals_at_most_8_bytes_per_parameter_whatever_the_validator
     many = linkcheck.reveal_bytes(gpu, GPU_PARAMS, validators=10_000)
     assert many == one
     for v in range(1, 12):
-        assert linkcheck.states_revealed(gpu, v) == gpu.verification.challenge_segments
+        assert linkcheck.states_revealed(gpu, v) == 1
 
 
 def test_no_validators_means_no_challenge_and_only_the_update(gpu):
@@ -107,7 +108,8 @@ def test_no_validators_means_no_challenge_and_only_the_update(gpu):
 def test_codec_without_residual_and_the_update_limit():
     plain = config_with("cpu-localnet", codec={"name": "none", "options": {}})
     got = linkcheck.reveal_bytes(plain, TINY_PARAMS, validators=2)
-    assert got.trajectory == math.ceil(plain.verification.trajectory_fraction * TINY_PARAMS) * 4  # no residual
+    sampled = math.ceil(plain.verification.trajectory_fraction * TINY_PARAMS)
+    assert got.trajectory == sampled * 4  # the fp32 parameters; no residual
     assert (got.update, got.update_source) == (4 * TINY_PARAMS, "codec")
     capped = config_with(
         "cpu-localnet", codec={"name": "none", "options": {}}, limits={"max_update_bytes": 1 << 20}

@@ -172,6 +172,18 @@ def test_an_honest_window_passes_bit_for_bit(runtime, model, honest, tmp_path):
     assert verdict.numbers["revealed_bytes"] > 0
 
 
+def test_an_honest_bfloat16_window_passes(runtime, tmp_path):
+    config = runtime.config.model_copy(
+        update={"model": runtime.config.model.model_copy(update={"dtype": "bfloat16"})}
+    )
+    bf16 = build_runtime(config)
+    model = GlobalModel(WINDOW, bf16.initial_params(), OuterState(momentum={}))
+    assert next(iter(model.params.values())).dtype == torch.float32  # the global model stays float32
+    store = FileStore(tmp_path)
+    verdict = verify(bf16, model, store, publish(bf16, store, train(bf16, model)), segments=(1,))
+    assert verdict.passed, verdict.verdicts
+
+
 def test_boundary_zero_is_the_windows_start(runtime, model, honest):
     runtime.load_params(model.params)
     assert state_hash(honest.states[0]) == state_hash(window_start_state(runtime.model))

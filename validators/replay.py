@@ -33,7 +33,7 @@ from distrai.runtime import Runtime
 from distrai.store import StoreError
 from distrai.train.assignment import batch_indices
 from distrai.train.hashing import PIECE_ELEMENTS, PieceRef
-from distrai.train.inner import window_start_state
+from distrai.train.inner import float_params, window_start_state
 from distrai.train.replay import replay_segment
 from distrai.train.sketch import sketch
 from distrai.train.state import TrainState, check_state, decode_state, state_hash
@@ -96,7 +96,7 @@ class Revealed:
         except (ValueError, WireError) as exc:
             raise Refused("states", f"the trajectory reveal is malformed: {exc}") from exc
         check_roots(reveal, self.verdict.manifest)
-        check_last_pieces(reveal, sample, self.model.params, PIECE_ELEMENTS)
+        check_last_pieces(reveal, sample, dict(self.rt.model.named_parameters()), PIECE_ELEMENTS)
         return reveal
 
     def _get(self, key: str, check: str, what: str) -> bytes:
@@ -133,7 +133,9 @@ def verify_challenge(
             replay_one(runtime, model, window, verdict, revealed, s, miners) for s in sorted(segments)
         )
         verdict.verdicts["replay"] = PASS
-        check_encoding(runtime.codec, reveal, sample, model.params, verdict.update, PIECE_ELEMENTS)
+        runtime.load_params(model.params)  # G_w in the model's dtype, as the miner's pseudo-gradient saw it
+        base = float_params(runtime.model)
+        check_encoding(runtime.codec, reveal, sample, base, verdict.update, PIECE_ELEMENTS)
         verdict.verdicts["trajectory"] = PASS
         verdict.numbers["replay_distance"] = distance
     except Refused as exc:

@@ -45,7 +45,8 @@ def check_roots(reveal: TrajectoryReveal, manifest: UpdateManifest) -> None:
 def check_last_pieces(
     reveal: TrajectoryReveal, sample: list[PieceRef], params: Mapping[str, torch.Tensor], piece_elements: int
 ) -> None:
-    """Every drawn piece of the last parameters is revealed, well formed and hashes to its digest."""
+    """Every drawn piece of the last parameters is revealed, well formed (the dtype and length of
+    `params`, the model's own parameters) and hashes to its digest."""
     for ref in sample:
         expected = params[ref.name]
         piece = _revealed_piece("states", "last state", reveal.params, ref, expected, piece_elements)
@@ -64,6 +65,7 @@ def check_encoding(
     piece_elements: int,
 ) -> None:
     """On every drawn piece, the published (decoded) update is the codec's encoding of G_w − θ_H
+    (`base`: G_w as float32 from the model's own dtype, as the miner's inner loop took it)
     plus the decayed incoming residual, and the committed outgoing residual holds what it leaves
     (`trajectory`); the same arithmetic, element for element, as `Codec.encode`."""
     decay = codec.residual_decay()

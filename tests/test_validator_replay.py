@@ -402,18 +402,19 @@ def test_the_encoding_check_cuts_a_tensor_into_pieces_as_the_codec_chunks_it(run
         check_encoding(runtime.codec, reveal, middle, model.params, update, piece)
 
 
+def tolerance_class(runtime):
+    """The runtime as a validator of the tolerance class sees it: replay within 0.01, losses within 1e-3."""
+    verification = runtime.config.verification.model_copy(
+        update={"replay_tolerance": 0.01, "loss_tolerance": 1e-3}
+    )
+    return dataclasses.replace(
+        runtime, config=runtime.config.model_copy(update={"verification": verification})
+    )
+
+
 def test_with_a_tolerance_the_distance_is_measured(runtime, model, honest, tmp_path):
     store = FileStore(tmp_path)
-    loose = dataclasses.replace(
-        runtime,
-        config=runtime.config.model_copy(
-            update={
-                "verification": runtime.config.verification.model_copy(
-                    update={"replay_tolerance": 0.01, "loss_tolerance": 1e-3}
-                )
-            }
-        ),
-    )
+    loose = tolerance_class(runtime)
     verdict = verify(loose, model, store, publish(runtime, store, honest))
     assert verdict.passed and verdict.numbers["replay_distance"] == 0.0
     other = verify(loose, model, store, publish(runtime, store, train(runtime, model, data_of=OTHER)))
@@ -422,16 +423,7 @@ def test_with_a_tolerance_the_distance_is_measured(runtime, model, honest, tmp_p
 
 def test_with_a_tolerance_a_loss_off_by_more_than_its_bound_fails(runtime, model, honest, tmp_path):
     store = FileStore(tmp_path)
-    loose = dataclasses.replace(
-        runtime,
-        config=runtime.config.model_copy(
-            update={
-                "verification": runtime.config.verification.model_copy(
-                    update={"replay_tolerance": 0.01, "loss_tolerance": 1e-3}
-                )
-            }
-        ),
-    )
+    loose = tolerance_class(runtime)
     k = runtime.inner.segment_steps
     losses = list(honest.losses)
     losses[k + 1] *= 1.01

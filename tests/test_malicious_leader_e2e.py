@@ -12,7 +12,7 @@ from test_localnet_e2e import hotkey
 from distrai.localnet import Localnet, LocalnetOptions
 from distrai.localnet_view import heldout_losses, processed_windows, signed_reports
 
-WINDOWS = 3
+WINDOWS = 4
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ from distrai.localnet_view import heldout_curve, processed_windows, signed_repor
 from distrai.metrics import read_metrics
 from distrai.run import load_run_config, shipped_config_path
 from distrai.wallets import open_wallet
-from distrai.windows import ChallengeInputs, challenge_count, validator_challenges
+from distrai.windows import ChallengeInputs, challenge_count, challenged_by, miner_segments
 from miners.behaviour import ADVERSARIES, EXPECTED_CHECK
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -277,9 +277,9 @@ def measured_catch_rate(config, miners: int, trials: int) -> float:
                 miner_hotkeys=hotkeys,
                 miners_per_validator=config.verification.challenge_miners,
                 segments_per_miner=config.verification.challenge_segments,
-                n_segments=n,
             )
-            if any(faked & set(validator_challenges(inputs, v).get(target, ())) for v in validators):
+            challenged = any(target in challenged_by(inputs, v) for v in validators)
+            if challenged and faked & set(miner_segments(inputs, target, n)):
                 caught += 1
                 break
     return caught / trials
@@ -420,7 +420,7 @@ def main(argv: list[str]) -> None:
         "p = (1 − (1 − q)^V) · (m + s − 1)/n, and within "
         f"{CATCH_WINDOWS} windows with probability 1 − (1 − p)^{CATCH_WINDOWS} = **{predicted:.4f}**. "
         f"Measured over {plan.catch_trials:,} trials of the project's challenge draws "
-        f"(`distrai.windows.validator_challenges`, random block hashes, {miners} miners): **{measured:.4f}**.",
+        f"(`distrai.windows.challenged_by` and `miner_segments`, random block hashes, {miners} miners): **{measured:.4f}**.",
         "",
         "## Targets",
         "",

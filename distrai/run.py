@@ -168,9 +168,12 @@ class TaskConfig(_Section):
 
 
 class TrainConfig(_Section):
-    """The inner loop: H AdamW steps per window, checkable in segments of k steps."""
+    """The inner loop: up to H AdamW steps per window, checkable in segments of k steps."""
 
-    inner_steps: int = Field(ge=1, description="H: inner steps per window")
+    inner_steps: int = Field(
+        ge=1,
+        description="H: the most inner steps a window trains; a miner trains whole segments until its commit deadline",
+    )
     segment_steps: int = Field(ge=1, description="k: inner steps per segment; must divide inner_steps")
     batch_size: int = Field(ge=1, description="sequences per inner step")
     micro_batches: int = Field(
@@ -510,5 +513,4 @@ def challenge_inputs(
         miner_hotkeys=tuple(sorted(set(miner_hotkeys))),
         miners_per_validator=config.verification.challenge_miners,
         segments_per_miner=config.verification.challenge_segments,
-        n_segments=config.train.n_segments,
     )

@@ -333,34 +333,32 @@ class ChallengeInputs:
     miners_per_validator: int | float
     """count or fraction of the miners each validator challenges"""
     segments_per_miner: int
-    n_segments: int
-    """segments in a window: inner steps H / segment steps k"""
+    """segments replayed per challenged miner (all of them when it committed fewer)"""
 
 
-def validator_challenges(inputs: ChallengeInputs, validator_hotkey: str) -> dict[str, list[int]]:
-    """What one validator challenges: each challenged miner's segment indices (the miners drawn
-    from the validator's own seed, the segments from the window's shared reveal seed)."""
+def challenged_by(inputs: ChallengeInputs, validator_hotkey: str) -> list[str]:
+    """The miners one validator challenges, drawn from its own seed."""
     seed = challenge_seed(inputs.block_hash, inputs.run_id, inputs.window, validator_hotkey)
-    return {
-        miner: miner_segments(inputs, miner)
-        for miner in challenged_miners(seed, inputs.miner_hotkeys, inputs.miners_per_validator)
-    }
+    return challenged_miners(seed, inputs.miner_hotkeys, inputs.miners_per_validator)
 
 
-def miner_segments(inputs: ChallengeInputs, miner_hotkey: str) -> list[int]:
-    """The segments a miner reveals and any validator that challenges it replays."""
+def miner_segments(inputs: ChallengeInputs, miner_hotkey: str, n_segments: int) -> list[int]:
+    """The segments a miner that committed `n_segments` reveals and any validator that challenges
+    it replays, drawn from the window's shared reveal seed."""
     seed = reveal_seed(inputs.block_hash, inputs.run_id, inputs.window)
-    return challenged_segments(seed, miner_hotkey, inputs.n_segments, inputs.segments_per_miner)
+    count = min(inputs.segments_per_miner, n_segments)
+    return challenged_segments(seed, miner_hotkey, n_segments, count)
 
 
 def segments_to_reveal(
-    inputs: ChallengeInputs, miner_hotkey: str, validator_hotkeys: Iterable[str]
+    inputs: ChallengeInputs, miner_hotkey: str, validator_hotkeys: Iterable[str], n_segments: int
 ) -> list[int]:
-    """The miner's segments when any of `validator_hotkeys` challenges it, else none: a miner
-    cannot tell which validator will check it, and all of them replay the same segments."""
+    """The segments of a miner that committed `n_segments` when any of `validator_hotkeys`
+    challenges it, else none: a miner cannot tell which validator will check it, and all of them
+    replay the same segments."""
     validators = _hotkey_list("validator_hotkeys", validator_hotkeys)
-    if any(miner_hotkey in validator_challenges(inputs, v) for v in validators):
-        return miner_segments(inputs, miner_hotkey)
+    if any(miner_hotkey in challenged_by(inputs, v) for v in validators):
+        return miner_segments(inputs, miner_hotkey, n_segments)
     return []
 
 

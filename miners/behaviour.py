@@ -158,7 +158,7 @@ class OldBase(Behaviour):
         start = window_start_state(miner.rt.model)
         save_state(start, states_dir / f"{0:06d}.safetensors")
         numbers = sketch(start.params, miner.rt.inner.sketch_seed, miner.rt.inner.sketch_size).tolist()
-        end = load_state(states_dir / f"{miner.rt.inner.inner_steps:06d}.safetensors")
+        end = load_state(states_dir / f"{trained.boundaries[-1][0]:06d}.safetensors")
         return dataclasses.replace(
             trained,
             pseudo_gradient=pseudo_gradient(base, end.params),

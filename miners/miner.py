@@ -4,7 +4,8 @@ uploading in the background while the next window trains.
 1. Sync: reach the window's base from the validators' published aggregates (`distrai.sync`): the
    model after the previous window's aggregate, or on pipelined windows the one before it
    (`distrai.windows.base_index`).
-2. Train: H inner steps on the miner's assigned data, saving the state at every segment boundary.
+2. Train: up to H inner steps on the miner's assigned data, in whole segments while the next one
+   fits before the commit deadline (`pacing.py`), saving the state at every segment boundary.
 3. Commit (before the commit deadline): encode the pseudo-gradient with the run's codec (error
    feedback carried across windows), sign the manifest, stage everything the reveal needs on disk
    (`reveal_job.py`), put the manifest in the miner's store, and anchor its hash on chain in the
@@ -27,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-import math
 import os
 import shutil
 import threading
@@ -55,6 +55,7 @@ from distrai.update import residual_hash
 from distrai.windows import commit_deadline, committed_in_time, reveal_deadline, window_of, window_start
 from distrai.wire import encode_tensors
 from miners.behaviour import Behaviour, honest
+from miners.pacing import Pacer, blocks_needed, stop_time
 from miners.reveal_job import RevealJob, job_folder, sealed_jobs
 from miners.uploader import Uploader
 
@@ -62,6 +63,10 @@ log = logging.getLogger("distrai.miner")
 
 LINK_PROBE_BYTES = 4 * 1024 * 1024
 """Bytes the start-up link check uploads (at most an eighth of a reveal)."""
+
+FINISH_MARGIN = 1.5
+"""Training stops this many times the last window's encode-and-commit seconds before the deadline
+(one block's time before any window has committed)."""
 
 
 @dataclass(frozen=True)
@@ -100,8 +105,12 @@ class Miner(Participant):
         self.last_window = -1
         self.last_end: float | None = None
         """when the last window's commit ended (monotonic): the time to the next window is idle"""
-        self.train_blocks = 0
-        """blocks the last window's training took: a window is started only if that much is left"""
+        self.segment_seconds: float | None = None
+        """the last window's slowest segment: a window is started only if one fits"""
+        self.finish_seconds: float | None = None
+        """the last window's encoding, staging and commit: training stops early enough for it"""
+        self.pacer: Pacer | None = None
+        """the running window's pace (`train` stops when its next segment would not fit)"""
         self.uploader: Uploader | None = None
 
     # -- the loop -------------------------------------------------------------------------------
@@ -134,12 +143,16 @@ class Miner(Participant):
             self.uploader.close()
 
     def next_window(self) -> int | None:
-        """The window to train next: the current one while training it can still end before its
-        commit deadline (judged by the last window's training time; before any, while no more than
-        a quarter of the train phase has passed), else the next one."""
+        """The window to train next: the current one while one segment and the commit still fit
+        before its commit deadline (judged by the last window's; before any, while no more than a
+        quarter of the train phase has passed), else the next one."""
         block = self.chain.block()
         current = window_of(self.windows, block)
-        needed = self.train_blocks or self.windows.commit_offset * 3 // 4
+        needed = (
+            self.windows.commit_offset * 3 // 4
+            if self.segment_seconds is None
+            else blocks_needed(self.segment_seconds, self.finish_seconds or 0.0, self.chain.block_time())
+        )
         if current > self.last_window and block + needed < commit_deadline(self.windows, current):
             return current
         return None if current + 1 <= self.last_window else current + 1
@@ -242,9 +255,20 @@ class Miner(Participant):
         folder = job_folder(self.options.work_dir, w)
         shutil.rmtree(folder, ignore_errors=True)
         trained_at = time.monotonic()
+        self.pacer = Pacer(
+            started=trained_at,
+            until=stop_time(
+                trained_at,
+                self.chain.block(),
+                commit_deadline(self.windows, w),
+                self.chain.block_time(),
+                FINISH_MARGIN * (self.finish_seconds or self.chain.block_time()),
+            ),
+        )
         trained = self.behaviour.train(self, w, miners, folder / "states")
         train_seconds = time.monotonic() - trained_at
-        self.train_blocks = math.ceil(train_seconds / self.chain.block_time())
+        self.segment_seconds = self.pacer.slowest or train_seconds
+        self.pacer = None
 
         encoded = self.rt.codec.encode(self.behaviour.update(self, trained.pseudo_gradient), self.residual)
         blob = self.behaviour.blob(self, w, encoded)
@@ -263,12 +287,14 @@ class Miner(Participant):
         self.uploader.submit(job)
         self.last_window = w
         self.last_end = time.monotonic()
+        self.finish_seconds = self.last_end - trained_at - train_seconds
         wall = self.last_end - started + idle
         log.info(
-            "window %d: trained %d steps (loss %.3f → %.3f) in %.1fs; update %d bytes; utilization %.0f%%; "
-            "%d reveal(s) uploading",
+            "window %d: trained %d of %d steps (loss %.3f → %.3f) in %.1fs; update %d bytes; "
+            "utilization %.0f%%; %d reveal(s) uploading",
             w,
-            len(trained.losses),
+            trained.steps,
+            self.rt.inner.inner_steps,
             trained.losses[0],
             trained.losses[-1],
             train_seconds,
@@ -332,8 +358,9 @@ class Miner(Participant):
         data_of: str | None = None,
         steps: int | None = None,
     ) -> Trained:
-        """H inner steps on this miner's assigned batches, keeping every boundary state in
-        `states_dir` (an adversary may pass another hotkey's data, or fewer steps)."""
+        """Up to H inner steps on this miner's assigned batches, while the window's pace allows,
+        keeping every boundary state in `states_dir` (an adversary may pass another hotkey's data,
+        or fewer steps)."""
         cfg, data = self.rt.config, self.rt.data
         states_dir.mkdir(parents=True, exist_ok=True)
         owner = data_of or self.hotkey
@@ -346,7 +373,10 @@ class Miner(Participant):
             save_state(boundary.state, states_dir / f"{boundary.step:06d}.safetensors")
 
         inner = self.rt.inner if steps is None else dataclasses.replace(self.rt.inner, inner_steps=steps)
-        result = inner_loop(self.rt.model, batch_for_step, self.rt.loss_fn, inner, on_boundary=keep)
+        go_on = None if self.pacer is None else self.pacer.go_on
+        result = inner_loop(
+            self.rt.model, batch_for_step, self.rt.loss_fn, inner, on_boundary=keep, go_on=go_on
+        )
         return Trained(
             pseudo_gradient=result.pseudo_gradient,
             losses=result.losses,

@@ -36,6 +36,14 @@ class RevealJob:
         return self.folder / "states"
 
     @property
+    def steps(self) -> int:
+        """h: the inner steps the window trained, the step of its last boundary state on disk."""
+        steps = [int(p.stem) for p in self.states.glob("*.safetensors") if p.stem.isdigit()]
+        if not steps:
+            raise FileNotFoundError(f"window {self.window}: no boundary state in {self.states}")
+        return max(steps)
+
+    @property
     def blob_path(self) -> Path:
         return self.folder / "update.blob"
 

@@ -129,7 +129,7 @@ class Uploader:
             )
             self._log(w, RevealResult(0, 0, 0.0, late=True), needed=0.0)
             return RevealResult(0, 0, 0.0, late=True)
-        steps, inputs = self._to_reveal(w)
+        steps, inputs = self._to_reveal(job)
         pieces = self._pieces(job, steps, inputs)
         total = sum(p.size for p in pieces)
         seconds_left = (deadline - self.chain.block()) * self.chain.block_time()
@@ -183,19 +183,23 @@ class Uploader:
             self.stop.wait(min(0.5, self.chain.block_time() / 4))
         return False
 
-    def _to_reveal(self, w: int) -> tuple[list[int], ChallengeInputs | None]:
+    def _to_reveal(self, job: RevealJob) -> tuple[list[int], ChallengeInputs | None]:
         """The start step of the run of segments any permitted validator challenges (none when the
         run starts at segment 0, whose start is the window's base), and the window's challenge inputs
         when this miner is challenged at all (None when not); the miners drawn from are those whose
         commitment the chain held at the block before the commit deadline."""
-        miner, windows = self.miner, self.miner.windows
+        miner, windows, w = self.miner, self.miner.windows, job.window
         deadline = commit_deadline(windows, w)
         counted = self.chain.commitments(block=deadline - 1)
         in_time = committed_updates(counted, w, lambda b: committed_in_time(windows, w, b))
         inputs = challenge_inputs(miner.rt.config, self.chain.block_hash(deadline), w, in_time)
         validators = [n.hotkey for n in self.chain.metagraph().neurons if n.validator_permit]
-        segments = segments_to_reveal(inputs, miner.hotkey, validators) if miner.hotkey in in_time else []
         k = miner.rt.inner.segment_steps
+        segments = (
+            segments_to_reveal(inputs, miner.hotkey, validators, job.steps // k)
+            if miner.hotkey in in_time
+            else []
+        )
         return [s * k for s in run_starts(segments)], inputs if segments else None
 
     def _pieces(self, job: RevealJob, steps: list[int], inputs: ChallengeInputs | None) -> list[Piece]:
@@ -221,7 +225,7 @@ class Uploader:
         """The trajectory reveal (`distrai.trajectory`) from the job's last state and residuals. Their
         digests are computed once more here, in the upload thread, and only when challenged."""
         miner = self.miner
-        last = load_state(job.states / f"{miner.rt.inner.inner_steps:06d}.safetensors")
+        last = load_state(job.states / f"{job.steps:06d}.safetensors")
         limit = miner.rt.config.limits.max_checkpoint_bytes
         residual_in = (
             decode_tensors(job.residual_in_path.read_bytes(), max_bytes=limit)[0]

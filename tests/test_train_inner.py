@@ -167,3 +167,24 @@ def test_an_anchored_window_replays_only_against_its_base():
     assert not states_equal(elsewhere.end, end)
     with pytest.raises(ValueError, match="no base was given"):
         replay_segment(tiny_model(), start, batches, causal_lm_loss, anchored)
+
+
+def test_a_window_cut_short_is_the_full_window_s_first_segments(honest):
+    """A miner whose time runs out (`go_on` says no before segment 2) commits a prefix of the
+    trajectory it would have trained: the same boundaries and losses, and the update from there."""
+    _, _, full = honest
+    asked = []
+
+    def go_on(segment: int) -> bool:
+        asked.append(segment)
+        return segment < 2
+
+    model = tiny_model()
+    start = float_params(model)
+    cut = inner_loop(model, batch_for("bob"), causal_lm_loss, CONFIG, go_on=go_on)
+    assert asked == [1, 2]
+    assert [b.step for b in cut.boundaries] == [0, 2, 4]
+    assert [b.state_hash for b in cut.boundaries] == [b.state_hash for b in full.boundaries[:3]]
+    assert cut.losses == full.losses[:4]
+    end = full.boundaries[2].state.params
+    assert all(torch.equal(cut.pseudo_gradient[n], start[n] - end[n].float()) for n in start)

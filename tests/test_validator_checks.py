@@ -97,6 +97,19 @@ def test_honest_update_passes(runtime, model, tmp_path):
     assert set(verdict.update) == set(model.params)
 
 
+def test_fewer_whole_segments_than_h_pass(runtime, model, tmp_path):
+    """A miner whose time ran out commits the whole segments it trained."""
+    store = FileStore(tmp_path)
+    blob, meta = update_blob(runtime, model)
+    body = manifest_body(runtime, model, blob, meta, MINER.ss58_address)
+    k = runtime.config.train.segment_steps
+    body["losses"], body["boundaries"] = body["losses"][:k], body["boundaries"][:2]
+    manifest = sign_document(MINER, body)
+    verdict = check(runtime, model, store, publish(store, runtime, MINER.ss58_address, manifest, blob))
+    assert verdict.passed, verdict.verdicts
+    assert verdict.manifest.steps == k and verdict.manifest.n_segments == 1
+
+
 @pytest.mark.parametrize(
     ("case", "check_name", "words"),
     [
@@ -106,7 +119,8 @@ def test_honest_update_passes(runtime, model, tmp_path):
         ("wrong window", "manifest", "wrong_window"),
         ("pickle", "manifest", "pickle"),
         ("other base", "consistency", "another base model"),
-        ("too few steps", "consistency", "does not cover"),
+        ("more steps than H", "consistency", "does not cover"),
+        ("a part of a segment", "consistency", "does not cover"),
         ("no blob", "update", "no key"),
         ("garbage blob", "update", "malformed_safetensors"),
         ("wrong size", "update", "the manifest says"),
@@ -127,9 +141,13 @@ def test_bad_input_becomes_a_named_verdict(runtime, model, tmp_path, case, check
         body["window"] = WINDOW + 1
     elif case == "other base":
         body["base_hash"] = "cd" * 32
-    elif case == "too few steps":
-        body["losses"] = body["losses"][: -runtime.config.train.segment_steps]
-        body["boundaries"] = body["boundaries"][:-1]
+    elif case == "more steps than H":
+        k = runtime.config.train.segment_steps
+        body["losses"] = body["losses"] + [3.0] * k
+        body["boundaries"] = body["boundaries"] + [{**body["boundaries"][-1], "step": len(body["losses"])}]
+    elif case == "a part of a segment":
+        body["losses"] = body["losses"][:-1]
+        body["boundaries"] = body["boundaries"][:-1] + [{**body["boundaries"][-1], "step": len(body["losses"])}]
     elif case == "no blob":
         publish_blob = None
     elif case == "garbage blob":

@@ -18,6 +18,7 @@ from distrai.runtime import build_runtime
 from distrai.train.assignment import batch_indices
 from distrai.train.inner import inner_loop
 from distrai.train.outer import OuterState
+from distrai.wire.manifest import Boundary, UpdateBlob, UpdateManifest
 from validators.checks import PASS, MinerVerdict
 from validators.duplicates import cosine, update_sketch
 from validators.window_scoring import score_window
@@ -63,10 +64,31 @@ def published(runtime, model, pseudo_gradient) -> dict[str, torch.Tensor]:
     return runtime.codec.decode(encoded.payload, encoded.metadata, shapes)
 
 
-def passed(hotkey: str, update: dict[str, torch.Tensor]) -> MinerVerdict:
+def manifest(runtime, hotkey: str) -> UpdateManifest:
+    """A manifest of a whole window of H steps (scoring reads only how many steps it covers)."""
+    cfg, digest = runtime.config.train, "ab" * 32
+    return UpdateManifest(
+        run_id=runtime.run_id,
+        window=WINDOW,
+        hotkey=hotkey,
+        base_hash=digest,
+        update=UpdateBlob(sha256=digest, size=1, codec=runtime.config.codec.name, codec_metadata={}),
+        micro_batches=1,
+        losses=[1.0] * cfg.inner_steps,
+        boundaries=[
+            Boundary(step=s, state_hash=digest, sketch=[])
+            for s in range(0, cfg.inner_steps + 1, cfg.segment_steps)
+        ],
+        residual_in_hash=None,
+        residual_out_hash=None,
+    )
+
+
+def passed(runtime, hotkey: str, update: dict[str, torch.Tensor]) -> MinerVerdict:
     verdict = MinerVerdict(
         hotkey, MINERS.index(hotkey), {"manifest": PASS, "consistency": PASS, "update": PASS}
     )
+    verdict.manifest = manifest(runtime, hotkey)
     verdict.update = update
     return verdict
 
@@ -85,7 +107,7 @@ def window(runtime, model):
             n: t + 0.01 * t.std() * torch.randn(t.shape, generator=generator) for n, t in original.items()
         },
     }
-    verdicts = [passed(hk, u) for hk, u in {**honest, **others}.items()]
+    verdicts = [passed(runtime, hk, u) for hk, u in {**honest, **others}.items()]
     commit_blocks = {hk: (10 if hk in HONEST else 11) for hk in MINERS}
     score_window(runtime, model, WINDOW, verdicts, MINERS, commit_blocks)
     return {v.hotkey: v for v in verdicts}

@@ -21,6 +21,7 @@ from distrai.windows import (
     blocks_until,
     challenge_count,
     challenge_seed,
+    challenged_by,
     challenged_miners,
     challenged_segments,
     commit_deadline,
@@ -32,7 +33,6 @@ from distrai.windows import (
     run_starts,
     segments_to_reveal,
     trajectory_sample,
-    validator_challenges,
     window_end,
     window_of,
     window_start,
@@ -327,53 +327,57 @@ def test_miners_reveal_the_segments_every_challenging_validator_replays(
         miner_hotkeys=tuple(hotkeys(n_miners)),
         miners_per_validator=per_validator,
         segments_per_miner=data.draw(st.integers(min_value=1, max_value=n_segments)),
-        n_segments=n_segments,
     )
+    # each miner committed its own number of whole segments (a slower one fewer)
+    committed = {m: data.draw(st.integers(min_value=1, max_value=n_segments)) for m in inputs.miner_hotkeys}
     validators = hotkeys(n_validators, "val")
-    challenges = [validator_challenges(inputs, v) for v in validators]
+    challenges = [challenged_by(inputs, v) for v in validators]
     for miner in inputs.miner_hotkeys:
-        reveal = set(segments_to_reveal(inputs, miner, reversed(validators)))
-        wanted = set()
-        for challenge in challenges:
-            wanted.update(challenge.get(miner, []))
-        assert reveal == wanted
+        reveal = set(segments_to_reveal(inputs, miner, reversed(validators), committed[miner]))
+        challenged = any(miner in challenge for challenge in challenges)
+        # one draw per window for what is replayed: the reveal does not grow with the validators
+        assert reveal == (set(miner_segments(inputs, miner, committed[miner])) if challenged else set())
+        assert len(miner_segments(inputs, miner, committed[miner])) == min(
+            inputs.segments_per_miner, committed[miner]
+        )
+        assert all(0 <= s < committed[miner] for s in reveal)
     for challenge in challenges:
         assert len(challenge) == challenge_count(per_validator, n_miners)
-        assert all(len(segs) == inputs.segments_per_miner for segs in challenge.values())
-        # one draw per window for what is replayed: the reveal does not grow with the validators
-        assert all(segs == miner_segments(inputs, miner) for miner, segs in challenge.items())
 
 
 def test_the_trajectory_sample_is_a_fraction_of_the_pieces_drawn_per_miner_and_window():
-    inputs = ChallengeInputs(BLOCK_HASH, RUN, 5, tuple(hotkeys(4)), 1, 1, 4)
+    inputs = ChallengeInputs(BLOCK_HASH, RUN, 5, tuple(hotkeys(4)), 1, 1)
     pieces = [f"param/layer{i}.weight#0" for i in range(40)]
     miner = inputs.miner_hotkeys[0]
     sample = trajectory_sample(inputs, miner, pieces, 0.125)
     assert len(sample) == 5 and set(sample) <= set(pieces) and sample == sorted(sample)
     assert trajectory_sample(inputs, miner, list(reversed(pieces)) + pieces[:3], 0.125) == sample
     assert trajectory_sample(inputs, inputs.miner_hotkeys[1], pieces, 0.125) != sample
-    later = ChallengeInputs(BLOCK_HASH, RUN, 6, inputs.miner_hotkeys, 1, 1, 4)
+    later = ChallengeInputs(BLOCK_HASH, RUN, 6, inputs.miner_hotkeys, 1, 1)
     assert trajectory_sample(later, miner, pieces, 0.125) != sample
     assert trajectory_sample(inputs, miner, pieces[:3], 0.125) != []
     assert sorted(trajectory_sample(inputs, miner, pieces, 1.0)) == sorted(pieces)
 
 
 def test_an_unchallenged_miner_reveals_nothing():
-    inputs = ChallengeInputs(BLOCK_HASH, RUN, 5, tuple(hotkeys(8)), 1, 2, 6)
-    challenged = set(validator_challenges(inputs, "5val"))
+    inputs = ChallengeInputs(BLOCK_HASH, RUN, 5, tuple(hotkeys(8)), 1, 2)
+    challenged = set(challenged_by(inputs, "5val"))
     missed = sorted(set(inputs.miner_hotkeys) - challenged)
     assert len(missed) == 7
-    assert segments_to_reveal(inputs, missed[0], ["5val"]) == []
-    assert segments_to_reveal(inputs, "5stranger", ["5val"]) == []
+    assert segments_to_reveal(inputs, missed[0], ["5val"], 6) == []
+    assert segments_to_reveal(inputs, "5stranger", ["5val"], 6) == []
+    assert len(segments_to_reveal(inputs, challenged.pop(), ["5val"], 6)) == 2
 
 
 def test_reveal_set_does_not_depend_on_validator_order():
-    inputs = ChallengeInputs(BLOCK_HASH, RUN, 5, tuple(hotkeys(10)), 0.5, 2, 8)
+    inputs = ChallengeInputs(BLOCK_HASH, RUN, 5, tuple(hotkeys(10)), 0.5, 2)
     validators = hotkeys(4, "val")
     shuffled = validators[:]
     random.Random(1).shuffle(shuffled)
     for miner in inputs.miner_hotkeys:
-        assert segments_to_reveal(inputs, miner, validators) == segments_to_reveal(inputs, miner, shuffled)
+        assert segments_to_reveal(inputs, miner, validators, 8) == segments_to_reveal(
+            inputs, miner, shuffled, 8
+        )
 
 
 # --- pipelined windows --------------------------------------------------------------------------

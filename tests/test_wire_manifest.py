@@ -40,6 +40,9 @@ def test_signed_manifest_round_trips():
     manifest = parse_body(UpdateManifest, doc.body)
     assert manifest.window == 3 and manifest.shape_matches(inner_steps=4, segment_steps=2)
     assert not manifest.shape_matches(inner_steps=4, segment_steps=1)
+    assert manifest.shape_matches(inner_steps=6, segment_steps=2), "fewer whole segments than H fit"
+    assert not manifest.shape_matches(inner_steps=2, segment_steps=2), "more steps than H"
+    assert (manifest.steps, manifest.n_segments) == (4, 2)
 
 
 @pytest.mark.parametrize(

@@ -111,7 +111,7 @@ def check_miner(
         problems.append("boundary 0 is not the window's starting state")
     if not manifest.shape_matches(cfg.train.inner_steps, cfg.train.segment_steps):
         problems.append(
-            f"does not cover {cfg.train.inner_steps} steps in segments of {cfg.train.segment_steps}"
+            f"does not cover whole segments of {cfg.train.segment_steps} steps, at most {cfg.train.inner_steps}"
         )
     if cfg.train.batch_size % manifest.micro_batches:
         problems.append(f"micro_batches {manifest.micro_batches} does not divide the batch")

@@ -32,14 +32,15 @@ class Usefulness:
 
 
 def sample_sequences(
-    runtime: Runtime, window: int, hotkey: str, miners: Sequence[str]
+    runtime: Runtime, window: int, hotkey: str, miners: Sequence[str], trained_steps: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """A fixed sample of the miner's assigned sequences and as many from the window's reserve."""
+    """A fixed sample of the miner's assigned sequences (of the `trained_steps` it trained) and as
+    many from the window's reserve."""
     cfg, data = runtime.config, runtime.data
     count = cfg.scoring.usefulness_sequences
     steps = -(-count // cfg.train.batch_size)
     assigned: list[int] = []
-    for step in range(min(steps, cfg.train.inner_steps)):
+    for step in range(min(steps, trained_steps)):
         assigned += batch_indices(
             runtime.run_id, window, hotkey, step, cfg.train.batch_size, data.n_train, miners
         )

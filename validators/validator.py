@@ -50,11 +50,12 @@ from distrai.train.state import state_hash
 from distrai.trajectory import drawn_pieces
 from distrai.windows import (
     aggregate_deadline,
+    challenged_by,
     commit_deadline,
     committed_in_time,
     is_checkpoint_window,
+    miner_segments,
     reveal_deadline,
-    validator_challenges,
     window_of,
     window_start,
 )
@@ -247,7 +248,7 @@ class Validator(Participant):
     ) -> list[MinerVerdict]:
         deadline_hash = self.chain.block_hash(commit_deadline(self.windows, w))
         inputs = challenge_inputs(self.rt.config, deadline_hash, w, in_time)
-        challenges = validator_challenges(inputs, self.hotkey)
+        challenges = set(challenged_by(inputs, self.hotkey))
         if self.state.window != w - 1 and self.state.residuals:
             log.info(
                 "window %d: window %d was not checked here; the miners' residual chains start again", w, w - 1
@@ -304,9 +305,8 @@ class Validator(Participant):
         for v in verdicts:
             if v.passed and v.hotkey in challenges:
                 sample = drawn_pieces(inputs, v.hotkey, self.base.params, fraction)
-                verify_challenge(
-                    self.rt, self.base, w, v, stores[v.hotkey], challenges[v.hotkey], miners, sample
-                )
+                segments = miner_segments(inputs, v.hotkey, v.manifest.n_segments)
+                verify_challenge(self.rt, self.base, w, v, stores[v.hotkey], segments, miners, sample)
         score_window(self.rt, self.base, w, verdicts, miners, commit_blocks)
         return verdicts
 

@@ -50,7 +50,7 @@ def measure_usefulness(
     runtime: Runtime, model: GlobalModel, window: int, verdict: MinerVerdict, miners: list[str]
 ) -> None:
     """The update alone on G_w: its loss drops on the miner's assigned data and on the reserve."""
-    own, other = sample_sequences(runtime, window, verdict.hotkey, miners)
+    own, other = sample_sequences(runtime, window, verdict.hotkey, miners, verdict.manifest.steps)
     result = measure(runtime, model, verdict.update, own, other)
     verdict.numbers.update(
         loss_before=result.base_assigned,

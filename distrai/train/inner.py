@@ -1,8 +1,9 @@
-"""The miner's inner loop: H steps from the global model, with a committed state every k steps.
+"""The miner's inner loop: up to H steps from the global model, with a committed state every k steps.
 
 Every window starts from (θ_global, a fresh AdamW with no state, step 0), so anyone holding the
 global model can compute boundary 0's hash (`window_start_state`). Boundaries sit at inner steps
-0, k, 2k, …, H (H/k + 1 of them); segment s runs from boundary s to boundary s+1. Each boundary
+0, k, 2k, …, h (h/k + 1 of them), where h ≤ H is the whole segments the miner had time for (a miner
+trains until its commit deadline, `go_on`); segment s runs from boundary s to boundary s+1. Each boundary
 carries the canonical hash of (parameters, optimizer state, step), a linear sketch of the
 parameters, and, when asked, the state itself so the miner can reveal it later. The
 pseudo-gradient is θ_global − θ_local in float32 on the CPU: the direction an outer SGD step
@@ -29,7 +30,7 @@ from distrai.train.step import Anchor, StepConfig, StepResult, anchor_to, step_w
 
 @dataclass(frozen=True)
 class InnerConfig:
-    """H inner steps in segments of k, the inner optimizer, how each step runs, and the sketch."""
+    """At most H inner steps in segments of k, the inner optimizer, how each step runs, and the sketch."""
 
     inner_steps: int
     segment_steps: int
@@ -68,7 +69,7 @@ class BoundaryState:
 @dataclass(frozen=True)
 class InnerResult:
     """What a window's inner loop produced: the update, per-step losses and step results, and
-    the H/k + 1 boundaries."""
+    the h/k + 1 boundaries of the h steps trained."""
 
     pseudo_gradient: dict[str, torch.Tensor]
     losses: list[float]
@@ -146,13 +147,15 @@ def inner_loop(
     *,
     keep_states: bool = True,
     on_boundary: Callable[[BoundaryState], None] | None = None,
+    go_on: Callable[[int], bool] | None = None,
 ) -> InnerResult:
-    """Train `config.inner_steps` steps from the model's current parameters (θ_global) with a
-    fresh inner optimizer; the model ends holding θ_local.
+    """Train up to `config.inner_steps` steps, in whole segments, from the model's current
+    parameters (θ_global) with a fresh inner optimizer; the model ends holding θ_local.
 
     `batch_for_step(t)` gives the batch of inner step t. `on_boundary` sees each boundary as it
     is made (for example to write its state to disk); `keep_states=False` drops the states from
-    the result to save memory, keeping hashes and sketches."""
+    the result to save memory, keeping hashes and sketches. `go_on(s)` is asked before every
+    segment s after the first; False ends the window there (the miner's time is up)."""
     optimizer = make_inner_optimizer(model, config.optimizer)
     global_params = float_params(model)
     anchor = base_anchor(model, global_params, config)
@@ -166,6 +169,8 @@ def inner_loop(
 
     add_boundary(0)
     for segment in range(config.n_segments):
+        if segment > 0 and go_on is not None and not go_on(segment):
+            break
         first = segment * config.segment_steps
         batches = (batch_for_step(t) for t in range(first, first + config.segment_steps))
         results.extend(run_steps(model, optimizer, batches, loss_fn, config, first, anchor))

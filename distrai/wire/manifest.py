@@ -79,9 +79,19 @@ class UpdateManifest(_Body):
             raise ValueError(f"the last boundary is step {steps[-1]} but {len(self.losses)} losses are given")
         return self
 
+    @property
+    def steps(self) -> int:
+        """h: the inner steps the manifest covers (its last boundary)."""
+        return self.boundaries[-1].step
+
+    @property
+    def n_segments(self) -> int:
+        return len(self.boundaries) - 1
+
     def shape_matches(self, inner_steps: int, segment_steps: int) -> bool:
-        """Whether the manifest covers exactly H steps in segments of k."""
-        return [b.step for b in self.boundaries] == list(range(0, inner_steps + 1, segment_steps))
+        """Whether the manifest covers whole segments of k steps, at least one and at most H steps."""
+        steps = [b.step for b in self.boundaries]
+        return self.steps <= inner_steps and steps == list(range(0, self.steps + 1, segment_steps))
 
 
 Hotkey = Annotated[str, Field(min_length=40, max_length=64)]

@@ -1,0 +1,47 @@
+"""How long a miner trains: whole segments while the next one and the commit fit before the deadline."""
+
+from __future__ import annotations
+
+import pytest
+
+from miners.pacing import Pacer, blocks_needed, stop_time
+
+
+def test_stop_time_counts_only_the_whole_blocks_after_the_current_one():
+    # block 100 may be about to end: blocks 101..109 are sure, the deadline is block 110
+    assert stop_time(50.0, block=100, deadline=110, block_time=12.0, finish_seconds=4.0) == 50.0 + 9 * 12.0 - 4.0
+    assert stop_time(0.0, block=109, deadline=110, block_time=1.0, finish_seconds=0.5) == -0.5
+
+
+def test_blocks_needed_for_one_segment_and_the_commit():
+    assert blocks_needed(1.9, 0.4, block_time=1.0) == 4
+    assert blocks_needed(48.0, 5.0, block_time=12.0) == 6
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_pacer_trains_segments_while_the_slowest_one_so_far_still_fits():
+    clock = Clock()
+    pacer = Pacer(started=0.0, until=10.0, clock=clock)
+    assert pacer.slowest is None
+    clock.now = 2.0  # segment 0 took 2 s
+    assert pacer.go_on(1)
+    clock.now = 5.0  # segment 1 took 3 s: 5 + 3 ≤ 10
+    assert pacer.go_on(2)
+    clock.now = 7.5  # segment 2 took 2.5 s, but the slowest (3 s) would end at 10.5
+    assert not pacer.go_on(3)
+    assert pacer.segment_seconds == pytest.approx([2.0, 3.0, 2.5])
+    assert pacer.slowest == pytest.approx(3.0)
+
+
+def test_a_pacer_whose_time_is_up_stops_after_the_first_segment():
+    clock = Clock()
+    pacer = Pacer(started=0.0, until=-1.0, clock=clock)
+    clock.now = 1.0
+    assert not pacer.go_on(1)

@@ -4,18 +4,20 @@ Three miners and two validators run as separate processes through the real entry
 run after the other: with sequential windows (bench/utilization-sequential.toml: train, reveal,
 validate and set weights inside each window) and with pipelined ones (bench/utilization-pipelined.toml:
 train through the whole window while the previous window is revealed and checked). Same model, data,
-H, batch and number of windows, so the same tokens; the train phase has the same length in both.
+batch, train phase and number of windows. In both, a miner trains whole segments until its commit
+deadline (`miners/pacing.py`), at most H = 960 steps, a cap no window reaches here; so the tokens a
+window trains are measured, and the held-out losses are compared at equal tokens.
 
 1. The link. Every miner's store is throttled so that a challenged miner's reveal takes the same share
    of the bench's window as the GPU config's reveal (distrai/configs/gpu-subnet.toml, two validators)
    takes of its 20-minute window on a 100 Mbit/s link (`distrai.linkcheck`).
-2. Calibration (unless --no-calibrate): a short pipelined run with longer windows measures how long
-   the miners take to train H steps side by side, and how long the validators take to check a window;
-   the train phase W is set to that training time plus the window's fixed cost, the reveal and
-   validate phases to the throttled reveal and the measured validation, with margins.
+2. Calibration (unless --no-calibrate): a short pipelined run with longer windows measures the
+   miners' seconds per step side by side, and how long the validators take to check a window; the
+   train phase W is set to hold 480 steps at the median pace plus the window's fixed cost, the reveal
+   and validate phases to the throttled reveal and the measured validation, with margins.
 3. The two runs. Per miner: utilization (train seconds over wall seconds, the first window left out),
-   windows committed, updates dropped, reveals late, upload seconds; per protocol: the held-out loss of
-   the global model after the same number of windows, and wall seconds per window.
+   windows committed, steps per window, updates dropped, reveals late, upload seconds; per protocol:
+   the held-out loss of the global model at equal tokens, and wall seconds per window.
 
     python bench/utilization.py                   # calibration and both runs: about 30 minutes on 2 cores
     python bench/utilization.py --no-calibrate    # the bench TOMLs' windows as they are
@@ -61,11 +63,12 @@ GPU_LINK_BITS_PER_S = 100e6
 UTILIZATION_TARGET = 0.95
 LOSS_TARGET = 1.02
 
+TARGET_STEPS = 480
+"""The train phase holds this many steps at the median calibrated pace: the tokens a window trains,
+as many as the bench's fixed H = 480 gave before miners trained until their deadline."""
 START_SLACK_S = 0.5
-"""The train phase holds the slowest calibrated training time, the window's slowest fixed cost (sync,
-encode, stage, commit) and this much: the miner wakes up to a quarter block late, and its commitment
-must land in a block before the deadline. Every second more is a point of utilization less (at
-~50 s), so there is no other margin: a calibration window slower than the run's would be dropped."""
+"""The train phase holds TARGET_STEPS steps, the window's slowest fixed cost (sync, encode, stage,
+commit) and this much. A slower window trains fewer steps (`miners/pacing.py`); none is dropped."""
 REVEAL_MARGIN = 1.3
 """The reveal phase holds this many times the reveal: the throttled worst case, or the slowest
 calibrated upload at the run's rate if longer (the GPU config gives its reveal 1.97×, with a window
@@ -174,6 +177,8 @@ class Calibration:
     windows: WindowConfig
     bandwidth: float
     train_s: list[float]
+    step_s: list[float]
+    """per window, a miner's training seconds over the steps it trained"""
     other_s: list[float]
     """per window, a miner's seconds neither idle nor training: sync, encode, stage, commit"""
     validate_s: list[float]
@@ -184,8 +189,8 @@ class Calibration:
     seconds: float
 
     @property
-    def train_median(self) -> float:
-        return statistics.median(self.train_s)
+    def step_median(self) -> float:
+        return statistics.median(self.step_s)
 
 
 def calibration_windows(pipelined: WindowConfig, stretch: float = CALIBRATION_STRETCH) -> WindowConfig:
@@ -218,8 +223,8 @@ class Plan:
 
 
 def train_blocks(train_s: float, other_s: float, block_time: float = BLOCK_TIME) -> int:
-    """The train phase W in blocks: the slowest measured training, the window's slowest fixed cost
-    and the start slack."""
+    """The train phase W in blocks: `train_s` of training, the window's slowest fixed cost and the
+    start slack."""
     return math.ceil((train_s + other_s + START_SLACK_S) / block_time)
 
 
@@ -308,7 +313,10 @@ class MinerStats:
     committed: int
     dropped: int
     utilization: float | None
+    steps: dict[int, int]
+    """steps trained, per committed window (the first included)"""
     train_s: list[float]
+    step_s: list[float]
     wall_s: list[float]
     other_s: list[float]
     reveals: int
@@ -330,7 +338,9 @@ def miner_stats(name: str, records: list[dict], log_text: str = "") -> MinerStat
         committed=len(trains),
         dropped=sum(log_text.count(marker) for marker in DROPPED),
         utilization=utilization(trains),
+        steps={r["window"]: r["steps_trained"] for r in trains},
         train_s=[r["train_seconds"] for r in measured],
+        step_s=[r["train_seconds"] / r["steps_trained"] for r in measured if r["steps_trained"]],
         wall_s=[r["wall_seconds"] for r in measured],
         other_s=[r["other_seconds"] for r in measured],
         reveals=len(reveals),
@@ -390,9 +400,23 @@ class RunResult:
         return sum(leader.get(w, 0) for w in self.windows)
 
     @property
-    def tokens_per_update(self) -> int:
-        t = self.config.train
-        return t.inner_steps * t.batch_size * self.config.data.seq_len
+    def tokens_per_step(self) -> int:
+        return self.config.train.batch_size * self.config.data.seq_len
+
+    @property
+    def tokens(self) -> list[int]:
+        """Tokens in the global model, aligned with `heldout`: 0, then after each of `windows` (the
+        steps of every update committed, which `all_accepted` checks the aggregate took)."""
+        curve = [0]
+        for w in self.windows:
+            curve.append(curve[-1] + sum(m.steps.get(w, 0) for m in self.miners) * self.tokens_per_step)
+        return curve
+
+    @property
+    def all_accepted(self) -> bool:
+        """Whether the leader's aggregate of every window took every update committed in it."""
+        leader = self.validators[0].accepted if self.validators else {}
+        return all(leader.get(w, 0) == sum(w in m.steps for m in self.miners) for w in self.windows)
 
 
 def _set_arg(args: list[str], flag: str, value: str) -> None:
@@ -520,6 +544,7 @@ def calibrate(
         windows=stretched,
         bandwidth=bandwidth,
         train_s=[s for m in run.miners for s in m.train_s],
+        step_s=[s for m in run.miners for s in m.step_s],
         other_s=[s for m in run.miners for s in m.other_s],
         validate_s=beside,
         validate_idle_s=idle,
@@ -552,10 +577,27 @@ def median_utilization(run: RunResult) -> float:
     return _median(values)
 
 
-def loss_at_equal_windows(seq: RunResult, pipe: RunResult) -> tuple[int, float, float]:
-    """(windows, sequential loss, pipelined loss) after the same number of windows in both runs."""
-    n = min(len(seq.heldout), len(pipe.heldout)) - 1
-    return n, seq.heldout[n], pipe.heldout[n]
+def loss_at_tokens(tokens: list[int], losses: list[float], at: float) -> float:
+    """A loss curve's value at `at` tokens, linear between the two windows around it."""
+    if not tokens[0] <= at <= tokens[-1]:
+        raise ValueError(f"{at:,.0f} tokens is outside the curve's {tokens[0]:,}–{tokens[-1]:,}")
+    for j in range(1, len(tokens)):
+        if at <= tokens[j]:
+            share = (at - tokens[j - 1]) / (tokens[j] - tokens[j - 1]) if tokens[j] > tokens[j - 1] else 1.0
+            return losses[j - 1] + share * (losses[j] - losses[j - 1])
+    return losses[-1]
+
+
+def loss_at_equal_tokens(seq: RunResult, pipe: RunResult) -> tuple[int, float, float]:
+    """(tokens, sequential loss, pipelined loss) at the tokens the shorter of the two runs reached."""
+    n = min(len(seq.heldout), len(pipe.heldout))
+    seq_tokens, pipe_tokens = seq.tokens[:n], pipe.tokens[:n]
+    at = min(seq_tokens[-1], pipe_tokens[-1])
+    return (
+        at,
+        loss_at_tokens(seq_tokens, seq.heldout[:n], at),
+        loss_at_tokens(pipe_tokens, pipe.heldout[:n], at),
+    )
 
 
 MINER_HEADERS = [
@@ -564,6 +606,7 @@ MINER_HEADERS = [
     "windows committed",
     "updates dropped",
     "utilization",
+    "median steps",
     "median train s",
     "median wall s",
     "median other s",
@@ -585,6 +628,7 @@ def miner_rows(runs: list[RunResult]) -> list[list[str]]:
                     str(m.committed),
                     str(m.dropped),
                     _pct(m.utilization),
+                    f"{_median(list(m.steps.values())):.0f}",
                     _s(_median(m.train_s)),
                     _s(_median(m.wall_s)),
                     _s(_median(m.other_s)),
@@ -634,14 +678,15 @@ SUMMARY_HEADERS = ["", "sequential", "pipelined", "pipelined / sequential"]
 
 
 def summary_rows(seq: RunResult, pipe: RunResult) -> list[list[str]]:
-    n, loss_seq, loss_pipe = loss_at_equal_windows(seq, pipe)
+    at, loss_seq, loss_pipe = loss_at_equal_tokens(seq, pipe)
     u_seq, u_pipe = median_utilization(seq), median_utilization(pipe)
     wall_seq = _median([s for m in seq.miners for s in m.wall_s])
     wall_pipe = _median([s for m in pipe.miners for s in m.wall_s])
     train_seq = _median([s for m in seq.miners for s in m.train_s])
     train_pipe = _median([s for m in pipe.miners for s in m.train_s])
-    tok_seq = seq.accepted * seq.tokens_per_update
-    tok_pipe = pipe.accepted * pipe.tokens_per_update
+    tok_seq, tok_pipe = seq.tokens[-1], pipe.tokens[-1]
+    steps_seq = _median([n for m in seq.miners for n in m.steps.values()])
+    steps_pipe = _median([n for m in pipe.miners for n in m.steps.values()])
     return [
         ["median miner utilization", _pct(u_seq), _pct(u_pipe), f"{u_pipe / u_seq:.2f}×"],
         [
@@ -653,12 +698,23 @@ def summary_rows(seq: RunResult, pipe: RunResult) -> list[list[str]]:
         ["median wall s per window (miners)", _s(wall_seq), _s(wall_pipe), f"{wall_pipe / wall_seq:.2f}×"],
         ["median train s per window", _s(train_seq), _s(train_pipe), f"{train_pipe / train_seq:.2f}×"],
         [
+            "median steps per window",
+            f"{steps_seq:.0f}",
+            f"{steps_pipe:.0f}",
+            f"{steps_pipe / steps_seq:.2f}×",
+        ],
+        [
             "windows trained (by the miners)",
             f"{len(seq.windows)} ({seq.windows[0]}–{seq.windows[-1]})",
             f"{len(pipe.windows)} ({pipe.windows[0]}–{pipe.windows[-1]})",
             "",
         ],
-        ["updates in the global model", str(seq.accepted), str(pipe.accepted), ""],
+        [
+            "updates in the global model (all committed?)",
+            f"{seq.accepted} ({'yes' if seq.all_accepted else 'no'})",
+            f"{pipe.accepted} ({'yes' if pipe.all_accepted else 'no'})",
+            "",
+        ],
         ["tokens in the global model", f"{tok_seq:,}", f"{tok_pipe:,}", f"{tok_pipe / max(tok_seq, 1):.2f}×"],
         [
             "tokens per wall second (schedule)",
@@ -667,7 +723,7 @@ def summary_rows(seq: RunResult, pipe: RunResult) -> list[list[str]]:
             f"{(tok_pipe / pipe.window_s) / max(tok_seq / seq.window_s, 1e-9):.2f}×",
         ],
         [
-            f"held-out loss after {n} windows",
+            f"held-out loss at {at:,} tokens",
             f"{loss_seq:.4f}",
             f"{loss_pipe:.4f}",
             f"{loss_pipe / loss_seq:.4f}",
@@ -681,11 +737,23 @@ def summary_rows(seq: RunResult, pipe: RunResult) -> list[list[str]]:
     ]
 
 
+CURVE_HEADERS = [
+    "windows",
+    "sequential tokens",
+    "sequential loss",
+    "pipelined tokens",
+    "pipelined loss",
+    "pipelined / sequential (same windows)",
+]
+
+
 def curve_rows(seq: RunResult, pipe: RunResult) -> list[list[str]]:
     rows = []
     for j in range(min(len(seq.heldout), len(pipe.heldout))):
         a, b = seq.heldout[j], pipe.heldout[j]
-        rows.append([str(j), f"{a:.4f}", f"{b:.4f}", f"{b / a:.4f}"])
+        rows.append(
+            [str(j), f"{seq.tokens[j]:,}", f"{a:.4f}", f"{pipe.tokens[j]:,}", f"{b:.4f}", f"{b / a:.4f}"]
+        )
     return rows
 
 
@@ -719,14 +787,14 @@ SCHEDULE_HEADERS = [
 
 
 def target_sentences(seq: RunResult, pipe: RunResult) -> list[str]:
-    n, loss_seq, loss_pipe = loss_at_equal_windows(seq, pipe)
+    at, loss_seq, loss_pipe = loss_at_equal_tokens(seq, pipe)
     u = median_utilization(pipe)
     worst = min((m.utilization for m in pipe.miners if m.utilization is not None), default=math.nan)
     ratio = loss_pipe / loss_seq
     return [
         f"Pipelined utilization: median {_pct(u)} over the miners (lowest {_pct(worst)}); target ≥ "
         f"{UTILIZATION_TARGET:.0%}: {'met' if u >= UTILIZATION_TARGET else 'MISSED'}.",
-        f"Held-out loss after {n} windows, pipelined / sequential: {loss_pipe:.4f} / {loss_seq:.4f} = "
+        f"Held-out loss at {at:,} tokens, pipelined / sequential: {loss_pipe:.4f} / {loss_seq:.4f} = "
         f"{ratio:.4f}; target ≤ {LOSS_TARGET:.2f}: {'met' if ratio <= LOSS_TARGET else 'MISSED'}.",
     ]
 
@@ -764,7 +832,8 @@ def calibration_lines(cal: Calibration | None, plan: Plan | None) -> list[str]:
         md_table(
             ["measured", "samples", "median s", "max s"],
             [
-                _row("miner: train H steps (3 miners side by side)", cal.train_s),
+                _row("miner: train a window (3 miners side by side)", cal.train_s),
+                _row("miner: seconds per step", cal.step_s),
                 _row("miner: other (sync, encode, stage, commit)", cal.other_s),
                 _row("validator: validate a window while the miners train", cal.validate_s),
                 _row("validator: validate a window with the miners idle (the last)", cal.validate_idle_s),
@@ -777,8 +846,10 @@ def calibration_lines(cal: Calibration | None, plan: Plan | None) -> list[str]:
     return [
         *measured,
         "",
-        f"- train phase W = ⌈max train + max other + {START_SLACK_S} s⌉ = **{plan.train_blocks} blocks**; "
-        f"the calibrated median training time is {cal.train_median / (plan.train_blocks * BLOCK_TIME):.1%} of it",
+        f"- train phase W = ⌈{TARGET_STEPS} × median s per step + max other + {START_SLACK_S} s⌉ = "
+        f"⌈{TARGET_STEPS} × {cal.step_median:.4f} + {_max(cal.other_s):.1f} + {START_SLACK_S}⌉ = "
+        f"**{plan.train_blocks} blocks**; a miner trains whole segments until its commit deadline, so a slower "
+        "window trains fewer steps",
         f"- reveal phase = ⌈{plan.reveal_s:.1f} s × {REVEAL_MARGIN}⌉ + 1 = **{plan.reveal_blocks} blocks**: the "
         "longer of the throttled reveal at W and the slowest calibrated upload at W's rate; the upload starts one "
         "block after the commit deadline",
@@ -810,7 +881,7 @@ def markdown(report: Report, kept: str = "") -> str:
     seq, pipe = report.sequential, report.pipelined
     cfg = seq.config
     t = cfg.train
-    n, _, _ = loss_at_equal_windows(seq, pipe)
+    at, _, _ = loss_at_equal_tokens(seq, pipe)
     lines = [
         "# Utilization: sequential against pipelined windows",
         "",
@@ -829,7 +900,9 @@ def markdown(report: Report, kept: str = "") -> str:
         f"{cfg.data.seq_len}, batch {t.batch_size}, H = {t.inner_steps}, k = {t.segment_steps}, codec "
         f"`{cfg.codec.name}`; each validator replays {cfg.verification.challenge_segments} segments of "
         f"{cfg.verification.challenge_miners} miners",
-        f"- every update is {t.inner_steps} × {t.batch_size} × {cfg.data.seq_len} = {seq.tokens_per_update:,} tokens",
+        f"- a miner trains whole segments of {t.segment_steps} steps until its commit deadline, at most H = "
+        f"{t.inner_steps} (`miners/pacing.py`); an update is its steps × {t.batch_size} × {cfg.data.seq_len} = "
+        f"{seq.tokens_per_step:,} tokens per step",
         "",
         "## The link",
         "",
@@ -855,7 +928,7 @@ def markdown(report: Report, kept: str = "") -> str:
         "window it committed except its first (`distrai.localnet_view.utilization`). A window's wall seconds run "
         "from the end of the miner's previous commit to the end of this one: idle (waiting for the window to "
         "start, and on sequential windows the reveal, validate and weights phases), sync to the window's base, "
-        "training H steps (`train_seconds`, boundary states saved included), encoding, staging the reveal and "
+        "training until the deadline or H (`train_seconds`, boundary states saved included), encoding, staging the reveal and "
         "committing (`other`). The first committed window is left out: it has no previous commit, so its wait "
         "for the network to start is not a window's idle time. A window whose update missed the commit "
         "deadline writes no record; its seconds fall into the next window's idle. **Updates dropped**: the "
@@ -874,10 +947,12 @@ def markdown(report: Report, kept: str = "") -> str:
         "## Held-out loss at equal tokens",
         "",
         "The global model's held-out loss (`distrai.localnet_view.heldout_curve`: followed from the validators' "
-        f"aggregates, the project's `evaluate` over the held-out split) after the same number of windows; 0 is "
-        f"the initial model. Compared after {n} windows.",
+        "aggregates, the project's `evaluate` over the held-out split) after each window, and the tokens in it "
+        "(the steps of the updates committed in each window, all of which the aggregates took when the summary "
+        "says so); 0 is the initial model. The two runs are compared at the tokens the shorter one reached, "
+        f"{at:,}, each curve linear between the two windows around it.",
         "",
-        md_table(["windows", "sequential", "pipelined", "pipelined / sequential"], curve_rows(seq, pipe)),
+        md_table(CURVE_HEADERS, curve_rows(seq, pipe)),
         "",
         "## Targets",
         "",
@@ -972,11 +1047,11 @@ def main(argv: list[str]) -> None:
             calibration = calibrate(
                 PIPELINED_CONFIG, work, args.calibration_windows, prior.bandwidth, console
             )
-            if not calibration.train_s or not calibration.validate_s:
+            if not calibration.step_s or not calibration.validate_s:
                 raise SystemExit("calibration: no window was measured; see the logs")
             for line in calibration_lines(calibration, None)[2:]:
                 console.print(line)
-            w = train_blocks(_max(calibration.train_s), _max(calibration.other_s))
+            w = train_blocks(TARGET_STEPS * calibration.step_median, _max(calibration.other_s))
             at_w = link(w)
             measured_reveal = _max(calibration.upload_s) * prior.bandwidth / at_w.bandwidth
             try:

@@ -121,11 +121,12 @@ def test_with_windows_replaces_only_the_windows():
         U.with_windows("name = 'x'\n", stretched)
 
 
-def train(window: int, train_s: float, idle_s: float, other_s: float = 1.0) -> dict:
+def train(window: int, train_s: float, idle_s: float, other_s: float = 1.0, steps: int = 480) -> dict:
     wall = train_s + idle_s + other_s
     return {
         "event": "train",
         "window": window,
+        "steps_trained": steps,
         "train_seconds": train_s,
         "idle_seconds": idle_s,
         "other_seconds": other_s,
@@ -148,26 +149,29 @@ def reveal(window: int, seconds: float, late: bool = False, n_bytes: int = 110_0
 
 def test_miner_stats_leave_out_the_first_window():
     records = [
-        train(3, 40.0, 0.0),
+        train(3, 40.0, 0.0, steps=400),
         reveal(3, 17.0),
-        train(4, 46.0, 2.0),
+        train(4, 46.0, 2.0, steps=460),
         reveal(4, 18.0, late=True),
-        train(5, 47.0, 1.0),
+        train(5, 47.0, 1.0, steps=470),
     ]
     log = "window 6: training ended after the commit deadline (block 350); update dropped\n"
     m = U.miner_stats("miner0", records, log)
     assert m.committed == 3 and m.dropped == 1
     assert m.utilization == pytest.approx((46.0 + 47.0) / (49.0 + 49.0))
     assert m.train_s == [46.0, 47.0] and m.wall_s == [49.0, 49.0]
+    assert m.steps == {3: 400, 4: 460, 5: 470} and m.step_s == pytest.approx([0.1, 0.1])
     assert (m.reveals, m.late, m.upload_s) == (2, 1, [17.0, 18.0])
 
 
-def run_result(label: str, pipelined: bool, loss_drop: float, utilization_train: float) -> object:
+def run_result(
+    label: str, pipelined: bool, loss_drop: float, utilization_train: float, steps: int = 480
+) -> object:
     template = load_run_config(U.PIPELINED_CONFIG)
     plan = U.plan_windows(template.windows, train=50, reveal_s=17.5, validate_s=10.0, validate_idle_s=4.0)
     config = template.model_copy(update={"windows": plan.pipelined if pipelined else plan.sequential})
     wall = config.windows.blocks_per_window * U.BLOCK_TIME
-    records = [train(w, utilization_train, wall - utilization_train - 1.0) for w in range(2, 9)]
+    records = [train(w, utilization_train, wall - utilization_train - 1.0, steps=steps) for w in range(2, 9)]
     records += [reveal(w, 17.0) for w in range(2, 9)]
     miners = [U.miner_stats(f"miner{i}", records) for i in range(U.MINERS)]
     validator = [
@@ -199,11 +203,29 @@ def test_report_tables_and_targets():
     for header in (U.MINER_HEADERS, U.VALIDATOR_HEADERS, U.SUMMARY_HEADERS, U.SCHEDULE_HEADERS):
         assert "| " + " | ".join(header) + " |" in text
     assert len(U.miner_rows([seq, pipe])) == 2 * U.MINERS
-    n, loss_seq, loss_pipe = U.loss_at_equal_windows(seq, pipe)
-    assert n == 7 and loss_pipe / loss_seq == pytest.approx((5.5 - 0.29 * 7) / (5.5 - 0.30 * 7))
+    at, loss_seq, loss_pipe = U.loss_at_equal_tokens(seq, pipe)
+    assert at == 7 * 3 * 480 * seq.tokens_per_step
+    assert loss_pipe / loss_seq == pytest.approx((5.5 - 0.29 * 7) / (5.5 - 0.30 * 7))
     assert U.median_utilization(pipe) == pytest.approx(48.0 / 50.0)
     assert U.median_utilization(seq) == pytest.approx(48.0 / seq.window_s)
     targets = U.target_sentences(seq, pipe)
     assert "target ≥ 95%: met" in targets[0]
     assert "MISSED" in targets[1]  # 3.50 / 3.40 > 1.02
     assert seq.accepted == pipe.accepted == 3 * 7
+    assert seq.all_accepted and pipe.all_accepted
+
+
+def test_losses_are_compared_at_the_tokens_the_shorter_run_reached():
+    seq = run_result("sequential", False, 0.30, 48.0, steps=500)
+    pipe = run_result("pipelined", True, 0.30, 48.0, steps=400)
+    per_window = 3 * seq.tokens_per_step
+    assert seq.tokens == [j * 500 * per_window for j in range(8)]
+    assert pipe.tokens[-1] == 7 * 400 * per_window
+    at, loss_seq, loss_pipe = U.loss_at_equal_tokens(seq, pipe)
+    assert at == pipe.tokens[-1]
+    assert loss_pipe == pytest.approx(5.5 - 0.30 * 7)
+    # the sequential run reached those tokens 5.6 windows in: 5.5 − 0.30 × 5.6
+    assert loss_seq == pytest.approx(5.5 - 0.30 * 5.6)
+    assert U.loss_at_tokens([0, 10, 30], [4.0, 3.0, 1.0], 20) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="outside"):
+        U.loss_at_tokens([0, 10], [4.0, 3.0], 11)

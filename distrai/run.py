@@ -33,6 +33,7 @@ from pydantic import (
 
 from distrai.codec import get_codec
 from distrai.train.hashing import PIECE_ELEMENTS
+from distrai.train.replay_class import ClassTolerance
 from distrai.windows import ChallengeInputs, WindowConfig
 
 RUN_COMMITMENT_PREFIX = "distrai-run:"
@@ -289,6 +290,11 @@ class VerificationConfig(_Section):
         description="relative difference a replayed step's loss may have from the committed one, when "
         "replay_tolerance > 0 (a bit-exact replay must reproduce every loss exactly)",
     )
+    tolerances: list[ClassTolerance] = Field(
+        default_factory=list,
+        description="per pair of device models: the tolerances of a replay between them (the rest of the "
+        "replay class equal); same class: bit-exact; any other pair: replay_tolerance and loss_tolerance",
+    )
     trajectory_fraction: float = Field(
         default=0.125,
         gt=0.0,
@@ -296,6 +302,17 @@ class VerificationConfig(_Section):
         description="share of the last state's parameter pieces a challenged miner reveals, with the same "
         "pieces of its residual, for the check that its update encodes its trajectory",
     )
+
+    @model_validator(mode="after")
+    def _default_at_least_every_row(self) -> VerificationConfig:
+        for row in self.tolerances:
+            if row.replay > self.replay_tolerance or row.loss > self.loss_tolerance:
+                raise ValueError(
+                    f"the row for {list(row.devices)} allows {row.replay} / {row.loss}, more than the default "
+                    f"replay_tolerance / loss_tolerance ({self.replay_tolerance} / {self.loss_tolerance}): a pair "
+                    "of devices no row names would be held to a tighter bound than a listed one"
+                )
+        return self
 
     @field_validator("challenge_miners", mode="before")
     @classmethod

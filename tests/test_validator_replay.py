@@ -24,6 +24,7 @@ from distrai.train.assignment import batch_indices
 from distrai.train.hashing import piece_digests
 from distrai.train.inner import inner_loop, pseudo_gradient, window_start_state
 from distrai.train.outer import OuterState
+from distrai.train.replay_class import ClassTolerance, replay_class_of
 from distrai.train.state import encode_state, state_digests, state_hash
 from distrai.trajectory import build_trajectory, decode_trajectory, encode_trajectory, param_pieces
 from distrai.update import decode_update, encode_update, residual_digests, residual_hash
@@ -60,13 +61,15 @@ class Window:
     sketches: dict[int, list[float]] = dataclasses.field(default_factory=dict)
 
 
-def train(runtime, model, data_of=MINER) -> Window:
+def train(runtime, model, data_of=MINER, swapped_step=None) -> Window:
+    """The miner's window; `swapped_step` trains on the other miner's batch at that one step."""
     runtime.load_params(model.params)
     cfg = runtime.config.train
 
     def batch(t):
+        owner = OTHER if t == swapped_step else data_of
         return runtime.data.batch(
-            batch_indices(runtime.run_id, WINDOW, data_of, t, cfg.batch_size, runtime.data.n_train, MINERS)
+            batch_indices(runtime.run_id, WINDOW, owner, t, cfg.batch_size, runtime.data.n_train, MINERS)
         )
 
     result = inner_loop(runtime.model, batch, runtime.loss_fn, runtime.inner)
@@ -94,6 +97,7 @@ def publish(
     reveal=None,
     residual_revealed=None,
     drawn=None,
+    replay_class=None,
 ):
     """Reveal what a challenged miner reveals (every boundary but 0 and H, and the trajectory reveal
     with the `drawn` pieces, by default all), encode the update, and return the verdict the cheap
@@ -135,6 +139,7 @@ def publish(
         ],
         residual_in_hash=None if residual is None else residual_hash(residual),
         residual_out_hash=None if encoded.residual is None else residual_hash(encoded.residual),
+        replay_class=replay_class,
     )
     verdict = MinerVerdict(MINER, 1, verdicts={"manifest": PASS, "consistency": PASS, "update": PASS})
     verdict.manifest, verdict.blob = manifest, blob
@@ -402,10 +407,11 @@ def test_the_encoding_check_cuts_a_tensor_into_pieces_as_the_codec_chunks_it(run
         check_encoding(runtime.codec, reveal, middle, model.params, update, piece)
 
 
-def tolerance_class(runtime):
-    """The runtime as a validator of the tolerance class sees it: replay within 0.01, losses within 1e-3."""
+def tolerance_class(runtime, replay=0.01, loss=1e-3, tolerances=()):
+    """The runtime as a validator of the tolerance class sees it: by default, replay within 0.01,
+    losses within 1e-3."""
     verification = runtime.config.verification.model_copy(
-        update={"replay_tolerance": 0.01, "loss_tolerance": 1e-3}
+        update={"replay_tolerance": replay, "loss_tolerance": loss, "tolerances": list(tolerances)}
     )
     return dataclasses.replace(
         runtime, config=runtime.config.model_copy(update={"verification": verification})
@@ -430,6 +436,51 @@ def test_with_a_tolerance_a_loss_off_by_more_than_its_bound_fails(runtime, model
     verdict = verify(
         loose, model, store, publish(runtime, store, dataclasses.replace(honest, losses=losses)), (1,)
     )
+    assert verdict.fraud and f"step {k + 1}'s loss replayed to" in verdict.verdicts["replay"]
+
+
+def test_the_miner_s_own_class_is_replayed_bit_for_bit_and_a_listed_pair_within_its_row(
+    runtime, model, honest, tmp_path
+):
+    """A manifest naming the validator's own replay class is held to the committed hash even in a
+    run with a tolerance; one naming another device of the table's row is held to the row."""
+    store = FileStore(tmp_path)
+    k = runtime.inner.segment_steps
+    mine = replay_class_of(runtime.model, runtime.device, micro_batches=1)
+    h200 = mine.model_copy(update={"device": "NVIDIA H200"})
+    row = ClassTolerance(devices=(mine.device, h200.device), replay=0.01, loss=1e-3, measured="this test")
+    loose = tolerance_class(runtime, replay=0.02, loss=2e-3, tolerances=[row])
+    # segment 1's end committed under another hash, as a replay on other hardware sees its own end
+    hashes = {step: state_hash(state) for step, state in honest.states.items()} | {2 * k: "cd" * 32}
+    same = verify(
+        loose, model, store, publish(runtime, store, honest, hashes=hashes, replay_class=mine), (1,)
+    )
+    assert same.fraud and "another state than the committed one" in same.verdicts["replay"]
+    assert same.numbers["replay_tolerance"] == 0.0
+    across = verify(
+        loose, model, store, publish(runtime, store, honest, hashes=hashes, replay_class=h200), (1,)
+    )
+    assert across.passed, across.verdicts
+    assert across.numbers["replay_tolerance"] == 0.01 and across.numbers["replay_distance"] == 0.0
+    unnamed = verify(loose, model, store, publish(runtime, store, honest, hashes=hashes), (1,))
+    assert unnamed.passed and unnamed.numbers["replay_tolerance"] == 0.02
+
+
+def test_the_per_step_losses_catch_a_swapped_batch_the_end_distance_misses(runtime, model, tmp_path):
+    store = FileStore(tmp_path)
+    k = runtime.inner.segment_steps
+    swapped = train(runtime, model, swapped_step=k + 1)
+    blind = verify(
+        tolerance_class(runtime, replay=1.0, loss=1.0), model, store, publish(runtime, store, swapped), (1,)
+    )
+    assert blind.passed, blind.verdicts
+    distance = blind.numbers["replay_distance"]
+    assert distance > 0.0
+    # an end tolerance the swap stays inside: only the committed losses can show it
+    ends_only = tolerance_class(runtime, replay=2 * distance, loss=1.0)
+    assert verify(ends_only, model, store, publish(runtime, store, swapped), (1,)).passed
+    checked = tolerance_class(runtime, replay=2 * distance, loss=1e-3)
+    verdict = verify(checked, model, store, publish(runtime, store, swapped), (1,))
     assert verdict.fraud and f"step {k + 1}'s loss replayed to" in verdict.verdicts["replay"]
 
 

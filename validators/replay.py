@@ -12,9 +12,11 @@ replayed to. Three verdicts, each added to the miner's `MinerVerdict`:
   that faked its commitments, or did not reveal, fails here);
 - `replay`: each challenged segment, run from its start on the miner's assigned batches with the
   shared step function and the miner's micro-batch split, reaches the committed end and the
-  committed per-step losses: bit for bit when the run's tolerance is 0 (CPU), so the end is checked
-  against its committed hash and never downloaded; else the end's committed sketch within the
-  tolerance relative to the segment's own movement, and each loss within `loss_tolerance`;
+  committed per-step losses: bit for bit when the validator holds the miner's replay class or the
+  run's tolerance is 0 (CPU), so the end is checked against its committed hash and never
+  downloaded; else each loss within the loss tolerance and the end's committed sketch within the
+  replay tolerance relative to the segment's own movement, both from the run config's table for the
+  two classes (`distrai.train.replay_class`);
 - `trajectory`: on every drawn piece, the run's codec applied to G_w − θ_H and the incoming residual
   yields the published update and the committed outgoing residual.
 """
@@ -35,6 +37,7 @@ from distrai.train.assignment import batch_indices
 from distrai.train.hashing import PIECE_ELEMENTS, PieceRef
 from distrai.train.inner import float_params, window_start_state
 from distrai.train.replay import replay_segment
+from distrai.train.replay_class import Tolerance, replay_class_of, tolerance_for
 from distrai.train.sketch import sketch
 from distrai.train.state import TrainState, check_state, decode_state, state_hash
 from distrai.trajectory import TrajectoryReveal, decode_trajectory
@@ -179,8 +182,9 @@ def replay_one(
     revealed.states.setdefault(first + k, replayed.end)  # the next segment of the run starts here
     where = f"segment {segment} (steps {first}–{first + k})"
     committed_losses = verdict.manifest.losses[first : first + k]
-    verification = runtime.config.verification
-    if verification.replay_tolerance == 0.0:
+    tolerance = replay_tolerance(runtime, verdict)
+    verdict.numbers["replay_tolerance"] = tolerance.replay
+    if tolerance.exact:
         if state_hash(replayed.end) != revealed.hashes[first + k]:
             raise Refused("replay", f"{where} replayed to another state than the committed one")
         if replayed.losses != committed_losses:
@@ -189,17 +193,32 @@ def replay_one(
     distance = sketch_distance(
         runtime, start, replayed.end, verdict.manifest.boundaries[first // k + 1].sketch
     )
-    if not distance <= verification.replay_tolerance:
+    if not distance <= tolerance.replay:
         raise Refused(
-            "replay", f"{where} replayed {distance:.3g} away, tolerance {verification.replay_tolerance:.3g}"
+            "replay",
+            f"{where} replayed {distance:.3g} away, tolerance {tolerance.replay:.3g} ({tolerance.why})",
         )
     for step, (mine, theirs) in enumerate(zip(replayed.losses, committed_losses, strict=True), start=first):
-        if not abs(mine - theirs) <= verification.loss_tolerance * max(abs(theirs), 1e-12):
+        if not abs(mine - theirs) <= tolerance.loss * max(abs(theirs), 1e-12):
             raise Refused(
                 "replay",
-                f"{where}: step {step}'s loss replayed to {mine:.6g}, the miner committed {theirs:.6g}",
+                f"{where}: step {step}'s loss replayed to {mine:.6g}, the miner committed {theirs:.6g} "
+                f"(tolerance {tolerance.loss:.3g}; {tolerance.why})",
             )
     return distance
+
+
+def replay_tolerance(runtime: Runtime, verdict: MinerVerdict) -> Tolerance:
+    """How this validator compares its replay of the miner's segments: bit for bit in the miner's
+    replay class, else within the run config's tolerance for the two (`distrai.train.replay_class`)."""
+    verification = runtime.config.verification
+    manifest = verdict.manifest
+    return tolerance_for(
+        manifest.replay_class,
+        replay_class_of(runtime.model, runtime.device, manifest.micro_batches),
+        verification.tolerances,
+        Tolerance(verification.replay_tolerance, verification.loss_tolerance, "the run's default tolerance"),
+    )
 
 
 def sketch_distance(

@@ -2,7 +2,7 @@
 
 - `UpdateManifest`: what a miner commits before the commit deadline. It names everything a
   validator later checks: the base model, the update blob (hash, size, codec), the micro-batch
-  split, per-step losses, and the hash and sketch of the training state at every segment
+  split and replay class, per-step losses, and the hash and sketch of the training state at every segment
   boundary, plus the hashes of the codec's error-feedback residual before and after.
 - `AggregateManifest`: what a validator publishes as its aggregate of a window: each accepted
   update with the manifest its miner signed, their weights, the hash of the validator's signed
@@ -50,6 +50,18 @@ class UpdateBlob(_Body):
     codec_metadata: dict[str, str]
 
 
+class ReplayClass(_Body):
+    """What decides whether a replay of the miner's steps can be bit-exact
+    (`distrai.train.replay_class`)."""
+
+    device: str = Field(min_length=1, max_length=128)
+    torch: str = Field(min_length=1, max_length=64)
+    cuda: str | None = Field(default=None, max_length=32)
+    dtype: str = Field(min_length=1, max_length=32)
+    attention: str = Field(min_length=1, max_length=64)
+    micro_batches: int = Field(ge=1)
+
+
 class UpdateManifest(_Body):
     kind: Literal["update"] = "update"
     run_id: Sha256
@@ -62,6 +74,16 @@ class UpdateManifest(_Body):
     boundaries: list[Boundary]
     residual_in_hash: Sha256 | None
     residual_out_hash: Sha256 | None
+    replay_class: ReplayClass | None = None
+    """the miner's replay class; None: a validator compares at the run's default tolerance"""
+
+    @model_validator(mode="after")
+    def _one_micro_batch_split(self) -> UpdateManifest:
+        if self.replay_class is not None and self.replay_class.micro_batches != self.micro_batches:
+            raise ValueError(
+                f"replay_class.micro_batches {self.replay_class.micro_batches} is not micro_batches {self.micro_batches}"
+            )
+        return self
 
     @field_validator("losses")
     @classmethod

@@ -1,0 +1,96 @@
+"""Replay classes: which replays of a segment can be bit-exact, and what tolerance the others get.
+
+A segment replays bit for bit when the replaying node runs the same kernels on the same hardware
+as the miner did: same device model, torch, CUDA, dtype and attention kernel (a validator always
+replays with the miner's micro-batch split, which the manifest records). Measured on 150M
+parameters (`../shared/measurements/gpu-2026-11-23.md`): bit-exact on one GPU model with
+deterministic algorithms, SDPA included; H100 against H200 in bfloat16 0.0095 (eager) to 0.0113
+(SDPA); fp32 bit-exact even across the two. So a miner's manifest records its `ReplayClass`, and a
+validator compares:
+
+- bit for bit when its own class is the miner's (`Tolerance.exact`);
+- else within the run config's row for the two devices (`ClassTolerance`), when the rest of the
+  two classes agree;
+- else within the run's default tolerance, which the run config requires to be at least every
+  row's: a miner on hardware no row names is never held to a tighter bound than one on common
+  hardware (docs/protocol.md, "Replay classes").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from distrai.wire.manifest import ReplayClass
+
+
+class ClassTolerance(BaseModel):
+    """One row of the run config's tolerance table: replays between two device models (the rest of
+    the replay class equal) may differ by `replay` at the end and by `loss` in every step's loss."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    devices: tuple[str, str] = Field(description="two device models, as `device_name` names them")
+    replay: float = Field(gt=0.0, description="relative end distance a replay may differ by")
+    loss: float = Field(gt=0.0, description="relative difference a replayed step's loss may have")
+    measured: str = Field(min_length=1, description="where the numbers come from")
+
+    @field_validator("devices", mode="before")
+    @classmethod
+    def _pair(cls, value: object) -> object:
+        return tuple(value) if isinstance(value, list) else value
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    replay: float
+    loss: float
+    why: str
+
+    @property
+    def exact(self) -> bool:
+        return self.replay == 0.0
+
+
+def device_name(device: torch.device) -> str:
+    """The device model: the GPU's name, or the CPU with the instruction set its kernels use."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{device.type} ({torch.backends.cpu.get_cpu_capability()})"
+
+
+def replay_class_of(model: torch.nn.Module, device: torch.device, micro_batches: int) -> ReplayClass:
+    """The replay class of training `model` on `device` with this process's torch."""
+    dtype = next(model.parameters()).dtype
+    return ReplayClass(
+        device=device_name(device),
+        torch=torch.__version__,
+        cuda=torch.version.cuda if device.type == "cuda" else None,
+        dtype=str(dtype).removeprefix("torch."),
+        attention=str(getattr(model.config, "_attn_implementation", "unknown")),
+        micro_batches=micro_batches,
+    )
+
+
+def tolerance_for(
+    miner: ReplayClass | None, validator: ReplayClass, table: Sequence[ClassTolerance], default: Tolerance
+) -> Tolerance:
+    """How a validator of class `validator` compares its replay of a miner of class `miner` (None:
+    the manifest names none). The validator replays with the miner's micro-batch split, so that
+    field does not separate the two classes."""
+    if miner is None:
+        return default
+    mine = validator.model_copy(update={"micro_batches": miner.micro_batches})
+    if mine == miner:
+        return Tolerance(0.0, 0.0, f"bit-exact: the same replay class ({miner.device})")
+    if mine.model_copy(update={"device": miner.device}) == miner:
+        pair = {miner.device, validator.device}
+        for row in table:
+            if set(row.devices) == pair:
+                return Tolerance(
+                    row.replay, row.loss, f"{miner.device} against {validator.device}: {row.measured}"
+                )
+    return default

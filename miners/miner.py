@@ -49,13 +49,14 @@ from distrai.store import Store, StoreError
 from distrai.sync import StoreCache
 from distrai.train.assignment import batch_indices
 from distrai.train.inner import BoundaryState, inner_loop, window_start_state
+from distrai.train.replay_class import replay_class_of
 from distrai.train.sketch import sketch
 from distrai.train.state import TrainState, load_state, save_state, state_hash
 from distrai.update import residual_hash
 from distrai.windows import commit_deadline, committed_in_time, reveal_deadline, window_of, window_start
 from distrai.wire import encode_tensors
 from miners.behaviour import Behaviour, honest
-from miners.pacing import Pacer, blocks_needed, stop_time
+from miners.pacing import Pacer, blocks_needed, commit_by, stop_time
 from miners.reveal_job import RevealJob, job_folder, sealed_jobs
 from miners.uploader import Uploader
 
@@ -151,7 +152,12 @@ class Miner(Participant):
         needed = (
             self.windows.commit_offset * 3 // 4
             if self.segment_seconds is None
-            else blocks_needed(self.segment_seconds, self.finish_seconds or 0.0, self.chain.block_time())
+            else blocks_needed(
+                self.segment_seconds,
+                self.finish_seconds or 0.0,
+                self.chain.block_time(),
+                self.chain.inclusion_blocks,
+            )
         )
         if current > self.last_window and block + needed < commit_deadline(self.windows, current):
             return current
@@ -255,16 +261,7 @@ class Miner(Participant):
         folder = job_folder(self.options.work_dir, w)
         shutil.rmtree(folder, ignore_errors=True)
         trained_at = time.monotonic()
-        self.pacer = Pacer(
-            started=trained_at,
-            until=stop_time(
-                trained_at,
-                self.chain.block(),
-                commit_deadline(self.windows, w),
-                self.chain.block_time(),
-                FINISH_MARGIN * (self.finish_seconds or self.chain.block_time()),
-            ),
-        )
+        self.pacer = Pacer(started=trained_at, until=self.stop_time(w, trained_at))
         trained = self.behaviour.train(self, w, miners, folder / "states")
         train_seconds = time.monotonic() - trained_at
         self.segment_seconds = self.pacer.slowest or train_seconds
@@ -325,6 +322,14 @@ class Miner(Participant):
                 },
             )
         return True
+
+    def stop_time(self, w: int, now: float) -> float:
+        """When window `w`'s training must end (monotonic): the last block its commitment can land
+        in begins at the chain's timestamp for it; the encoding and commit take 1.5 times the last
+        window's (a block time before any)."""
+        last = commit_by(commit_deadline(self.windows, w), self.chain.inclusion_blocks)
+        seconds = self.chain.block_timestamp(last) - time.time()
+        return stop_time(now, seconds, FINISH_MARGIN * (self.finish_seconds or self.chain.block_time()))
 
     def stage(
         self,
@@ -421,6 +426,9 @@ class Miner(Participant):
                 "codec_metadata": dict(codec_metadata),
             },
             "micro_batches": self.rt.inner.step.micro_batches,
+            "replay_class": replay_class_of(
+                self.rt.model, self.rt.device, self.rt.inner.step.micro_batches
+            ).model_dump(),
             "losses": trained.losses,
             "boundaries": [{"step": s, "state_hash": h, "sketch": k} for s, h, k in trained.boundaries],
             "residual_in_hash": None if self.residual is None else residual_hash(self.residual),

@@ -1,7 +1,8 @@
 """How long a miner trains in a window: whole segments while the next one still fits.
 
 A window trains at most H steps, in segments of k. A miner trains segment after segment until the
-next one would end after the time it must stop at: the commit deadline, less the time its encoding
+next one would end after the time it must stop at: the start of the last block its commitment can
+land in before the commit deadline (from the chain's block timestamps), less the time its encoding
 and commit take. So a fast GPU fills its window up to H, a slow one commits fewer segments instead
 of missing the deadline, and neither waits (docs/protocol.md, "How long a miner trains").
 """
@@ -14,16 +15,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
-def stop_time(now: float, block: int, deadline: int, block_time: float, finish_seconds: float) -> float:
-    """When training must end (on the clock `now` is read from) so that `finish_seconds` of
-    encoding and committing still land before block `deadline`: the current block `block` may be
-    about to end, so only the whole blocks after it count."""
-    return now + (deadline - block - 1) * block_time - finish_seconds
+def stop_time(now: float, seconds_to_deadline: float, finish_seconds: float) -> float:
+    """When training must end, on the clock `now` is read from, so that `finish_seconds` of
+    encoding and committing end `seconds_to_deadline` from now: when the last block a commitment
+    can land in for the window begins (`commit_by`)."""
+    return now + seconds_to_deadline - finish_seconds
 
 
-def blocks_needed(segment_seconds: float, finish_seconds: float, block_time: float) -> int:
-    """Blocks a window needs at least: one segment, the encoding and commit, and the current block."""
-    return math.ceil((segment_seconds + finish_seconds) / block_time) + 1
+def commit_by(deadline: int, inclusion_blocks: int) -> int:
+    """The block at whose start a commitment must be submitted to land before block `deadline`: a
+    call lands `inclusion_blocks` after the head it is submitted at."""
+    return deadline - inclusion_blocks
+
+
+def blocks_needed(
+    segment_seconds: float, finish_seconds: float, block_time: float, inclusion_blocks: int
+) -> int:
+    """Blocks a window needs at least: one segment, the encoding and commit, the current block and
+    the blocks a commitment takes to land."""
+    return math.ceil((segment_seconds + finish_seconds) / block_time) + 1 + inclusion_blocks
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import pytest
@@ -104,6 +105,24 @@ def test_block_hashes_are_fixed_once_produced_and_unknown_before(harness):
     with pytest.raises(ChainError) as future:
         harness.chain.block_hash(now + 5)
     assert future.value.reason == "BlockNotYetProduced"
+
+
+def test_block_timestamps_step_by_the_block_time_and_reach_past_the_head(harness):
+    harness.advance(3)
+    now = harness.chain.block()
+    step = harness.chain.block_time()
+    head = harness.chain.block_timestamp(now)
+    assert head <= time.time()
+    assert harness.chain.block_timestamp(now - 1) == pytest.approx(head - step, abs=1e-3)
+    # a block not yet produced: the head's timestamp and one block time per block in between
+    assert harness.chain.block_timestamp(now + 4) == pytest.approx(head + 4 * step, abs=1e-3)
+    # a commitment made now lands `inclusion_blocks` after the head at the latest
+    wallet = harness.new_wallet("m")
+    harness.chain.register(wallet)
+    before = harness.chain.block()
+    harness.chain.commit(wallet, "file:///tmp/bucket")
+    landed = harness.chain.commitment(wallet.hotkey.ss58_address).block
+    assert before <= landed <= before + harness.chain.inclusion_blocks
 
 
 def test_subnet_owner_is_the_coldkey_the_subnet_was_created_with(harness):

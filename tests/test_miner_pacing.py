@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from miners.pacing import Pacer, blocks_needed, stop_time
+from miners.pacing import Pacer, blocks_needed, commit_by, stop_time
 
 
-def test_stop_time_counts_only_the_whole_blocks_after_the_current_one():
-    # block 100 may be about to end: blocks 101..109 are sure, the deadline is block 110
-    assert stop_time(50.0, block=100, deadline=110, block_time=12.0, finish_seconds=4.0) == 50.0 + 9 * 12.0 - 4.0
-    assert stop_time(0.0, block=109, deadline=110, block_time=1.0, finish_seconds=0.5) == -0.5
+def test_training_stops_so_the_commitment_lands_before_the_deadline():
+    # subtensor lands a call in the next block: it must be submitted before block deadline - 1 begins
+    assert commit_by(110, inclusion_blocks=1) == 109
+    assert commit_by(110, inclusion_blocks=0) == 110
+    assert stop_time(50.0, seconds_to_deadline=30.0, finish_seconds=4.0) == 76.0
 
 
 def test_blocks_needed_for_one_segment_and_the_commit():
-    assert blocks_needed(1.9, 0.4, block_time=1.0) == 4
-    assert blocks_needed(48.0, 5.0, block_time=12.0) == 6
+    assert blocks_needed(1.9, 0.4, block_time=1.0, inclusion_blocks=0) == 4
+    assert blocks_needed(48.0, 5.0, block_time=12.0, inclusion_blocks=1) == 7
 
 
 class Clock:

@@ -181,6 +181,14 @@ class Chain(ABC):
         """Seconds per block (subtensor's 12 unless the implementation knows better)."""
         return 12.0
 
+    inclusion_blocks: int = 1
+    """How many blocks after the head a call submitted now lands in (subtensor: the next one)."""
+
+    @abstractmethod
+    def block_timestamp(self, block: int) -> float:
+        """Unix time at which `block` began; for a block not yet produced, the head's plus one block
+        time per block in between."""
+
     @abstractmethod
     def connect_again(self) -> Chain:
         """Another connection to the same subnet, for another thread: a connection is used by one

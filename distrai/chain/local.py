@@ -113,8 +113,11 @@ class LocalChain(Chain):
     def block_time(self) -> float:
         return self._clock()[1]
 
+    inclusion_blocks = 0
+    """A call lands in the block current when it is made."""
+
     def block_timestamp(self, block: int) -> float:
-        """Unix time at which `block` begins."""
+        """Unix time at which `block` begins: blocks follow the wall clock."""
         genesis_time, block_time = self._clock()
         return genesis_time + block * block_time
 

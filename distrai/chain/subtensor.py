@@ -277,11 +277,26 @@ class SubtensorChain(Chain):
             raise ChainError("BlockUnavailable", f"the node serves no block {block}")
         raise ChainError("BlockNotYetProduced", f"block {block} is not on chain yet")
 
+    def block_time(self) -> float:
+        """Seconds per block as the SDK detects it from the chain (12 on finney, less on fast-block
+        local chains)."""
+        with sdk_refusals():
+            return float(self._sdk.block_time())
+
+    def block_timestamp(self, block: int) -> float:
+        """From the `Timestamp.set` inherent of `block`, or of the head plus a block time per block
+        for a block not yet produced."""
+        head = self.block()
+        with sdk_refusals():
+            info = self._sdk.block_info(min(block, head))
+        if info is None or info.timestamp is None:
+            raise ChainError("BlockUnavailable", f"the node serves no timestamp for block {min(block, head)}")
+        return info.timestamp.timestamp() + max(0, block - head) * self.block_time()
+
     def wait_for_block(self, block: int, timeout: float | None = None, poll: float | None = None) -> int:
         """As `Chain.wait_for_block`; by default it polls every quarter block, or every second if sooner."""
         if poll is None:
-            with sdk_refusals():
-                poll = min(MAX_POLL_SECONDS, self._sdk.block_time() / 4)
+            poll = min(MAX_POLL_SECONDS, self.block_time() / 4)
         return super().wait_for_block(block, timeout, poll)
 
     def hyperparameters(self) -> Hyperparameters:

@@ -830,14 +830,14 @@ def calibration_lines(cal: Calibration | None, plan: Plan | None) -> list[str]:
         f"{cal.seconds:.0f} s. Every miner's first window left out:",
         "",
         md_table(
-            ["measured", "samples", "median s", "max s"],
+            ["measured", "samples", "median", "max"],
             [
-                _row("miner: train a window (3 miners side by side)", cal.train_s),
-                _row("miner: seconds per step", cal.step_s),
-                _row("miner: other (sync, encode, stage, commit)", cal.other_s),
-                _row("validator: validate a window while the miners train", cal.validate_s),
-                _row("validator: validate a window with the miners idle (the last)", cal.validate_idle_s),
-                _row("miner: upload a reveal", cal.upload_s),
+                _row("miner: train a window (3 miners side by side), s", cal.train_s),
+                _row("miner: a step, ms", [1000 * s for s in cal.step_s]),
+                _row("miner: other (sync, encode, stage, commit), s", cal.other_s),
+                _row("validator: validate a window while the miners train, s", cal.validate_s),
+                _row("validator: validate a window with the miners idle (the last), s", cal.validate_idle_s),
+                _row("miner: upload a reveal, s", cal.upload_s),
             ],
         ),
     ]

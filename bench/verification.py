@@ -41,7 +41,7 @@ from distrai.localnet_view import heldout_curve, processed_windows, signed_repor
 from distrai.metrics import read_metrics
 from distrai.run import load_run_config, shipped_config_path
 from distrai.wallets import open_wallet
-from distrai.windows import ChallengeInputs, challenge_count, challenged_by, miner_segments
+from distrai.windows import ChallengeInputs, challenge_count, challenged, miner_segments
 from miners.behaviour import ADVERSARIES, EXPECTED_CHECK
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -245,18 +245,15 @@ def loss_table(with_adversaries: RunResult, without: RunResult) -> str:
 # -- the odds of catching a partial faker ---------------------------------------------------------
 
 
-def catch_probability(
-    n_segments: int, faked: int, per_miner: int, miner_share: float, validators: int, windows: int
-) -> float:
-    """P(the faker's last `faked` segments are replayed within `windows`): a window's replay is one
-    cyclic run of `per_miner` consecutive segments from a uniform first one, shared by every
-    validator that challenges the miner, and each of `validators` challenges it with `miner_share`."""
+def catch_probability(n_segments: int, faked: int, per_miner: int, miner_share: float, windows: int) -> float:
+    """P(the faker's last `faked` segments are replayed within `windows`): a window challenges the
+    miner with `miner_share`, and its replay is one cyclic run of `per_miner` consecutive segments
+    from a uniform first one, the same for every validator whose share holds the miner."""
     run_hits = sum(
         any((first + i) % n_segments >= n_segments - faked for i in range(per_miner))
         for first in range(n_segments)
     )
-    challenged = 1.0 - (1.0 - miner_share) ** validators
-    per_window = challenged * run_hits / n_segments
+    per_window = miner_share * run_hits / n_segments
     return 1.0 - (1.0 - per_window) ** windows
 
 
@@ -265,7 +262,6 @@ def measured_catch_rate(config, miners: int, trials: int) -> float:
     n = config.train.inner_steps // config.train.segment_steps
     faked = set(range(n - round(FAKED_SHARE * n), n))
     hotkeys = tuple(f"5{secrets.token_hex(23)}" for _ in range(miners))
-    validators = [f"5{secrets.token_hex(23)}" for _ in range(VALIDATORS)]
     target = hotkeys[0]
     caught = 0
     for _ in range(trials):
@@ -275,11 +271,10 @@ def measured_catch_rate(config, miners: int, trials: int) -> float:
                 run_id="bench",
                 window=w,
                 miner_hotkeys=hotkeys,
-                miners_per_validator=config.verification.challenge_miners,
+                miners_challenged=config.verification.challenge_miners,
                 segments_per_miner=config.verification.challenge_segments,
             )
-            challenged = any(target in challenged_by(inputs, v) for v in validators)
-            if challenged and faked & set(miner_segments(inputs, target, n)):
+            if target in challenged(inputs) and faked & set(miner_segments(inputs, target, n)):
                 caught += 1
                 break
     return caught / trials
@@ -344,7 +339,6 @@ def main(argv: list[str]) -> None:
         round(FAKED_SHARE * n),
         bench_config.verification.challenge_segments,
         share,
-        VALIDATORS,
         CATCH_WINDOWS,
     )
     measured = measured_catch_rate(bench_config, miners, plan.catch_trials)
@@ -370,9 +364,10 @@ def main(argv: list[str]) -> None:
         f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; total wall time: {time.perf_counter() - started:.0f} s",
         f"- machine: {machine.cpu}, {machine.cores} cores (shared); torch {machine.torch}; Python {machine.python}",
         f"- adversary run: `bench/verification.toml` (H = {bench_config.train.inner_steps}, "
-        f"k = {bench_config.train.segment_steps}, each validator challenges "
-        f"{bench_config.verification.challenge_miners} of the miners and "
-        f"{bench_config.verification.challenge_segments} segment of {n} each, ban "
+        f"k = {bench_config.train.segment_steps}, challenged in each window: "
+        f"{bench_config.verification.challenge_miners} of the miners, "
+        f"{bench_config.verification.challenge_segments} segment of {n} each, replayed by "
+        f"{bench_config.verification.replicas} validator(s); ban "
         f"{bench_config.scoring.ban_windows} windows); {plan.honest} honest miners and one miner per "
         f"adversary type, {VALIDATORS} validators, windows {adversarial.windows[0]}–{adversarial.windows[-1]}, "
         f"{adversarial.seconds:.0f} s",
@@ -413,14 +408,14 @@ def main(argv: list[str]) -> None:
         "## Catching a miner that fakes a quarter of its segments",
         "",
         f"With n = {n} segments of which the last m = {round(FAKED_SHARE * n)} are faked (as `lazy` does), "
-        f"each of {VALIDATORS} validators challenging a miner with probability q = {share:.2f}, and every "
-        f"challenging validator replaying the same run of s = {bench_config.verification.challenge_segments} "
+        f"the window's seed challenging a miner with probability q = {share:.2f}, and every "
+        f"validator whose share holds it replaying the same run of s = {bench_config.verification.challenge_segments} "
         "consecutive segments from a uniform first one (wrapping round; one draw per window, so the reveal "
         "does not grow with the validators), the faker is caught in one window with probability "
-        "p = (1 − (1 − q)^V) · (m + s − 1)/n, and within "
+        "p = q · (m + s − 1)/n, and within "
         f"{CATCH_WINDOWS} windows with probability 1 − (1 − p)^{CATCH_WINDOWS} = **{predicted:.4f}**. "
         f"Measured over {plan.catch_trials:,} trials of the project's challenge draws "
-        f"(`distrai.windows.challenged_by` and `miner_segments`, random block hashes, {miners} miners): **{measured:.4f}**.",
+        f"(`distrai.windows.challenged` and `miner_segments`, random block hashes, {miners} miners): **{measured:.4f}**.",
         "",
         "## Targets",
         "",

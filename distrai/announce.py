@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from distrai.chain.base import Commitment
@@ -94,3 +94,27 @@ def anchored_aggregates(
 ) -> dict[str, Announcement]:
     """The validators whose commitment names an aggregate of `window` and landed in time, by hotkey."""
     return _anchoring(commitments, window, in_time, "aggregate_sha256")
+
+
+RECENT_AGGREGATE_WINDOWS = 2
+"""A validator shares window w's replays when its commitment anchors an aggregate of w − 2 or w − 1."""
+
+
+def sharing_validators(
+    permitted: Iterable[str], commitments: dict[str, Commitment], window: int
+) -> list[str]:
+    """The validators among `permitted` that share the replays of `window`: those whose commitment
+    (read at the block before the commit deadline, the same for everyone) anchors a recent aggregate,
+    so a permitted hotkey that does not validate (a weight copier, a validator gone offline) takes no
+    share it would leave unchecked. All of `permitted` when none does: a run's first windows."""
+    permitted = sorted(set(permitted))
+    active = []
+    for hotkey in permitted:
+        parsed = parse_announcement(commitments[hotkey].data) if hotkey in commitments else None
+        if (
+            parsed is not None
+            and parsed.aggregate_sha256 is not None
+            and window - RECENT_AGGREGATE_WINDOWS <= parsed.window < window
+        ):
+            active.append(hotkey)
+    return active or permitted

@@ -11,9 +11,24 @@ def manifest_key(run_id: str, window: int, hotkey: str) -> str:
     return f"{window_prefix(run_id, window)}/manifests/{hotkey}.json"
 
 
+def states_prefix(run_id: str, window: int, hotkey: str) -> str:
+    """Every revealed boundary state of one miner in one window."""
+    return f"{window_prefix(run_id, window)}/states/{hotkey}/"
+
+
 def state_key(run_id: str, window: int, hotkey: str, step: int) -> str:
     """A revealed boundary state (parameters and inner-optimizer state after `step` inner steps)."""
-    return f"{window_prefix(run_id, window)}/states/{hotkey}/{step:06d}.safetensors"
+    return f"{states_prefix(run_id, window, hotkey)}{step:06d}.safetensors"
+
+
+def findings_prefix(run_id: str, window: int, validator_hotkey: str) -> str:
+    """Every finding one validator published about the miners of one window."""
+    return f"{window_prefix(run_id, window)}/findings/{validator_hotkey}/"
+
+
+def finding_key(run_id: str, window: int, validator_hotkey: str, miner_hotkey: str) -> str:
+    """A validator's signed finding that a miner's reveal of `window` failed its replay checks."""
+    return f"{findings_prefix(run_id, window, validator_hotkey)}{miner_hotkey}.json"
 
 
 def aggregate_key(run_id: str, window: int, validator_hotkey: str) -> str:

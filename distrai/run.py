@@ -274,13 +274,27 @@ class CodecConfig(_Section):
 
 
 class VerificationConfig(_Section):
-    """How much each validator replays: the challenged miners, and segments per challenged miner."""
+    """What is replayed in each window: the challenged miners, the segments per challenged miner,
+    and how many validators share each replay; how long the evidence stays, and how replays compare."""
 
     challenge_miners: int | float = Field(
         default=0.25,
-        description="per validator: a count of miners (int) or a fraction of them (float in (0, 1])",
+        description="the miners replayed in each window, by somebody: a count (int) or a fraction (float in (0, 1])",
     )
     challenge_segments: int = Field(default=1, ge=1, description="segments replayed per challenged miner")
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        description="validators that replay each challenged miner; the validators taking part share the "
+        "replays, so each replays about replicas x challenged miners / validators",
+    )
+    retention_windows: int = Field(
+        default=3,
+        ge=3,
+        description="windows a miner keeps its revealed states in its store after revealing them, so any "
+        "validator can re-check a finding (the re-check runs up to the next window's aggregate deadline, "
+        "which pipelined windows place two windows on)",
+    )
     replay_tolerance: float = Field(
         default=0.0, ge=0.0, description="relative distance a replay may differ by; 0.0 (bit-exact) on CPU"
     )
@@ -528,6 +542,7 @@ def challenge_inputs(
         run_id=run_id(config),
         window=window,
         miner_hotkeys=tuple(sorted(set(miner_hotkeys))),
-        miners_per_validator=config.verification.challenge_miners,
+        miners_challenged=config.verification.challenge_miners,
         segments_per_miner=config.verification.challenge_segments,
+        replicas=config.verification.replicas,
     )

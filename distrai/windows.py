@@ -20,10 +20,13 @@ sits in a block `b` with `window_start(w) <= b < commit_deadline(w)`. The hash o
 commit deadline seeds the challenge, so no commitment that counts could have known it.
 
 The challenge draw ranks candidates by sha256 of a domain-separated, length-prefixed message, so it
-is deterministic, uniform over subsets, and independent of the order of any input list. Each
-validator draws the miners it challenges from its own seed; what a challenged miner reveals (its
-segments and the sample of its last state, `trajectory_sample`) is drawn from one seed per window
-that all validators share, so a miner's reveal does not grow with the number of validators.
+is deterministic, uniform over subsets, and independent of the order of any input list. One seed
+per window, from the block hash at the commit deadline, draws everything: the miners replayed in
+the window (`challenged`), what each of them reveals (its segments and the sample of its last
+state, `trajectory_sample`), and how the replays are shared among the validators
+(`replay_shares`: each challenged miner goes to `replicas` of them, the load balanced to within one
+miner). A miner's reveal does not grow with the number of validators, and a validator's replays
+shrink as validators join.
 """
 
 from __future__ import annotations
@@ -40,11 +43,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 SEED_BYTES = 32
 _BLOCK_HASH = re.compile(r"0x[0-9a-fA-F]+")
-_SEED_TAG = b"distrai/challenge-seed/v1"
 _MINER_TAG = b"distrai/challenge-miner/v1"
 _SEGMENT_TAG = b"distrai/challenge-segment/v1"
 _REVEAL_TAG = b"distrai/reveal-seed/v1"
 _PIECE_TAG = b"distrai/trajectory-piece/v1"
+_VALIDATOR_TAG = b"distrai/challenge-validator/v1"
 
 
 class WindowConfig(BaseModel):
@@ -238,28 +241,22 @@ def _hotkey_list(name: str, values: Iterable[str]) -> set[str]:
     return {_hotkey(name, v).decode("utf-8") for v in values}
 
 
+def _positive(name: str, value: int) -> int:
+    if _non_negative(name, value) < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return value
+
+
 def _check_seed(seed: bytes) -> bytes:
     if not isinstance(seed, bytes) or len(seed) != SEED_BYTES:
-        raise ValueError(f"seed must be {SEED_BYTES} bytes from challenge_seed, got {seed!r:.80}")
+        raise ValueError(f"seed must be {SEED_BYTES} bytes from reveal_seed, got {seed!r:.80}")
     return seed
 
 
-def challenge_seed(
-    block_hash_at_commit_deadline: str, run_id: str, window: int, validator_hotkey: str
-) -> bytes:
-    """The 32-byte seed of one validator's challenge in one window. The block hash is a `0x` hex
-    string (case does not matter); nobody knows it before the commit deadline's block exists."""
-    return _digest(
-        _SEED_TAG,
-        _block_hash(block_hash_at_commit_deadline),
-        _hotkey("run_id", run_id),
-        _non_negative("window", window).to_bytes(8, "big"),
-        _hotkey("validator_hotkey", validator_hotkey),
-    )
-
-
 def reveal_seed(block_hash_at_commit_deadline: str, run_id: str, window: int) -> bytes:
-    """The 32-byte seed, shared by every validator, of what challenged miners reveal in one window."""
+    """The 32-byte seed of one window's challenge, the same for every miner and validator. The block
+    hash is a `0x` hex string (case does not matter); nobody knows it before the commit deadline's
+    block exists."""
     return _digest(
         _REVEAL_TAG,
         _block_hash(block_hash_at_commit_deadline),
@@ -322,42 +319,66 @@ def run_starts(segments: Iterable[int]) -> list[int]:
 
 @dataclass(frozen=True)
 class ChallengeInputs:
-    """What fixes every validator's challenge in one window. Miners and validators must agree on
-    `miner_hotkeys`: the miners whose commitment counts for the window, which the chain shows to all."""
+    """What fixes a window's challenge. Miners and validators must agree on `miner_hotkeys`: the
+    miners whose commitment counts for the window, which the chain shows to all."""
 
     block_hash: str
     """hash of the block at the window's commit deadline"""
     run_id: str
     window: int
     miner_hotkeys: tuple[str, ...]
-    miners_per_validator: int | float
-    """count or fraction of the miners each validator challenges"""
+    miners_challenged: int | float
+    """count or fraction of the miners replayed in the window, by somebody"""
     segments_per_miner: int
     """segments replayed per challenged miner (all of them when it committed fewer)"""
+    replicas: int = 1
+    """validators that replay each challenged miner (fewer when fewer validators take part)"""
 
 
-def challenged_by(inputs: ChallengeInputs, validator_hotkey: str) -> list[str]:
-    """The miners one validator challenges, drawn from its own seed."""
-    seed = challenge_seed(inputs.block_hash, inputs.run_id, inputs.window, validator_hotkey)
-    return challenged_miners(seed, inputs.miner_hotkeys, inputs.miners_per_validator)
+def challenged(inputs: ChallengeInputs) -> list[str]:
+    """The miners replayed in the window, most urgent first: each with probability
+    `miners_challenged` (a fraction), whoever validates."""
+    seed = reveal_seed(inputs.block_hash, inputs.run_id, inputs.window)
+    return challenged_miners(seed, inputs.miner_hotkeys, inputs.miners_challenged)
+
+
+def replay_shares(inputs: ChallengeInputs, validator_hotkeys: Iterable[str]) -> dict[str, list[str]]:
+    """Validator → the challenged miners it replays. The validators are ranked by the window's seed
+    and the i-th challenged miner goes to the `replicas` validators from rank i × replicas onwards
+    (modulo their number): every challenged miner is replayed by min(replicas, V) distinct
+    validators, and no validator replays more than one miner above any other."""
+    seed = reveal_seed(inputs.block_hash, inputs.run_id, inputs.window)
+    validators = sorted(
+        _hotkey_list("validator_hotkeys", validator_hotkeys),
+        key=lambda v: (_digest(_VALIDATOR_TAG, seed, v.encode("utf-8")), v),
+    )
+    shares: dict[str, list[str]] = {v: [] for v in validators}
+    if not validators:
+        return shares
+    replicas = min(_positive("replicas", inputs.replicas), len(validators))
+    for i, miner in enumerate(challenged(inputs)):
+        for j in range(replicas):
+            shares[validators[(i * replicas + j) % len(validators)]].append(miner)
+    return shares
+
+
+def replayed_by(inputs: ChallengeInputs, validator_hotkeys: Iterable[str], validator: str) -> list[str]:
+    """The challenged miners `validator` replays when `validator_hotkeys` share the window's replays
+    (none when it is not among them)."""
+    return replay_shares(inputs, validator_hotkeys).get(validator, [])
 
 
 def miner_segments(inputs: ChallengeInputs, miner_hotkey: str, n_segments: int) -> list[int]:
     """The segments a miner that committed `n_segments` reveals and any validator that challenges
-    it replays, drawn from the window's shared reveal seed."""
+    it replays, drawn from the window's seed."""
     seed = reveal_seed(inputs.block_hash, inputs.run_id, inputs.window)
     count = min(inputs.segments_per_miner, n_segments)
     return challenged_segments(seed, miner_hotkey, n_segments, count)
 
 
-def segments_to_reveal(
-    inputs: ChallengeInputs, miner_hotkey: str, validator_hotkeys: Iterable[str], n_segments: int
-) -> list[int]:
-    """The segments of a miner that committed `n_segments` when any of `validator_hotkeys`
-    challenges it, else none: a miner cannot tell which validator will check it, and all of them
-    replay the same segments."""
-    validators = _hotkey_list("validator_hotkeys", validator_hotkeys)
-    if any(miner_hotkey in challenged_by(inputs, v) for v in validators):
+def segments_to_reveal(inputs: ChallengeInputs, miner_hotkey: str, n_segments: int) -> list[int]:
+    """The segments of a miner that committed `n_segments` when it is challenged, else none."""
+    if miner_hotkey in challenged(inputs):
         return miner_segments(inputs, miner_hotkey, n_segments)
     return []
 
@@ -366,7 +387,7 @@ def trajectory_sample(
     inputs: ChallengeInputs, miner_hotkey: str, pieces: Iterable[str], fraction: float
 ) -> list[str]:
     """The pieces of its last state and residual a challenged miner reveals for the trajectory
-    check: `fraction` of `pieces` (rounded up), drawn from the window's shared reveal seed; sorted."""
+    check: `fraction` of `pieces` (rounded up), drawn from the window's seed; sorted."""
     seed = reveal_seed(inputs.block_hash, inputs.run_id, inputs.window)
     hotkey = _hotkey("miner_hotkey", miner_hotkey)
     unique = sorted(set(pieces))

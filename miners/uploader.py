@@ -1,14 +1,16 @@
 """The miner's reveals, uploaded in a background thread while the next window trains.
 
 Jobs (`reveal_job.py`) are taken oldest first. For each: wait for the block at the window's
-commit deadline (its hash draws the challenges), work out what any permitted validator challenges,
+commit deadline (its hash draws the challenge), work out whether this miner is challenged,
 and upload through the miner's store (its bandwidth limit included): the update blob first, then,
 when challenged, the trajectory reveal (`distrai.trajectory`) and the start state of the run of
 challenged segments. A job whose reveal deadline has passed is dropped,
 since nothing uploaded after it counts. While uploading, the uploader projects its finish from
 the rate it achieves and says, before the deadline, when the reveal will not make it. Every job
 ends with one metrics record (`"event": "reveal"`): seconds, bytes, rate, the rate that was
-needed, and whether it was late. The thread has its own chain connection.
+needed, and whether it was late. Revealed states stay in the store for the run's
+`verification.retention_windows` windows, then the uploader deletes them. The thread has its own
+chain connection.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from distrai.announce import committed_updates
 from distrai.chain.base import Chain, ChainError
-from distrai.layout import state_key, trajectory_key
+from distrai.layout import state_key, states_prefix, trajectory_key
 from distrai.run import challenge_inputs
 from distrai.store import StoreError
 from distrai.train.state import load_state, state_digests
@@ -108,10 +110,31 @@ class Uploader:
                 result = self.upload(job)
                 if result is not None:
                     job.remove()
+                    self.sweep(job.window - self.miner.rt.config.verification.retention_windows)
             except Exception:
                 log.exception("window %d: the reveal failed", job.window)
             finally:
                 self.jobs.task_done()
+
+    def sweep(self, window: int) -> None:
+        """Delete this miner's revealed states and trajectory of `window` from its store: the run's
+        retention (`verification.retention_windows`) is over, and no finding can be re-checked on them."""
+        if window < 0:
+            return
+        miner = self.miner
+        run_id, hotkey = miner.rt.run_id, miner.hotkey
+        try:
+            keys = miner.store.list(states_prefix(run_id, window, hotkey))
+            trajectory = trajectory_key(run_id, window, hotkey)
+            if miner.store.exists(trajectory):
+                keys.append(trajectory)
+            for key in keys:
+                miner.store.delete(key)
+        except StoreError as exc:
+            log.warning("window %d: could not delete the reveals past their retention: %s", window, exc)
+            return
+        if keys:
+            log.info("window %d: %d revealed objects deleted, past their retention", window, len(keys))
 
     # -- one job ---------------------------------------------------------------------------------
 
@@ -184,22 +207,17 @@ class Uploader:
         return False
 
     def _to_reveal(self, job: RevealJob) -> tuple[list[int], ChallengeInputs | None]:
-        """The start step of the run of segments any permitted validator challenges (none when the
-        run starts at segment 0, whose start is the window's base), and the window's challenge inputs
-        when this miner is challenged at all (None when not); the miners drawn from are those whose
-        commitment the chain held at the block before the commit deadline."""
+        """The start step of the run of challenged segments (none when the run starts at segment 0,
+        whose start is the window's base), and the window's challenge inputs when this miner is
+        challenged (None when not); the miners drawn from are those whose commitment the chain held
+        at the block before the commit deadline."""
         miner, windows, w = self.miner, self.miner.windows, job.window
         deadline = commit_deadline(windows, w)
         counted = self.chain.commitments(block=deadline - 1)
         in_time = committed_updates(counted, w, lambda b: committed_in_time(windows, w, b))
         inputs = challenge_inputs(miner.rt.config, self.chain.block_hash(deadline), w, in_time)
-        validators = [n.hotkey for n in self.chain.metagraph().neurons if n.validator_permit]
         k = miner.rt.inner.segment_steps
-        segments = (
-            segments_to_reveal(inputs, miner.hotkey, validators, job.steps // k)
-            if miner.hotkey in in_time
-            else []
-        )
+        segments = segments_to_reveal(inputs, miner.hotkey, job.steps // k) if miner.hotkey in in_time else []
         return [s * k for s in run_starts(segments)], inputs if segments else None
 
     def _pieces(self, job: RevealJob, steps: list[int], inputs: ChallengeInputs | None) -> list[Piece]:

@@ -10,7 +10,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distrai.announce import Announcement, anchored_aggregates, committed_updates, parse_announcement
+from distrai.announce import (
+    Announcement,
+    anchored_aggregates,
+    committed_updates,
+    parse_announcement,
+    sharing_validators,
+)
 from distrai.chain.base import Commitment
 from distrai.codec import get_codec
 from distrai.globalmodel import (
@@ -149,6 +155,28 @@ def test_announcements_round_trip_and_filter_by_window_and_time():
     assert parse_announcement('{"s":"x","w":1,"m":"' + "a" * 64 + '","a":"' + "b" * 64 + '"}') is None
     with pytest.raises(ValueError, match="one manifest or one aggregate"):
         Announcement("file:///v", 4, "ab" * 32, "cd" * 32)
+
+
+def test_the_replays_are_shared_by_the_permitted_validators_that_aggregate():
+    def aggregated(window):
+        return Announcement("file:///v", window, aggregate_sha256="12" * 32).encode()
+
+    commitments = {
+        "v1": Commitment("v1", aggregated(9), 40),
+        "v2": Commitment("v2", aggregated(8), 30),
+        "v3": Commitment("v3", aggregated(7), 20),  # silent for three windows: out
+        "v4": Commitment("v4", aggregated(10), 45),  # an anchor for a window not yet checked: out
+        "copier": Commitment("copier", "hello", 45),
+        "m1": Commitment("m1", Announcement("file:///m", 10, manifest_sha256="34" * 32).encode(), 41),
+    }
+    permitted = ["v1", "v2", "v3", "v4", "copier", "v1"]
+    assert sharing_validators(permitted, commitments, 10) == ["v1", "v2"]
+    assert sharing_validators(["v2", "m1"], commitments, 10) == ["v2"]
+    # a permitted hotkey that aggregates but lost its permit takes no share
+    assert sharing_validators(["v2"], commitments, 10) == ["v2"]
+    # nobody has aggregated yet (a run's first windows): every permitted validator shares
+    assert sharing_validators(["copier", "v3"], commitments, 10) == ["copier", "v3"]
+    assert sharing_validators([], commitments, 10) == []
 
 
 @given(st.text(max_size=200))

@@ -159,3 +159,22 @@ def test_the_link_check_says_when_the_store_is_too_slow_for_the_run(tmp_path, co
     else:
         assert verdict.measured_rate > 10 * 2_000_000.0
     assert store.list("linkcheck/") == []
+
+
+def test_reveals_past_their_retention_are_deleted_and_nothing_else(net, config):
+    miner = new_miner(net, config)
+    store, run_id, me = net[2], miner.rt.run_id, miner.hotkey
+    other = "5" + "O" * 47
+    kept = [
+        state_key(run_id, WINDOW, me, 4),
+        trajectory_key(run_id, WINDOW, me),
+        state_key(run_id, WINDOW - 1, other, 4),
+        f"runs/{run_id[:16]}/w{WINDOW - 1:08d}/manifests/{me}.json",
+    ]
+    swept = [state_key(run_id, WINDOW - 1, me, 4), state_key(run_id, WINDOW - 1, me, 8)]
+    swept.append(trajectory_key(run_id, WINDOW - 1, me))
+    for key in kept + swept:
+        store.put(key, b"revealed")
+    miner.uploader.sweep(WINDOW - 1)
+    assert [key for key in kept + swept if store.exists(key)] == kept
+    miner.uploader.sweep(-1)  # before the run's first window: nothing to do

@@ -27,7 +27,7 @@ from distrai.run import (
     run_id,
     shipped_config_path,
 )
-from distrai.windows import challenged_by, miner_segments
+from distrai.windows import challenge_count, challenged, miner_segments
 
 MINIMAL_TOML = """\
 name = "test-run"
@@ -262,6 +262,16 @@ def test_a_pinned_hub_model_with_its_own_tokenizer_validates():
             "run.toml: verification.challenge_miners: a fraction must be in (0, 1]",
         ),
         (
+            "verification.replicas",
+            0,
+            "run.toml: verification.replicas: Input should be greater than or equal to 1",
+        ),
+        (
+            "verification.retention_windows",
+            2,
+            "run.toml: verification.retention_windows: Input should be greater than or equal to 3",
+        ),
+        (
             "verification.challenge_segments",
             4,
             "run.toml: verification.challenge_segments (4) is more than the 3",
@@ -452,7 +462,8 @@ def test_challenge_inputs_follow_the_run():
     inputs = challenge_inputs(config, "0x" + "12" * 32, 4, ["5c", "5a", "5b", "5a"])
     assert inputs.run_id == run_id(config)
     assert inputs.miner_hotkeys == ("5a", "5b", "5c")
-    challenge = challenged_by(inputs, "5validator")
-    assert len(challenge) == config.verification.challenge_miners
+    challenge = challenged(inputs)
+    assert len(challenge) == challenge_count(config.verification.challenge_miners, 3)
+    assert inputs.replicas == config.verification.replicas
     n = config.train.n_segments
     assert all(len(miner_segments(inputs, m, n)) == config.verification.challenge_segments for m in challenge)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import random
 from collections import Counter
 
 import pytest
@@ -20,8 +19,7 @@ from distrai.windows import (
     base_index,
     blocks_until,
     challenge_count,
-    challenge_seed,
-    challenged_by,
+    challenged,
     challenged_miners,
     challenged_segments,
     commit_deadline,
@@ -29,7 +27,10 @@ from distrai.windows import (
     is_checkpoint_window,
     miner_segments,
     phase,
+    replay_shares,
+    replayed_by,
     reveal_deadline,
+    reveal_seed,
     run_starts,
     segments_to_reveal,
     trajectory_sample,
@@ -63,7 +64,7 @@ def hotkeys(n: int, prefix: str = "miner") -> list[str]:
 
 
 def seed_number(i: int) -> bytes:
-    return challenge_seed("0x" + hashlib.sha256(str(i).encode()).hexdigest(), RUN, i, "5validator")
+    return reveal_seed("0x" + hashlib.sha256(str(i).encode()).hexdigest(), RUN, i)
 
 
 # --- window config ------------------------------------------------------------------------------
@@ -182,33 +183,31 @@ def test_deadlines_increase_within_and_across_windows(cfg, w):
 # --- challenge seed -----------------------------------------------------------------------------
 
 
-def test_challenge_seed_is_deterministic_and_depends_on_every_input():
-    seed = challenge_seed(BLOCK_HASH, RUN, 7, "5validator")
+def test_the_window_seed_is_deterministic_and_depends_on_every_input():
+    seed = reveal_seed(BLOCK_HASH, RUN, 7)
     assert len(seed) == 32
-    assert seed == challenge_seed(BLOCK_HASH.upper().replace("0X", "0x"), RUN, 7, "5validator")
+    assert seed == reveal_seed(BLOCK_HASH.upper().replace("0X", "0x"), RUN, 7)
     others = {
-        challenge_seed("0x" + "ac" * 32, RUN, 7, "5validator"),
-        challenge_seed(BLOCK_HASH, "e" * 64, 7, "5validator"),
-        challenge_seed(BLOCK_HASH, RUN, 8, "5validator"),
-        challenge_seed(BLOCK_HASH, RUN, 7, "5other"),
+        reveal_seed("0x" + "ac" * 32, RUN, 7),
+        reveal_seed(BLOCK_HASH, "e" * 64, 7),
+        reveal_seed(BLOCK_HASH, RUN, 8),
     }
-    assert seed not in others and len(others) == 4
+    assert seed not in others and len(others) == 3
 
 
 @pytest.mark.parametrize(
     "args",
     [
-        ("ab" * 32, RUN, 0, "5v"),
-        ("0x", RUN, 0, "5v"),
-        ("0xzz", RUN, 0, "5v"),
-        (BLOCK_HASH, "", 0, "5v"),
-        (BLOCK_HASH, RUN, -1, "5v"),
-        (BLOCK_HASH, RUN, 0, ""),
+        ("ab" * 32, RUN, 0),
+        ("0x", RUN, 0),
+        ("0xzz", RUN, 0),
+        (BLOCK_HASH, "", 0),
+        (BLOCK_HASH, RUN, -1),
     ],
 )
-def test_challenge_seed_refuses_bad_inputs(args):
+def test_the_window_seed_refuses_bad_inputs(args):
     with pytest.raises(ValueError):
-        challenge_seed(*args)
+        reveal_seed(*args)
 
 
 # --- who and what is challenged -----------------------------------------------------------------
@@ -297,12 +296,65 @@ def test_challenges_are_roughly_uniform_over_2000_seeds():
     assert all(share / 2 <= c <= 2 * share for c in segment_counts.values())
 
 
-def test_different_validators_challenge_different_miners():
-    miners = hotkeys(20)
-    picks = {
-        tuple(challenged_miners(challenge_seed(BLOCK_HASH, RUN, 3, v), miners, 3)) for v in hotkeys(5, "val")
-    }
-    assert len(picks) > 1
+def inputs_of(
+    i: int, n_miners: int, challenged_share, replicas: int = 1, segments: int = 1
+) -> ChallengeInputs:
+    return ChallengeInputs(
+        block_hash="0x" + hashlib.sha256(str(i).encode()).hexdigest(),
+        run_id=RUN,
+        window=i,
+        miner_hotkeys=tuple(hotkeys(n_miners)),
+        miners_challenged=challenged_share,
+        segments_per_miner=segments,
+        replicas=replicas,
+    )
+
+
+@given(
+    st.integers(min_value=0, max_value=10**6),
+    st.integers(min_value=1, max_value=40),
+    st.integers(min_value=1, max_value=12),
+    st.sampled_from([1, 3, 0.25, 0.5, 1.0]),
+    st.integers(min_value=1, max_value=4),
+)
+@settings(max_examples=150, deadline=None)
+def test_the_split_draw_covers_every_challenged_miner_with_balanced_shares(
+    i, n_miners, n_validators, share, replicas
+):
+    inputs = inputs_of(i, n_miners, share, replicas)
+    validators = hotkeys(n_validators, "val")
+    shares = replay_shares(inputs, validators)
+    assert set(shares) == set(validators)
+    drawn = challenged(inputs)
+    assert len(drawn) == challenge_count(share, n_miners)
+    # every challenged miner is replayed, by min(replicas, V) distinct validators; nobody else is
+    by_miner = Counter(m for miners in shares.values() for m in miners)
+    assert set(by_miner) == set(drawn)
+    assert all(c == min(replicas, n_validators) for c in by_miner.values())
+    assert all(len(set(miners)) == len(miners) for miners in shares.values())
+    # the load is balanced to within one miner, and the same whatever order the validators come in
+    loads = [len(miners) for miners in shares.values()]
+    assert max(loads) - min(loads) <= 1
+    assert replay_shares(inputs, list(reversed(validators)) + validators[:1]) == shares
+    assert replayed_by(inputs, validators, validators[0]) == shares[validators[0]]
+    assert replayed_by(inputs, validators, "5stranger") == []
+
+
+def test_each_miner_is_challenged_with_the_configured_probability_over_2000_windows():
+    counts = Counter(m for i in range(2000) for m in challenged(inputs_of(i, 20, 0.25)))
+    assert set(counts) == set(hotkeys(20))
+    assert all(0.2 <= c / 2000 <= 0.3 for c in counts.values()), counts
+    # and the shares move between validators from window to window
+    first = {tuple(replayed_by(inputs_of(i, 20, 0.25), hotkeys(4, "val"), "5val0000")) for i in range(20)}
+    assert len(first) > 1
+
+
+def test_the_split_draw_refuses_bad_replicas_and_a_bare_string():
+    with pytest.raises(ValueError, match="replicas must be >= 1"):
+        replay_shares(inputs_of(0, 5, 1.0, replicas=0), hotkeys(2, "val"))
+    with pytest.raises(TypeError):
+        replay_shares(inputs_of(0, 5, 1.0), "5val0000")
+    assert replay_shares(inputs_of(0, 5, 1.0), []) == {}
 
 
 # --- what a miner reveals -----------------------------------------------------------------------
@@ -311,38 +363,26 @@ def test_different_validators_challenge_different_miners():
 @given(
     st.integers(min_value=0, max_value=10**6),
     st.integers(min_value=1, max_value=12),
-    st.integers(min_value=1, max_value=6),
     st.sampled_from([1, 2, 0.25, 0.5, 1.0]),
     st.integers(min_value=1, max_value=20),
     st.data(),
 )
 @settings(max_examples=60, deadline=None)
-def test_miners_reveal_the_segments_every_challenging_validator_replays(
-    i, n_miners, n_validators, per_validator, n_segments, data
+def test_challenged_miners_reveal_the_segments_every_replaying_validator_replays(
+    i, n_miners, share, n_segments, data
 ):
-    inputs = ChallengeInputs(
-        block_hash="0x" + hashlib.sha256(str(i).encode()).hexdigest(),
-        run_id=RUN,
-        window=i,
-        miner_hotkeys=tuple(hotkeys(n_miners)),
-        miners_per_validator=per_validator,
-        segments_per_miner=data.draw(st.integers(min_value=1, max_value=n_segments)),
-    )
+    inputs = inputs_of(i, n_miners, share, segments=data.draw(st.integers(min_value=1, max_value=n_segments)))
     # each miner committed its own number of whole segments (a slower one fewer)
     committed = {m: data.draw(st.integers(min_value=1, max_value=n_segments)) for m in inputs.miner_hotkeys}
-    validators = hotkeys(n_validators, "val")
-    challenges = [challenged_by(inputs, v) for v in validators]
+    drawn = set(challenged(inputs))
     for miner in inputs.miner_hotkeys:
-        reveal = set(segments_to_reveal(inputs, miner, reversed(validators), committed[miner]))
-        challenged = any(miner in challenge for challenge in challenges)
-        # one draw per window for what is replayed: the reveal does not grow with the validators
-        assert reveal == (set(miner_segments(inputs, miner, committed[miner])) if challenged else set())
+        reveal = set(segments_to_reveal(inputs, miner, committed[miner]))
+        # one draw per window for what is replayed: the reveal does not depend on the validators
+        assert reveal == (set(miner_segments(inputs, miner, committed[miner])) if miner in drawn else set())
         assert len(miner_segments(inputs, miner, committed[miner])) == min(
             inputs.segments_per_miner, committed[miner]
         )
         assert all(0 <= s < committed[miner] for s in reveal)
-    for challenge in challenges:
-        assert len(challenge) == challenge_count(per_validator, n_miners)
 
 
 def test_the_trajectory_sample_is_a_fraction_of_the_pieces_drawn_per_miner_and_window():
@@ -361,23 +401,12 @@ def test_the_trajectory_sample_is_a_fraction_of_the_pieces_drawn_per_miner_and_w
 
 def test_an_unchallenged_miner_reveals_nothing():
     inputs = ChallengeInputs(BLOCK_HASH, RUN, 5, tuple(hotkeys(8)), 1, 2)
-    challenged = set(challenged_by(inputs, "5val"))
-    missed = sorted(set(inputs.miner_hotkeys) - challenged)
+    drawn = set(challenged(inputs))
+    missed = sorted(set(inputs.miner_hotkeys) - drawn)
     assert len(missed) == 7
-    assert segments_to_reveal(inputs, missed[0], ["5val"], 6) == []
-    assert segments_to_reveal(inputs, "5stranger", ["5val"], 6) == []
-    assert len(segments_to_reveal(inputs, challenged.pop(), ["5val"], 6)) == 2
-
-
-def test_reveal_set_does_not_depend_on_validator_order():
-    inputs = ChallengeInputs(BLOCK_HASH, RUN, 5, tuple(hotkeys(10)), 0.5, 2)
-    validators = hotkeys(4, "val")
-    shuffled = validators[:]
-    random.Random(1).shuffle(shuffled)
-    for miner in inputs.miner_hotkeys:
-        assert segments_to_reveal(inputs, miner, validators, 8) == segments_to_reveal(
-            inputs, miner, shuffled, 8
-        )
+    assert segments_to_reveal(inputs, missed[0], 6) == []
+    assert segments_to_reveal(inputs, "5stranger", 6) == []
+    assert len(segments_to_reveal(inputs, drawn.pop(), 6)) == 2
 
 
 # --- pipelined windows --------------------------------------------------------------------------

@@ -19,10 +19,14 @@ For window w:
    there for the next in line if the leader's is missing or refused.
 4. Fold the scores into the moving average, save the state atomically, and set weights when
    the chain's rate limit allows.
-Replay: for the miners this validator challenges (seeded by the hash of the block at the commit
-deadline and its own hotkey), the revealed states are checked, the challenged segments replayed
-and the update checked against the trajectory (`replay.py`). A miner caught in fraud has its
-window score zeroed, its moving average reset, and is barred for `ban_windows` windows.
+Replay: the hash of the block at the commit deadline draws the miners challenged in the window
+and shares their replays among the validators taking part (`distrai.windows.replay_shares`). For
+the miners of its share this validator checks the revealed states, replays the challenged
+segments and checks the update against the trajectory (`replay.py`), and publishes a signed
+finding on each one caught (`findings.py`). While checking the next window it re-checks the other
+validators' findings and adopts the confirmed ones. A miner caught in fraud, here or by an adopted
+finding, has its window score zeroed, its moving average reset, and is barred for `ban_windows`
+windows.
 """
 
 from __future__ import annotations
@@ -34,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from distrai.aggregation import Scored, accepted_by_rule
-from distrai.announce import Announcement, committed_updates
-from distrai.chain.base import Chain, ChainError, Metagraph, WalletLike
+from distrai.announce import Announcement, anchored_aggregates, committed_updates, sharing_validators
+from distrai.chain.base import Chain, ChainError, Commitment, Metagraph, WalletLike
 from distrai.globalmodel import GlobalModel, SyncUnavailable, encode_checkpoint, outer_config
 from distrai.layout import aggregate_key, checkpoint_key, report_key
 from distrai.metrics import Metrics
@@ -50,19 +54,21 @@ from distrai.train.state import state_hash
 from distrai.trajectory import drawn_pieces
 from distrai.windows import (
     aggregate_deadline,
-    challenged_by,
+    challenged,
     commit_deadline,
     committed_in_time,
     is_checkpoint_window,
     miner_segments,
+    replay_shares,
     reveal_deadline,
     window_of,
     window_start,
 )
 from distrai.wire import sha256_hex, sign_document
-from distrai.wire.manifest import Refusal
+from distrai.wire.manifest import Recheck, Refusal
 from validators.behaviour import LeaderBehaviour
 from validators.checks import MinerVerdict, check_miner, flag_copies
+from validators.findings import ADOPTED, REFUTED, HeldWindow, publish_findings, read_findings, recheck
 from validators.inventory import AtDeadline, Inventory, take_inventory
 from validators.pending import PendingWindow, PendingWindows
 from validators.replay import verify_challenge
@@ -101,6 +107,8 @@ class Validator(Participant):
         self.base: GlobalModel | None = None
         """the model window w's miners trained from (on pipelined windows, the one before `model`)"""
         self.last_end: float | None = None
+        self.held: HeldWindow | None = None
+        """what the last window checked leaves for re-checking the other validators' findings of it"""
 
     def run(self, stop: threading.Event, max_windows: int | None = None) -> None:
         done = 0
@@ -161,7 +169,7 @@ class Validator(Participant):
         idle = 0.0 if self.last_end is None else started - self.last_end
         pending = self.note_miners(w)
         miners = pending.miners
-        in_time, commit_blocks = self.committed(w)
+        in_time, commit_blocks, commitments = self.committed(w)
         inventory = pending.inventory()
         if inventory is None:
             inventory = take_inventory(
@@ -184,20 +192,22 @@ class Validator(Participant):
             log.warning("window %d: cannot reach the models to check it against yet: %s", w, exc)
             stop.wait(self.chain.block_time())
             return False
+        mg = self.chain.metagraph()
+        rechecks = self.recheck_findings(w - 1, mg)
         self.rt.load_params(self.base.params)
         self.start_hash = state_hash(window_start_state(self.rt.model))
         refused = self.syncer.take_refusals()
         agreement = self.compare_with_leader(w - 1)
         if is_checkpoint_window(self.windows, w):
             self.publish(checkpoint_key(self.rt.run_id, w, self.hotkey), encode_checkpoint(self.model))
-        mg = self.chain.metagraph()
-        verdicts = self.check_window(w, mg, miners, in_time, commit_blocks, inventory)
-        report = self.publish_report(w, verdicts, inventory.block, refused)
+        verdicts = self.check_window(w, mg, miners, in_time, commit_blocks, commitments, inventory)
+        published = publish_findings(self.rt, self.held, self.wallet.hotkey, self.publish)
+        report = self.publish_report(w, verdicts, inventory.block, refused, rechecks)
         accepted = self.aggregate(w, verdicts, report)
         seconds = time.monotonic() - started
         if self.chain.block() >= aggregate_deadline(self.windows, w):
             log.warning("window %d: validation finished after the aggregate deadline", w)
-        self.fold_scores(w, mg, verdicts)
+        self.fold_scores(w, mg, verdicts, [r.miner for r in rechecks if r.outcome == ADOPTED])
         self.pending.clear_through(w)
         weights = self.set_weights(mg)
         self.last_end = time.monotonic()
@@ -220,6 +230,9 @@ class Validator(Participant):
                     "utilization": seconds / max(seconds + idle, 1e-9),
                     "leader_agreed_last_window": agreement,
                     "aggregates_refused": len(refused),
+                    "findings_published": published,
+                    "findings_adopted": sum(r.outcome == ADOPTED for r in rechecks),
+                    "findings_refuted": sum(r.outcome == REFUTED for r in rechecks),
                     "bytes_received": self.syncer.bytes_received
                     + sum(int(v.numbers.get("update_bytes", 0)) for v in verdicts),
                     "emission": mg.neuron(self.hotkey).total_emission if mg.neuron(self.hotkey) else 0.0,
@@ -230,12 +243,13 @@ class Validator(Participant):
             )
         return True
 
-    def committed(self, w: int) -> tuple[dict[str, Announcement], dict[str, int]]:
+    def committed(self, w: int) -> tuple[dict[str, Announcement], dict[str, int], dict[str, Commitment]]:
         """The miners whose manifest the chain held before the commit deadline, as of that block
-        (a later re-commitment changes nothing of this window), and the block of each commitment."""
+        (a later re-commitment changes nothing of this window), the block of each commitment, and
+        every commitment as of that block."""
         commitments = self.chain.commitments(block=commit_deadline(self.windows, w) - 1)
         in_time = committed_updates(commitments, w, lambda b: committed_in_time(self.windows, w, b))
-        return in_time, {hk: commitments[hk].block for hk in in_time}
+        return in_time, {hk: commitments[hk].block for hk in in_time}, commitments
 
     def check_window(
         self,
@@ -244,11 +258,19 @@ class Validator(Participant):
         miners: list[str],
         in_time: dict[str, Announcement],
         commit_blocks: dict[str, int],
+        commitments: dict[str, Commitment],
         inventory: Inventory,
     ) -> list[MinerVerdict]:
+        """Every miner's verdicts; the replays of this validator's share. Keeps what the next window
+        needs to re-check the other validators' findings of this one (`held`)."""
         deadline_hash = self.chain.block_hash(commit_deadline(self.windows, w))
         inputs = challenge_inputs(self.rt.config, deadline_hash, w, in_time)
-        challenges = set(challenged_by(inputs, self.hotkey))
+        permitted = [n.hotkey for n in mg.neurons if n.validator_permit]
+        shares = replay_shares(inputs, sharing_validators(permitted, commitments, w))
+        challenges = set(shares.get(self.hotkey, []))
+        everyone_challenged = set(challenged(inputs))
+        if not shares:
+            log.warning("window %d: no validator holds a permit, so nobody replays", w)
         if self.state.window != w - 1 and self.state.residuals:
             log.info(
                 "window %d: window %d was not checked here; the miners' residual chains start again", w, w - 1
@@ -296,7 +318,7 @@ class Validator(Participant):
                 stores[hotkey],
                 lambda hk: mg.uid_of(hk) is not None,
                 start_hash=self.start_hash,
-                challenged=hotkey in challenges,
+                challenged=hotkey in everyone_challenged,
             )
             self.check_residual_chain(verdict)
             verdicts.append(verdict)
@@ -308,7 +330,63 @@ class Validator(Participant):
                 segments = miner_segments(inputs, v.hotkey, v.manifest.n_segments)
                 verify_challenge(self.rt, self.base, w, v, stores[v.hotkey], segments, miners, sample)
         score_window(self.rt, self.base, w, verdicts, miners, commit_blocks)
+        self.held = HeldWindow(
+            w, self.base, inputs, shares, miners, {v.hotkey: v for v in verdicts}, stores, in_time
+        )
         return verdicts
+
+    def recheck_findings(self, w: int, mg: Metagraph) -> list[Recheck]:
+        """Re-check the findings the other validators published about window w, adopting the
+        confirmed ones (`validators.findings`)."""
+        if w < 0:
+            return []
+        deadline = aggregate_deadline(self.windows, w)
+        anchors = anchored_aggregates(self.chain.commitments(block=deadline - 1), w, lambda b: b < deadline)
+        findings = read_findings(
+            self.stores,
+            anchors,
+            self.rt.run_id,
+            w,
+            self.hotkey,
+            self.rt.config.limits.max_manifest_bytes,
+            lambda hk: mg.uid_of(hk) is not None,
+        )
+        if findings and (self.held is None or self.held.window != w):
+            log.warning(
+                "window %d: %d findings of other validators not re-checked: this validator did not check that window",
+                w,
+                len(findings),
+            )
+            return []
+        rechecks = []
+        for finding in findings:
+            result = recheck(self.rt, self.held, finding)
+            rechecks.append(result)
+            if result.outcome == ADOPTED:
+                until = max(
+                    self.state.banned_until.get(finding.miner, 0), w + 1 + self.rt.config.scoring.ban_windows
+                )
+                self.state = self.state.model_copy(
+                    update={"banned_until": {**self.state.banned_until, finding.miner: until}}
+                )
+                log.warning(
+                    "window %d: %s's finding on %s adopted, barred until window %d: %s",
+                    w,
+                    finding.validator[:10],
+                    finding.miner[:10],
+                    until,
+                    result.reason,
+                )
+            else:
+                log.warning(
+                    "window %d: %s's finding on %s %s: %s",
+                    w,
+                    finding.validator[:10],
+                    finding.miner[:10],
+                    result.outcome,
+                    result.reason,
+                )
+        return rechecks
 
     def check_residual_chain(self, verdict: MinerVerdict) -> None:
         """The residual a miner carries into this window must be the one it committed leaving its
@@ -406,7 +484,12 @@ class Validator(Participant):
         return 1.0 if same else 0.0
 
     def publish_report(
-        self, w: int, verdicts: list[MinerVerdict], observed_block: int, refused: list[Refusal]
+        self,
+        w: int,
+        verdicts: list[MinerVerdict],
+        observed_block: int,
+        refused: list[Refusal],
+        rechecks: list[Recheck],
     ) -> bytes:
         """Publish the signed report of window w; returns its bytes (the aggregate names its hash)."""
         body = {
@@ -426,6 +509,7 @@ class Validator(Participant):
                 for v in verdicts
             },
             "refused": [r.model_dump() for r in refused],
+            "rechecks": [r.model_dump() for r in rechecks],
         }
         document = sign_document(self.wallet.hotkey, body)
         self.publish(report_key(self.rt.run_id, w, self.hotkey), document)
@@ -441,7 +525,9 @@ class Validator(Participant):
 
     # -- scores and weights ---------------------------------------------------------------------
 
-    def fold_scores(self, w: int, mg: Metagraph, verdicts: list[MinerVerdict]) -> None:
+    def fold_scores(self, w: int, mg: Metagraph, verdicts: list[MinerVerdict], adopted: list[str]) -> None:
+        """Fold the window's scores into the moving averages; a miner caught in fraud here, or by
+        another validator's finding adopted here, has its average zeroed and is barred."""
         state = self.state.aligned(mg.hotkeys)
         scores = [0.0] * mg.n
         for v in verdicts:
@@ -456,6 +542,10 @@ class Validator(Participant):
                 log.warning(
                     "window %d: uid %d barred until window %d: %s", w, v.uid, banned[v.hotkey], v.reason
                 )
+        for hotkey in adopted:
+            uid = mg.uid_of(hotkey)
+            if uid is not None:
+                averages[uid] = 0.0
         self.state = state.model_copy(
             update={"window": w, "averages": averages, "last_scores": scores, "banned_until": banned}
         )

@@ -170,6 +170,39 @@ class Refusal(_Body):
     reason: str = Field(min_length=1, max_length=REASON_CHARS)
 
 
+class Finding(_Body):
+    """A validator's signed claim that a challenged miner's reveal failed a replay check: what it
+    replayed, and where the evidence lies in the miner's store, for any validator to re-check."""
+
+    kind: Literal["finding"] = "finding"
+    run_id: Sha256
+    window: int = Field(ge=0)
+    validator: Hotkey
+    miner: Hotkey
+    check: Literal["states", "replay", "trajectory"]
+    reason: str = Field(min_length=1, max_length=REASON_CHARS)
+    manifest_sha256: Sha256
+    """the miner's signed manifest, anchored on chain before the commit deadline"""
+    store_url: str = Field(min_length=1, max_length=1024)
+    """the miner's store, as its commitment announced it"""
+    segments: list[int]
+    """the challenged segments replayed"""
+    evidence: list[str] = Field(max_length=64)
+    """the keys in the miner's store the finding rests on: manifest, revealed states, trajectory reveal"""
+
+
+class Recheck(_Body):
+    """Another validator's finding, as this validator's re-check judged it: adopted (the miner is
+    barred here too), refuted (a false accusation, which the report names with its validator), or
+    not re-checked (the re-check could not run here)."""
+
+    validator: Hotkey
+    miner: Hotkey
+    window: int = Field(ge=0)
+    outcome: Literal["adopted", "refuted", "not re-checked"]
+    reason: str = Field(min_length=1, max_length=REASON_CHARS)
+
+
 class WindowReport(_Body):
     kind: Literal["report"] = "report"
     run_id: Sha256
@@ -180,6 +213,8 @@ class WindowReport(_Body):
     block, or later if the validator woke late; nothing absent then counted."""
     miners: dict[Hotkey, MinerEntry]
     refused: list[Refusal]
+    rechecks: list[Recheck] = Field(default_factory=list)
+    """the other validators' findings of the window before, re-checked while checking this one"""
 
 
 def parse_body(model: type[_Body], body: dict[str, Any]):

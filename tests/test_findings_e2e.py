@@ -1,0 +1,75 @@
+"""Shared verification on one local network: the shipped cpu-localnet config replays every miner in
+every window but by one validator only (`replicas = 1`). Two honest miners and one that trains on
+other miners' data (`--miner.adversary wrongdata`), two validators, as separate processes.
+
+The validator whose share holds the cheater catches it by replay and publishes a signed finding;
+the other validator, which did not replay it, re-checks the finding in the next window, adopts it,
+names it in its report, and bars the miner too."""
+
+from __future__ import annotations
+
+import pytest
+from test_localnet_e2e import hotkey
+
+from distrai.layout import finding_key
+from distrai.localnet import Localnet, LocalnetOptions
+from distrai.localnet_view import signed_reports
+from distrai.run import run_id
+from distrai.store import open_store
+
+WINDOWS = 3
+
+
+@pytest.fixture
+def net(tmp_path):
+    net = Localnet(
+        LocalnetOptions(
+            work=tmp_path / "net",
+            miners=2,
+            validators=2,
+            windows=WINDOWS,
+            block_time=1.0,
+            adversaries=("wrongdata",),
+        )
+    )
+    net.setup()
+    yield net
+    net.stop()
+
+
+def test_one_validators_catch_is_re_checked_and_adopted_by_the_other(net):
+    assert net.config.verification.replicas == 1 and net.config.verification.challenge_miners == 1.0
+    net.start()
+    assert net.wait(600), "the network did not finish its windows"
+    for neuron in net.neurons:
+        assert neuron.process.returncode == 0, neuron.log_path.read_text()[-3000:]
+
+    first = net.started_block // net.config.windows.blocks_per_window
+    reports = signed_reports(net, list(range(first, first + 3 * WINDOWS)))
+    cheater = hotkey(net, "adversary-wrongdata")
+    honest = {hotkey(net, f"miner{i}") for i in range(2)}
+    validators = {hotkey(net, f"validator{i}") for i in range(2)}
+    caught = [
+        (r["validator"], r["window"])
+        for r in reports
+        if r["miners"].get(cheater, {}).get("verdicts", {}).get("replay", "pass") != "pass"
+    ]
+    assert caught, "nobody caught the cheater by replay"
+    store = open_store(net.store_url)
+    adopted = []
+    for catcher, w in caught:
+        assert store.exists(finding_key(run_id(net.config), w, catcher, cheater)), (catcher, w)
+        (other,) = validators - {catcher}
+        for r in reports:
+            if r["validator"] == other and r["window"] == w + 1:
+                rechecks = [c for c in r["rechecks"] if c["miner"] == cheater and c["window"] == w]
+                if rechecks and rechecks[0]["outcome"] == "adopted":
+                    adopted.append((other, w))
+                    assert rechecks[0]["validator"] == catcher
+                    assert r["miners"][cheater]["verdicts"]["banned"] != "pass"
+    assert adopted, f"no finding adopted; caught {caught}, rechecks {[r['rechecks'] for r in reports]}"
+    for r in reports:
+        assert all(c["outcome"] != "refuted" for c in r["rechecks"]), r["rechecks"]
+        for hk in honest:
+            if hk in r["miners"]:
+                assert r["miners"][hk]["reason"] is None, (r["window"], r["miners"][hk])

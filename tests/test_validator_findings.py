@@ -1,0 +1,188 @@
+"""Findings (validators/findings.py): a validator that catches a miner of its share publishes a
+signed finding; another validator reads it from the first one's store, re-checks it by replaying
+the miner from its own view of the window, and adopts it when the re-check confirms it or refutes
+it when it does not. The miner's side is the project's own inner loop and reveal
+(tests/test_validator_replay.py); the stores are real file stores."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from bittensor.keyfiles import Keypair
+from test_validator_replay import CONFIG, MINER, MINERS, OTHER, WINDOW, publish, train, verify
+
+from distrai.announce import Announcement
+from distrai.globalmodel import GlobalModel
+from distrai.layout import finding_key, findings_prefix, trajectory_key
+from distrai.run import challenge_inputs, load_run_config
+from distrai.runtime import build_runtime
+from distrai.store import FileStore
+from distrai.sync import StoreCache
+from distrai.train.outer import OuterState
+from distrai.wire import sha256_hex, sign_document
+from distrai.wire.manifest import Finding
+from validators.checks import MinerVerdict
+from validators.findings import (
+    ADOPTED,
+    NOT_RECHECKED,
+    REFUTED,
+    HeldWindow,
+    finding_body,
+    publish_findings,
+    read_findings,
+    recheck,
+)
+
+CATCHER = Keypair.create_from_uri("//Catcher")
+CHECKER = Keypair.create_from_uri("//Checker")
+BLOCK_HASH = "0x" + "5e" * 32
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    return build_runtime(load_run_config(CONFIG))
+
+
+@pytest.fixture(scope="module")
+def model(runtime):
+    return GlobalModel(WINDOW, runtime.initial_params(), OuterState(momentum={}))
+
+
+def signed_manifest(verdict: MinerVerdict) -> MinerVerdict:
+    """The verdict with its manifest as the miner signed and committed it."""
+    verdict.manifest_bytes = sign_document(
+        Keypair.create_from_uri("//ReplayMiner"), verdict.manifest.model_dump()
+    )
+    return verdict
+
+
+def held_window(runtime, model, store, verdict, shares) -> HeldWindow:
+    inputs = challenge_inputs(runtime.config, BLOCK_HASH, WINDOW, MINERS)
+    announcement = Announcement(store.url, WINDOW, manifest_sha256=sha256_hex(verdict.manifest_bytes))
+    return HeldWindow(
+        WINDOW, model, inputs, shares, MINERS, {MINER: verdict}, {MINER: store}, {MINER: announcement}
+    )
+
+
+def fresh(verdict: MinerVerdict) -> MinerVerdict:
+    """The verdict as a validator that did not replay the miner holds it: its cheap checks only."""
+    return dataclasses.replace(verdict, verdicts=dict(verdict.verdicts), numbers={}, fraud=False)
+
+
+@pytest.fixture
+def cheat(runtime, model, tmp_path):
+    """A miner that trained on another miner's data, its reveal in its store, and the catcher's verdict."""
+    store = FileStore(tmp_path / "miner")
+    cheap = signed_manifest(publish(runtime, store, train(runtime, model, data_of=OTHER)))
+    caught = verify(runtime, model, store, fresh(cheap))
+    assert caught.fraud and "replay" in caught.verdicts
+    return store, cheap, caught
+
+
+def published_findings(runtime, model, tmp_path, miner_store, caught, shares):
+    """The catcher publishes its findings in its own store; the checker reads them back."""
+    catcher_store = FileStore(tmp_path / "catcher")
+    held = held_window(runtime, model, miner_store, caught, shares)
+    published = publish_findings(
+        runtime, held, CATCHER, lambda key, data: catcher_store.put(key, data) or True
+    )
+    anchors = {CATCHER.ss58_address: Announcement(catcher_store.url, WINDOW, aggregate_sha256="ab" * 32)}
+    found = read_findings(
+        StoreCache(), anchors, runtime.run_id, WINDOW, CHECKER.ss58_address, 1 << 20, lambda hk: True
+    )
+    return published, found, catcher_store
+
+
+def test_a_catch_is_published_with_its_evidence_and_adopted_after_a_re_check(runtime, model, tmp_path, cheat):
+    miner_store, cheap, caught = cheat
+    shares = {CATCHER.ss58_address: [MINER], CHECKER.ss58_address: []}
+    published, found, catcher_store = published_findings(
+        runtime, model, tmp_path, miner_store, caught, shares
+    )
+    assert published == 1
+    assert catcher_store.list(findings_prefix(runtime.run_id, WINDOW, CATCHER.ss58_address)) == [
+        finding_key(runtime.run_id, WINDOW, CATCHER.ss58_address, MINER)
+    ]
+    (finding,) = found
+    assert finding.miner == MINER and finding.check == "replay" and "another state" in finding.reason
+    assert finding.manifest_sha256 == sha256_hex(cheap.manifest_bytes)
+    assert finding.store_url == miner_store.url
+    assert all(key.startswith(f"runs/{runtime.run_id[:16]}/") for key in finding.evidence)
+    # the checker never replayed the miner: its own verdict holds the cheap checks only
+    result = recheck(runtime, held_window(runtime, model, miner_store, fresh(cheap), shares), finding)
+    assert result.outcome == ADOPTED, result
+    assert result.validator == CATCHER.ss58_address and "another state" in result.reason
+
+
+def test_a_false_finding_is_refuted_and_names_its_author(runtime, model, tmp_path):
+    miner_store = FileStore(tmp_path / "miner")
+    cheap = signed_manifest(publish(runtime, miner_store, train(runtime, model)))
+    accused = fresh(cheap).fail("replay", "segment 1 replayed to another state than the committed one")
+    shares = {CATCHER.ss58_address: [MINER], CHECKER.ss58_address: []}
+    published, (finding,), _ = published_findings(runtime, model, tmp_path, miner_store, accused, shares)
+    assert published == 1
+    result = recheck(runtime, held_window(runtime, model, miner_store, fresh(cheap), shares), finding)
+    assert result.outcome == REFUTED and result.validator == CATCHER.ss58_address, result
+    assert "every replay check passed" in result.reason
+
+
+def test_a_miner_that_deletes_its_evidence_before_the_re_check_is_adopted(runtime, model, tmp_path, cheat):
+    miner_store, cheap, caught = cheat
+    shares = {CATCHER.ss58_address: [MINER], CHECKER.ss58_address: []}
+    _, (finding,), _ = published_findings(runtime, model, tmp_path, miner_store, caught, shares)
+    miner_store.delete(trajectory_key(runtime.run_id, WINDOW, MINER))
+    result = recheck(runtime, held_window(runtime, model, miner_store, fresh(cheap), shares), finding)
+    assert result.outcome == ADOPTED and "was not revealed" in result.reason, result
+
+
+def test_findings_outside_the_share_or_about_another_manifest_are_not_adopted(
+    runtime, model, tmp_path, cheat
+):
+    miner_store, cheap, caught = cheat
+    not_its_share = {CATCHER.ss58_address: [], CHECKER.ss58_address: [MINER]}
+    body = finding_body(runtime, WINDOW, CATCHER.ss58_address, caught, miner_store.url, [0])
+    finding = Finding.model_validate(body)
+    held = held_window(runtime, model, miner_store, fresh(cheap), not_its_share)
+    assert recheck(runtime, held, finding).outcome == NOT_RECHECKED
+    shares = {CATCHER.ss58_address: [MINER]}
+    other = Finding.model_validate({**body, "manifest_sha256": "00" * 32})
+    held = held_window(runtime, model, miner_store, fresh(cheap), shares)
+    assert recheck(runtime, held, other).outcome == REFUTED
+    with pytest.raises(ValueError, match="failed no replay check"):
+        finding_body(runtime, WINDOW, CATCHER.ss58_address, fresh(cheap), "file:///x", [0])
+
+
+def test_a_finding_signed_by_another_key_or_under_another_key_name_is_not_read(
+    runtime, model, tmp_path, cheat
+):
+    miner_store, _, caught = cheat
+    catcher_store = FileStore(tmp_path / "catcher")
+    body = finding_body(runtime, WINDOW, CATCHER.ss58_address, caught, miner_store.url, [0])
+    prefix = findings_prefix(runtime.run_id, WINDOW, CATCHER.ss58_address)
+    catcher_store.put(prefix + f"{MINER}.json", sign_document(CHECKER, body))  # not the catcher's signature
+    catcher_store.put(
+        prefix + f"{OTHER}.json", sign_document(CATCHER, body)
+    )  # names another miner than its key
+    catcher_store.put(prefix + "garbage.json", b"\x80\x04not json")
+    anchors = {CATCHER.ss58_address: Announcement(catcher_store.url, WINDOW, aggregate_sha256="ab" * 32)}
+    found = read_findings(
+        StoreCache(), anchors, runtime.run_id, WINDOW, CHECKER.ss58_address, 1 << 20, lambda hk: True
+    )
+    assert found == []
+    # and a validator does not read its own findings
+    catcher_store.put(prefix + f"{MINER}.json", sign_document(CATCHER, body))
+    assert (
+        read_findings(
+            StoreCache(), anchors, runtime.run_id, WINDOW, CATCHER.ss58_address, 1 << 20, lambda hk: True
+        )
+        == []
+    )
+    assert (
+        len(
+            read_findings(
+                StoreCache(), anchors, runtime.run_id, WINDOW, CHECKER.ss58_address, 1 << 20, lambda hk: True
+            )
+        )
+        == 1
+    )

@@ -1,0 +1,207 @@
+"""Findings: one validator's catch, re-checked and adopted by the others.
+
+The validators share each window's replays (`distrai.windows.replay_shares`), so a cheater is
+replayed by `replicas` validators, not all of them. The rest would go on weighting it, and Yuma's
+consensus clips a weight that a minority of the stake sets, its zero included. So a validator that
+catches a miner in a replay check (`states`, `replay`, `trajectory`) publishes a signed finding at
+`finding_key`, naming the manifest, the segments and the keys of the miner's store it rests on.
+
+While checking the next window, every validator reads the findings of the window before from the
+validators that anchored an aggregate of it, and re-checks each against its own view of that
+window (`HeldWindow`): its own base, its own listing of the miner's store at the reveal deadline,
+the manifest the miner committed on chain. It replays the same segments itself, so it trusts the
+finding's author for nothing.
+- adopted: the re-check fails the miner too; the miner is barred here and its average zeroed;
+- refuted: the re-check passes; the finding is ignored and the report names its author;
+- not re-checked: the re-check could not run (the miner's store out of reach, the window not
+  checked here, a finding outside its author's share).
+
+Only a finding on a miner of its author's share is re-checked, so no validator can make the others
+replay at will: at most `replicas` re-checks per challenged miner and window.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from distrai.announce import Announcement
+from distrai.globalmodel import GlobalModel
+from distrai.layout import finding_key, findings_prefix, manifest_key, state_key, trajectory_key
+from distrai.runtime import Runtime
+from distrai.store import StoreError
+from distrai.sync import StoreCache
+from distrai.trajectory import drawn_pieces
+from distrai.windows import ChallengeInputs, miner_segments, run_starts
+from distrai.wire import WireError, open_document, sha256_hex, sign_document
+from distrai.wire.manifest import REASON_CHARS, Finding, Recheck, parse_body
+from distrai.wire.signed import Signer
+from validators.checks import PASS, MinerVerdict
+from validators.inventory import Reader
+from validators.replay import verify_challenge
+
+log = logging.getLogger("distrai.validator")
+
+REPLAY_CHECKS = ("states", "replay", "trajectory")
+"""The checks only the validators whose share holds a miner run; the others' findings come from these."""
+ADOPTED, REFUTED, NOT_RECHECKED = "adopted", "refuted", "not re-checked"
+
+
+@dataclass(frozen=True)
+class HeldWindow:
+    """What a validator keeps of the window it checked last, to re-check the others' findings of it."""
+
+    window: int
+    base: GlobalModel
+    inputs: ChallengeInputs
+    shares: dict[str, list[str]]
+    """validator → the miners it replays (`replay_shares`)"""
+    miners: list[str]
+    """the miners noted at the window's start (the data assignment)"""
+    verdicts: dict[str, MinerVerdict]
+    readers: dict[str, Reader]
+    """miner → its store as it stood at the reveal deadline"""
+    announcements: dict[str, Announcement]
+    """miner → its commitment for the window"""
+
+
+def replay_failure(verdict: MinerVerdict) -> str | None:
+    """The replay check a verdict failed as fraud, or None."""
+    if not verdict.fraud:
+        return None
+    return next((c for c in REPLAY_CHECKS if verdict.verdicts.get(c, PASS) != PASS), None)
+
+
+def finding_body(
+    runtime: Runtime, window: int, validator: str, verdict: MinerVerdict, store_url: str, segments: list[int]
+) -> dict:
+    """The body of the finding on a verdict that failed a replay check as fraud."""
+    check = replay_failure(verdict)
+    if check is None or verdict.manifest_bytes is None:
+        raise ValueError(f"{verdict.hotkey} failed no replay check as fraud: nothing to find")
+    k = runtime.inner.segment_steps
+    run_id, miner = runtime.run_id, verdict.hotkey
+    evidence = [
+        manifest_key(run_id, window, miner),
+        *(state_key(run_id, window, miner, s * k) for s in run_starts(segments)),
+        trajectory_key(run_id, window, miner),
+    ]
+    return Finding(
+        run_id=run_id,
+        window=window,
+        validator=validator,
+        miner=miner,
+        check=check,
+        reason=verdict.verdicts[check][:REASON_CHARS],
+        manifest_sha256=sha256_hex(verdict.manifest_bytes),
+        store_url=store_url,
+        segments=segments,
+        evidence=evidence,
+    ).model_dump()
+
+
+def publish_findings(
+    runtime: Runtime, held: HeldWindow, keypair: Signer, put: Callable[[str, bytes], bool]
+) -> int:
+    """Sign and publish a finding for every miner of the validator's share that failed a replay
+    check as fraud; returns how many were published."""
+    me = keypair.ss58_address
+    published = 0
+    for miner in held.shares.get(me, []):
+        verdict = held.verdicts.get(miner)
+        if verdict is None or replay_failure(verdict) is None:
+            continue
+        segments = miner_segments(held.inputs, miner, verdict.manifest.n_segments)
+        body = finding_body(runtime, held.window, me, verdict, held.announcements[miner].store_url, segments)
+        if put(finding_key(runtime.run_id, held.window, me, miner), sign_document(keypair, body)):
+            published += 1
+    return published
+
+
+def read_findings(
+    stores: StoreCache,
+    validators: dict[str, Announcement],
+    run_id: str,
+    window: int,
+    me: str,
+    max_bytes: int,
+    is_registered: Callable[[str], bool],
+) -> list[Finding]:
+    """The findings of `window` that the other `validators` (hotkey → their aggregate's
+    announcement) published in their stores; an unreadable or forged one is logged and skipped."""
+    found = []
+    for validator, announcement in sorted(validators.items()):
+        if validator == me:
+            continue
+        try:
+            store = stores.get(announcement.store_url)
+            keys = store.list(findings_prefix(run_id, window, validator))
+        except (StoreError, ValueError) as exc:
+            log.warning("window %d: the findings of %s could not be listed: %s", window, validator[:10], exc)
+            continue
+        for key in keys:
+            try:
+                doc = open_document(
+                    store.get(key, max_bytes),
+                    max_bytes=max_bytes,
+                    is_registered=is_registered,
+                    run_id=run_id,
+                    window=window,
+                    signer=validator,
+                )
+                finding = parse_body(Finding, doc.body)
+            except (StoreError, WireError) as exc:
+                log.warning("window %d: finding %s is refused: %s", window, key, exc)
+                continue
+            if finding.validator != validator or key != finding_key(run_id, window, validator, finding.miner):
+                log.warning(
+                    "window %d: finding %s names another validator or miner than its key", window, key
+                )
+                continue
+            found.append(finding)
+    return found
+
+
+def recheck(runtime: Runtime, held: HeldWindow, finding: Finding) -> Recheck:
+    """Judge another validator's finding by replaying what it names, from this validator's own view."""
+    miner = finding.miner
+
+    def judged(outcome: str, why: str) -> Recheck:
+        return Recheck(
+            validator=finding.validator,
+            miner=miner,
+            window=finding.window,
+            outcome=outcome,
+            reason=why[:REASON_CHARS],
+        )
+
+    if finding.window != held.window:
+        return judged(NOT_RECHECKED, f"window {finding.window} was not the one checked here last")
+    if miner not in held.shares.get(finding.validator, []):
+        return judged(NOT_RECHECKED, "the miner is not in its author's share of the replays")
+    verdict = held.verdicts.get(miner)
+    if verdict is None or verdict.manifest_bytes is None:
+        return judged(NOT_RECHECKED, "the miner's committed manifest was not read here")
+    if sha256_hex(verdict.manifest_bytes) != finding.manifest_sha256:
+        return judged(REFUTED, "it names another manifest than the one the miner committed on chain")
+    if verdict.fraud:
+        return judged(ADOPTED, f"failed here too: {verdict.reason}")
+    if verdict.update is None:
+        return judged(NOT_RECHECKED, f"the miner's update was not checked here: {verdict.reason}")
+    if all(verdict.verdicts.get(c) == PASS for c in REPLAY_CHECKS):
+        return judged(REFUTED, "this validator replayed the miner too, and every replay check passed")
+    replayed = dataclasses.replace(verdict, verdicts={}, numbers={}, fraud=False)
+    sample = drawn_pieces(
+        held.inputs, miner, held.base.params, runtime.config.verification.trajectory_fraction
+    )
+    segments = miner_segments(held.inputs, miner, verdict.manifest.n_segments)
+    verify_challenge(
+        runtime, held.base, held.window, replayed, held.readers[miner], segments, held.miners, sample
+    )
+    if replayed.fraud:
+        return judged(ADOPTED, f"re-checked: {replayed.reason}")
+    if replayed.passed:
+        return judged(REFUTED, "re-checked: every replay check passed")
+    return judged(NOT_RECHECKED, f"the re-check could not run: {replayed.reason}")

@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "docs" / "replay-tolerance.md"
 DEFAULT_CONFIG = shipped_config_path("cpu-localnet")
 INDEX_FILE = "index.json"
-INDEX_FORMAT = "distrai.replay_calibration/1"
+INDEX_FORMAT = "distrai.replay_calibration/2"
 HEADERS = (
     "trained on",
     "replayed on",
@@ -63,6 +63,8 @@ HEADERS = (
     "max",
     "recommended tolerance",
     "run config's tolerance",
+    "max loss drift",
+    "recommended loss tolerance",
     "control on other data (min)",
 )
 SEGMENT_HEADERS = ("segment", "inner steps", "replays", "bit-exact states", "median", "max")
@@ -137,6 +139,8 @@ class Measured:
     segment: int
     distance: float
     exact: bool
+    loss_drift: float
+    """the largest |replayed loss − trained loss| / |trained loss| over the segment's steps"""
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,7 @@ class Summary:
     median: float
     p99: float
     max: float
+    max_loss_drift: float
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -162,6 +167,7 @@ def summarize(measured: Sequence[Measured]) -> Summary:
         median=statistics.median(distances),
         p99=percentile(distances, 99),
         max=max(distances),
+        max_loss_drift=max(m.loss_drift for m in measured),
     )
 
 
@@ -214,11 +220,17 @@ class Calibration:
         self.replay_seconds = 0.0
 
     def replay_window(
-        self, window: int, hotkey: str, miners: Sequence[str], states: Sequence[TrainState]
+        self,
+        window: int,
+        hotkey: str,
+        miners: Sequence[str],
+        states: Sequence[TrainState],
+        losses: Sequence[float],
     ) -> None:
         """Replay every segment of one trained window from its start state on the same batches, anchored
-        to the window's base (boundary 0's parameters); then, as a control, its last segment on other
-        data (the miner's batches of the next window)."""
+        to the window's base (boundary 0's parameters), comparing its end and every step's loss with the
+        trained ones (`losses`, one per inner step); then, as a control, its last segment on other data
+        (the miner's batches of the next window)."""
         k = self.inner.segment_steps
         source = batch_source(self.rt, window, hotkey, miners)
         base = states[0].params
@@ -226,18 +238,18 @@ class Calibration:
             start, claimed = states[segment], states[segment + 1]
             batches = [source(t) for t in range(segment * k, (segment + 1) * k)]
             started = time.perf_counter()
-            replayed = replay_segment(
-                self.replay_model, start, batches, self.rt.loss_fn, self.inner, base=base
-            ).end
+            replay = replay_segment(self.replay_model, start, batches, self.rt.loss_fn, self.inner, base=base)
             synchronize(self.rt.device)
             self.replay_seconds += time.perf_counter() - started
+            trained = losses[segment * k : (segment + 1) * k]
             self.measured.append(
                 Measured(
                     window=window,
                     hotkey=hotkey,
                     segment=segment,
-                    distance=replay_distance(start, claimed, replayed),
-                    exact=state_hash(replayed) == state_hash(claimed),
+                    distance=replay_distance(start, claimed, replay.end),
+                    exact=state_hash(replay.end) == state_hash(claimed),
+                    loss_drift=loss_drift(trained, replay.losses),
                 )
             )
         last = self.inner.n_segments - 1
@@ -268,8 +280,8 @@ class Calibration:
                 self.train_seconds += time.perf_counter() - started
                 states = [b.state for b in result.boundaries if b.state is not None]
                 if save is not None:
-                    trials.append(save_window(save, window, hotkey, miners, states))
-                self.replay_window(window, hotkey, miners, states)
+                    trials.append(save_window(save, window, hotkey, miners, states, result.losses))
+                self.replay_window(window, hotkey, miners, states, result.losses)
                 contributions.append(
                     Contribution(key=hotkey, pseudo_gradient=result.pseudo_gradient, weight=1.0)
                 )
@@ -278,8 +290,19 @@ class Calibration:
         return trials
 
 
+def loss_drift(trained: Sequence[float], replayed: Sequence[float]) -> float:
+    """The largest relative difference of a replayed step's loss from the trained one, as validators
+    compare them (`validators/replay.py`)."""
+    return max(abs(r - t) / max(abs(t), 1e-12) for t, r in zip(trained, replayed, strict=True))
+
+
 def save_window(
-    folder: Path, window: int, hotkey: str, miners: Sequence[str], states: Sequence[TrainState]
+    folder: Path,
+    window: int,
+    hotkey: str,
+    miners: Sequence[str],
+    states: Sequence[TrainState],
+    losses: Sequence[float],
 ) -> dict:
     paths = []
     for state in states:
@@ -287,7 +310,30 @@ def save_window(
         (folder / path).parent.mkdir(parents=True, exist_ok=True)
         save_state(state, folder / path)
         paths.append(str(path))
-    return {"window": window, "hotkey": hotkey, "miners": list(miners), "states": paths}
+    return {
+        "window": window,
+        "hotkey": hotkey,
+        "miners": list(miners),
+        "states": paths,
+        "losses": list(losses),
+    }
+
+
+def table_device(found: dict[str, str]) -> str:
+    """The device model as the run config's tolerance table names it (`replay_class.device_name`)."""
+    return found["gpu"] if found["device"] == "cuda" else f"cpu ({found['cpu_capability']})"
+
+
+def tolerance_row(report: Report) -> list[str]:
+    """The run config's `[[verification.tolerances]]` row for the two device models measured."""
+    devices = json.dumps([table_device(report.trained_on), table_device(report.here)])
+    return [
+        "[[verification.tolerances]]",
+        f"devices = {devices}",
+        f"replay = {tolerance_text(report.recommended)}",
+        f"loss = {tolerance_text(report.recommended_loss)}",
+        f'measured = "bench/calibrate_replay.py, {report.date}, {report.rt.config.model.dtype}, torch {torch.__version__}"',
+    ]
 
 
 def device_label(found: dict[str, str]) -> str:
@@ -333,8 +379,16 @@ class Report:
         return recommend(self.summary.max, self.safety_factor)
 
     @property
+    def recommended_loss(self) -> float:
+        return recommend(self.summary.max_loss_drift, self.safety_factor)
+
+    @property
     def configured(self) -> float:
         return self.rt.config.verification.replay_tolerance
+
+    @property
+    def cross_device(self) -> bool:
+        return table_device(self.here) != table_device(self.trained_on)
 
     @property
     def on_cpu(self) -> bool:
@@ -354,6 +408,8 @@ def table_row(report: Report) -> list[str]:
         distance_text(s.max),
         f"{tolerance_text(report.recommended)} (max × {report.safety_factor:g})",
         tolerance_text(report.configured),
+        distance_text(s.max_loss_drift),
+        f"{tolerance_text(report.recommended_loss)} (max × {report.safety_factor:g})",
         distance_text(min(report.controls)),
     ]
 
@@ -436,6 +492,27 @@ def verdict_sentences(report: Report) -> list[str]:
         sentences.append(
             f"The run config's `replay_tolerance` is {tolerance_text(configured)}; the measurement recommends "
             f"{tolerance_text(recommended)}."
+        )
+    drift = distance_text(s.max_loss_drift)
+    if report.cross_device and recommended == 0.0:
+        sentences.append(
+            f"Replays between {table_device(report.trained_on)} and {table_device(report.here)} were bit-exact, "
+            f"every step's loss included (drift {drift}): no row is needed for the pair, and none can ask for "
+            "less than a positive bound; validators holding another class than the miner's compare within the "
+            "run's default tolerance."
+        )
+    elif report.cross_device:
+        sentences.append(
+            f"Every replayed step's loss lies within {drift} of the trained one (relative); the row below, for "
+            "the run config's `[[verification.tolerances]]`, holds the pair to "
+            f"{tolerance_text(recommended)} at the end and {tolerance_text(report.recommended_loss)} per loss."
+        )
+    else:
+        sentences.append(
+            f"Trained and replayed on one device model ({table_device(report.here)}): every replayed step's loss "
+            f"lies within {drift} of the trained one, and a validator holding the miner's replay class compares "
+            "bit for bit, so the tolerance table needs no row for it; measure a pair of device models with "
+            "`--save-states` on one and `--replay-states` on the other."
         )
     return sentences
 
@@ -566,6 +643,11 @@ def markdown(report: Report, notes: str = "") -> str:
         "",
         *[f"- {sentence}" for sentence in verdict_sentences(report)],
         "",
+        *(
+            ["```toml", *tolerance_row(report), "```", ""]
+            if report.cross_device and report.recommended
+            else []
+        ),
         *procedure_lines(report),
         "",
         NOTES_MARKER,
@@ -581,6 +663,8 @@ def print_tables(report: Report, console: Console) -> None:
     console.print(table)
     for sentence in verdict_sentences(report):
         console.print(f"• {sentence}")
+    if report.cross_device and report.recommended:
+        console.print("\n".join(tolerance_row(report)), markup=False)
 
 
 def replay_saved(calibration: Calibration, folder: Path, rt: Runtime) -> dict:
@@ -595,7 +679,7 @@ def replay_saved(calibration: Calibration, folder: Path, rt: Runtime) -> dict:
         )
     for trial in index["trials"]:
         states = [load_state(folder / path) for path in trial["states"]]
-        calibration.replay_window(trial["window"], trial["hotkey"], trial["miners"], states)
+        calibration.replay_window(trial["window"], trial["hotkey"], trial["miners"], states, trial["losses"])
     return index
 
 

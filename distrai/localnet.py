@@ -95,12 +95,14 @@ def prepare_work_dir(work: Path) -> None:
     (work / MARKER).write_text("made by distrai localnet; cleared by the next run\n")
 
 
-def chain_hyperparameters(config: RunConfig) -> Hyperparameters:
-    """A development subnet whose epochs and weight limits fit the run's windows."""
+def chain_hyperparameters(config: RunConfig, neurons: int = 0) -> Hyperparameters:
+    """A development subnet whose epochs and weight limits fit the run's windows, with room for
+    `neurons` registrations at once (at least 64)."""
     bpw = config.windows.blocks_per_window
+    uids = max(64, neurons)
     return Hyperparameters(
         tempo=max(2, bpw // 3),
-        max_uids=64,
+        max_uids=uids,
         max_validators=16,
         immunity_period=10_000,
         min_allowed_weights=1,
@@ -108,7 +110,7 @@ def chain_hyperparameters(config: RunConfig) -> Hyperparameters:
         activity_cutoff=10_000,
         commitment_max_bytes=1024,
         commitment_rate_limit=1,
-        max_registrations_per_block=64,
+        max_registrations_per_block=uids,
     )
 
 
@@ -143,7 +145,9 @@ class Localnet:
             self.work / "chain.db",
             netuid=self.config.netuid,
             block_time=o.block_time,
-            hyperparameters=chain_hyperparameters(self.config),
+            hyperparameters=chain_hyperparameters(
+                self.config, 1 + o.validators + o.miners + len(o.adversaries)
+            ),
             owner_coldkey=owner.coldkeypub.ss58_address,
             owner_hotkey=owner.hotkey.ss58_address,
         )

@@ -7,7 +7,11 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+from types import SimpleNamespace
+
+from distrai.train.replay_class import ClassTolerance
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "bench" / "calibrate_replay.py"
@@ -24,6 +28,8 @@ HEADERS = [
     "max",
     "recommended tolerance",
     "run config's tolerance",
+    "max loss drift",
+    "recommended loss tolerance",
     "control on other data (min)",
 ]
 SEGMENT_HEADERS = ["segment", "inner steps", "replays", "bit-exact states", "median", "max"]
@@ -70,6 +76,8 @@ def check_report(text: str, replay: str) -> None:
         assert float(row[column]) == 0.0, (column, row[column])
     assert row["recommended tolerance"] == "0.0 (max × 10)"
     assert float(row["run config's tolerance"]) == 0.0
+    assert float(row["max loss drift"]) == 0.0
+    assert row["recommended loss tolerance"] == "0.0 (max × 10)"
     assert float(row["control on other data (min)"]) > 0.01
 
     header, *by_segment = table_after(text, "## By segment")
@@ -84,6 +92,7 @@ def check_report(text: str, replay: str) -> None:
     assert "GPU figures have not been measured yet" in text
     assert "python bench/calibrate_replay.py --device cuda --run.config" in text
     assert "replay_tolerance = " in text
+    assert "the tolerance table needs no row for it" in text
 
 
 def test_quick_calibration_on_cpu_is_bit_exact_in_process_and_across_processes(tmp_path):
@@ -100,3 +109,23 @@ def test_quick_calibration_on_cpu_is_bit_exact_in_process_and_across_processes(t
     fresh = run_script(["--replay-states", str(states)], tmp_path / "fresh.md")
     check_report(fresh, "another process")
     assert fresh.endswith(MARKER + "\n")
+
+
+def test_the_tolerance_row_names_the_pair_and_loads_into_a_run_config():
+    sys.path.insert(0, str(ROOT / "bench"))
+    from calibrate_replay import tolerance_row
+
+    report = SimpleNamespace(
+        trained_on={"device": "cuda", "gpu": "NVIDIA H100 80GB HBM3"},
+        here={"device": "cuda", "gpu": "NVIDIA H200"},
+        recommended=0.022,
+        recommended_loss=0.0031,
+        date="2026-11-23 21:40 UTC",
+        rt=SimpleNamespace(config=SimpleNamespace(model=SimpleNamespace(dtype="bfloat16"))),
+    )
+    table = tomllib.loads("\n".join(tolerance_row(report)))
+    (row,) = table["verification"]["tolerances"]
+    parsed = ClassTolerance.model_validate(row)
+    assert parsed.devices == ("NVIDIA H100 80GB HBM3", "NVIDIA H200")
+    assert (parsed.replay, parsed.loss) == (0.022, 0.0031)
+    assert "bench/calibrate_replay.py" in parsed.measured

@@ -3,6 +3,8 @@ model takes, dropout removal, and clear errors."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 from support.tiny_models import save_tiny_model, tiny_model
@@ -136,3 +138,16 @@ def test_model_too_small_for_tokenizer(tmp_path):
 def test_bad_specs_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):
         ModelSpec(**fields)
+
+
+def test_threads_building_a_preset_at_once_build_the_seeds_weights():
+    spec = ModelSpec(preset="tiny", init_seed=0)
+    expected = load_model(spec).state_dict()
+    built = []
+    threads = [threading.Thread(target=lambda: built.append(load_model(spec).state_dict())) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(built) == 6
+    assert all(torch.equal(state[name], expected[name]) for state in built for name in expected)

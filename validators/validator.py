@@ -265,7 +265,7 @@ class Validator(Participant):
         needs to re-check the other validators' findings of this one (`held`)."""
         deadline_hash = self.chain.block_hash(commit_deadline(self.windows, w))
         inputs = challenge_inputs(self.rt.config, deadline_hash, w, in_time)
-        permitted = [n.hotkey for n in mg.neurons if n.validator_permit]
+        permitted = [n.hotkey for n in mg.neurons if n.validator_permit and n.stake > 0]
         shares = replay_shares(inputs, sharing_validators(permitted, commitments, w))
         challenges = set(shares.get(self.hotkey, []))
         everyone_challenged = set(challenged(inputs))

@@ -13,6 +13,7 @@ function of its inputs. Remote code is never trusted (`trust_remote_code` stays 
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,6 +126,11 @@ def load_tokenizer(spec: ModelSpec, kind: str = "auto") -> PreTrainedTokenizerBa
     return AutoTokenizer.from_pretrained(spec.path_or_id, revision=spec.revision)
 
 
+_INIT_LOCK = threading.Lock()
+"""A preset's weights come from torch's process-wide generator, seeded: two threads building at
+once would interleave their draws and build other weights than the seed's."""
+
+
 def load_model(
     spec: ModelSpec, *, tokenizer: PreTrainedTokenizerBase | None = None, device: torch.device | str = "cpu"
 ) -> PreTrainedModel:
@@ -132,7 +138,7 @@ def load_model(
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(spec)
     if spec.preset is not None:
         config = preset_config(spec.preset, tokenizer)
-        with torch.random.fork_rng(devices=[]):
+        with _INIT_LOCK, torch.random.fork_rng(devices=[]):
             torch.manual_seed(spec.init_seed)
             model = LlamaForCausalLM(config)
         model = model.to(dtype=spec.torch_dtype)

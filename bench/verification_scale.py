@@ -2,14 +2,14 @@
 
 1. A real run on CPU (bench/verification-scale.toml, tiny model): 60 honest miners and 4 that cheat
    in ways only a replay catches, 4 validators sharing the replays, as separate processes through
-   the real entry points (the miners 16 to a process, `bench/_miner_swarm.py`: a process per miner
+   the real entry points (the miners 8 to a process, `bench/_miner_swarm.py`: a process per miner
    would need 32 GB). Per validator and window, from its signed report and metrics: the miners it
    replayed, the bytes it downloaded, its seconds, the findings it published and re-checked; per
    window, the share of the miners replayed by anyone and the miners' median steps.
 2. The same accounting computed for the GPU config at 256 miners and 16 validators
    (`bench/_scale_accounting.py`), with the targets.
 
-    python bench/verification_scale.py            # about 12 minutes on 2 cores
+    python bench/verification_scale.py            # about 15 minutes on 2 cores
     python bench/verification_scale.py --quick    # 12 miners, 2 validators, 2 windows: every code path
 """
 
@@ -55,7 +55,7 @@ class Plan:
     honest: int = 60
     validators: int = 4
     windows: int = 5
-    per_process: int = 16
+    per_process: int = 8
 
 
 QUICK = Plan(honest=8, validators=2, windows=2, per_process=6)

@@ -108,7 +108,8 @@ def window(runtime, model):
         },
     }
     verdicts = [passed(runtime, hk, u) for hk, u in {**honest, **others}.items()]
-    commit_blocks = {hk: (10 if hk in HONEST else 11) for hk in MINERS}
+    # the relabelled copy commits first: the work is still its trainer's (it fits the trainer's data)
+    commit_blocks = {hk: (10 if hk in HONEST else 9 if hk == RELABELLED else 11) for hk in MINERS}
     score_window(runtime, model, WINDOW, verdicts, MINERS, commit_blocks)
     return {v.hotkey: v for v in verdicts}
 

@@ -9,10 +9,18 @@ one update point in the same direction whatever their scale.
 Each update is reduced to a count sketch (`distrai.train.sketch`, linear, `size` numbers, O(N)
 per update) and every pair's cosine is taken on the sketches: O(M² · size) for M miners instead
 of O(M² · N) on the full updates. Pairs at or above the run's `duplicate_cosine` are joined into
-groups; in each group the earliest commitment keeps the share (a copy cannot be committed before
-the work it copies exists; on a tie, the update that helps its own data most, then the hotkey),
-and every other member fails the `duplicate` check with the one it duplicates named. It is not
-treated as fraud: the score is zero, the hotkey is not barred.
+groups; in each group the work stays with the miner it was trained for: the update whose loss drop
+on its miner's assigned data exceeds its drop on unassigned data the most (then the earliest
+commitment, then the hotkey). Every other member fails the `duplicate` check with the one it
+duplicates named. It is not treated as fraud: the score is zero, the hotkey is not barred.
+
+Why that and not the first commitment: nobody can copy an update of the same window (it is
+published after the commit deadline), so two hotkeys doing one piece of work means the work was
+trained on one miner's assignment, which is public, and put under both. Commit order would let a
+miner that trains on another's data and commits first take that miner's share whenever it is not
+replayed. Training leaves its mark on the data trained on: the trainer's update lowers the loss on
+its own assigned sequences more than on unseen ones, while the same work under another hotkey meets
+that hotkey's assigned data as unseen, whatever its scale.
 """
 
 from __future__ import annotations
@@ -34,6 +42,11 @@ def update_sketch(update: Mapping[str, torch.Tensor], seed: str) -> torch.Tensor
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     norms = float(a.norm()) * float(b.norm())
     return 0.0 if norms == 0.0 else float(a @ b) / norms
+
+
+def fit_to_own_data(verdict: MinerVerdict) -> float:
+    """How much more the update lowers the loss on its miner's assigned data than on unassigned data."""
+    return verdict.numbers.get("drop_assigned", 0.0) - verdict.numbers.get("drop_unassigned", 0.0)
 
 
 def duplicate_groups(sketches: Mapping[str, torch.Tensor], threshold: float) -> list[list[str]]:
@@ -60,8 +73,9 @@ def duplicate_groups(sketches: Mapping[str, torch.Tensor], threshold: float) -> 
 def flag_duplicates(
     verdicts: Sequence[MinerVerdict], commit_blocks: Mapping[str, int], threshold: float, seed: str
 ) -> None:
-    """Fail every passed update that duplicates an earlier-committed one; record each passed
-    update's largest cosine to any other as `max_cosine` (what calibrates the threshold)."""
+    """Fail every passed update that duplicates the work of another miner, trained on that miner's
+    data; record each passed update's largest cosine to any other as `max_cosine` (what
+    calibrates the threshold)."""
     passed = {v.hotkey: v for v in verdicts if v.passed and v.update is not None}
     sketches = {hk: update_sketch(v.update, seed) for hk, v in passed.items()}
     for hk, v in passed.items():
@@ -70,14 +84,14 @@ def flag_duplicates(
     for group in duplicate_groups(sketches, threshold):
         keeper = min(
             group,
-            key=lambda hk: (commit_blocks[hk], -passed[hk].numbers.get("drop_assigned", 0.0), hk),
+            key=lambda hk: (-fit_to_own_data(passed[hk]), commit_blocks[hk], hk),
         )
         for hk in group:
             if hk != keeper:
                 similarity = cosine(sketches[hk], sketches[keeper])
                 passed[hk].fail(
                     "duplicate",
-                    f"the same work as {keeper}'s update, committed earlier (cosine {similarity:.4f}"
-                    f" ≥ {threshold}): one piece of work earns one share",
+                    f"the same work as {keeper}'s update, trained on {keeper}'s data "
+                    f"(cosine {similarity:.4f} ≥ {threshold}): one piece of work earns one share",
                     fraud=False,
                 )

@@ -5,7 +5,7 @@ per piece of work, then each score against what an honest update brought this wi
    assigned data and on the window's reserve. An update that does not lower the loss on its own
    data fails `useful`.
 2. Duplicates (`duplicates.py`): updates that are one piece of work under several hotkeys keep
-   one share, the earliest committed.
+   one share, the one that fits its own assigned data best.
 3. Scores (`scoring.py`): the reference is the median drop of the miners still passing; each
    passing miner scores its drop over the reference, capped at 1; every other miner scores 0.
 """

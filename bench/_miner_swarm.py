@@ -17,8 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from distrai.node import build_node, build_parser, stop_on_signals  # noqa: E402
-from miners.behaviour import behaviour  # noqa: E402
-from miners.miner import Miner, MinerOptions  # noqa: E402
+from miners.miner import Miner  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,16 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         setattr(args, "wallet.name", name)
         setattr(args, "work.dir", str(Path(getattr(args, "work.root")) / name))
         node = build_node(args, "miner")
-        miner = Miner(
-            node.runtime,
-            node.chain,
-            node.wallet,
-            node.store,
-            node.store_url,
-            MinerOptions(work_dir=node.work_dir, behaviour=behaviour(adversary or "honest")),
-            node.metrics,
-            node.stores,
-        )
+        miner = Miner.from_node(node, adversary or "honest")
         miner.announce()
         built.append((name, miner, node))
     threads = [

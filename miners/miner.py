@@ -43,6 +43,7 @@ from distrai.globalmodel import SyncUnavailable
 from distrai.layout import manifest_key
 from distrai.linkcheck import LinkVerdict, format_rate, measure_upload_rate, reveal_bytes, reveal_seconds
 from distrai.metrics import Metrics
+from distrai.node import Node
 from distrai.participant import Participant
 from distrai.runtime import Runtime
 from distrai.store import Store, StoreError
@@ -55,7 +56,7 @@ from distrai.train.state import TrainState, load_state, save_state, state_hash
 from distrai.update import residual_hash
 from distrai.windows import commit_deadline, committed_in_time, reveal_deadline, window_of, window_start
 from distrai.wire import encode_tensors
-from miners.behaviour import Behaviour, honest
+from miners.behaviour import Behaviour, behaviour, honest
 from miners.pacing import Pacer, blocks_needed, commit_by, stop_time
 from miners.reveal_job import RevealJob, job_folder, sealed_jobs
 from miners.uploader import Uploader
@@ -113,6 +114,21 @@ class Miner(Participant):
         self.pacer: Pacer | None = None
         """the running window's pace (`train` stops when its next segment would not fit)"""
         self.uploader: Uploader | None = None
+
+    @classmethod
+    def from_node(cls, node: Node, adversary: str = "honest") -> Miner:
+        """The miner of a node built from the command line (`distrai.node.build_node`), honest or
+        cheating in the way `adversary` names (`miners.behaviour.ADVERSARIES`)."""
+        return cls(
+            node.runtime,
+            node.chain,
+            node.wallet,
+            node.store,
+            node.store_url,
+            MinerOptions(work_dir=node.work_dir, behaviour=behaviour(adversary)),
+            node.metrics,
+            node.stores,
+        )
 
     # -- the loop -------------------------------------------------------------------------------
 

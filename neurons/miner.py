@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from distrai.chain.base import ChainError  # noqa: E402
 from distrai.node import build_node, build_parser, stop_on_signals  # noqa: E402
-from miners.behaviour import ADVERSARIES, behaviour  # noqa: E402
-from miners.miner import Miner, MinerOptions  # noqa: E402
+from miners.behaviour import ADVERSARIES  # noqa: E402
+from miners.miner import Miner  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,16 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, ChainError) as exc:
         print(f"miner cannot start: {exc}", file=sys.stderr)
         return 2
-    miner = Miner(
-        node.runtime,
-        node.chain,
-        node.wallet,
-        node.store,
-        node.store_url,
-        MinerOptions(work_dir=node.work_dir, behaviour=behaviour(adversary)),
-        node.metrics,
-        node.stores,
-    )
+    miner = Miner.from_node(node, adversary)
     miner.announce()
     logging.getLogger("distrai.miner").info(
         "miner %s (%s) started on run %s…",

@@ -22,6 +22,7 @@ from distrai.sync import StoreCache
 from distrai.train.outer import OuterState
 from distrai.wire import sha256_hex, sign_document
 from distrai.wire.manifest import Finding
+from validators import findings
 from validators.checks import MinerVerdict
 from validators.findings import (
     ADOPTED,
@@ -58,11 +59,15 @@ def signed_manifest(verdict: MinerVerdict) -> MinerVerdict:
 
 
 def held_window(runtime, model, store, verdict, shares) -> HeldWindow:
+    """What a validator keeps of the window: its own verdict on the miner, without the decoded update."""
+    store.put_blob(verdict.blob)
     inputs = challenge_inputs(runtime.config, BLOCK_HASH, WINDOW, MINERS)
     announcement = Announcement(store.url, WINDOW, manifest_sha256=sha256_hex(verdict.manifest_bytes))
-    return HeldWindow(
-        WINDOW, model, inputs, shares, MINERS, {MINER: verdict}, {MINER: store}, {MINER: announcement}
+    held = findings.held_window(
+        WINDOW, model, inputs, shares, MINERS, [verdict], {MINER: store}, {MINER: announcement}
     )
+    assert held.verdicts[MINER].update is None and verdict.update is not None
+    return held
 
 
 def fresh(verdict: MinerVerdict) -> MinerVerdict:

@@ -28,12 +28,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from distrai.announce import Announcement
+from distrai.codec import CodecError
 from distrai.globalmodel import GlobalModel
 from distrai.layout import finding_key, findings_prefix, manifest_key, state_key, trajectory_key
 from distrai.runtime import Runtime
 from distrai.store import StoreError
 from distrai.sync import StoreCache
 from distrai.trajectory import drawn_pieces
+from distrai.update import decode_update
 from distrai.windows import ChallengeInputs, miner_segments, run_starts
 from distrai.wire import WireError, open_document, sha256_hex, sign_document
 from distrai.wire.manifest import REASON_CHARS, Finding, Recheck, parse_body
@@ -61,10 +63,27 @@ class HeldWindow:
     miners: list[str]
     """the miners noted at the window's start (the data assignment)"""
     verdicts: dict[str, MinerVerdict]
+    """miner → this validator's verdict, without the decoded update (a dense copy of the model per
+    miner is too much to keep for a window; a re-check decodes the one it needs again)"""
     readers: dict[str, Reader]
     """miner → its store as it stood at the reveal deadline"""
     announcements: dict[str, Announcement]
     """miner → its commitment for the window"""
+
+
+def held_window(
+    window: int,
+    base: GlobalModel,
+    inputs: ChallengeInputs,
+    shares: dict[str, list[str]],
+    miners: list[str],
+    verdicts: list[MinerVerdict],
+    readers: dict[str, Reader],
+    announcements: dict[str, Announcement],
+) -> HeldWindow:
+    """What to keep of a window just checked; the verdicts lose their decoded updates and blobs."""
+    kept = {v.hotkey: dataclasses.replace(v, update=None, blob=None) for v in verdicts}
+    return HeldWindow(window, base, inputs, shares, miners, kept, readers, announcements)
 
 
 def replay_failure(verdict: MinerVerdict) -> str | None:
@@ -188,11 +207,19 @@ def recheck(runtime: Runtime, held: HeldWindow, finding: Finding) -> Recheck:
         return judged(REFUTED, "it names another manifest than the one the miner committed on chain")
     if verdict.fraud:
         return judged(ADOPTED, f"failed here too: {verdict.reason}")
-    if verdict.update is None:
+    if verdict.verdicts.get("update") != PASS:
         return judged(NOT_RECHECKED, f"the miner's update was not checked here: {verdict.reason}")
     if all(verdict.verdicts.get(c) == PASS for c in REPLAY_CHECKS):
         return judged(REFUTED, "this validator replayed the miner too, and every replay check passed")
-    replayed = dataclasses.replace(verdict, verdicts={}, numbers={}, fraud=False)
+    limits = runtime.config.limits
+    try:
+        blob = held.readers[miner].get_blob(verdict.manifest.update.sha256, limits.max_update_bytes)
+        update = decode_update(
+            blob, runtime.codec, runtime.shapes(), limits.max_update_bytes, miner, held.window
+        )
+    except (StoreError, WireError, CodecError) as exc:
+        return judged(NOT_RECHECKED, f"the miner's update could not be read again: {exc}")
+    replayed = dataclasses.replace(verdict, verdicts={}, numbers={}, fraud=False, update=update)
     sample = drawn_pieces(
         held.inputs, miner, held.base.params, runtime.config.verification.trajectory_fraction
     )

@@ -68,7 +68,15 @@ from distrai.wire import sha256_hex, sign_document
 from distrai.wire.manifest import Recheck, Refusal
 from validators.behaviour import LeaderBehaviour
 from validators.checks import MinerVerdict, check_miner, flag_copies
-from validators.findings import ADOPTED, REFUTED, HeldWindow, publish_findings, read_findings, recheck
+from validators.findings import (
+    ADOPTED,
+    REFUTED,
+    HeldWindow,
+    held_window,
+    publish_findings,
+    read_findings,
+    recheck,
+)
 from validators.inventory import AtDeadline, Inventory, take_inventory
 from validators.pending import PendingWindow, PendingWindows
 from validators.replay import verify_challenge
@@ -330,9 +338,7 @@ class Validator(Participant):
                 segments = miner_segments(inputs, v.hotkey, v.manifest.n_segments)
                 verify_challenge(self.rt, self.base, w, v, stores[v.hotkey], segments, miners, sample)
         score_window(self.rt, self.base, w, verdicts, miners, commit_blocks)
-        self.held = HeldWindow(
-            w, self.base, inputs, shares, miners, {v.hotkey: v for v in verdicts}, stores, in_time
-        )
+        self.held = held_window(w, self.base, inputs, shares, miners, verdicts, stores, in_time)
         return verdicts
 
     def recheck_findings(self, w: int, mg: Metagraph) -> list[Recheck]:
@@ -369,23 +375,14 @@ class Validator(Participant):
                 self.state = self.state.model_copy(
                     update={"banned_until": {**self.state.banned_until, finding.miner: until}}
                 )
-                log.warning(
-                    "window %d: %s's finding on %s adopted, barred until window %d: %s",
-                    w,
-                    finding.validator[:10],
-                    finding.miner[:10],
-                    until,
-                    result.reason,
-                )
-            else:
-                log.warning(
-                    "window %d: %s's finding on %s %s: %s",
-                    w,
-                    finding.validator[:10],
-                    finding.miner[:10],
-                    result.outcome,
-                    result.reason,
-                )
+            log.warning(
+                "window %d: %s's finding on %s %s: %s",
+                w,
+                finding.validator[:10],
+                finding.miner[:10],
+                result.outcome,
+                result.reason,
+            )
         return rechecks
 
     def check_residual_chain(self, verdict: MinerVerdict) -> None:

@@ -1,5 +1,5 @@
-"""Shared verification on one local network: the shipped cpu-localnet config replays every miner in
-every window but by one validator only (`replicas = 1`). Two honest miners and one that trains on
+"""Shared verification on one local network: the shipped cpu-localnet config, but every miner replayed
+in every window by one validator only (tests/support/shared-localnet.toml, `replicas = 1`). Two honest miners and one that trains on
 other miners' data (`--miner.adversary wrongdata`), two validators, as separate processes.
 
 The validator whose share holds the cheater catches it by replay and publishes a signed finding;
@@ -7,6 +7,8 @@ the other validator, which did not replay it, re-checks the finding in the next 
 names it in its report, and bars the miner too."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from test_localnet_e2e import hotkey
@@ -18,6 +20,7 @@ from distrai.run import run_id
 from distrai.store import open_store
 
 WINDOWS = 3
+CONFIG = Path(__file__).parent / "support" / "shared-localnet.toml"
 
 
 @pytest.fixture
@@ -30,6 +33,7 @@ def net(tmp_path):
             windows=WINDOWS,
             block_time=1.0,
             adversaries=("wrongdata",),
+            run_config=CONFIG,
         )
     )
     net.setup()

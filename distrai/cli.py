@@ -107,6 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
     net.add_argument("--windows", type=int, default=5, help="windows each neuron runs before it stops")
     net.add_argument("--idle-miners", type=int, default=0, help="how many of the miners publish zero updates")
     net.add_argument(
+        "--miner-ranks",
+        type=int,
+        default=1,
+        help="run miner0 as this many data-parallel processes (torchrun; gloo on CPU), the others as one",
+    )
+    net.add_argument(
         "--adversary",
         default="",
         metavar="TYPE[,TYPE…]",

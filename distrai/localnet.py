@@ -31,6 +31,8 @@ class LocalnetOptions:
     windows: int = 5
     block_time: float = 1.0
     idle_miners: int = 0
+    miner_ranks: int = 1
+    """Processes of miner0 (torchrun, data parallel over gloo); the other miners run as one."""
     adversaries: tuple[str, ...] = ()
     """One extra miner per entry, cheating in that way (`miners.behaviour.ADVERSARIES`)."""
     leader_adversaries: tuple[str, ...] = ()
@@ -164,7 +166,8 @@ class Localnet:
             wallet, _ = create_dev_wallet(f"miner{i}", "default", str(self.wallet_path))
             chain.register(wallet)
             idle = ["--miner.idle"] if i >= o.miners - o.idle_miners else []
-            self._add("miner", f"miner{i}", idle + self._link())
+            ranks = o.miner_ranks if i == 0 else 1
+            self._add("miner", f"miner{i}", idle + self._link(), ranks)
         for name in o.adversaries:
             wallet, _ = create_dev_wallet(f"adversary-{name}", "default", str(self.wallet_path))
             chain.register(wallet)
@@ -176,11 +179,15 @@ class Localnet:
         bandwidth = self.options.miner_bandwidth
         return [] if bandwidth is None else ["--store.bandwidth", repr(float(bandwidth))]
 
-    def _add(self, role: str, name: str, extra: list[str]) -> None:
+    def _add(self, role: str, name: str, extra: list[str], ranks: int = 1) -> None:
         work_dir = self.work / "nodes" / name
         work_dir.mkdir(parents=True, exist_ok=True)
         script = str(REPO / "neurons" / f"{role}.py")
+        launcher = (
+            [] if ranks == 1 else ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}"]
+        )
         args = [
+            *launcher,
             script,
             "--run.config",
             str(self.options.run_config),

@@ -36,12 +36,15 @@ def run_localnet(args: argparse.Namespace, console: Console) -> None:
         windows=args.windows,
         block_time=args.block_time,
         idle_miners=args.idle_miners,
+        miner_ranks=args.miner_ranks,
         adversaries=parse_adversaries(args.adversary),
         leader_adversaries=parse_adversaries(args.leader_adversary, LEADER_ADVERSARIES, "--leader-adversary"),
         run_config=Path(args.run_config) if args.run_config else shipped_config_path("cpu-localnet"),
     )
     if options.miners < 1 or options.validators < 1 or options.windows < 1:
         raise ValueError("--miners, --validators and --windows must each be at least 1")
+    if options.miner_ranks < 1:
+        raise ValueError("--miner-ranks must be at least 1")
     if not 0 <= options.idle_miners <= options.miners:
         raise ValueError("--idle-miners must lie between 0 and --miners")
     if len(options.leader_adversaries) >= options.validators:

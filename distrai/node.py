@@ -123,12 +123,14 @@ def published_run(chain: Chain) -> str | None:
     return found[-1][1] if found else None
 
 
-def build_node(args: argparse.Namespace, role: str) -> Node:
+def configure_logging(level: str) -> None:
     logging.basicConfig(
-        level=getattr(args, "logging.level").upper(),
-        format="%(message)s",
-        handlers=[RichHandler(show_path=False, markup=False)],
+        level=level.upper(), format="%(message)s", handlers=[RichHandler(show_path=False, markup=False)]
     )
+
+
+def build_node(args: argparse.Namespace, role: str) -> Node:
+    configure_logging(getattr(args, "logging.level"))
     run_path = getattr(args, "run.config")
     if not run_path:
         raise ValueError("no run config: pass --run.config PATH (the subnet owner's TOML)")

@@ -80,7 +80,13 @@ class ModelSource(_Section):
         min_length=1,
         description="hub commit hash or tag; for a local folder, the label of the version every node holds",
     )
-    dtype: Literal["float32", "bfloat16"] = "float32"
+    dtype: Literal["float32", "bfloat16"] = Field(
+        default="float32", description="the parameters' dtype (float32: master weights under bf16 autocast)"
+    )
+    attention: Literal["eager", "sdpa"] = Field(
+        default="eager",
+        description="attention kernel: sdpa (fused, flash on GPUs) or eager (matmul and softmax); replays follow it",
+    )
     init_seed: int = Field(default=0, ge=0, description="seed of a preset model's initial weights")
 
     @model_validator(mode="after")
@@ -189,6 +195,13 @@ class TrainConfig(_Section):
     max_grad_norm: float = Field(default=1.0, gt=0.0, description="gradient clipping norm per inner step")
     warmup_steps: int = Field(
         default=0, ge=0, description="linear warm-up of the inner learning rate, in inner steps"
+    )
+    autocast: Literal["bfloat16"] | None = Field(
+        default=None,
+        description="run each step's forward in bfloat16 over the model's dtype (float32 master weights); None: off",
+    )
+    adamw: Literal["single", "foreach", "fused"] = Field(
+        default="single", description="AdamW implementation; every node uses the run's, replays follow it"
     )
     cpu_threads: int = Field(
         default=1,

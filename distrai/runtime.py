@@ -3,6 +3,7 @@ inner-loop settings and codec. Miners and validators build the same things the s
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +18,7 @@ from distrai.train.inner import InnerConfig
 from distrai.train.loss import LossFn, causal_lm_loss
 from distrai.train.model import ModelSpec, load_model, load_teacher, load_tokenizer
 from distrai.train.optimizer import InnerOptimizerConfig
+from distrai.train.parallel import DataParallel, Launch
 from distrai.train.step import StepConfig
 
 PARAMS_TAG = "global_params"
@@ -28,6 +30,7 @@ def model_spec(source: ModelSource) -> ModelSpec:
         path_or_id=source.path_or_id,
         revision=source.revision,
         dtype=source.dtype,
+        attention=source.attention,
         init_seed=source.init_seed if source.preset is not None else 0,
     )
 
@@ -38,10 +41,18 @@ def inner_config(config: RunConfig, run: str) -> InnerConfig:
         inner_steps=t.inner_steps,
         segment_steps=t.segment_steps,
         optimizer=InnerOptimizerConfig(
-            lr=t.lr, betas=tuple(t.betas), eps=t.eps, weight_decay=t.weight_decay, warmup_steps=t.warmup_steps
+            lr=t.lr,
+            betas=tuple(t.betas),
+            eps=t.eps,
+            weight_decay=t.weight_decay,
+            warmup_steps=t.warmup_steps,
+            implementation=t.adamw,
         ),
         step=StepConfig(
-            micro_batches=t.micro_batches, max_grad_norm=t.max_grad_norm, cpu_threads=t.cpu_threads
+            micro_batches=t.micro_batches,
+            max_grad_norm=t.max_grad_norm,
+            cpu_threads=t.cpu_threads,
+            autocast=t.autocast,
         ),
         sketch_seed=run,
         base_anchor=t.base_anchor,
@@ -64,6 +75,8 @@ class Runtime:
     inner: InnerConfig
     codec: Codec
     device: torch.device
+    parallel: DataParallel | None = None
+    """this process's place among a miner's ranks (`parallel.py`); None: one process"""
 
     def initial_params(self) -> dict[str, torch.Tensor]:
         """The run's starting global model: every node builds the same bytes from the config."""
@@ -78,6 +91,20 @@ class Runtime:
         with torch.no_grad():
             for name, p in self.model.named_parameters():
                 p.copy_(params[name].to(p.dtype))
+
+
+def run_on_ranks(runtime: Runtime, launch: Launch) -> None:
+    """Make `runtime` one of a miner's `launch.world` data-parallel ranks: every step splits the
+    batch over them (the manifest records it). Refuses a batch that does not split evenly."""
+    step = runtime.inner.step
+    rows = runtime.config.train.batch_size
+    if rows % (launch.world * step.micro_batches):
+        raise ValueError(
+            f"the batch of {rows} sequences does not split over {launch.world} ranks of "
+            f"{step.micro_batches} micro-batches each; run a number of processes that divides it"
+        )
+    runtime.inner = dataclasses.replace(runtime.inner, step=dataclasses.replace(step, ranks=launch.world))
+    runtime.parallel = DataParallel(launch.rank, launch.world, runtime.device, runtime.model)
 
 
 def build_runtime(config: RunConfig, device: str = "cpu") -> Runtime:

@@ -396,7 +396,13 @@ class Miner(Participant):
         inner = self.rt.inner if steps is None else dataclasses.replace(self.rt.inner, inner_steps=steps)
         go_on = None if self.pacer is None else self.pacer.go_on
         result = inner_loop(
-            self.rt.model, batch_for_step, self.rt.loss_fn, inner, on_boundary=keep, go_on=go_on
+            self.rt.model,
+            batch_for_step,
+            self.rt.loss_fn,
+            inner,
+            on_boundary=keep,
+            go_on=go_on,
+            parallel=self.rt.parallel,
         )
         return Trained(
             pseudo_gradient=result.pseudo_gradient,
@@ -442,8 +448,9 @@ class Miner(Participant):
                 "codec_metadata": dict(codec_metadata),
             },
             "micro_batches": self.rt.inner.step.micro_batches,
+            "ranks": self.rt.inner.step.ranks,
             "replay_class": replay_class_of(
-                self.rt.model, self.rt.device, self.rt.inner.step.micro_batches
+                self.rt.model, self.rt.device, self.rt.inner.step, self.rt.inner.optimizer.implementation
             ).model_dump(),
             "losses": trained.losses,
             "boundaries": [{"step": s, "state_hash": h, "sketch": k} for s, h, k in trained.boundaries],

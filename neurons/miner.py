@@ -2,6 +2,12 @@
 
     python neurons/miner.py --run.config RUN.toml --wallet.name NAME --wallet.hotkey HOTKEY \
         --subtensor.network finney --store.url s3://bucket/prefix --store.endpoint URL --device cuda
+
+On N GPUs, one miner (one hotkey, one manifest, one upload) over data-parallel ranks:
+
+    torchrun --standalone --nproc-per-node N neurons/miner.py … --device cuda
+
+Rank 0 is the miner; the other ranks train the steps it sends them (`distrai.train.parallel`).
 """
 
 from __future__ import annotations
@@ -14,7 +20,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from distrai.chain.base import ChainError  # noqa: E402
-from distrai.node import build_node, build_parser, stop_on_signals  # noqa: E402
+from distrai.node import build_node, build_parser, configure_logging, stop_on_signals  # noqa: E402
+from distrai.run import load_run_config  # noqa: E402
+from distrai.runtime import Runtime, build_runtime, run_on_ranks  # noqa: E402
+from distrai.train import parallel  # noqa: E402
+from distrai.train.determinism import configure_determinism  # noqa: E402
+from distrai.train.inner import follow  # noqa: E402
 from miners.behaviour import ADVERSARIES  # noqa: E402
 from miners.miner import Miner  # noqa: E402
 
@@ -36,10 +47,30 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     adversary = "idle" if getattr(args, "miner.idle") else getattr(args, "miner.adversary")
+    launch = parallel.launched()
+    if launch is None:
+        return run_miner(args, adversary)
+    device = launch.device(args.device)
+    args.device = str(device)
+    parallel.join(launch, device)
+    try:
+        if launch.rank == 0:
+            return run_miner(args, adversary, launch)
+        return run_follower(args, launch)
+    finally:
+        parallel.leave()
+
+
+def run_miner(args, adversary: str, launch: parallel.Launch | None = None) -> int:
+    """The miner (on rank 0 when torchrun started several processes)."""
     try:
         node = build_node(args, "miner")
+        if launch is not None:
+            run_on_ranks(node.runtime, launch)
     except (ValueError, FileNotFoundError, ChainError) as exc:
         print(f"miner cannot start: {exc}", file=sys.stderr)
+        if launch is not None:
+            parallel.stop_followers(args.device)
         return 2
     miner = Miner.from_node(node, adversary)
     miner.announce()
@@ -53,6 +84,21 @@ def main(argv: list[str] | None = None) -> int:
         miner.run(stop_on_signals(), node.max_windows)
     finally:
         node.metrics.close()
+        if node.runtime.parallel is not None:
+            node.runtime.parallel.shutdown()
+    return 0
+
+
+def run_follower(args, launch: parallel.Launch) -> int:
+    """A rank other than 0: build the same model and train the steps rank 0 sends, until it stops."""
+    configure_logging(getattr(args, "logging.level"))
+    log = logging.getLogger("distrai.miner")
+    configure_determinism(args.device)
+    runtime: Runtime = build_runtime(load_run_config(getattr(args, "run.config")), args.device)
+    run_on_ranks(runtime, launch)
+    log.info("rank %d of %d: following rank 0's steps on %s", launch.rank, launch.world, args.device)
+    steps = follow(runtime.parallel, runtime.loss_fn, runtime.inner)
+    log.info("rank %d of %d: rank 0 stopped after %d steps here", launch.rank, launch.world, steps)
     return 0
 
 

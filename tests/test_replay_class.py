@@ -10,7 +10,15 @@ import torch
 from support.tiny_models import tiny_model
 
 from distrai.run import parse_run_config, shipped_config_path
-from distrai.train.replay_class import ClassTolerance, Tolerance, device_name, replay_class_of, tolerance_for
+from distrai.train.replay_class import (
+    EXACT_RANKS,
+    ClassTolerance,
+    Tolerance,
+    device_name,
+    replay_class_of,
+    tolerance_for,
+)
+from distrai.train.step import StepConfig
 from distrai.wire.manifest import ReplayClass
 
 H100, H200, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB"
@@ -43,6 +51,8 @@ def test_a_pair_of_devices_in_the_table_gets_its_row_in_either_order():
         (cls(H100, torch="2.12.0"), cls(H200)),  # a row for the devices, but another torch
         (cls(H100, attention="eager"), cls(H200)),
         (cls(H100), cls(H100, dtype="float32")),  # same device, other dtype: not the same class
+        (cls(H100, autocast="bfloat16"), cls(H100)),  # autocast changes the kernels' inputs
+        (cls(H100, adamw="fused"), cls(H100)),
         (None, cls(H100)),  # a manifest that names no class
     ],
 )
@@ -52,10 +62,20 @@ def test_anything_else_gets_the_run_default(miner, validator):
 
 def test_this_machine_s_class():
     model = tiny_model()
-    mine = replay_class_of(model, torch.device("cpu"), micro_batches=2)
+    step = StepConfig(micro_batches=2, max_grad_norm=1.0, cpu_threads=1, ranks=2, autocast="bfloat16")
+    mine = replay_class_of(model, torch.device("cpu"), step, adamw="foreach")
     assert mine.device == device_name(torch.device("cpu")) and mine.device.startswith("cpu (")
     assert (mine.torch, mine.cuda, mine.dtype, mine.micro_batches) == (torch.__version__, None, "float32", 2)
+    assert (mine.ranks, mine.autocast, mine.adamw) == (2, "bfloat16", "foreach")
     assert mine.attention == model.config._attn_implementation
+
+
+def test_a_validator_replays_a_split_over_few_ranks_bit_for_bit_and_more_within_tolerance():
+    # one process repeats a two-rank all-reduce exactly (a + b); beyond EXACT_RANKS gloo's ring
+    # adds in another order than the rank-ordered replay, so the table or the default applies
+    exact = tolerance_for(cls(H100, ranks=EXACT_RANKS), cls(H100), TABLE, DEFAULT)
+    assert exact.exact
+    assert tolerance_for(cls(H100, ranks=EXACT_RANKS + 2), cls(H100), TABLE, DEFAULT) == DEFAULT
 
 
 def _run(verification: dict) -> dict:

@@ -446,7 +446,9 @@ def test_the_miner_s_own_class_is_replayed_bit_for_bit_and_a_listed_pair_within_
     run with a tolerance; one naming another device of the table's row is held to the row."""
     store = FileStore(tmp_path)
     k = runtime.inner.segment_steps
-    mine = replay_class_of(runtime.model, runtime.device, micro_batches=1)
+    mine = replay_class_of(
+        runtime.model, runtime.device, dataclasses.replace(runtime.inner.step, micro_batches=1)
+    )
     h200 = mine.model_copy(update={"device": "NVIDIA H200"})
     row = ClassTolerance(devices=(mine.device, h200.device), replay=0.01, loss=1e-3, measured="this test")
     loose = tolerance_class(runtime, replay=0.02, loss=2e-3, tolerances=[row])

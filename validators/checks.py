@@ -113,8 +113,10 @@ def check_miner(
         problems.append(
             f"does not cover whole segments of {cfg.train.segment_steps} steps, at most {cfg.train.inner_steps}"
         )
-    if cfg.train.batch_size % manifest.micro_batches:
-        problems.append(f"micro_batches {manifest.micro_batches} does not divide the batch")
+    if cfg.train.batch_size % (manifest.ranks * manifest.micro_batches):
+        problems.append(
+            f"{manifest.ranks} rank(s) of {manifest.micro_batches} micro-batches do not divide the batch"
+        )
     if manifest.update.codec != cfg.codec.name:
         problems.append(f"codec {manifest.update.codec!r} is not the run's {cfg.codec.name!r}")
     if manifest.update.size > limits.max_update_bytes:

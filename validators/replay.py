@@ -40,9 +40,11 @@ from distrai.train.replay import replay_segment
 from distrai.train.replay_class import Tolerance, replay_class_of, tolerance_for
 from distrai.train.sketch import sketch
 from distrai.train.state import TrainState, check_state, decode_state, state_hash
+from distrai.train.step import StepConfig
 from distrai.trajectory import TrajectoryReveal, decode_trajectory
 from distrai.windows import run_starts
 from distrai.wire import WireError
+from distrai.wire.manifest import UpdateManifest
 from validators.checks import PASS, MinerVerdict
 from validators.inventory import Reader
 from validators.refused import Refused, not_read
@@ -173,10 +175,7 @@ def replay_one(
         )
         for t in range(first, first + k)
     ]
-    inner = dataclasses.replace(
-        runtime.inner,
-        step=dataclasses.replace(runtime.inner.step, micro_batches=verdict.manifest.micro_batches),
-    )
+    inner = dataclasses.replace(runtime.inner, step=miner_split(runtime, verdict.manifest))
     replayed = replay_segment(runtime.model, start, batches, runtime.loss_fn, inner, base=model.params)
     revealed.replayed_steps += k
     revealed.states.setdefault(first + k, replayed.end)  # the next segment of the run starts here
@@ -215,10 +214,20 @@ def replay_tolerance(runtime: Runtime, verdict: MinerVerdict) -> Tolerance:
     manifest = verdict.manifest
     return tolerance_for(
         manifest.replay_class,
-        replay_class_of(runtime.model, runtime.device, manifest.micro_batches),
+        replay_class_of(
+            runtime.model,
+            runtime.device,
+            miner_split(runtime, manifest),
+            runtime.inner.optimizer.implementation,
+        ),
         verification.tolerances,
         Tolerance(verification.replay_tolerance, verification.loss_tolerance, "the run's default tolerance"),
     )
+
+
+def miner_split(runtime: Runtime, manifest: UpdateManifest) -> StepConfig:
+    """The run's step settings with the miner's split of the batch (ranks and micro-batches)."""
+    return dataclasses.replace(runtime.inner.step, micro_batches=manifest.micro_batches, ranks=manifest.ranks)
 
 
 def sketch_distance(

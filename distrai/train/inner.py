@@ -11,7 +11,9 @@ subtracts, as DiLoCo defines it.
 
 `run_steps` is the shared core of training and replay: it sets the scheduled learning rate of
 each inner step and calls the one `train_step`, anchored to the window's base when the run sets
-`base_anchor` (see `step.py`).
+`base_anchor` (see `step.py`). A miner on several processes (`parallel.py`) runs `inner_loop` on
+its leader, which sends each window's start and each step's batch to the followers; they run the
+same steps in `follow`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 
 from distrai.train.loss import LossFn
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer, set_lr
+from distrai.train.parallel import SHUTDOWN, STEP, WINDOW, DataParallel
 from distrai.train.sketch import sketch
 from distrai.train.state import TrainState, capture_state, state_hash
 from distrai.train.step import Anchor, StepConfig, StepResult, anchor_to, step_with
@@ -109,15 +112,19 @@ def run_steps(
     config: InnerConfig,
     first_step: int,
     anchor: Anchor | None = None,
+    parallel: DataParallel | None = None,
 ) -> list[StepResult]:
     """Inner steps first_step, first_step + 1, … on `batches` in order, each at its scheduled
-    learning rate, pulled toward `anchor` (the window's base) when the config asks for it."""
+    learning rate, pulled toward `anchor` (the window's base) when the config asks for it. On a
+    leader, each step's batch goes to the followers first."""
     if config.base_anchor > 0 and anchor is None:
         raise ValueError("the run anchors every step to the window's base, but no base was given")
     results = []
     for offset, batch in enumerate(batches):
+        if parallel is not None and parallel.leader:
+            parallel.start_step(first_step + offset, batch)
         set_lr(optimizer, config.optimizer.lr_at(first_step + offset))
-        results.append(step_with(config.step, model, optimizer, batch, loss_fn, anchor))
+        results.append(step_with(config.step, model, optimizer, batch, loss_fn, anchor, parallel))
     return results
 
 
@@ -148,6 +155,7 @@ def inner_loop(
     keep_states: bool = True,
     on_boundary: Callable[[BoundaryState], None] | None = None,
     go_on: Callable[[int], bool] | None = None,
+    parallel: DataParallel | None = None,
 ) -> InnerResult:
     """Train up to `config.inner_steps` steps, in whole segments, from the model's current
     parameters (θ_global) with a fresh inner optimizer; the model ends holding θ_local.
@@ -155,7 +163,10 @@ def inner_loop(
     `batch_for_step(t)` gives the batch of inner step t. `on_boundary` sees each boundary as it
     is made (for example to write its state to disk); `keep_states=False` drops the states from
     the result to save memory, keeping hashes and sketches. `go_on(s)` is asked before every
-    segment s after the first; False ends the window there (the miner's time is up)."""
+    segment s after the first; False ends the window there (the miner's time is up). With
+    `parallel` (the leader of a miner's ranks) every rank trains the window's steps with it."""
+    if parallel is not None:
+        parallel.start_window()
     optimizer = make_inner_optimizer(model, config.optimizer)
     global_params = float_params(model)
     anchor = base_anchor(model, global_params, config)
@@ -173,7 +184,7 @@ def inner_loop(
             break
         first = segment * config.segment_steps
         batches = (batch_for_step(t) for t in range(first, first + config.segment_steps))
-        results.extend(run_steps(model, optimizer, batches, loss_fn, config, first, anchor))
+        results.extend(run_steps(model, optimizer, batches, loss_fn, config, first, anchor, parallel))
         add_boundary(first + config.segment_steps)
     return InnerResult(
         pseudo_gradient=pseudo_gradient(global_params, float_params(model)),
@@ -181,3 +192,28 @@ def inner_loop(
         boundaries=boundaries,
         steps=results,
     )
+
+
+def follow(parallel: DataParallel, loss_fn: LossFn, config: InnerConfig) -> int:
+    """A follower's life: train the steps the leader sends, window after window, until it stops;
+    returns the number of steps trained. A step whose loss is not finite ends the window on every
+    rank alike (the loss is the mean of every rank's), and the follower waits for the next."""
+    model = parallel.model
+    optimizer: torch.optim.Optimizer | None = None
+    anchor: Anchor | None = None
+    trained = 0
+    while (command := parallel.next_command()).kind != SHUTDOWN:
+        if command.kind == WINDOW:
+            parallel.share_parameters()
+            optimizer = make_inner_optimizer(model, config.optimizer)
+            anchor = base_anchor(model, float_params(model), config)
+        elif command.kind == STEP and optimizer is not None:
+            batch = parallel.receive_batch(command)
+            try:
+                run_steps(model, optimizer, [batch], loss_fn, config, command.step, anchor, parallel)
+                trained += 1
+            except FloatingPointError:
+                optimizer = None
+        else:
+            raise RuntimeError(f"unexpected command {command} from the miner's leader")
+    return trained

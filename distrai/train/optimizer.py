@@ -1,8 +1,11 @@
 """The inner optimizer: AdamW with its implementation pinned.
 
-torch picks a foreach or a fused AdamW by device when left to choose; the implementations round
-differently, so a miner on one default and a validator on another would not agree. The
-single-tensor implementation (`foreach=False, fused=False`) is used everywhere.
+torch picks a foreach or a fused AdamW by device when left to choose; the implementations may
+round differently, so a miner on one default and a validator on another might not agree. The run
+config names the implementation (`train.adamw`): "single" (`foreach=False, fused=False`, one
+kernel chain per parameter, the default), "foreach" (grouped kernels over the parameter list) or
+"fused" (one fused kernel, the fastest on GPUs); every node uses the run's, and the manifest's
+replay class records it. Each repeats itself bit for bit on CPU (tests/test_train_step.py).
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+IMPLEMENTATIONS = ("single", "foreach", "fused")
 
 
 @dataclass(frozen=True)
@@ -22,8 +27,13 @@ class InnerOptimizerConfig:
     eps: float = 1e-8
     weight_decay: float = 0.1
     warmup_steps: int = 0
+    implementation: str = "single"
 
     def __post_init__(self) -> None:
+        if self.implementation not in IMPLEMENTATIONS:
+            raise ValueError(
+                f"unknown AdamW implementation {self.implementation!r}; choose one of {IMPLEMENTATIONS}"
+            )
         if not self.lr > 0:
             raise ValueError(f"inner lr must be positive, got {self.lr}")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
@@ -45,15 +55,15 @@ class InnerOptimizerConfig:
 
 
 def make_inner_optimizer(model: torch.nn.Module, config: InnerOptimizerConfig) -> torch.optim.AdamW:
-    """A fresh AdamW over the model's trainable parameters, single-tensor implementation."""
+    """A fresh AdamW over the model's trainable parameters, in the config's implementation."""
     return torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad],
         lr=config.lr,
         betas=config.betas,
         eps=config.eps,
         weight_decay=config.weight_decay,
-        foreach=False,
-        fused=False,
+        foreach=config.implementation == "foreach",
+        fused=config.implementation == "fused",
     )
 
 

@@ -1,8 +1,9 @@
 """Replay classes: which replays of a segment can be bit-exact, and what tolerance the others get.
 
 A segment replays bit for bit when the replaying node runs the same kernels on the same hardware
-as the miner did: same device model, torch, CUDA, dtype and attention kernel (a validator always
-replays with the miner's micro-batch split, which the manifest records). Measured on 150M
+as the miner did: same device model, torch, CUDA, parameter dtype, autocast, attention kernel and
+AdamW implementation (a validator always replays with the miner's split over ranks and
+micro-batches, which the manifest records). Measured on 150M
 parameters (`../shared/measurements/gpu-2026-11-23.md`): bit-exact on one GPU model with
 deterministic algorithms, SDPA included; H100 against H200 in bfloat16 0.0095 (eager) to 0.0113
 (SDPA); fp32 bit-exact even across the two. So a miner's manifest records its `ReplayClass`, and a
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from distrai.train.step import StepConfig
 from distrai.wire.manifest import ReplayClass
 
 
@@ -44,6 +46,12 @@ class ClassTolerance(BaseModel):
         return tuple(value) if isinstance(value, list) else value
 
 
+EXACT_RANKS = 2
+"""The most data-parallel ranks whose gradient all-reduce one process repeats bit for bit: with two,
+the sum is a + b in any order; with four, gloo's ring adds in another order than rank by rank
+(measured on CPU, docs/gpu.md), so a replay of a miner on more ranks is compared within tolerance."""
+
+
 @dataclass(frozen=True)
 class Tolerance:
     replay: float
@@ -62,8 +70,11 @@ def device_name(device: torch.device) -> str:
     return f"{device.type} ({torch.backends.cpu.get_cpu_capability()})"
 
 
-def replay_class_of(model: torch.nn.Module, device: torch.device, micro_batches: int) -> ReplayClass:
-    """The replay class of training `model` on `device` with this process's torch."""
+def replay_class_of(
+    model: torch.nn.Module, device: torch.device, step: StepConfig, adamw: str = "single"
+) -> ReplayClass:
+    """The replay class of training `model` on `device` with this process's torch, with `step`'s
+    split and autocast and the `adamw` implementation."""
     dtype = next(model.parameters()).dtype
     return ReplayClass(
         device=device_name(device),
@@ -71,7 +82,10 @@ def replay_class_of(model: torch.nn.Module, device: torch.device, micro_batches:
         cuda=torch.version.cuda if device.type == "cuda" else None,
         dtype=str(dtype).removeprefix("torch."),
         attention=str(getattr(model.config, "_attn_implementation", "unknown")),
-        micro_batches=micro_batches,
+        micro_batches=step.micro_batches,
+        ranks=step.ranks,
+        autocast=step.autocast,
+        adamw=adamw,
     )
 
 
@@ -79,11 +93,14 @@ def tolerance_for(
     miner: ReplayClass | None, validator: ReplayClass, table: Sequence[ClassTolerance], default: Tolerance
 ) -> Tolerance:
     """How a validator of class `validator` compares its replay of a miner of class `miner` (None:
-    the manifest names none). The validator replays with the miner's micro-batch split, so that
-    field does not separate the two classes."""
+    the manifest names none). The validator replays with the miner's split (ranks and micro-batches),
+    so the micro-batches never separate the two classes, and the ranks only beyond `EXACT_RANKS`."""
     if miner is None:
         return default
-    mine = validator.model_copy(update={"micro_batches": miner.micro_batches})
+    split = {"micro_batches": miner.micro_batches}
+    if miner.ranks <= EXACT_RANKS:
+        split["ranks"] = miner.ranks
+    mine = validator.model_copy(update=split)
     if mine == miner:
         return Tolerance(0.0, 0.0, f"bit-exact: the same replay class ({miner.device})")
     if mine.model_copy(update={"device": miner.device}) == miner:

@@ -1,13 +1,21 @@
 """The one training step. The miner's inner loop and the validator's replay both call
 `train_step`; nothing else changes parameters during training.
 
-A step: zero the gradients; split the batch into `micro_batches` equal row chunks; for each,
-forward, loss, backward of loss / micro_batches (gradient accumulation); clip the global
-gradient norm to `max_grad_norm`; one optimizer step; then, with an `Anchor`, pull every
-parameter toward the window's base by lr · strength of the way (decoupled, like weight decay
-toward the base instead of toward zero). The split changes the floating-point sums, so it is
-part of what a replay must follow (the manifest records it). The step pins the CPU thread count
-to `cpu_threads` (see `determinism.py`) and draws no random numbers.
+A step: zero the gradients; split the batch into `ranks` × `micro_batches` equal row chunks,
+`micro_batches` per data-parallel rank; on each rank, for each of its chunks, forward (under bf16
+autocast when the step config asks for it), loss, backward of loss / micro_batches (gradient
+accumulation); average the ranks' gradients; clip the global gradient norm to `max_grad_norm`;
+one optimizer step; then, with an `Anchor`, pull every parameter toward the window's base by
+lr · strength of the way (decoupled, like weight decay toward the base instead of toward zero).
+The step pins the CPU thread count to `cpu_threads` (see `determinism.py`) and draws no random
+numbers.
+
+The split changes the floating-point sums, so it is part of what a replay must follow (the
+manifest records both numbers). A miner on N processes (`parallel.py`) runs its rank's chunks
+under `DistributedDataParallel`, which scales each rank's gradient by 1/N and all-reduces the
+sum; one process replaying the same split accumulates each rank's chunks in turn and adds the
+scaled gradients in rank order (`_accumulate_ranks`), the same sums for two ranks (a + b either
+way; measured in docs/gpu.md).
 
 Why the anchor: without it, a segment's replay reads only the segment's revealed start state,
 so a miner that trained the whole window from an older model and claimed the window's base only
@@ -27,6 +35,9 @@ import torch
 
 from distrai.train.determinism import pinned_threads
 from distrai.train.loss import LossFn
+from distrai.train.parallel import DataParallel
+
+AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
@@ -34,12 +45,23 @@ class StepConfig:
     """How each step runs; a replay must use the miner's values."""
 
     micro_batches: int = 1
+    """gradient accumulation: chunks per rank"""
     max_grad_norm: float = 1.0
     cpu_threads: int | None = 1
+    ranks: int = 1
+    """data-parallel ranks the batch is split over (the miner's processes; one replay follows them)"""
+    autocast: str | None = None
+    """"bfloat16": the forward runs in bf16 over the parameters' dtype (fp32 master weights)"""
 
     def __post_init__(self) -> None:
         if self.micro_batches < 1:
             raise ValueError(f"micro_batches must be at least 1, got {self.micro_batches}")
+        if self.ranks < 1:
+            raise ValueError(f"ranks must be at least 1, got {self.ranks}")
+        if self.autocast is not None and self.autocast not in AUTOCAST_DTYPES:
+            raise ValueError(
+                f"unknown autocast dtype {self.autocast!r}; choose one of {sorted(AUTOCAST_DTYPES)}"
+            )
         if not self.max_grad_norm > 0:
             raise ValueError(f"max_grad_norm must be positive, got {self.max_grad_norm}")
         if self.cpu_threads is not None and self.cpu_threads < 1:
@@ -88,23 +110,37 @@ def train_step(
     micro_batches: int = 1,
     max_grad_norm: float = 1.0,
     cpu_threads: int | None = 1,
+    ranks: int = 1,
+    autocast: str | None = None,
     anchor: Anchor | None = None,
+    parallel: DataParallel | None = None,
 ) -> StepResult:
-    """One optimizer step on `batch` [B, T] (int64 token ids), B divisible by `micro_batches`.
+    """One optimizer step on `batch` [B, T] (int64 token ids), B divisible by ranks × micro_batches.
+    With `parallel` (this process is one of `ranks` processes, each given the whole batch) the
+    process trains its rank's rows and the ranks all-reduce their gradients; without, the one
+    process runs every rank's rows.
 
     Raises FloatingPointError before touching the parameters if the loss is not finite."""
-    StepConfig(micro_batches, max_grad_norm, cpu_threads)  # refuses bad settings, naming them
-    rows = _check_batch(batch, micro_batches)
+    StepConfig(
+        micro_batches, max_grad_norm, cpu_threads, ranks, autocast
+    )  # refuses bad settings, naming them
+    if parallel is not None and parallel.world != ranks:
+        raise ValueError(
+            f"the step splits the batch over {ranks} ranks, but {parallel.world} processes run it"
+        )
+    rows = _check_batch(batch, ranks * micro_batches)
     device = next(model.parameters()).device
-    batch = batch.to(device)
+    chunks = batch.to(device).split(rows // (ranks * micro_batches))
+    forward = _Forward(loss_fn, device, autocast, micro_batches)
     with pinned_threads(cpu_threads):
         model.train()
         optimizer.zero_grad(set_to_none=True)
-        losses = []
-        for chunk in batch.split(rows // micro_batches):
-            loss = loss_fn(model, chunk)
-            (loss / micro_batches).backward()
-            losses.append(loss.detach())
+        if parallel is None:
+            losses = _accumulate_ranks(model, chunks, forward, ranks)
+        else:
+            losses = parallel.accumulate(
+                chunks[parallel.rank * micro_batches : (parallel.rank + 1) * micro_batches], forward
+            )
         mean_loss = float(torch.stack(losses).mean())
         if not math.isfinite(mean_loss):
             optimizer.zero_grad(set_to_none=True)
@@ -115,6 +151,50 @@ def train_step(
         if anchor is not None and anchor.strength > 0:
             _pull_toward(model, anchor, optimizer.param_groups[0]["lr"] * anchor.strength)
     return StepResult(loss=mean_loss, grad_norm=float(grad_norm), tokens=rows * (batch.shape[1] - 1))
+
+
+@dataclass(frozen=True)
+class _Forward:
+    """Forward and backward of one chunk: loss (under autocast when set), then backward of
+    loss / micro_batches; returns the detached loss."""
+
+    loss_fn: LossFn
+    device: torch.device
+    autocast: str | None
+    micro_batches: int
+
+    def __call__(self, model: torch.nn.Module, chunk: torch.Tensor) -> torch.Tensor:
+        dtype = AUTOCAST_DTYPES.get(self.autocast or "", torch.float32)
+        with torch.autocast(self.device.type, dtype=dtype, enabled=self.autocast is not None):
+            loss = self.loss_fn(model, chunk)
+        (loss / self.micro_batches).backward()
+        return loss.detach()
+
+
+def _accumulate_ranks(
+    model: torch.nn.Module, chunks: tuple[torch.Tensor, ...], forward: _Forward, ranks: int
+) -> list[torch.Tensor]:
+    """Every rank's chunks in one process: rank by rank, the rank's accumulated gradient scaled by
+    1/ranks and added to the ranks before it, as `DistributedDataParallel` scales and sums them."""
+    if ranks == 1:
+        return [forward(model, chunk) for chunk in chunks]
+    params = [p for p in model.parameters() if p.requires_grad]
+    per_rank = len(chunks) // ranks
+    total: list[torch.Tensor] = []
+    losses: list[torch.Tensor] = []
+    for rank in range(ranks):
+        losses.extend(forward(model, chunk) for chunk in chunks[rank * per_rank : (rank + 1) * per_rank])
+        with torch.no_grad():
+            for i, p in enumerate(params):
+                scaled = p.grad.mul_(1.0 / ranks)
+                if rank == 0:
+                    total.append(scaled)
+                else:
+                    total[i].add_(scaled)
+                p.grad = None
+    for p, grad in zip(params, total, strict=True):
+        p.grad = grad
+    return losses
 
 
 def _pull_toward(model: torch.nn.Module, anchor: Anchor, weight: float) -> None:
@@ -131,8 +211,9 @@ def step_with(
     batch: torch.Tensor,
     loss_fn: LossFn,
     anchor: Anchor | None = None,
+    parallel: DataParallel | None = None,
 ) -> StepResult:
-    """`train_step` with the settings of `config`."""
+    """`train_step` with the settings of `config`, on `parallel`'s rank when given."""
     return train_step(
         model,
         optimizer,
@@ -141,11 +222,14 @@ def step_with(
         micro_batches=config.micro_batches,
         max_grad_norm=config.max_grad_norm,
         cpu_threads=config.cpu_threads,
+        ranks=config.ranks,
+        autocast=config.autocast,
         anchor=anchor,
+        parallel=parallel,
     )
 
 
-def _check_batch(batch: torch.Tensor, micro_batches: int) -> int:
+def _check_batch(batch: torch.Tensor, chunks: int) -> int:
     if batch.dtype != torch.long or batch.dim() != 2:
         raise ValueError(
             f"batch must be a 2-D int64 tensor [B, T], got {batch.dtype} of shape {tuple(batch.shape)}"
@@ -153,6 +237,6 @@ def _check_batch(batch: torch.Tensor, micro_batches: int) -> int:
     rows, length = batch.shape
     if length < 2:
         raise ValueError(f"batch rows need at least 2 tokens, got {length}")
-    if rows == 0 or rows % micro_batches:
-        raise ValueError(f"batch of {rows} rows cannot be split into {micro_batches} equal micro-batches")
+    if rows == 0 or rows % chunks:
+        raise ValueError(f"batch of {rows} rows cannot be split into {chunks} equal micro-batches")
     return rows

@@ -60,6 +60,9 @@ class ReplayClass(_Body):
     dtype: str = Field(min_length=1, max_length=32)
     attention: str = Field(min_length=1, max_length=64)
     micro_batches: int = Field(ge=1)
+    ranks: int = Field(default=1, ge=1, le=4096)
+    autocast: str | None = Field(default=None, max_length=32)
+    adamw: str = Field(default="single", min_length=1, max_length=32)
 
 
 class UpdateManifest(_Body):
@@ -70,6 +73,9 @@ class UpdateManifest(_Body):
     base_hash: Sha256
     update: UpdateBlob
     micro_batches: int = Field(ge=1)
+    """gradient accumulation: micro-batches per rank"""
+    ranks: int = Field(default=1, ge=1, le=4096)
+    """data-parallel processes the miner split each step's batch over"""
     losses: list[float]
     boundaries: list[Boundary]
     residual_in_hash: Sha256 | None
@@ -78,11 +84,13 @@ class UpdateManifest(_Body):
     """the miner's replay class; None: a validator compares at the run's default tolerance"""
 
     @model_validator(mode="after")
-    def _one_micro_batch_split(self) -> UpdateManifest:
+    def _one_split(self) -> UpdateManifest:
         if self.replay_class is not None and self.replay_class.micro_batches != self.micro_batches:
             raise ValueError(
                 f"replay_class.micro_batches {self.replay_class.micro_batches} is not micro_batches {self.micro_batches}"
             )
+        if self.replay_class is not None and self.replay_class.ranks != self.ranks:
+            raise ValueError(f"replay_class.ranks {self.replay_class.ranks} is not ranks {self.ranks}")
         return self
 
     @field_validator("losses")

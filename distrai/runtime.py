@@ -19,7 +19,7 @@ from distrai.train.loss import LossFn, causal_lm_loss
 from distrai.train.model import ModelSpec, load_model, load_teacher, load_tokenizer
 from distrai.train.optimizer import InnerOptimizerConfig
 from distrai.train.parallel import DataParallel, Launch
-from distrai.train.step import StepConfig
+from distrai.train.step import StepConfig, over_ranks
 
 PARAMS_TAG = "global_params"
 
@@ -96,14 +96,8 @@ class Runtime:
 def run_on_ranks(runtime: Runtime, launch: Launch) -> None:
     """Make `runtime` one of a miner's `launch.world` data-parallel ranks: every step splits the
     batch over them (the manifest records it). Refuses a batch that does not split evenly."""
-    step = runtime.inner.step
-    rows = runtime.config.train.batch_size
-    if rows % (launch.world * step.micro_batches):
-        raise ValueError(
-            f"the batch of {rows} sequences does not split over {launch.world} ranks of "
-            f"{step.micro_batches} micro-batches each; run a number of processes that divides it"
-        )
-    runtime.inner = dataclasses.replace(runtime.inner, step=dataclasses.replace(step, ranks=launch.world))
+    step = over_ranks(runtime.inner.step, runtime.config.train.batch_size, launch.world)
+    runtime.inner = dataclasses.replace(runtime.inner, step=step)
     runtime.parallel = DataParallel(launch.rank, launch.world, runtime.device, runtime.model)
 
 

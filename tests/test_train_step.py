@@ -8,6 +8,7 @@ import torch
 from support.tiny_models import FAST_LR, tiny_data, tiny_model
 
 from distrai.train.loss import causal_lm_loss
+from distrai.train.model import ModelSpec, load_model
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer
 from distrai.train.state import capture_state, state_hash, states_equal
 from distrai.train.step import Anchor, StepConfig, anchor_to, train_step
@@ -169,3 +170,49 @@ def test_an_anchor_names_what_it_lacks_and_refuses_a_bad_strength():
         anchor_to(model, {}, 0.1)
     with pytest.raises(ValueError, match="strength"):
         Anchor({}, -1.0)
+
+
+def run_kernels(
+    attention: str, adamw: str, autocast: str | None, dtype: str = "float32", lr: float = FAST_LR
+):
+    """Three steps of a fresh tiny model with the given attention, AdamW and autocast; the end state."""
+    model = load_model(ModelSpec(preset="tiny", attention=attention, dtype=dtype))
+    optimizer = make_inner_optimizer(model, InnerOptimizerConfig(lr=lr, implementation=adamw))
+    for batch in BATCHES:
+        train_step(model, optimizer, batch, loss_fn=causal_lm_loss, autocast=autocast)
+    return capture_state(model, optimizer, len(BATCHES))
+
+
+@pytest.mark.parametrize(
+    ("attention", "adamw", "autocast"),
+    [
+        ("sdpa", "single", None),
+        ("eager", "foreach", None),
+        ("eager", "fused", None),
+        ("sdpa", "fused", "bfloat16"),
+    ],
+)
+def test_each_fast_kernel_repeats_bit_for_bit(attention, adamw, autocast):
+    assert state_hash(run_kernels(attention, adamw, autocast)) == state_hash(
+        run_kernels(attention, adamw, autocast)
+    )
+
+
+def test_bf16_autocast_computes_in_bf16_and_keeps_fp32_master_weights():
+    reference, autocast = run_kernels("eager", "single", None), run_kernels("eager", "single", "bfloat16")
+    assert all(p.dtype == torch.float32 for p in autocast.params.values())
+    assert not states_equal(reference, autocast), "the forward did not run in bf16"
+
+
+def test_fp32_master_weights_keep_updates_that_bf16_parameters_round_away():
+    """An AdamW step moves each weight by about lr; at lr 1e-6 that is below bf16's resolution near
+    the weights' magnitude (2⁻⁸ relative), so bf16 parameters mostly stay where they were, and fp32
+    master weights under bf16 autocast take every step."""
+
+    def moved(state, dtype: str) -> float:
+        start = dict(load_model(ModelSpec(preset="tiny", dtype=dtype)).named_parameters())
+        changed = sum(int((state.params[n] != p.detach()).sum()) for n, p in start.items())
+        return changed / sum(p.numel() for p in start.values())
+
+    assert moved(run_kernels("eager", "single", "bfloat16", lr=1e-6), "float32") > 0.99
+    assert moved(run_kernels("eager", "single", None, dtype="bfloat16", lr=1e-6), "bfloat16") < 0.5

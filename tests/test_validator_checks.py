@@ -121,6 +121,7 @@ def test_fewer_whole_segments_than_h_pass(runtime, model, tmp_path):
         ("other base", "consistency", "another base model"),
         ("more steps than H", "consistency", "does not cover"),
         ("a part of a segment", "consistency", "does not cover"),
+        ("a split that does not divide the batch", "consistency", "3 rank(s) of 1 micro-batches"),
         ("no blob", "update", "no key"),
         ("garbage blob", "update", "malformed_safetensors"),
         ("wrong size", "update", "the manifest says"),
@@ -148,6 +149,8 @@ def test_bad_input_becomes_a_named_verdict(runtime, model, tmp_path, case, check
     elif case == "a part of a segment":
         body["losses"] = body["losses"][:-1]
         body["boundaries"] = body["boundaries"][:-1] + [{**body["boundaries"][-1], "step": len(body["losses"])}]
+    elif case == "a split that does not divide the batch":
+        body["ranks"] = 3
     elif case == "no blob":
         publish_blob = None
     elif case == "garbage blob":

@@ -12,6 +12,16 @@ H = "ab" * 32
 ALICE = Keypair.create_from_uri("//Alice")
 
 
+REPLAY_CLASS = {
+    "device": "cpu (AVX2)",
+    "torch": "2.13.0",
+    "cuda": None,
+    "dtype": "float32",
+    "attention": "eager",
+    "micro_batches": 1,
+}
+
+
 def manifest_body(**overrides):
     body = {
         "kind": "update",
@@ -52,6 +62,12 @@ def test_signed_manifest_round_trips():
         ({"run_id": "xyz"}, Reason.BAD_FIELD, "run_id"),
         ({"losses": [1.0, float("nan"), 1.0, 1.0]}, Reason.BAD_FIELD, "losses"),
         ({"micro_batches": 0}, Reason.BAD_FIELD, "micro_batches"),
+        ({"ranks": 0}, Reason.BAD_FIELD, "ranks"),
+        (
+            {"ranks": 2, "replay_class": {**REPLAY_CLASS, "ranks": 4}},
+            Reason.BAD_FIELD,
+            "replay_class.ranks 4 is not ranks 2",
+        ),
         (
             {"update": {"sha256": H, "size": 0, "codec": "topk", "codec_metadata": {}}},
             Reason.BAD_FIELD,

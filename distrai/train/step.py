@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -227,6 +227,17 @@ def step_with(
         anchor=anchor,
         parallel=parallel,
     )
+
+
+def over_ranks(step: StepConfig, batch_size: int, world: int) -> StepConfig:
+    """`step` with its batch of `batch_size` rows split over `world` data-parallel ranks; refuses
+    a split that leaves ranks or micro-batches uneven."""
+    if world < 1 or batch_size % (world * step.micro_batches):
+        raise ValueError(
+            f"the batch of {batch_size} sequences does not split over {world} ranks of "
+            f"{step.micro_batches} micro-batches each; run a number of processes that divides it"
+        )
+    return replace(step, ranks=world)
 
 
 def _check_batch(batch: torch.Tensor, chunks: int) -> int:

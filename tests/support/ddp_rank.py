@@ -1,0 +1,55 @@
+"""One rank of a data-parallel step test, started by torchrun (tests/test_train_parallel.py):
+trains a tiny model for a few steps over gloo and writes its end state's hash and its losses to
+OUT/rank<R>.json. Usage: torchrun --nproc-per-node N ddp_rank.py OUT MICRO_BATCHES"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from distrai.train.loss import causal_lm_loss
+from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer
+from distrai.train.parallel import DataParallel, join, launched, leave
+from distrai.train.state import capture_state, state_hash
+from distrai.train.step import train_step
+from support.tiny_models import FAST_LR, tiny_data, tiny_model
+
+STEPS, ROWS = 3, 8
+
+
+def batches() -> list:
+    data = tiny_data(seq_len=32, documents=120)
+    return [data.train[i * ROWS : (i + 1) * ROWS] for i in range(STEPS)]
+
+
+def main(out: Path, micro_batches: int) -> None:
+    launch = launched()
+    if launch is None:
+        raise SystemExit("run me under torchrun with more than one process")
+    device = launch.device("cpu")
+    join(launch, device)
+    try:
+        model = tiny_model()
+        optimizer = make_inner_optimizer(model, InnerOptimizerConfig(lr=FAST_LR))
+        parallel = DataParallel(launch.rank, launch.world, device, model)
+        losses = [
+            train_step(
+                model,
+                optimizer,
+                batch,
+                loss_fn=causal_lm_loss,
+                micro_batches=micro_batches,
+                ranks=launch.world,
+                parallel=parallel,
+            ).loss
+            for batch in batches()
+        ]
+        record = {"hash": state_hash(capture_state(model, optimizer, STEPS)), "losses": losses}
+        (out / f"rank{launch.rank}.json").write_text(json.dumps(record))
+    finally:
+        leave()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), int(sys.argv[2]))

@@ -1,0 +1,90 @@
+"""The data-parallel step: two gloo processes under `DistributedDataParallel` end where one process
+replaying the same split ends, bit for bit; a split is checked before any work."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from support.ddp_rank import batches
+from support.tiny_models import FAST_LR, tiny_model
+
+from distrai.train.loss import causal_lm_loss
+from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer
+from distrai.train.parallel import DataParallel
+from distrai.train.state import capture_state, state_hash
+from distrai.train.step import StepConfig, over_ranks, train_step
+
+TESTS = Path(__file__).parent
+
+
+def run_ranks(out: Path, world: int, micro_batches: int) -> list[dict]:
+    """torchrun `world` gloo processes of tests/support/ddp_rank.py; every rank's record."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}"]
+    done = subprocess.run(
+        [*command, str(TESTS / "support" / "ddp_rank.py"), str(out), str(micro_batches)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def replay_in_one_process(ranks: int, micro_batches: int) -> dict:
+    model = tiny_model()
+    optimizer = make_inner_optimizer(model, InnerOptimizerConfig(lr=FAST_LR))
+    losses = [
+        train_step(
+            model, optimizer, batch, loss_fn=causal_lm_loss, micro_batches=micro_batches, ranks=ranks
+        ).loss
+        for batch in batches()
+    ]
+    return {"hash": state_hash(capture_state(model, optimizer, len(losses))), "losses": losses}
+
+
+@pytest.mark.parametrize("micro_batches", [1, 2])
+def test_two_gloo_ranks_end_where_one_process_replaying_their_split_ends(tmp_path, micro_batches):
+    ranks = run_ranks(tmp_path, 2, micro_batches)
+    assert ranks[0] == ranks[1], "the ranks took different optimizer steps"
+    assert ranks[0] == replay_in_one_process(2, micro_batches)
+
+
+def test_a_split_that_does_not_divide_the_batch_is_refused_before_training():
+    step = StepConfig(micro_batches=2)
+    assert over_ranks(step, 8, 2).ranks == 2
+    with pytest.raises(ValueError, match="batch of 8 sequences does not split over 3 ranks of 2"):
+        over_ranks(step, 8, 3)
+    model = tiny_model()
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = make_inner_optimizer(model, InnerOptimizerConfig(lr=FAST_LR))
+    with pytest.raises(ValueError, match="batch of 8 rows cannot be split into 6"):
+        train_step(model, optimizer, batches()[0], loss_fn=causal_lm_loss, micro_batches=2, ranks=3)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"ranks": 0}, "ranks must be at least 1"),
+        ({"autocast": "float16"}, "unknown autocast dtype 'float16'"),
+    ],
+)
+def test_bad_step_settings_are_named(fields, words):
+    with pytest.raises(ValueError, match=words):
+        StepConfig(**fields)
+
+
+def test_a_step_run_by_another_number_of_processes_than_its_split_is_refused():
+    model = tiny_model()
+    optimizer = make_inner_optimizer(model, InnerOptimizerConfig(lr=FAST_LR))
+    parallel = DataParallel(rank=0, world=2, device=torch.device("cpu"), model=model)
+    with pytest.raises(ValueError, match="splits the batch over 1 ranks, but 2 processes run it"):
+        train_step(model, optimizer, batches()[0], loss_fn=causal_lm_loss, ranks=1, parallel=parallel)

@@ -84,14 +84,14 @@ def test_reveal_bytes_of_the_tiny_cpu_config(cpu):
     assert one.total == update + sampled * 8 + 12 * n
 
 
-def test_gpu_subnet_reveals_at_most_8_bytes_per_parameter_whatever_the_validators(gpu):
-    assert gpu.model.dtype == "bfloat16" and gpu.verification.challenge_segments == 1
+def test_gpu_subnet_reveals_13_bytes_per_parameter_whatever_the_validators(gpu):
+    assert gpu.model.dtype == "float32" and gpu.verification.challenge_segments == 1
     one = linkcheck.reveal_bytes(gpu, GPU_PARAMS, validators=1)
-    assert one.state / GPU_PARAMS == 6.0
-    # one start state (6 B/param) and the trajectory sample: (2 + 4) B/param × trajectory_fraction
-    expected = 6.0 + 6.0 * gpu.verification.trajectory_fraction
+    assert one.state / GPU_PARAMS == 12.0
+    # one fp32 start state (12 B/param) and the trajectory sample: (4 + 4) B/param × trajectory_fraction
+    expected = 12.0 + 8.0 * gpu.verification.trajectory_fraction
     assert one.per_param(GPU_PARAMS) == pytest.approx(expected, abs=1e-6)
-    assert one.per_param(GPU_PARAMS) <= 8.0
+    assert one.per_param(GPU_PARAMS) <= 13.0
     assert one.update < 0.05 * GPU_PARAMS  # topk at 4096/64: about 0.03 bytes per parameter
     many = linkcheck.reveal_bytes(gpu, GPU_PARAMS, validators=10_000)
     assert many == one

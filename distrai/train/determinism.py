@@ -21,13 +21,24 @@ state. The settings that matter, all found by experiment on torch 2.13 / MKL:
 - Dropout and other randomness: none. Models are loaded with every dropout set to zero and the
   step draws no random numbers, so no RNG state needs replaying.
 
+The step's kernel choices on CPU (tiny model, docs/gpu.md): eager and SDPA attention, single,
+foreach and fused AdamW, with and without bf16 autocast each repeat bit for bit; foreach gives the
+same bits as single, while fused AdamW, SDPA and autocast each give other bits than the reference,
+so each is part of the replay class (`replay_class.py`). A miner on two data-parallel gloo ranks
+and one process replaying its split agree bit for bit; on four they do not (gloo's ring sums in
+another order than rank by rank), and such replays are compared within the run's tolerance.
+
 CUDA. `configure_determinism` turns on `torch.use_deterministic_algorithms`, sets
-`CUBLAS_WORKSPACE_CONFIG`, turns off cuDNN autotuning and TF32. With those, one GPU model with one
-driver / CUDA / torch build repeats itself. Still not deterministic, and so compared with a
-calibrated tolerance: results across GPU models (A100 vs H100 pick different GEMM kernels),
-across library versions, and against CPU results. Attention runs in "eager" mode (plain matmul +
-softmax): not every fused SDPA kernel has a deterministic backward (the memory-efficient one
-accumulates with atomics), and which SDPA backend runs depends on hardware, shapes and dtype.
+`CUBLAS_WORKSPACE_CONFIG`, turns off cuDNN autotuning and TF32. Measured on H100 and H200 at 150M
+parameters (../shared/measurements/gpu-2026-11-23.md): with those switches one GPU model repeats
+itself bit for bit in fp32 and bf16, with eager attention and with SDPA (flash attention's
+backward included); without deterministic algorithms SDPA does not (0.006–0.012 apart). H100 and
+H200 agree bit for bit in fp32 with eager attention and differ by about 0.01 in bf16 (the GEMMs
+pick other kernels), so across GPU models, library versions, and against CPU results replays are
+compared within a calibrated tolerance. Not yet measured on a GPU: fused AdamW (an elementwise
+kernel, so expected to repeat), bf16 autocast over fp32 master weights, the data-parallel all-reduce
+over NCCL (its ring order decides the sums, as gloo's does on CPU), and `torch.compile`d kernels;
+`bench/gpu.py` measures each when a GPU is present.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from rich.logging import RichHandler
 
 from distrai.chain.base import Chain
@@ -22,10 +23,12 @@ from distrai.chain.local import LocalChain
 from distrai.chain.subtensor import SubtensorChain
 from distrai.metrics import Metrics
 from distrai.run import RUN_COMMITMENT_PREFIX, RunConfig, check_run_matches, load_run_config
-from distrai.runtime import Runtime, build_runtime
+from distrai.runtime import Runtime, build_runtime, fit_memory, run_on_ranks
 from distrai.store import Store, open_store
 from distrai.sync import StoreCache
 from distrai.train.determinism import configure_determinism
+from distrai.train.memory import GIB, device_budget
+from distrai.train.parallel import Launch
 from distrai.wallets import DEFAULT_WALLET_PATH, open_wallet
 
 FLAGS = [
@@ -60,6 +63,13 @@ FLAGS = [
         "limit store traffic to this many bytes per second",
     ),
     ("--device", "DISTRAI_DEVICE", "cpu", "torch device: cpu, cuda, cuda:1, …"),
+    (
+        "--device.memory_gib",
+        "DISTRAI_DEVICE_MEMORY_GIB",
+        None,
+        "device memory to fit the training step in, in GiB (default: 90%% of the GPU's; on a CPU, no "
+        "planning); the node picks micro-batches and activation checkpointing to fit (docs/gpu.md)",
+    ),
     ("--run.config", "DISTRAI_RUN_CONFIG", None, "the subnet owner's run config (TOML)"),
     (
         "--work.dir",
@@ -129,7 +139,11 @@ def configure_logging(level: str) -> None:
     )
 
 
-def build_node(args: argparse.Namespace, role: str) -> Node:
+def build_node(
+    args: argparse.Namespace, role: str, launch: Launch | None = None, budget: int | None = None
+) -> Node:
+    """The node of `role` from its flags. With `launch`, rank 0 of a miner on several processes,
+    whose ranks agreed on the memory `budget`; without, the budget is this device's."""
     configure_logging(getattr(args, "logging.level"))
     run_path = getattr(args, "run.config")
     if not run_path:
@@ -157,7 +171,9 @@ def build_node(args: argparse.Namespace, role: str) -> Node:
     work_dir = Path(work).expanduser()
     work_dir.mkdir(parents=True, exist_ok=True)
     configure_determinism(args.device)
-    runtime = build_runtime(config, args.device)
+    if launch is None:
+        budget = memory_budget(args)
+    runtime = prepare_runtime(args, config, role, budget, launch)
     metrics = Metrics(
         work_dir / "metrics.jsonl",
         role=role,
@@ -179,6 +195,36 @@ def build_node(args: argparse.Namespace, role: str) -> Node:
         stores=StoreCache(),
         max_windows=int(max_windows) if max_windows else None,
     )
+
+
+def prepare_runtime(
+    args: argparse.Namespace, config: RunConfig, role: str, budget: int | None, launch: Launch | None = None
+) -> Runtime:
+    """The run's runtime on this process's device: on its rank of `launch` when given, its step
+    fitted to `budget` bytes of memory (a miner may split its batch further; a validator replays the
+    miner's split), the plan logged."""
+    runtime = build_runtime(config, args.device)
+    if launch is not None:
+        run_on_ranks(runtime, launch)
+    plan = fit_memory(runtime, budget, split_further=role == "miner")
+    if plan is not None:
+        logging.getLogger(f"distrai.{role}").info("memory: %s", plan.describe())
+    return runtime
+
+
+def memory_budget(args: argparse.Namespace) -> int | None:
+    """Bytes of device memory to fit the step in: `--device.memory_gib` when given, else 90% of the
+    GPU's (`distrai.train.memory.device_budget`), else None (a CPU: nothing is planned)."""
+    raw = getattr(args, "device.memory_gib", None)
+    if raw in (None, ""):
+        return device_budget(torch.device(args.device))
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"--device.memory_gib must be a number of GiB, got {raw!r}") from None
+    if not value > 0:
+        raise ValueError(f"--device.memory_gib must be positive, got {raw!r}")
+    return int(value * GIB)
 
 
 def stop_on_signals() -> threading.Event:

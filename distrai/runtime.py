@@ -16,6 +16,7 @@ from distrai.train.distill import DistillationLoss, DistillConfig
 from distrai.train.hashing import hash_tensors
 from distrai.train.inner import InnerConfig
 from distrai.train.loss import LossFn, causal_lm_loss
+from distrai.train.memory import MemoryPlan, ModelShape, plan_memory, set_checkpointing
 from distrai.train.model import ModelSpec, load_model, load_teacher, load_tokenizer
 from distrai.train.optimizer import InnerOptimizerConfig
 from distrai.train.parallel import DataParallel, Launch
@@ -99,6 +100,29 @@ def run_on_ranks(runtime: Runtime, launch: Launch) -> None:
     step = over_ranks(runtime.inner.step, runtime.config.train.batch_size, launch.world)
     runtime.inner = dataclasses.replace(runtime.inner, step=step)
     runtime.parallel = DataParallel(launch.rank, launch.world, runtime.device, runtime.model)
+
+
+def fit_memory(runtime: Runtime, budget: int | None, split_further: bool) -> MemoryPlan | None:
+    """Fit the run's step in `budget` bytes of device memory (`distrai.train.memory`; None: nothing
+    is planned). A miner may split its batch further (`split_further`); a validator replays the
+    miner's split and may only recompute activations. Raises `DoesNotFit` naming what the step
+    would need."""
+    if budget is None:
+        return None
+    step = runtime.inner.step
+    plan = plan_memory(
+        ModelShape.of(runtime.model, step.autocast),
+        runtime.config.train.batch_size // step.ranks,
+        runtime.config.data.seq_len,
+        step.micro_batches,
+        budget,
+        split_further,
+    )
+    runtime.inner = dataclasses.replace(
+        runtime.inner, step=dataclasses.replace(step, micro_batches=plan.micro_batches)
+    )
+    set_checkpointing(runtime.model, plan.checkpointing)
+    return plan
 
 
 def build_runtime(config: RunConfig, device: str = "cpu") -> Runtime:

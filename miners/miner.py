@@ -449,6 +449,7 @@ class Miner(Participant):
             },
             "micro_batches": self.rt.inner.step.micro_batches,
             "ranks": self.rt.inner.step.ranks,
+            "checkpointing": self.rt.model.is_activation_checkpointing,
             "replay_class": replay_class_of(
                 self.rt.model, self.rt.device, self.rt.inner.step, self.rt.inner.optimizer.implementation
             ).model_dump(),

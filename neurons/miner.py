@@ -20,9 +20,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from distrai.chain.base import ChainError  # noqa: E402
-from distrai.node import build_node, build_parser, configure_logging, stop_on_signals  # noqa: E402
+from distrai.node import (  # noqa: E402
+    build_node,
+    build_parser,
+    configure_logging,
+    memory_budget,
+    prepare_runtime,
+    stop_on_signals,
+)
 from distrai.run import load_run_config  # noqa: E402
-from distrai.runtime import Runtime, build_runtime, run_on_ranks  # noqa: E402
 from distrai.train import parallel  # noqa: E402
 from distrai.train.determinism import configure_determinism  # noqa: E402
 from distrai.train.inner import follow  # noqa: E402
@@ -52,21 +58,26 @@ def main(argv: list[str] | None = None) -> int:
         return run_miner(args, adversary)
     device = launch.device(args.device)
     args.device = str(device)
+    try:
+        own = memory_budget(args)
+    except ValueError as exc:
+        print(f"miner cannot start: {exc}", file=sys.stderr)
+        return 2
     parallel.join(launch, device)
     try:
+        budget = parallel.smallest(own, device)
         if launch.rank == 0:
-            return run_miner(args, adversary, launch)
-        return run_follower(args, launch)
+            return run_miner(args, adversary, launch, budget)
+        return run_follower(args, launch, budget)
     finally:
         parallel.leave()
 
 
-def run_miner(args, adversary: str, launch: parallel.Launch | None = None) -> int:
-    """The miner (on rank 0 when torchrun started several processes)."""
+def run_miner(args, adversary: str, launch: parallel.Launch | None = None, budget: int | None = None) -> int:
+    """The miner (on rank 0 when torchrun started several processes, whose ranks agreed on the
+    memory `budget`)."""
     try:
-        node = build_node(args, "miner")
-        if launch is not None:
-            run_on_ranks(node.runtime, launch)
+        node = build_node(args, "miner", launch, budget)
     except (ValueError, FileNotFoundError, ChainError) as exc:
         print(f"miner cannot start: {exc}", file=sys.stderr)
         if launch is not None:
@@ -89,13 +100,17 @@ def run_miner(args, adversary: str, launch: parallel.Launch | None = None) -> in
     return 0
 
 
-def run_follower(args, launch: parallel.Launch) -> int:
+def run_follower(args, launch: parallel.Launch, budget: int | None) -> int:
     """A rank other than 0: build the same model and train the steps rank 0 sends, until it stops."""
     configure_logging(getattr(args, "logging.level"))
     log = logging.getLogger("distrai.miner")
     configure_determinism(args.device)
-    runtime: Runtime = build_runtime(load_run_config(getattr(args, "run.config")), args.device)
-    run_on_ranks(runtime, launch)
+    try:
+        runtime = prepare_runtime(args, load_run_config(getattr(args, "run.config")), "miner", budget, launch)
+    except ValueError as exc:
+        print(f"rank {launch.rank} cannot start: {exc}", file=sys.stderr)
+        parallel.next_command(args.device)
+        return 2
     log.info("rank %d of %d: following rank 0's steps on %s", launch.rank, launch.world, args.device)
     steps = follow(runtime.parallel, runtime.loss_fn, runtime.inner)
     log.info("rank %d of %d: rank 0 stopped after %d steps here", launch.rank, launch.world, steps)

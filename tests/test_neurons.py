@@ -116,3 +116,35 @@ def test_flags_come_from_the_environment(subnet):
     out = neuron("miner", env=env)
     assert out.returncode == 0, out.stderr
     assert "miner" in out.stdout + out.stderr and (tmp_path / "w" / "metrics.jsonl").exists()
+
+
+def test_a_node_fits_its_step_in_the_memory_it_is_given_or_says_what_it_needs(subnet):
+    chain, owner, wallets, tmp_path = subnet
+    chain.commit(owner, run_commitment(load_run_config(CPU)))
+    args = common(chain, wallets, tmp_path, CPU)
+    out = neuron("miner", *args, "--device.memory_gib", "1")
+    assert out.returncode == 0, out.stderr
+    assert "memory: 1 micro-batch(es) without activation checkpointing" in " ".join(out.stdout.split())
+    for role in ("miner", "validator"):
+        out = neuron(role, *args, "--device.memory_gib", "0.01")
+        assert out.returncode == 2, out.stderr
+        assert f"{role} cannot start: the step needs at least" in out.stderr
+        assert "the budget is 0.0 GiB" in out.stderr
+    out = neuron("miner", *args, "--device.memory_gib", "lots")
+    assert out.returncode == 2 and "--device.memory_gib must be a number of GiB, got 'lots'" in out.stderr
+
+
+def test_every_rank_of_a_miner_that_cannot_fit_says_so_and_exits(subnet):
+    chain, owner, wallets, tmp_path = subnet
+    chain.commit(owner, run_commitment(load_run_config(CPU)))
+    out = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+        + [str(REPO / "neurons" / "miner.py"), *common(chain, wallets, tmp_path, CPU)]
+        + ["--device.memory_gib", "0.01"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert out.returncode != 0
+    assert "miner cannot start: the step needs at least" in out.stderr
+    assert "rank 1 cannot start: the step needs at least" in out.stderr

@@ -148,7 +148,9 @@ def test_bad_input_becomes_a_named_verdict(runtime, model, tmp_path, case, check
         body["boundaries"] = body["boundaries"] + [{**body["boundaries"][-1], "step": len(body["losses"])}]
     elif case == "a part of a segment":
         body["losses"] = body["losses"][:-1]
-        body["boundaries"] = body["boundaries"][:-1] + [{**body["boundaries"][-1], "step": len(body["losses"])}]
+        body["boundaries"] = body["boundaries"][:-1] + [
+            {**body["boundaries"][-1], "step": len(body["losses"])}
+        ]
     elif case == "a split that does not divide the batch":
         body["ranks"] = 3
     elif case == "no blob":
@@ -245,3 +247,28 @@ def test_what_was_not_there_at_the_reveal_deadline_never_counts(runtime, model, 
         stores, runtime.run_id, WINDOW, {MINER.ss58_address: announcement}, 1 << 20, lambda: 40
     )
     assert check(runtime, model, AtDeadline(store, announcement.store_url, on_time, 40), announcement).passed
+
+
+def test_a_split_coarser_than_the_run_s_is_refused(runtime, model, tmp_path):
+    """A miner may split its batch further than the run config, never less: the validator's memory is
+    planned for the run's micro-batches, and it replays the miner's."""
+    train = runtime.config.train.model_copy(update={"micro_batches": 2})
+    strict = dataclasses.replace(runtime, config=runtime.config.model_copy(update={"train": train}))
+    store = FileStore(tmp_path)
+    blob, meta = update_blob(runtime, model)
+    hk = MINER.ss58_address
+    for micro_batches, passed in ((1, False), (2, True), (4, True)):
+        body = manifest_body(runtime, model, blob, meta, hk, micro_batches=micro_batches)
+        verdict = check(strict, model, store, publish(store, runtime, hk, sign_document(MINER, body), blob))
+        assert verdict.passed == passed, verdict.verdicts
+    assert (
+        "1 micro-batches are not a multiple of the run's 2"
+        in check(
+            strict,
+            model,
+            store,
+            publish(
+                store, runtime, hk, sign_document(MINER, manifest_body(runtime, model, blob, meta, hk)), blob
+            ),
+        ).verdicts["consistency"]
+    )

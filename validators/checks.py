@@ -117,6 +117,12 @@ def check_miner(
         problems.append(
             f"{manifest.ranks} rank(s) of {manifest.micro_batches} micro-batches do not divide the batch"
         )
+    if manifest.micro_batches % cfg.train.micro_batches:
+        # a miner may split its batch further to fit its memory, never less: a validator replays
+        # the miner's split, and planned its memory for the run's (docs/gpu.md)
+        problems.append(
+            f"{manifest.micro_batches} micro-batches are not a multiple of the run's {cfg.train.micro_batches}"
+        )
     if manifest.update.codec != cfg.codec.name:
         problems.append(f"codec {manifest.update.codec!r} is not the run's {cfg.codec.name!r}")
     if manifest.update.size > limits.max_update_bytes:

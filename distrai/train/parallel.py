@@ -100,10 +100,7 @@ class DataParallel:
 
     def next_command(self) -> Command:
         """Follower: wait for the leader's next command."""
-        header = torch.zeros(4, dtype=torch.int64, device=self.device)
-        dist.broadcast(header, src=0)
-        kind, step, rows, columns = (int(v) for v in header.tolist())
-        return Command(kind, step, (rows, columns))
+        return next_command(self.device)
 
     def receive_batch(self, command: Command) -> torch.Tensor:
         """Follower: the batch of a STEP command."""
@@ -124,6 +121,24 @@ class DataParallel:
 def _send(command: Command, device: torch.device | str) -> None:
     header = torch.tensor([command.kind, command.step, *command.shape], dtype=torch.int64, device=device)
     dist.broadcast(header, src=0)
+
+
+def smallest(value: int | None, device: torch.device | str) -> int | None:
+    """Every rank, first thing after joining: the smallest of the ranks' `value`s (their memory
+    budgets, so all plan the same split); None when any rank has none."""
+    held = torch.tensor([-1 if value is None else value], dtype=torch.int64, device=device)
+    dist.all_reduce(held, op=dist.ReduceOp.MIN)
+    least = int(held.item())
+    return None if least < 0 else least
+
+
+def next_command(device: torch.device | str) -> Command:
+    """Follower: wait for the leader's next command (also for a follower that could not start, which
+    waits for the leader's shutdown before it exits)."""
+    header = torch.zeros(4, dtype=torch.int64, device=device)
+    dist.broadcast(header, src=0)
+    kind, step, rows, columns = (int(v) for v in header.tolist())
+    return Command(kind, step, (rows, columns))
 
 
 def stop_followers(device: torch.device | str) -> None:

@@ -165,7 +165,11 @@ class _Forward:
 
     def __call__(self, model: torch.nn.Module, chunk: torch.Tensor) -> torch.Tensor:
         dtype = AUTOCAST_DTYPES.get(self.autocast or "", torch.float32)
-        with torch.autocast(self.device.type, dtype=dtype, enabled=self.autocast is not None):
+        # no cast cache: under activation checkpointing a layer's bf16 weights then live only while
+        # it runs (memory.py); a cast is exact either way, so the bits do not change
+        with torch.autocast(
+            self.device.type, dtype=dtype, enabled=self.autocast is not None, cache_enabled=False
+        ):
             loss = self.loss_fn(model, chunk)
         (loss / self.micro_batches).backward()
         return loss.detach()

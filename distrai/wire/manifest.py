@@ -76,6 +76,8 @@ class UpdateManifest(_Body):
     """gradient accumulation: micro-batches per rank"""
     ranks: int = Field(default=1, ge=1, le=4096)
     """data-parallel processes the miner split each step's batch over"""
+    checkpointing: bool = False
+    """whether the miner recomputed activations in the backward to fit its memory (same bits either way)"""
     losses: list[float]
     boundaries: list[Boundary]
     residual_in_hash: Sha256 | None

@@ -203,6 +203,10 @@ class TrainConfig(_Section):
     adamw: Literal["single", "foreach", "fused"] = Field(
         default="single", description="AdamW implementation; every node uses the run's, replays follow it"
     )
+    compile: bool = Field(
+        default=False,
+        description="run the model under torch.compile (inductor): other bits than eager, so replays follow it",
+    )
     cpu_threads: int = Field(
         default=1,
         ge=1,

@@ -145,6 +145,8 @@ def build_runtime(config: RunConfig, device: str = "cpu") -> Runtime:
         tokenizer,
     )
     model = load_model(spec, tokenizer=tokenizer, device=device)
+    if config.train.compile:
+        model.compile()  # in place: the module, its parameters and their names stay as they are
     loss_fn: LossFn = causal_lm_loss
     if config.task.kind == "distill":
         teacher = load_teacher(model_spec(config.task.teacher), tokenizer=tokenizer, device=device)

@@ -451,7 +451,11 @@ class Miner(Participant):
             "ranks": self.rt.inner.step.ranks,
             "checkpointing": self.rt.model.is_activation_checkpointing,
             "replay_class": replay_class_of(
-                self.rt.model, self.rt.device, self.rt.inner.step, self.rt.inner.optimizer.implementation
+                self.rt.model,
+                self.rt.device,
+                self.rt.inner.step,
+                self.rt.inner.optimizer.implementation,
+                self.rt.config.train.compile,
             ).model_dump(),
             "losses": trained.losses,
             "boundaries": [{"step": s, "state_hash": h, "sketch": k} for s, h, k in trained.boundaries],

@@ -9,7 +9,8 @@ import pytest
 import torch
 from support.tiny_models import tiny_model
 
-from distrai.run import parse_run_config, shipped_config_path
+from distrai.run import load_run_config, parse_run_config, shipped_config_path
+from distrai.runtime import build_runtime
 from distrai.train.replay_class import (
     EXACT_RANKS,
     ClassTolerance,
@@ -53,6 +54,7 @@ def test_a_pair_of_devices_in_the_table_gets_its_row_in_either_order():
         (cls(H100), cls(H100, dtype="float32")),  # same device, other dtype: not the same class
         (cls(H100, autocast="bfloat16"), cls(H100)),  # autocast changes the kernels' inputs
         (cls(H100, adamw="fused"), cls(H100)),
+        (cls(H100, compiled=True), cls(H100)),  # inductor's kernels give other bits than eager's
         (None, cls(H100)),  # a manifest that names no class
     ],
 )
@@ -89,3 +91,15 @@ def test_the_run_config_holds_the_table_and_no_row_may_be_looser_than_the_defaul
     assert config.verification.tolerances == TABLE
     with pytest.raises(ValueError, match="tighter bound than a listed one"):
         parse_run_config(_run({"replay_tolerance": 0.02, "loss_tolerance": 0.02, "tolerances": [row]}))
+
+
+def test_a_compiled_run_compiles_every_node_s_model_and_says_so_in_its_class():
+    data = tomllib.loads(shipped_config_path("cpu-localnet").read_text())
+    config = parse_run_config({**data, "train": {**data["train"], "compile": True}})
+    runtime = build_runtime(config)
+    assert runtime.model._compiled_call_impl is not None, "the model runs under torch.compile"
+    plain = build_runtime(load_run_config(shipped_config_path("cpu-localnet"))).model
+    names = [n for n, _ in runtime.model.named_parameters()]
+    assert names == [n for n, _ in plain.named_parameters()], "compiling in place keeps the parameters' names"
+    mine = replay_class_of(runtime.model, runtime.device, runtime.inner.step, compiled=config.train.compile)
+    assert mine.compiled

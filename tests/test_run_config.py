@@ -295,6 +295,9 @@ def test_a_pinned_hub_model_with_its_own_tokenizer_validates():
         ("tokenizer", "model", "run.toml: tokenizer 'model' needs model.path_or_id"),
         ("name", "my run", "run.toml: name: 'my run' may hold only letters"),
         ("netuid", 70000, "run.toml: netuid: Input should be less than or equal to 65535"),
+        ("model.attention", "flash", "run.toml: model.attention: Input should be 'eager' or 'sdpa'"),
+        ("train.autocast", "float16", "run.toml: train.autocast: Input should be 'bfloat16'"),
+        ("train.adamw", "apex", "run.toml: train.adamw: Input should be 'single', 'foreach' or 'fused'"),
     ],
 )
 def test_invalid_knobs_are_refused_with_the_field_named(path, value, expected):
@@ -378,6 +381,10 @@ def test_canonical_json_reads_back_as_the_same_run(name):
         ("verification.trajectory_fraction", 0.5),
         ("scoring.burn_share", 0.1),
         ("limits.max_manifest_bytes", 4096),
+        ("model.attention", "sdpa"),
+        ("train.autocast", "bfloat16"),
+        ("train.adamw", "fused"),
+        ("train.compile", True),
     ],
 )
 def test_any_changed_knob_changes_the_run_id(path, value):

@@ -219,6 +219,7 @@ def replay_tolerance(runtime: Runtime, verdict: MinerVerdict) -> Tolerance:
             runtime.device,
             miner_split(runtime, manifest),
             runtime.inner.optimizer.implementation,
+            runtime.config.train.compile,
         ),
         verification.tolerances,
         Tolerance(verification.replay_tolerance, verification.loss_tolerance, "the run's default tolerance"),

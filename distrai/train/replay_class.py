@@ -1,8 +1,8 @@
 """Replay classes: which replays of a segment can be bit-exact, and what tolerance the others get.
 
 A segment replays bit for bit when the replaying node runs the same kernels on the same hardware
-as the miner did: same device model, torch, CUDA, parameter dtype, autocast, attention kernel and
-AdamW implementation (a validator always replays with the miner's split over ranks and
+as the miner did: same device model, torch, CUDA, parameter dtype, autocast, attention kernel,
+AdamW implementation and compilation (a validator always replays with the miner's split over ranks and
 micro-batches, which the manifest records). Measured on 150M
 parameters (`../shared/measurements/gpu-2026-11-23.md`): bit-exact on one GPU model with
 deterministic algorithms, SDPA included; H100 against H200 in bfloat16 0.0095 (eager) to 0.0113
@@ -71,10 +71,14 @@ def device_name(device: torch.device) -> str:
 
 
 def replay_class_of(
-    model: torch.nn.Module, device: torch.device, step: StepConfig, adamw: str = "single"
+    model: torch.nn.Module,
+    device: torch.device,
+    step: StepConfig,
+    adamw: str = "single",
+    compiled: bool = False,
 ) -> ReplayClass:
     """The replay class of training `model` on `device` with this process's torch, with `step`'s
-    split and autocast and the `adamw` implementation."""
+    split and autocast, the `adamw` implementation, and the model under `torch.compile` or not."""
     dtype = next(model.parameters()).dtype
     return ReplayClass(
         device=device_name(device),
@@ -86,6 +90,7 @@ def replay_class_of(
         ranks=step.ranks,
         autocast=step.autocast,
         adamw=adamw,
+        compiled=compiled,
     )
 
 

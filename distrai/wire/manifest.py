@@ -63,6 +63,7 @@ class ReplayClass(_Body):
     ranks: int = Field(default=1, ge=1, le=4096)
     autocast: str | None = Field(default=None, max_length=32)
     adamw: str = Field(default="single", min_length=1, max_length=32)
+    compiled: bool = False
 
 
 class UpdateManifest(_Body):

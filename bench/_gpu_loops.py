@@ -1,0 +1,127 @@
+"""The loops bench/gpu.py times and replays: the project's inner loop (`run_steps`, the step every
+miner and validator runs) in the previous and the fast GPU config, the same step with the model
+under `torch.compile`, and a bare PyTorch loop with the fast config's settings, plain and compiled.
+
+Each loop is a function (model, optimizer, batch) -> None over one whole batch, so the timing and
+the replay code treat them alike."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from distrai.train.inner import InnerConfig, run_steps
+from distrai.train.loss import causal_lm_loss
+from distrai.train.model import ModelSpec, load_model
+from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer
+from distrai.train.step import StepConfig
+
+Step = Callable[[torch.nn.Module, torch.optim.Optimizer, torch.Tensor], None]
+
+
+@dataclass(frozen=True)
+class Loop:
+    """One way to train: the model's dtype and attention, the AdamW implementation, autocast, and
+    whether the project's step or a bare loop runs, compiled or not."""
+
+    name: str
+    dtype: str
+    attention: str
+    adamw: str
+    autocast: str | None
+    project: bool
+    compiled: bool = False
+
+
+PREVIOUS = Loop(
+    "project, previous config: bf16 params, eager, AdamW", "bfloat16", "eager", "single", None, True
+)
+FAST = Loop(
+    "project, fast config: fp32 master, bf16 autocast, SDPA, fused AdamW",
+    "float32",
+    "sdpa",
+    "fused",
+    "bfloat16",
+    True,
+)
+FAST_COMPILED = Loop(
+    "project, fast config, model under torch.compile", "float32", "sdpa", "fused", "bfloat16", True, True
+)
+BARE = Loop("bare loop, the fast config's settings", "float32", "sdpa", "fused", "bfloat16", False)
+BARE_COMPILED = Loop("bare loop under torch.compile", "float32", "sdpa", "fused", "bfloat16", False, True)
+THROUGHPUT = (PREVIOUS, FAST, FAST_COMPILED, BARE, BARE_COMPILED)
+
+REFERENCE = Loop("reference: fp32, eager, AdamW", "float32", "eager", "single", None, True)
+PIECES = (
+    REFERENCE,
+    Loop("SDPA", "float32", "sdpa", "single", None, True),
+    Loop("foreach AdamW", "float32", "eager", "foreach", None, True),
+    Loop("fused AdamW", "float32", "eager", "fused", None, True),
+    Loop("bf16 autocast over fp32 master weights", "float32", "eager", "single", "bfloat16", True),
+    Loop("bf16 parameters", "bfloat16", "eager", "single", None, True),
+    FAST,
+    FAST_COMPILED,
+)
+LR = 4e-4
+
+
+def build(loop: Loop, preset: str, device: torch.device) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    model = load_model(
+        ModelSpec(preset=preset, dtype=loop.dtype, attention=loop.attention), device=str(device)
+    )
+    optimizer = make_inner_optimizer(model, InnerOptimizerConfig(lr=LR, implementation=loop.adamw))
+    if loop.compiled:
+        model.compile()
+    return model, optimizer
+
+
+def step_of(loop: Loop, micro_batches: int) -> Step:
+    if not loop.project:
+        return lambda model, optimizer, batch: bare_step(
+            model, optimizer, batch, micro_batches, loop.autocast
+        )
+    config = InnerConfig(
+        inner_steps=1,
+        segment_steps=1,
+        optimizer=InnerOptimizerConfig(lr=LR, implementation=loop.adamw),
+        step=StepConfig(micro_batches=micro_batches, cpu_threads=None, autocast=loop.autocast),
+    )
+
+    def project_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: torch.Tensor) -> None:
+        run_steps(model, optimizer, [batch], causal_lm_loss, config, 0)
+
+    return project_step
+
+
+def batches(vocab: int, rows: int, seq_len: int, count: int, seed: int = 0) -> list[torch.Tensor]:
+    """`count` batches of random token ids from a seeded generator: every process draws the same."""
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(vocab, (rows, seq_len), generator=generator) for _ in range(count)]
+
+
+def bare_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: torch.Tensor,
+    micro_batches: int,
+    autocast: str | None,
+) -> None:
+    """What a PyTorch user writes: accumulate, clip, step; no thread pinning, no checks."""
+    device = next(model.parameters()).device
+    optimizer.zero_grad(set_to_none=True)
+    for chunk in batch.to(device, non_blocking=True).split(batch.shape[0] // micro_batches):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast is not None):
+            logits = model(input_ids=chunk).logits
+        loss = torch.nn.functional.cross_entropy(
+            logits[:, :-1].float().reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1)
+        )
+        (loss / micro_batches).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+
+
+def flops_per_token(params: int, layers: int, seq_len: int, hidden: int) -> int:
+    """Training FLOPs per token: 6N for the weights, 6·L·T·d for causal attention (forward and backward)."""
+    return 6 * params + 6 * layers * seq_len * hidden

@@ -1,0 +1,318 @@
+"""The fast path benchmark: how close the project's training step comes to the best PyTorch loop,
+what repeats bit for bit, and what a miner on several data-parallel ranks costs a one-process replay;
+writes docs/gpu.md.
+
+    python bench/gpu.py                      # a GPU: presets 150m and 1b, 32 x 2048 tokens in 4 micro-batches
+    python bench/gpu.py --device cpu --presets tiny --rows 8 --seq-len 128 --micro-batches 2 --steps 8
+    python bench/gpu.py --quick              # seconds on a CPU; every code path, for the smoke test
+
+Four parts, each on the same device in one run:
+
+1. Throughput of the loops in `_gpu_loops.py`: the project's step in the previous GPU config and in
+   the fast one (plain and with the model under `torch.compile`), against a bare loop with the fast
+   config's settings, plain and compiled. Tokens per second from the median step time after two
+   warm-up steps (compilation happens there); MFU against the card's dense bf16 peak
+   (`--peak-tflops`, known for H100 and H200); peak memory on a GPU, beside the estimate of
+   `distrai.train.memory` for the fast config.
+2. Which pieces repeat bit for bit: each trains `--replay-steps` steps twice from the same start;
+   and whether each gives the reference's bits.
+3. Data-parallel ranks: torchrun runs `_gpu_ranks.py` on W processes (NCCL over W GPUs, gloo on a
+   CPU), and one process replays the same steps with the same split (`ranks` = W); the table gives
+   whether the two agree bit for bit, the relative distance ‖replay − ranks‖ / ‖ranks − start‖, and
+   the ranks' tokens per second against W times one process's (scaling efficiency).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+from _gpu_loops import FAST, PIECES, REFERENCE, THROUGHPUT, Loop, batches, build, flops_per_token, step_of
+from _report import NOTES_MARKER, Machine, kept_notes
+from rich.console import Console
+from rich.markdown import Markdown
+from safetensors.torch import load_file
+from transformers import LlamaForCausalLM
+
+from distrai.train.determinism import configure_determinism
+from distrai.train.loss import causal_lm_loss
+from distrai.train.memory import GIB, ModelShape, plan_memory
+from distrai.train.model import preset_config
+from distrai.train.state import capture_state, state_hash
+from distrai.train.step import StepConfig, step_with
+from distrai.train.tokenizer import byte_tokenizer
+
+ROOT = Path(__file__).resolve().parent.parent
+PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0}
+"""Dense bf16 tensor-core peak of the SXM parts, TFLOP/s."""
+
+
+@dataclass(frozen=True)
+class Speed:
+    loop: Loop
+    tokens_per_s: float | None
+    peak_gib: float | None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class RanksRow:
+    world: int
+    exact: bool | None
+    distance: float | None
+    tokens_per_s: float | None
+    note: str = ""
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def release(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def time_loop(loop: Loop, preset: str, device: torch.device, args: argparse.Namespace) -> Speed:
+    """Median step time of `loop` over `args.steps` steps after two warm-up steps."""
+    release(device)
+    try:
+        model, optimizer = build(loop, preset, device)
+        step = step_of(loop, args.micro_batches)
+        times = []
+        for i, batch in enumerate(batches(model.config.vocab_size, args.rows, args.seq_len, args.steps + 2)):
+            sync(device)
+            start = time.perf_counter()
+            step(model, optimizer, batch)
+            sync(device)
+            if i >= 2:
+                times.append(time.perf_counter() - start)
+    except Exception as exc:  # a loop that cannot run here (no compiler, out of memory) is a row, not a crash
+        return Speed(loop, None, None, f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+    peak = torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None
+    del model, optimizer
+    return Speed(loop, args.rows * args.seq_len / statistics.median(times), peak)
+
+
+def end_hash(loop: Loop, preset: str, device: torch.device, args: argparse.Namespace) -> str:
+    model, optimizer = build(loop, preset, device)
+    step = step_of(loop, args.micro_batches)
+    work = batches(model.config.vocab_size, args.rows, args.seq_len, args.replay_steps)
+    for batch in work:
+        step(model, optimizer, batch)
+    return state_hash(capture_state(model, optimizer, len(work)))
+
+
+def pieces(preset: str, device: torch.device, args: argparse.Namespace) -> list[tuple[Loop, str, str, str]]:
+    """(piece, repeats bit for bit, the reference's bits, the fast config's bits) for every piece."""
+    reference, fast = end_hash(REFERENCE, preset, device, args), end_hash(FAST, preset, device, args)
+    rows = []
+    for loop in PIECES:
+        try:
+            first, second = end_hash(loop, preset, device, args), end_hash(loop, preset, device, args)
+        except Exception as exc:  # a piece that cannot run here is a row, not a crash
+            rows.append((loop, f"failed: {type(exc).__name__}", "–", "–"))
+            continue
+        same = ("yes" if first == reference else "no", "yes" if first == fast else "no")
+        rows.append((loop, "yes" if first == second else "**no**", *same))
+    return rows
+
+
+def ranks_row(world: int, preset: str, device: torch.device, args: argparse.Namespace) -> RanksRow:
+    """`world` data-parallel processes against one process replaying their split."""
+    if device.type == "cuda" and torch.cuda.device_count() < world:
+        return RanksRow(world, None, None, None, f"not measured: {torch.cuda.device_count()} GPU(s) here")
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder)
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}"]
+        command += [
+            str(ROOT / "bench" / "_gpu_ranks.py"),
+            str(out),
+            preset,
+            str(args.rows),
+            str(args.seq_len),
+        ]
+        command += [str(args.micro_batches), str(args.replay_steps), device.type]
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")]),
+        }
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
+        if done.returncode != 0:
+            errors = [line for line in (done.stdout + done.stderr).splitlines() if "Error" in line]
+            return RanksRow(world, None, None, None, f"failed: {(errors or ['no output'])[0][:160]}")
+        ranks = load_file(str(out / "params.safetensors"))
+        tokens_per_s = json.loads((out / "result.json").read_text())["tokens_per_s"]
+    model, optimizer = build(FAST, preset, device)
+    start = {name: p.detach().float().cpu().clone() for name, p in model.named_parameters()}
+    split = StepConfig(
+        micro_batches=args.micro_batches, cpu_threads=None, autocast=FAST.autocast, ranks=world
+    )
+    for batch in batches(model.config.vocab_size, args.rows, args.seq_len, args.replay_steps):
+        step_with(split, model, optimizer, batch, causal_lm_loss)
+    replay = {name: p.detach().float().cpu() for name, p in model.named_parameters()}
+    exact = all(torch.equal(replay[name], ranks[name]) for name in start)
+    gap = sum(float((replay[n].double() - ranks[n].double()).pow(2).sum()) for n in start) ** 0.5
+    moved = sum(float((ranks[n].double() - start[n].double()).pow(2).sum()) for n in start) ** 0.5
+    return RanksRow(world, exact, gap / moved, tokens_per_s)
+
+
+def peak_flops(device: torch.device, args: argparse.Namespace) -> float | None:
+    if args.peak_tflops:
+        return args.peak_tflops * 1e12
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        for key, tflops in PEAK_TFLOPS.items():
+            if key in name:
+                return tflops * 1e12
+    return None
+
+
+def fmt(value: float | None, spec: str, unit: str = "") -> str:
+    return "–" if value is None else f"{value:{spec}}{unit}"
+
+
+def throughput_section(
+    preset: str, speeds: list[Speed], device: torch.device, args: argparse.Namespace
+) -> str:
+    with torch.device("meta"):  # the shape without the memory or the time of building the model
+        model = LlamaForCausalLM(preset_config(preset, byte_tokenizer(), attention=FAST.attention))
+    shape = ModelShape.of(model, FAST.autocast)
+    fpt = flops_per_token(shape.params, shape.layers, args.seq_len, shape.hidden)
+    estimate = shape.state_bytes() + shape.activation_bytes(
+        args.rows // args.micro_batches, args.seq_len, False
+    )
+    peak = peak_flops(device, args)
+    best = next((s.tokens_per_s for s in speeds if s.loop.name.startswith("bare loop under")), None)
+    lines = [
+        f"## Throughput: preset {preset} ({shape.params:,} parameters), {args.rows} × {args.seq_len} tokens "
+        f"in {args.micro_batches} micro-batches",
+        "",
+        "| loop | tokens/s (median step) | × compiled bare loop | MFU | peak memory |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for s in speeds:
+        ratio = s.tokens_per_s / best if s.tokens_per_s and best else None
+        mfu = s.tokens_per_s * fpt / peak if s.tokens_per_s and peak else None
+        memory = fmt(s.peak_gib, ".1f", " GiB") if device.type == "cuda" else "not measured (CPU)"
+        tokens = fmt(s.tokens_per_s, ",.0f") if s.tokens_per_s else s.note
+        lines.append(
+            f"| {s.loop.name} | {tokens} | {fmt(ratio, '.2f', '×')} | {fmt(mfu, '.1%')} | {memory} |"
+        )
+    plan = plan_memory(shape, args.rows, args.seq_len, args.micro_batches, 10**15)
+    lines += [
+        "",
+        f"FLOPs per token 6N + 6·L·T·d = {fpt / 1e9:.3f} GFLOP. The estimate of `distrai.train.memory` for the "
+        f"fast config at this split: {estimate / GIB:.2f} GiB ({plan.describe().split(':')[0]}; the "
+        f"project loop also holds the anchor's base, the bare loop does not).",
+    ]
+    return "\n".join(lines)
+
+
+def pieces_section(preset: str, rows: list[tuple[Loop, str, str, str]], args: argparse.Namespace) -> str:
+    lines = [
+        f"## What repeats bit for bit: preset {preset}, {args.replay_steps} steps from one start, twice",
+        "",
+        "| piece | repeats bit for bit | the reference's bits | the fast config's bits |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {loop.name} | {repeats} | {reference} | {fast} |" for loop, repeats, reference, fast in rows
+    ]
+    return "\n".join(lines)
+
+
+def ranks_section(preset: str, rows: list[RanksRow], single: float | None, args: argparse.Namespace) -> str:
+    lines = [
+        f"## Data-parallel ranks against a one-process replay: preset {preset}, fast config, "
+        f"{args.replay_steps} steps",
+        "",
+        "| ranks W | bit-exact | distance | tokens/s, W ranks | scaling efficiency |",
+        "|---:|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        if r.exact is None:
+            lines.append(f"| {r.world} | {r.note} | – | – | – |")
+            continue
+        efficiency = r.tokens_per_s / (r.world * single) if single and r.tokens_per_s else None
+        lines.append(
+            f"| {r.world} | {'yes' if r.exact else 'no'} | {r.distance:.2e} | {fmt(r.tokens_per_s, ',.0f')} "
+            f"| {fmt(efficiency, '.2f')} |"
+        )
+    lines += [
+        "",
+        "Scaling efficiency: the W ranks' tokens per second over W × one process's (the fast config's row "
+        "above). On a CPU every rank runs one thread (torchrun's default) against the one process's "
+        f"{torch.get_num_threads()}, and the ranks share the cores, so only the distances mean anything there.",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--presets", nargs="+", default=["150m", "1b"])
+    parser.add_argument("--rows", type=int, default=32, help="sequences per step")
+    parser.add_argument("--seq-len", type=int, default=2048)
+    parser.add_argument("--micro-batches", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per loop, after two warm-up steps")
+    parser.add_argument("--replay-steps", type=int, default=4, help="steps of each determinism and ranks run")
+    parser.add_argument("--ranks", type=int, nargs="*", default=[2, 4], help="data-parallel widths to replay")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="the device's dense bf16 peak")
+    parser.add_argument("--output", type=Path, default=ROOT / "docs" / "gpu.md")
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny preset, few steps: every code path in seconds"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.presets, args.rows, args.seq_len, args.micro_batches = ["tiny"], 4, 32, 2
+        args.steps, args.replay_steps, args.ranks = 2, 2, [2]
+    device = torch.device(args.device)
+    configure_determinism(device)
+    console = Console()
+    sections = []
+    for i, preset in enumerate(args.presets):
+        with console.status(f"timing the loops on preset {preset}"):
+            speeds = [time_loop(loop, preset, device, args) for loop in THROUGHPUT]
+        sections.append(throughput_section(preset, speeds, device, args))
+        console.print(Markdown(sections[-1]))
+        if i > 0:
+            continue
+        with console.status(f"replaying each piece twice on preset {preset}"):
+            sections.append(pieces_section(preset, pieces(preset, device, args), args))
+        console.print(Markdown(sections[-1]))
+        with console.status(f"data-parallel ranks on preset {preset}"):
+            rows = [ranks_row(w, preset, device, args) for w in args.ranks]
+        single = next(s.tokens_per_s for s in speeds if s.loop == FAST)
+        sections.append(ranks_section(preset, rows, single, args))
+        console.print(Markdown(sections[-1]))
+    machine = Machine.here()
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else machine.cpu
+    command = shlex.join(["python", "bench/gpu.py", *(argv if argv is not None else sys.argv[1:])])
+    header = [
+        "# The fast path: throughput, determinism and data-parallel replay (`bench/gpu.py`)",
+        "",
+        f"Command: `{command}`. Device: {name}; torch {machine.torch}; "
+        f"{datetime.now(UTC).strftime('%Y-%m-%d')}. One run: ratios between rows are what counts.",
+    ]
+    notes = kept_notes(args.output)
+    args.output.write_text("\n\n".join(["\n".join(header), *sections]) + f"\n\n{NOTES_MARKER}\n{notes}")
+    console.print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -20,6 +20,7 @@ from distrai.train.memory import MemoryPlan, ModelShape, plan_memory, set_checkp
 from distrai.train.model import ModelSpec, load_model, load_teacher, load_tokenizer
 from distrai.train.optimizer import InnerOptimizerConfig
 from distrai.train.parallel import DataParallel, Launch
+from distrai.train.replay_class import check_ranks_replayable
 from distrai.train.step import StepConfig, over_ranks
 
 PARAMS_TAG = "global_params"
@@ -97,6 +98,7 @@ class Runtime:
 def run_on_ranks(runtime: Runtime, launch: Launch) -> None:
     """Make `runtime` one of a miner's `launch.world` data-parallel ranks: every step splits the
     batch over them (the manifest records it). Refuses a batch that does not split evenly."""
+    check_ranks_replayable(launch.world, runtime.config.verification.replay_tolerance)
     step = over_ranks(runtime.inner.step, runtime.config.train.batch_size, launch.world)
     runtime.inner = dataclasses.replace(runtime.inner, step=step)
     runtime.parallel = DataParallel(launch.rank, launch.world, runtime.device, runtime.model)

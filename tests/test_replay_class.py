@@ -15,6 +15,7 @@ from distrai.train.replay_class import (
     EXACT_RANKS,
     ClassTolerance,
     Tolerance,
+    check_ranks_replayable,
     device_name,
     replay_class_of,
     tolerance_for,
@@ -70,6 +71,13 @@ def test_this_machine_s_class():
     assert (mine.torch, mine.cuda, mine.dtype, mine.micro_batches) == (torch.__version__, None, "float32", 2)
     assert (mine.ranks, mine.autocast, mine.adamw) == (2, "bfloat16", "foreach")
     assert mine.attention == model.config._attn_implementation
+
+
+def test_a_bit_exact_run_refuses_a_miner_on_more_ranks_than_a_replay_repeats():
+    check_ranks_replayable(EXACT_RANKS, 0.0)
+    check_ranks_replayable(EXACT_RANKS + 2, 0.025)
+    with pytest.raises(ValueError, match="at most 2 data-parallel ranks, not 4"):
+        check_ranks_replayable(4, 0.0)
 
 
 def test_a_validator_replays_a_split_over_few_ranks_bit_for_bit_and_more_within_tolerance():

@@ -52,6 +52,17 @@ the sum is a + b in any order; with four, gloo's ring adds in another order than
 (measured on CPU, docs/gpu.md), so a replay of a miner on more ranks is compared within tolerance."""
 
 
+def check_ranks_replayable(ranks: int, replay_tolerance: float) -> None:
+    """Refuse a miner on more ranks than a one-process replay repeats bit for bit when the run
+    compares replays bit for bit (its default tolerance 0): every one of its segments would fail."""
+    if ranks > EXACT_RANKS and replay_tolerance == 0.0:
+        raise ValueError(
+            f"this run replays bit for bit (verification.replay_tolerance = 0), which a validator's "
+            f"one-process replay reaches for at most {EXACT_RANKS} data-parallel ranks, not {ranks}; "
+            f"run {EXACT_RANKS} processes or fewer"
+        )
+
+
 @dataclass(frozen=True)
 class Tolerance:
     replay: float

@@ -81,7 +81,11 @@ def run_miner(args, adversary: str, launch: parallel.Launch | None = None, budge
     except (ValueError, FileNotFoundError, ChainError) as exc:
         print(f"miner cannot start: {exc}", file=sys.stderr)
         if launch is not None:
-            parallel.stop_followers(args.device)
+            parallel.all_started(False, args.device)
+        return 2
+    if launch is not None and not parallel.all_started(True, args.device):
+        print("miner cannot start: another of its ranks could not (its error is above)", file=sys.stderr)
+        node.metrics.close()
         return 2
     miner = Miner.from_node(node, adversary)
     miner.announce()
@@ -107,9 +111,11 @@ def run_follower(args, launch: parallel.Launch, budget: int | None) -> int:
     configure_determinism(args.device)
     try:
         runtime = prepare_runtime(args, load_run_config(getattr(args, "run.config")), "miner", budget, launch)
-    except ValueError as exc:
+    except (ValueError, FileNotFoundError) as exc:
         print(f"rank {launch.rank} cannot start: {exc}", file=sys.stderr)
-        parallel.next_command(args.device)
+        parallel.all_started(False, args.device)
+        return 2
+    if not parallel.all_started(True, args.device):
         return 2
     log.info("rank %d of %d: following rank 0's steps on %s", launch.rank, launch.world, args.device)
     steps = follow(runtime.parallel, runtime.loss_fn, runtime.inner)

@@ -23,19 +23,34 @@ from distrai.train.step import StepConfig, over_ranks, train_step
 TESTS = Path(__file__).parent
 
 
-def run_ranks(out: Path, world: int, micro_batches: int) -> list[dict]:
-    """torchrun `world` gloo processes of tests/support/ddp_rank.py; every rank's record."""
+def torchrun(world: int, script: str, *args: str) -> None:
+    """`world` gloo processes of tests/support/`script` under torchrun; they must all succeed."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}"]
     done = subprocess.run(
-        [*command, str(TESTS / "support" / "ddp_rank.py"), str(out), str(micro_batches)],
+        [*command, str(TESTS / "support" / script), *args],
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+
+
+def run_ranks(out: Path, world: int, micro_batches: int) -> list[dict]:
+    """tests/support/ddp_rank.py on `world` ranks; every rank's record."""
+    torchrun(world, "ddp_rank.py", str(out), str(micro_batches))
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def test_one_rank_that_cannot_start_stops_every_rank(tmp_path):
+    """A follower that fails at start-up must not leave the leader waiting for it (and the other way
+    round): every rank learns that one failed."""
+    for failing, expected in ((1, "False"), (0, "False"), (-1, "True")):
+        out = tmp_path / f"failing{failing}"
+        out.mkdir()
+        torchrun(2, "rank_start.py", str(out), str(failing))
+        assert [(out / f"rank{r}.txt").read_text() for r in range(2)] == [expected] * 2, failing
 
 
 def replay_in_one_process(ranks: int, micro_batches: int) -> dict:

@@ -94,13 +94,16 @@ class DataParallel:
 
     def shutdown(self) -> None:
         """Leader: the miner stops; the followers return."""
-        stop_followers(self.device)
+        self._send(Command(SHUTDOWN))
 
     # -- the followers' side --------------------------------------------------------------------
 
     def next_command(self) -> Command:
         """Follower: wait for the leader's next command."""
-        return next_command(self.device)
+        header = torch.zeros(4, dtype=torch.int64, device=self.device)
+        dist.broadcast(header, src=0)
+        kind, step, rows, columns = (int(v) for v in header.tolist())
+        return Command(kind, step, (rows, columns))
 
     def receive_batch(self, command: Command) -> torch.Tensor:
         """Follower: the batch of a STEP command."""
@@ -115,12 +118,10 @@ class DataParallel:
                 dist.broadcast(p.data, src=0)
 
     def _send(self, command: Command) -> None:
-        _send(command, self.device)
-
-
-def _send(command: Command, device: torch.device | str) -> None:
-    header = torch.tensor([command.kind, command.step, *command.shape], dtype=torch.int64, device=device)
-    dist.broadcast(header, src=0)
+        header = torch.tensor(
+            [command.kind, command.step, *command.shape], dtype=torch.int64, device=self.device
+        )
+        dist.broadcast(header, src=0)
 
 
 def smallest(value: int | None, device: torch.device | str) -> int | None:
@@ -132,18 +133,12 @@ def smallest(value: int | None, device: torch.device | str) -> int | None:
     return None if least < 0 else least
 
 
-def next_command(device: torch.device | str) -> Command:
-    """Follower: wait for the leader's next command (also for a follower that could not start, which
-    waits for the leader's shutdown before it exits)."""
-    header = torch.zeros(4, dtype=torch.int64, device=device)
-    dist.broadcast(header, src=0)
-    kind, step, rows, columns = (int(v) for v in header.tolist())
-    return Command(kind, step, (rows, columns))
-
-
-def stop_followers(device: torch.device | str) -> None:
-    """Leader: the miner stops (or could not start); the followers return."""
-    _send(Command(SHUTDOWN), device)
+def all_started(started: bool, device: torch.device | str) -> bool:
+    """Every rank, once it has built what it trains with or failed to: whether every rank did. A
+    rank that failed stops them all, the leader included, instead of leaving it waiting."""
+    flag = torch.tensor([1 if started else 0], dtype=torch.int64, device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
 
 
 @dataclass(frozen=True)

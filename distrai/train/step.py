@@ -121,9 +121,8 @@ def train_step(
     process runs every rank's rows.
 
     Raises FloatingPointError before touching the parameters if the loss is not finite."""
-    StepConfig(
-        micro_batches, max_grad_norm, cpu_threads, ranks, autocast
-    )  # refuses bad settings, naming them
+    # refuses bad settings, naming them
+    StepConfig(micro_batches, max_grad_norm, cpu_threads, ranks, autocast)
     if parallel is not None and parallel.world != ranks:
         raise ValueError(
             f"the step splits the batch over {ranks} ranks, but {parallel.world} processes run it"

@@ -84,6 +84,7 @@ def test_set_weights_rules(harness):
     next_epoch(harness)
     assert harness.chain.metagraph().neurons[v_uid].validator_permit
     harness.chain.set_weights(validator, [v_uid, m_uid], [0.25, 0.75])
+    assert harness.chain.weights()[v_uid] == pytest.approx({v_uid: 0.25, m_uid: 0.75}, abs=1e-4)
     with pytest.raises(ChainError) as too_fast:
         harness.chain.set_weights(validator, [m_uid], [1.0])
     assert too_fast.value.reason == "SettingWeightsTooFast"

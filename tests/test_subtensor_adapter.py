@@ -323,6 +323,18 @@ def test_weights_land_on_chain_as_u16_proportions(tmp_path):
     assert stored[m_uids[1]] == pytest.approx(0.75, abs=U16_STEP)
 
 
+def test_weights_read_back_through_the_sdk_as_the_chain_holds_them(tmp_path):
+    h = make_subtensor_harness(tmp_path)
+    validator, v_uid, _, m_uids = staked_validator_and_miners(h)
+    assert h.chain.weights() == {}
+    h.chain.set_weights(validator, m_uids, [0.25, 0.75])
+    read = h.chain.weights()
+    assert set(read) == {v_uid} and set(read[v_uid]) == set(m_uids)
+    for uid in m_uids:
+        assert read[v_uid][uid] == pytest.approx(h.local.weights()[v_uid][uid], abs=U16_STEP)
+    assert ("SubtensorModule", "Weights") in h.substrate.storage_reads
+
+
 def test_the_rate_limit_the_sdk_preflights_is_the_chains(tmp_path):
     h = make_subtensor_harness(tmp_path)
     h.advance(3)  # past block 0, which subtensor's LastUpdate reads as "never set"

@@ -174,6 +174,11 @@ class Chain(ABC):
         future and `ChainError("BlockUnavailable")` for one whose state the node no longer serves."""
 
     @abstractmethod
+    def weights(self) -> dict[int, dict[int, float]]:
+        """Every uid's weights as they stand on chain (revealed, for commit-reveal subnets), by
+        destination uid, normalized to sum to 1; uids that set none are absent."""
+
+    @abstractmethod
     def set_weights(self, wallet: WalletLike, uids: Sequence[int], weights: Sequence[float]) -> None:
         """Set this validator's weights (signed by the hotkey); subtensor's checks apply."""
 

@@ -24,6 +24,7 @@ import bittensor as bt
 from bittensor import hyperparams
 from bittensor.settings import resolve_endpoint
 
+from distrai.chain import rules
 from distrai.chain.base import Chain, ChainError, Commitment, Hyperparameters, Metagraph, Neuron, WalletLike
 
 RAW_FIELD_BYTES = 128
@@ -338,6 +339,17 @@ class SubtensorChain(Chain):
         with sdk_refusals(), pinned_refusals(block):
             every = self._sdk.subnets.commitments(self.netuid, block=block)
         return readable_commitments({hotkey: c for hotkey, c in every.items() if c.uid is not None})
+
+    def weights(self) -> dict[int, dict[int, float]]:
+        """The subnet's `Weights` map: per setter uid, (destination uid, u16 weight) pairs."""
+        with sdk_refusals():
+            rows = self._sdk.query_map(bt.storage.SubtensorModule.Weights, [self.netuid])
+        out = {}
+        for uid, pairs in rows:
+            dests, values = [int(d) for d, _ in pairs], [int(v) for _, v in pairs]
+            if sum(values) > 0:
+                out[int(uid)] = dict(zip(dests, rules.normalized(values), strict=True))
+        return out
 
     def subnet_owner(self) -> str:
         with sdk_refusals():

@@ -155,6 +155,7 @@ class MemorySubstrate:
         }
         self._maps: dict[tuple[str, str], Callable[[list, int | None], list[tuple[Any, Any]]]] = {
             ("SubtensorModule", "Uids"): self._uid_rows,
+            ("SubtensorModule", "Weights"): self._weight_rows,
             ("Commitments", "CommitmentOf"): self._commitment_rows,
             ("Commitments", "RevealedCommitments"): self._revealed_commitment_rows,
         }
@@ -288,6 +289,16 @@ class MemorySubstrate:
     def _uid_rows(self, params: list, at: int | None) -> list[tuple[str, int]]:
         self._netuid(params)
         return list(self.local.registrations(at).items())
+
+    def _weight_rows(self, params: list, at: int | None) -> list[tuple[int, list[tuple[int, int]]]]:
+        """Each setter's weights as subtensor keeps them: u16, the largest scaled to 65535."""
+        self._netuid(params)
+        if at is not None:
+            raise bt.ChainError("the memory substrate holds the weights of the head only")
+        return [
+            (uid, [(dest, round(w / max(row.values()) * U16_MAX)) for dest, w in row.items()])
+            for uid, row in self.local.weights().items()
+        ]
 
     def _last_update(self, params: list) -> list[int]:
         """The block each uid last set weights or registered: the anchor of the chain's rate limit."""

@@ -84,7 +84,7 @@ def checked_aggregate(
         raise fetch_failed("its anchored aggregate", exc) from exc
     if sha256_hex(data) != anchored:
         raise SyncError("the aggregate in its store is not the one anchored on chain")
-    aggregate = _signed(
+    aggregate = signed_body(
         AggregateManifest, data, limits.max_manifest_bytes, run_id, window, validator, "its aggregate"
     )
     report = _checked_report(config, run_id, window, validator, store, aggregate.report_sha256)
@@ -103,7 +103,7 @@ def checked_aggregate(
                 f"the manifest it names for {accepted.hotkey} is not the one that miner anchored on chain "
                 "before the commit deadline"
             )
-        manifest = _checked_manifest(config, run_id, window, accepted.hotkey, store, accepted.manifest_sha256)
+        manifest = checked_manifest(config, run_id, window, accepted.hotkey, store, accepted.manifest_sha256)
         if manifest.update.sha256 != accepted.update_sha256:
             raise SyncError(
                 f"it takes an update of {accepted.hotkey} that the miner's signed manifest does not name"
@@ -120,7 +120,7 @@ def _checked_report(
         raise fetch_failed("the report its aggregate names", exc) from exc
     if sha256_hex(data) != digest:
         raise SyncError("its report is not the one its aggregate names")
-    report = _signed(
+    report = signed_body(
         WindowReport, data, config.limits.max_report_bytes, run_id, window, validator, "its report"
     )
     if report.validator != validator:
@@ -128,18 +128,19 @@ def _checked_report(
     return report
 
 
-def _checked_manifest(
+def checked_manifest(
     config: RunConfig, run_id: str, window: int, miner: str, store: Store, digest: str
 ) -> UpdateManifest:
+    """The manifest `miner` signed for this run and window, from `store` by its sha256 `digest`."""
     try:
         data = store.get_blob(digest, config.limits.max_manifest_bytes)
     except StoreError as exc:
         raise fetch_failed(f"the manifest of {miner} it names", exc) from exc
     what = f"the manifest of {miner} it names"
-    return _signed(UpdateManifest, data, config.limits.max_manifest_bytes, run_id, window, miner, what)
+    return signed_body(UpdateManifest, data, config.limits.max_manifest_bytes, run_id, window, miner, what)
 
 
-def _signed(model, data: bytes, max_bytes: int, run_id: str, window: int, signer: str, what: str):
+def signed_body(model, data: bytes, max_bytes: int, run_id: str, window: int, signer: str, what: str):
     """The body of a document `signer` signed for this run and window, as `model`."""
     try:
         doc = open_document(

@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from statistics import mean
 
 from rich.table import Table
 
 from distrai.chain.local import LocalChain
+from distrai.heldout import HeldoutCurve
 from distrai.layout import report_key
 from distrai.localnet import Localnet
-from distrai.metrics import read_metrics
+from distrai.metrics import node_records, read_metrics, utilization
 from distrai.run import run_id
-from distrai.runtime import Runtime, build_runtime
+from distrai.runtime import build_runtime
 from distrai.store import StoreError, open_store
-from distrai.sync import StoreCache, Syncer
-from distrai.train.evaluate import evaluate
+from distrai.sync import StoreCache
 from distrai.wallets import open_wallet
 from distrai.windows import activities, aggregate_deadline
 from distrai.wire import WireError, open_document
@@ -67,22 +66,6 @@ def live_table(net: Localnet) -> Table:
             latest,
         )
     return table
-
-
-def node_records(path: Path) -> list[dict]:
-    return read_metrics(path) if path.exists() else []
-
-
-def utilization(records: list[dict]) -> float | None:
-    """Busy seconds over wall seconds across a node's windows, the first one left out (its idle
-    time is the wait for the network to start): train seconds for a miner, validate seconds for a
-    validator."""
-    windows = [r for r in records if r.get("event") in (None, "train") and "utilization" in r][1:]
-    busy = sum(r.get("train_seconds", r.get("validate_seconds", 0.0)) for r in windows)
-    wall = sum(
-        r.get("wall_seconds", r.get("validate_seconds", 0.0) + r.get("idle_seconds", 0.0)) for r in windows
-    )
-    return busy / wall if wall > 0 else None
 
 
 def _hotkey(net: Localnet, name: str) -> str:
@@ -204,14 +187,8 @@ def heldout_curve(net: Localnet, windows: list[int]) -> list[float]:
     net.chain.wait_for_block(
         aggregate_deadline(cfg, windows[-1]), timeout=2 * cfg.blocks_per_window * net.chain.block_time()
     )
-    runtime: Runtime = build_runtime(net.config)
-    syncer = Syncer(runtime, net.chain, StoreCache())
-    model, losses = None, []
-    for target in [windows[0], *(w + 1 for w in windows)]:
-        model = syncer.catch_up(model, target)
-        runtime.load_params(model.params)
-        losses.append(evaluate(runtime.model, runtime.data.heldout, loss_fn=runtime.loss_fn))
-    return losses
+    curve = HeldoutCurve(build_runtime(net.config), net.chain, StoreCache())
+    return [curve.loss(target) for target in [windows[0], *(w + 1 for w in windows)]]
 
 
 def heldout_losses(net: Localnet, first: int, last: int) -> tuple[float, float]:

@@ -71,3 +71,19 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
     return records
+
+
+def node_records(path: Path) -> list[dict]:
+    return read_metrics(path) if path.exists() else []
+
+
+def utilization(records: list[dict]) -> float | None:
+    """Busy seconds over wall seconds across a node's windows, the first one left out (its idle
+    time is the wait for the network to start): train seconds for a miner, validate seconds for a
+    validator."""
+    windows = [r for r in records if r.get("event") in (None, "train") and "utilization" in r][1:]
+    busy = sum(r.get("train_seconds", r.get("validate_seconds", 0.0)) for r in windows)
+    wall = sum(
+        r.get("wall_seconds", r.get("validate_seconds", 0.0) + r.get("idle_seconds", 0.0)) for r in windows
+    )
+    return busy / wall if wall > 0 else None

@@ -234,6 +234,11 @@ def parse_body(model: type[_Body], body: dict[str, Any]):
         return model.model_validate(body)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "body"
+        where = ".".join(_short(str(p)) for p in first["loc"]) or "body"
         reason = Reason.MISSING_FIELD if first["type"] == "missing" else Reason.BAD_FIELD
         raise WireError(reason, f"{model.__name__}.{where}: {first['msg']}") from None
+
+
+def _short(part: str, limit: int = 66) -> str:
+    """A field path's part as an error names it: a key a sender chose may be of any length."""
+    return part if len(part) <= limit else part[: limit - 1] + "…"

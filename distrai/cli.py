@@ -13,6 +13,9 @@ from rich.table import Table
 
 from distrai.chain.base import ChainError, Hyperparameters
 from distrai.chain.local import LocalChain
+from distrai.dashboard.cli import DEFAULT_PORT as DASHBOARD_PORT
+from distrai.dashboard.cli import add_dashboard_parser, run_dashboard
+from distrai.data.cli import add_data_commands, cmd_data_prepare
 from distrai.wallets import DEFAULT_WALLET_PATH, create_dev_wallet, open_wallet
 
 console = Console()
@@ -131,6 +134,19 @@ def build_parser() -> argparse.ArgumentParser:
     net.add_argument(
         "--run.config", dest="run_config", default=None, help="run config (default: the shipped CPU one)"
     )
+    net.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="serve the live dashboard (distrai dashboard) beside the network and print its address",
+    )
+    net.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=DASHBOARD_PORT,
+        help=f"the dashboard's port (default {DASHBOARD_PORT})",
+    )
+    add_data_commands(groups)
+    add_dashboard_parser(groups)
     doctor = groups.add_parser(
         "doctor",
         help="check that this miner's link uploads a challenged reveal before the reveal deadline",
@@ -359,6 +375,8 @@ COMMANDS = {
     ("chain", "stake"): cmd_chain_stake,
     ("localnet", None): cmd_localnet,
     ("doctor", None): cmd_doctor,
+    ("dashboard", None): lambda args: run_dashboard(args, console),
+    ("data", "prepare"): lambda args: cmd_data_prepare(args, console),
 }
 
 

@@ -39,6 +39,14 @@ FLAGS = [
         None,
         "limit store traffic to this many bytes per second",
     ),
+    (
+        "--data.store",
+        "DISTRAI_DATA_STORE",
+        None,
+        "where to read the run's prepared data (a mirror: every shard is checked against its hash); "
+        "default: the run config's data.store, else --store.url",
+    ),
+    ("--data.endpoint", "DISTRAI_DATA_ENDPOINT", None, "S3 endpoint URL of --data.store"),
     ("--device", "DISTRAI_DEVICE", "cpu", "torch device: cpu, cuda, cuda:1, …"),
     (
         "--device.memory_gib",

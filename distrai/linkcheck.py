@@ -67,8 +67,11 @@ def parameter_count(config: RunConfig) -> int:
     source = config.model
     with torch.device("meta"):
         if source.preset is not None:
-            tokenizer = load_tokenizer(ModelSpec(preset=source.preset), config.tokenizer)
-            model = LlamaForCausalLM(preset_config(source.preset, tokenizer))
+            kind = "byte" if config.tokenizer == "data" else config.tokenizer
+            shape = preset_config(source.preset, load_tokenizer(ModelSpec(preset=source.preset), kind))
+            if config.tokenizer == "data":
+                shape.vocab_size = config.data.vocab_size
+            model = LlamaForCausalLM(shape)
         else:
             hf_config = AutoConfig.from_pretrained(source.path_or_id, revision=source.revision)
             model = AutoModelForCausalLM.from_config(hf_config)

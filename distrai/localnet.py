@@ -16,11 +16,42 @@ from pathlib import Path
 
 from distrai.chain.base import Hyperparameters
 from distrai.chain.local import LocalChain
+from distrai.data.access import DataAccess, open_data_access
+from distrai.data.prepare import PrepareOptions, prepare
+from distrai.data.texts import TextSource, read_texts
 from distrai.run import RunConfig, load_run_config, run_commitment, shipped_config_path
+from distrai.store import open_store
+from distrai.store.base import blob_key
+from distrai.train.tokenizer import byte_tokenizer
 from distrai.wallets import create_dev_wallet
 
 MARKER = ".distrai-localnet"
 REPO = Path(__file__).resolve().parents[1]
+BUILTIN_TEXT = TextSource("builtin", builtin_documents=1000)
+BUILTIN_PREPARE = PrepareOptions(shard_tokens=2048, heldout_fraction=0.1)
+"""The local network's data: the built-in corpus in shards of 32 sequences of 64 tokens, prepared into
+the network's store at setup (`distrai data prepare --builtin 1000 --tokenizer byte --shard-tokens 2048
+--heldout-fraction 0.1`); `cpu-localnet.toml` names its manifest."""
+
+
+def publish_builtin_data(config: RunConfig, store_url: str) -> None:
+    """Put the built-in corpus, prepared, in the store at `store_url` when the run config names it
+    there (a run config whose data is elsewhere, or not the built-in corpus, is prepared beforehand)."""
+    data = config.data
+    if data.source != "prepared" or data.store is not None or data.manifest is None:
+        return
+    store = open_store(store_url)
+    if store.exists(blob_key(data.manifest)):
+        return
+    made = prepare(
+        read_texts(BUILTIN_TEXT), byte_tokenizer(), "byte", BUILTIN_TEXT.describe(), store, BUILTIN_PREPARE
+    )
+    if made.sha256() != data.manifest:
+        raise ValueError(
+            f"the run config names data manifest {data.manifest}, which is not the local network's built-in "
+            f"corpus ({made.sha256()}): prepare it with `distrai data prepare … --store.url` into a store of "
+            "its own and name that store as data.store"
+        )
 
 
 @dataclass(frozen=True)
@@ -141,6 +172,7 @@ class Localnet:
                 "run from a checkout installed with `pip install -e .`"
             )
         prepare_work_dir(self.work)
+        publish_builtin_data(self.config, self.store_url)
         o = self.options
         owner, _ = create_dev_wallet("owner", "default", str(self.wallet_path))
         chain = LocalChain.create(
@@ -174,6 +206,12 @@ class Localnet:
             self._add("miner", f"adversary-{name}", ["--miner.adversary", name, *self._link()])
         chain.advance(chain.hyperparameters().tempo + 2)
         self.started_block = chain.block()
+
+    def data_access(self) -> DataAccess | None:
+        """Where the network's nodes read prepared data (None for built-in data)."""
+        if self.config.data.source != "prepared":
+            return None
+        return open_data_access(self.config.data, self.work / "data", own_url=self.store_url)
 
     def _link(self) -> list[str]:
         bandwidth = self.options.miner_bandwidth

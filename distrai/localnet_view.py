@@ -187,7 +187,7 @@ def heldout_curve(net: Localnet, windows: list[int]) -> list[float]:
     net.chain.wait_for_block(
         aggregate_deadline(cfg, windows[-1]), timeout=2 * cfg.blocks_per_window * net.chain.block_time()
     )
-    curve = HeldoutCurve(build_runtime(net.config), net.chain, StoreCache())
+    curve = HeldoutCurve(build_runtime(net.config, data_access=net.data_access()), net.chain, StoreCache())
     return [curve.loss(target) for target in [windows[0], *(w + 1 for w in windows)]]
 
 

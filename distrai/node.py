@@ -21,6 +21,7 @@ from rich.logging import RichHandler
 from distrai.chain.base import Chain
 from distrai.chain.local import LocalChain
 from distrai.chain.subtensor import SubtensorChain
+from distrai.data.access import DataAccess, open_data_access
 from distrai.flags import FLAGS
 from distrai.metrics import Metrics
 from distrai.run import RUN_COMMITMENT_PREFIX, RunConfig, check_run_matches, load_run_config
@@ -106,9 +107,7 @@ def build_node(
         endpoint=getattr(args, "store.endpoint"),
         bandwidth_bytes_per_s=float(bandwidth) if bandwidth else None,
     )
-    work = getattr(args, "work.dir") or f"~/.distrai/{wallet.name}-{wallet.hotkey_str}"
-    work_dir = Path(work).expanduser()
-    work_dir.mkdir(parents=True, exist_ok=True)
+    work_dir = node_work_dir(args)
     configure_determinism(args.device)
     if launch is None:
         budget = memory_budget(args)
@@ -136,16 +135,46 @@ def build_node(
     )
 
 
+def node_work_dir(args: argparse.Namespace) -> Path:
+    """This node's folder (created): `--work.dir`, else ~/.distrai/<wallet>-<hotkey>."""
+    work = (
+        getattr(args, "work.dir")
+        or f"~/.distrai/{getattr(args, 'wallet.name')}-{getattr(args, 'wallet.hotkey')}"
+    )
+    work_dir = Path(work).expanduser()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    return work_dir
+
+
+def data_access(args: argparse.Namespace, config: RunConfig) -> DataAccess | None:
+    """Where this node reads the run's prepared data (`--data.store`, else the run config's
+    `data.store`, else its own store), caching shards in <work dir>/data; None for built-in data."""
+    if config.data.source != "prepared":
+        return None
+    bandwidth = getattr(args, "store.bandwidth")
+    return open_data_access(
+        config.data,
+        node_work_dir(args) / "data",
+        own_url=getattr(args, "store.url"),
+        own_endpoint=getattr(args, "store.endpoint"),
+        mirror_url=getattr(args, "data.store"),
+        mirror_endpoint=getattr(args, "data.endpoint"),
+        bandwidth_bytes_per_s=float(bandwidth) if bandwidth else None,
+    )
+
+
 def prepare_runtime(
     args: argparse.Namespace, config: RunConfig, role: str, budget: int | None, launch: Launch | None = None
 ) -> Runtime:
     """The run's runtime on this process's device: on its rank of `launch` when given, its step
     fitted to `budget` bytes of memory (a miner may split its batch further; a validator replays the
     miner's split), the plan logged."""
-    runtime = build_runtime(config, args.device)
+    runtime = build_runtime(config, args.device, data_access(args, config))
     if launch is not None:
         run_on_ranks(runtime, launch)
-    plan = fit_memory(runtime, budget, split_further=role == "miner")
+    plan = fit_memory(
+        runtime, budget, split_further=role == "miner", shard=getattr(args, "miner.shard", False)
+    )
     if plan is not None:
         logging.getLogger(f"distrai.{role}").info("memory: %s", plan.describe())
     return runtime

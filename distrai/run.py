@@ -104,46 +104,53 @@ class ModelSource(_Section):
         return self
 
 
-class DataConfig(_Section):
-    """Training text. `builtin` is the offline corpus shipped with the package; `files` are local text
-    files that every node holds at the same paths; `hub` is a Hugging Face dataset."""
+def _data_source(value: Any) -> Any:
+    if value in ("files", "hub"):
+        raise ValueError(
+            f"a run does not read {value!r} text itself: turn it into token shards with `distrai data prepare` "
+            "and name them with source 'prepared' and manifest (docs/data.md)"
+        )
+    return value
 
-    source: Literal["builtin", "files", "hub"] = "builtin"
-    paths: Annotated[tuple[str, ...], _AS_TUPLE] = ()
-    hub_id: str | None = Field(default=None, min_length=1)
-    hub_config: str | None = Field(default=None, min_length=1)
-    hub_revision: str | None = Field(
-        default=None, min_length=1, description="commit or tag; None: default branch"
+
+class DataConfig(_Section):
+    """Training tokens: `prepared` token shards (made by `distrai data prepare`, named by the hash of
+    their manifest), or `builtin`, the offline corpus shipped with the package, tokenized in memory
+    at start-up (for tests). A prepared run config without a manifest is a template: it loads (for
+    planning and link checks), but no node starts on it until the owner names the data."""
+
+    source: Annotated[Literal["builtin", "prepared"], BeforeValidator(_data_source)] = "builtin"
+    manifest: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{64}$", description="sha256 of the prepared data's manifest"
     )
-    split: str = Field(default="train", min_length=1)
-    text_field: str = Field(default="text", min_length=1)
-    seq_len: int = Field(ge=2, description="tokens per training sequence")
-    max_tokens: int | None = Field(
+    store: str | None = Field(
+        default=None,
+        min_length=1,
+        description="where the owner publishes the prepared data (file:// or s3://); a node may read a mirror "
+        "instead (--data.store); None: the node's own store",
+    )
+    endpoint: str | None = Field(default=None, min_length=1, description="S3 endpoint URL of `store`")
+    vocab_size: int | None = Field(
         default=None,
         ge=2,
-        description="tokens read from the source; None: all of it (a hub dataset is streamed, so it needs a bound)",
+        description="with tokenizer 'data': the size of the vocabulary that prepared the data (checked "
+        "against its manifest), so the model's shape is known before any data is fetched",
     )
+    seq_len: int = Field(ge=2, description="tokens per training sequence")
     heldout_fraction: float = Field(
-        default=0.01, gt=0.0, le=0.5, description="share of documents held out, never trained on"
+        default=0.01,
+        gt=0.0,
+        le=0.5,
+        description="builtin: share of documents held out, never trained on (prepared data fixed its own)",
     )
 
     @model_validator(mode="after")
     def _source_fields(self) -> DataConfig:
-        hub_fields = [n for n in ("hub_id", "hub_config", "hub_revision") if getattr(self, n) is not None]
-        if self.source == "files" and not self.paths:
-            raise ValueError("source 'files' needs at least one entry in paths")
-        if self.source == "hub" and self.hub_id is None:
-            raise ValueError("source 'hub' needs hub_id")
-        if self.source == "hub" and self.max_tokens is None:
-            raise ValueError("source 'hub' needs max_tokens: a streamed dataset has no end to wait for")
-        if self.max_tokens is not None and self.max_tokens < self.seq_len:
-            raise ValueError(
-                f"max_tokens ({self.max_tokens}) is less than one sequence (seq_len {self.seq_len})"
-            )
-        if self.source != "files" and self.paths:
-            raise ValueError(f"paths applies only to source 'files', not {self.source!r}")
-        if self.source != "hub" and hub_fields:
-            raise ValueError(f"{', '.join(hub_fields)} applies only to source 'hub', not {self.source!r}")
+        prepared_fields = [n for n in ("manifest", "store", "endpoint") if getattr(self, n) is not None]
+        if self.source == "builtin" and prepared_fields:
+            raise ValueError(f"{', '.join(prepared_fields)} applies only to source 'prepared'")
+        if self.endpoint is not None and self.store is None:
+            raise ValueError("endpoint applies only with store")
         return self
 
 
@@ -406,8 +413,10 @@ class RunConfig(_Section):
 
     name: str = Field(min_length=1, max_length=64)
     netuid: int = Field(ge=0, le=65535)
-    tokenizer: Literal["byte", "model"] = Field(
-        default="byte", description="the offline byte-level tokenizer, or the model's own (needs path_or_id)"
+    tokenizer: Literal["byte", "model", "data"] = Field(
+        default="byte",
+        description="the offline byte-level tokenizer, the model's own (needs path_or_id), or the one that "
+        "made the prepared data (named in its manifest)",
     )
     model: ModelSource
     data: DataConfig
@@ -431,15 +440,29 @@ class RunConfig(_Section):
 
     @model_validator(mode="after")
     def _sections_agree(self) -> RunConfig:
+        if self.tokenizer == "data" and self.data.source != "prepared":
+            raise ValueError(
+                "tokenizer 'data' needs data.source 'prepared': built-in text has no tokenizer of its own"
+            )
+        if (self.tokenizer == "data") != (self.data.vocab_size is not None):
+            raise ValueError(
+                "data.vocab_size goes with tokenizer 'data' (and only with it): the size of the vocabulary that "
+                "prepared the data"
+            )
+        if self.tokenizer == "data" and self.model.preset is None:
+            raise ValueError(
+                "tokenizer 'data' sizes a preset model to the data's tokenizer; a path_or_id model brings its "
+                "own: use tokenizer 'model' (its tokenizer must be the one that prepared the data)"
+            )
         if self.tokenizer == "model" and self.model.path_or_id is None:
             raise ValueError(
                 "tokenizer 'model' needs model.path_or_id: a preset model has no tokenizer of its own"
             )
         teacher = self.task.teacher
-        if teacher is not None and (teacher.preset is not None) != (self.tokenizer == "byte"):
+        if teacher is not None and (teacher.preset is not None) != (self.tokenizer in ("byte", "data")):
             raise ValueError(
-                "task.teacher must share the student's tokenizer: a preset teacher with tokenizer 'byte', "
-                "a path_or_id teacher with tokenizer 'model'"
+                "task.teacher must share the student's tokenizer: a preset teacher with tokenizer 'byte' or "
+                "'data', a path_or_id teacher with tokenizer 'model'"
             )
         if self.verification.replay_tolerance > 0 and self.verification.loss_tolerance == 0:
             raise ValueError(

@@ -10,8 +10,10 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from distrai.codec import Codec, get_codec
+from distrai.data.access import DataAccess, open_prepared
+from distrai.data.tokenizers import tokenizer_sha256
 from distrai.run import ModelSource, RunConfig, run_id
-from distrai.train.data import DataSpec, TokenData, build_token_data
+from distrai.train.data import DataSpec, TrainingData, build_token_data
 from distrai.train.distill import DistillationLoss, DistillConfig
 from distrai.train.hashing import hash_tensors
 from distrai.train.inner import InnerConfig
@@ -71,7 +73,7 @@ class Runtime:
     config: RunConfig
     run_id: str
     tokenizer: PreTrainedTokenizerBase
-    data: TokenData
+    data: TrainingData
     model: PreTrainedModel
     loss_fn: LossFn
     inner: InnerConfig
@@ -127,25 +129,46 @@ def fit_memory(runtime: Runtime, budget: int | None, split_further: bool) -> Mem
     return plan
 
 
-def build_runtime(config: RunConfig, device: str = "cpu") -> Runtime:
-    spec = model_spec(config.model)
-    tokenizer = load_tokenizer(spec, "byte" if config.tokenizer == "byte" else "model")
+def build_data(
+    config: RunConfig, spec: ModelSpec, access: DataAccess | None
+) -> tuple[TrainingData, PreTrainedTokenizerBase]:
+    """The run's training data and tokenizer: prepared shards through `access`, or the built-in
+    corpus. A run whose tokenizer is not 'data' must name the tokenizer that prepared its shards."""
     d = config.data
-    data = build_token_data(
-        DataSpec(
-            source=d.source,
-            paths=tuple(d.paths),
-            hub_id=d.hub_id,
-            hub_config=d.hub_config,
-            hub_revision=d.hub_revision,
-            split=d.split,
-            text_field=d.text_field,
-            seq_len=d.seq_len,
-            max_tokens=d.max_tokens,
-            heldout_fraction=d.heldout_fraction,
-        ),
-        tokenizer,
-    )
+    if d.source == "builtin":
+        tokenizer = load_tokenizer(spec, config.tokenizer)
+        return build_token_data(
+            DataSpec(seq_len=d.seq_len, heldout_fraction=d.heldout_fraction), tokenizer
+        ), tokenizer
+    if d.manifest is None:
+        raise ValueError(
+            "the run config names no prepared data (data.manifest): it is a template until the owner prepares "
+            "the data with `distrai data prepare` and sets the hash it prints (docs/data.md)"
+        )
+    if access is None:
+        raise ValueError("the run trains from prepared data: this node needs a data store and a cache folder")
+    data, data_tokenizer = open_prepared(access, d.manifest, d.seq_len)
+    if config.tokenizer == "data":
+        if len(data_tokenizer) != d.vocab_size:
+            raise ValueError(
+                f"the run config's data.vocab_size is {d.vocab_size}, but its data was prepared by "
+                f"{data.manifest.tokenizer.name} with {len(data_tokenizer)} tokens"
+            )
+        return data, data_tokenizer
+    tokenizer = load_tokenizer(spec, config.tokenizer)
+    if tokenizer_sha256(tokenizer) != data.manifest.tokenizer.sha256:
+        raise ValueError(
+            f"the run's tokenizer ({config.tokenizer}) is not the one that prepared its data "
+            f"({data.manifest.tokenizer.name}): prepare the data with it, or set tokenizer = 'data'"
+        )
+    return data, tokenizer
+
+
+def build_runtime(config: RunConfig, device: str = "cpu", data_access: DataAccess | None = None) -> Runtime:
+    """Everything a node builds from the run config; `data_access` says where prepared data is read
+    from and cached (not needed for the built-in corpus)."""
+    spec = model_spec(config.model)
+    data, tokenizer = build_data(config, spec, data_access)
     model = load_model(spec, tokenizer=tokenizer, device=device)
     if config.train.compile:
         model.compile()  # in place: the module, its parameters and their names stay as they are

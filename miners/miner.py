@@ -387,7 +387,9 @@ class Miner(Participant):
         owner = data_of or self.hotkey
 
         def batch_for_step(t: int) -> torch.Tensor:
-            indices = batch_indices(self.rt.run_id, w, owner, t, cfg.train.batch_size, data.n_train, miners)
+            indices = batch_indices(
+                self.rt.run_id, w, owner, t, cfg.train.batch_size, data.n_train, miners, data.unit
+            )
             return data.batch(indices)
 
         def keep(boundary: BoundaryState) -> None:

@@ -21,7 +21,7 @@ U = importlib.util.module_from_spec(_spec)
 sys.modules["bench_utilization"] = U
 _spec.loader.exec_module(U)
 
-GPU_PARAMS = 154_698_752
+GPU_PARAMS = 257_092_608
 """`linkcheck.parameter_count` of the GPU config (test_link_uses_linkcheck checks it once)."""
 
 

@@ -1,17 +1,26 @@
 """The whole subnet on one machine: 3 honest miners, 1 idle miner and 2 validators as separate
 processes through the real entry points, on the embedded chain and a file store, for 4 windows;
-one validator is killed and restarted mid-run."""
+one validator is killed and restarted mid-run. The owner first prepares the run's data from local
+files with `distrai data prepare` into a data store of its own, which the run config names: every
+node trains, replays and scores from those shards."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import re
 import time
+from pathlib import Path
 
 import pytest
+from support.tiny_models import write_corpus_files
 
+from distrai.cli import main as distrai_main
 from distrai.localnet import Localnet, LocalnetOptions
 from distrai.localnet_view import heldout_losses, processed_windows
 from distrai.metrics import read_metrics
-from distrai.run import run_id
+from distrai.run import load_run_config, run_id, shipped_config_path
+from distrai.train.corpus import offline_documents
 from distrai.wallets import open_wallet
 from distrai.windows import Phase, phase
 from validators.state import load_state
@@ -40,11 +49,32 @@ def validator_windows(net: Localnet, name: str) -> list[int]:
     return [r["window"] for r in read_metrics(path)] if path.exists() else []
 
 
+def prepared_run_config(tmp_path: Path) -> Path:
+    """`distrai data prepare` on local files, then the shipped CPU run config naming what it printed."""
+    files = write_corpus_files(tmp_path / "text", offline_documents(1000, seed=5))
+    data_store = f"file://{tmp_path / 'data'}"
+    argv = ["data", "prepare", "--files", str(files["json"]), "--tokenizer", "byte", "--shard-tokens", "2048"]
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert distrai_main([*argv, "--heldout-fraction", "0.1", "--store.url", data_store]) == 0
+    shipped = shipped_config_path("cpu-localnet").read_text()
+    builtin = re.search(r'^manifest = "[0-9a-f]{64}"', shipped, re.MULTILINE).group(0)
+    ours = f'manifest = "{out.getvalue().split()[-1]}"\nstore = "{data_store}"'
+    path = tmp_path / "run.toml"
+    path.write_text(shipped.replace(builtin, ours))
+    return path
+
+
 @pytest.fixture
 def net(tmp_path):
     net = Localnet(
         LocalnetOptions(
-            work=tmp_path / "net", miners=4, validators=2, windows=WINDOWS, block_time=0.7, idle_miners=1
+            work=tmp_path / "net",
+            miners=4,
+            validators=2,
+            windows=WINDOWS,
+            block_time=0.7,
+            idle_miners=1,
+            run_config=prepared_run_config(tmp_path),
         )
     )
     net.setup()
@@ -96,9 +126,15 @@ def test_localnet_trains_pays_honest_miners_and_survives_a_validator_restart(net
         averages = [alpha * s + (1 - alpha) * a for a, s in zip(averages, scores, strict=True)]
     assert final.averages == pytest.approx(averages, abs=1e-12)
 
-    agreement = [r["leader_agreed_last_window"] for r in records if r.get("leader_agreed_last_window") is not None]
+    agreement = [
+        r["leader_agreed_last_window"] for r in records if r.get("leader_agreed_last_window") is not None
+    ]
     assert agreement and all(a == 1.0 for a in agreement), agreement
 
     done = processed_windows(net)
     first, last = heldout_losses(net, done[0], done[-1])
     assert last < first - 0.5, (first, last)
+    manifest = load_run_config(net.options.run_config).data.manifest
+    assert not (net.work / "store" / "blobs" / manifest).exists(), "the network's own store holds no data"
+    for neuron in net.neurons:
+        assert list((neuron.work_dir / "data").glob("*.bin")), f"{neuron.name} read no shard"

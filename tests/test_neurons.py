@@ -12,6 +12,7 @@ import pytest
 
 from distrai.chain.base import Hyperparameters
 from distrai.chain.local import LocalChain
+from distrai.localnet import publish_builtin_data
 from distrai.node import FLAGS
 from distrai.run import load_run_config, run_commitment, shipped_config_path
 from distrai.wallets import create_dev_wallet
@@ -54,6 +55,7 @@ def subnet(tmp_path):
     )
     chain.register(owner)
     chain.register(miner)
+    publish_builtin_data(load_run_config(CPU), f"file://{tmp_path / 'store'}")
     return chain, owner, wallets, tmp_path
 
 

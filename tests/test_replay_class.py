@@ -7,10 +7,10 @@ import tomllib
 
 import pytest
 import torch
+from support.localnet_data import localnet_runtime
 from support.tiny_models import tiny_model
 
 from distrai.run import load_run_config, parse_run_config, shipped_config_path
-from distrai.runtime import build_runtime
 from distrai.train.replay_class import (
     EXACT_RANKS,
     ClassTolerance,
@@ -69,23 +69,39 @@ def test_this_machine_s_class():
     mine = replay_class_of(model, torch.device("cpu"), step, adamw="foreach")
     assert mine.device == device_name(torch.device("cpu")) and mine.device.startswith("cpu (")
     assert (mine.torch, mine.cuda, mine.dtype, mine.micro_batches) == (torch.__version__, None, "float32", 2)
-    assert (mine.ranks, mine.autocast, mine.adamw) == (2, "bfloat16", "foreach")
+    assert (mine.ranks, mine.autocast, mine.adamw, mine.sharded) == (2, "bfloat16", "foreach", False)
     assert mine.attention == model.config._attn_implementation
+    sharded = replay_class_of(model, torch.device("cpu"), StepConfig(ranks=4, sharded=True))
+    assert (sharded.ranks, sharded.sharded) == (4, True)
 
 
 def test_a_bit_exact_run_refuses_a_miner_on_more_ranks_than_a_replay_repeats():
     check_ranks_replayable(EXACT_RANKS, 0.0)
     check_ranks_replayable(EXACT_RANKS + 2, 0.025)
-    with pytest.raises(ValueError, match="at most 2 data-parallel ranks, not 4"):
+    with pytest.raises(ValueError, match="at most 2 data-parallel ranks, not 4.*or shard the model"):
         check_ranks_replayable(4, 0.0)
+    # sharded ranks add in rank order, which one process repeats on any number of them
+    check_ranks_replayable(8, 0.0, sharded=True)
 
 
-def test_a_validator_replays_a_split_over_few_ranks_bit_for_bit_and_more_within_tolerance():
+@pytest.mark.parametrize("validator_ranks", [1, "the miner's"])
+def test_a_validator_replays_a_split_over_few_ranks_bit_for_bit_and_more_within_tolerance(validator_ranks):
     # one process repeats a two-rank all-reduce exactly (a + b); beyond EXACT_RANKS gloo's ring
-    # adds in another order than the rank-ordered replay, so the table or the default applies
-    exact = tolerance_for(cls(H100, ranks=EXACT_RANKS), cls(H100), TABLE, DEFAULT)
-    assert exact.exact
-    assert tolerance_for(cls(H100, ranks=EXACT_RANKS + 2), cls(H100), TABLE, DEFAULT) == DEFAULT
+    # adds in another order than the rank-ordered replay, so the default applies. A validator's own
+    # class carries the miner's split when it replays (validators/replay.py), which must not make a
+    # wide split look bit-exact.
+    def validator(miner: ReplayClass) -> ReplayClass:
+        return cls(H100) if validator_ranks == 1 else miner.model_copy(update={"device": H100})
+
+    narrow, wide = cls(H100, ranks=EXACT_RANKS), cls(H100, ranks=EXACT_RANKS + 2)
+    assert tolerance_for(narrow, validator(narrow), TABLE, DEFAULT).exact
+    assert tolerance_for(wide, validator(wide), TABLE, DEFAULT) == DEFAULT
+    assert tolerance_for(cls(H200, ranks=EXACT_RANKS + 2), validator(wide), TABLE, DEFAULT) == DEFAULT
+    # sharded ranks replay bit for bit at any width, and a table row applies across devices
+    sharded = cls(H100, ranks=8, sharded=True)
+    assert tolerance_for(sharded, validator(sharded), TABLE, DEFAULT).exact
+    other = cls(H200, ranks=8, sharded=True)
+    assert tolerance_for(other, validator(other), TABLE, DEFAULT).replay == 0.025
 
 
 def _run(verification: dict) -> dict:
@@ -101,12 +117,12 @@ def test_the_run_config_holds_the_table_and_no_row_may_be_looser_than_the_defaul
         parse_run_config(_run({"replay_tolerance": 0.02, "loss_tolerance": 0.02, "tolerances": [row]}))
 
 
-def test_a_compiled_run_compiles_every_node_s_model_and_says_so_in_its_class():
+def test_a_compiled_run_compiles_every_node_s_model_and_says_so_in_its_class(tmp_path):
     data = tomllib.loads(shipped_config_path("cpu-localnet").read_text())
     config = parse_run_config({**data, "train": {**data["train"], "compile": True}})
-    runtime = build_runtime(config)
+    runtime = localnet_runtime(config, tmp_path)
     assert runtime.model._compiled_call_impl is not None, "the model runs under torch.compile"
-    plain = build_runtime(load_run_config(shipped_config_path("cpu-localnet"))).model
+    plain = localnet_runtime(load_run_config(shipped_config_path("cpu-localnet")), tmp_path).model
     names = [n for n, _ in runtime.model.named_parameters()]
     assert names == [n for n, _ in plain.named_parameters()], "compiling in place keeps the parameters' names"
     mine = replay_class_of(runtime.model, runtime.device, runtime.inner.step, compiled=config.train.compile)

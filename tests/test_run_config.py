@@ -129,7 +129,8 @@ def test_shipped_configs_load(name):
 
 def test_cpu_example_is_small_and_offline():
     config = load_run_config(shipped_config_path("cpu-localnet"))
-    assert (config.model.preset, config.tokenizer, config.data.source) == ("tiny", "byte", "builtin")
+    assert (config.model.preset, config.tokenizer, config.data.source) == ("tiny", "data", "prepared")
+    assert config.data.store is None and config.data.vocab_size == 260  # the built-in corpus, byte tokenizer
     assert config.data.seq_len <= 128 and config.train.batch_size <= 16
     assert 20 <= config.train.inner_steps <= 120 and 5 <= config.train.segment_steps <= 20
     assert config.codec.name in ("topk", "int8")
@@ -140,7 +141,9 @@ def test_cpu_example_is_small_and_offline():
 
 def test_gpu_example_is_a_real_run():
     config = load_run_config(shipped_config_path("gpu-subnet"))
-    assert config.model.preset == "150m" and config.data.source == "hub"
+    assert config.model.preset == "150m" and config.data.source == "prepared"
+    assert config.tokenizer == "data" and config.data.vocab_size == 50257  # GPT-2's BPE
+    assert config.data.manifest is None  # a template until the owner prepares the data
     assert 100 <= config.train.inner_steps <= 4000  # the cap: a miner trains until its commit deadline
     # the fast step (docs/gpu.md): fp32 master weights, bf16 compute, flash attention, fused AdamW
     assert (config.model.dtype, config.model.attention) == ("float32", "sdpa")
@@ -205,15 +208,16 @@ def test_a_distill_run_validates():
 def test_a_pinned_hub_model_with_its_own_tokenizer_validates():
     doc = with_change("model", {"path_or_id": "org/model", "revision": "abc123"})
     doc["tokenizer"] = "model"
-    doc["data"] = {"source": "hub", "hub_id": "org/data", "hub_config": "en", "seq_len": 128}
-    assert "run.toml: data: source 'hub' needs max_tokens" in refusal(doc)
-    doc["data"]["max_tokens"] = 10**6
+    doc["data"] = {"source": "prepared", "manifest": "c" * 64, "store": "s3://owner/data", "seq_len": 128}
     config = parse_run_config(doc)
-    assert (config.model.path_or_id, config.model.revision, config.data.hub_id) == (
+    assert (config.model.path_or_id, config.model.revision, config.data.store) == (
         "org/model",
         "abc123",
-        "org/data",
+        "s3://owner/data",
     )
+    doc["tokenizer"] = "data"
+    doc["data"]["vocab_size"] = 50257
+    assert "tokenizer 'data' sizes a preset model" in refusal(doc)
 
 
 # --- validation errors name the field ------------------------------------------------------------
@@ -244,10 +248,9 @@ def test_a_pinned_hub_model_with_its_own_tokenizer_validates():
         ("train.momentum", 0.9, "run.toml: train.momentum: is not a setting of the run config"),
         ("model.preset", "huge", "run.toml: model.preset: Input should be 'tiny', 'small', '150m' or '1b'"),
         ("model.path_or_id", "org/model", "run.toml: model: set exactly one of preset or path_or_id"),
-        ("data.source", "hub", "run.toml: data: source 'hub' needs hub_id"),
-        ("data.max_tokens", 16, "run.toml: data: max_tokens (16) is less than one sequence (seq_len 32)"),
-        ("data.source", "files", "run.toml: data: source 'files' needs at least one entry in paths"),
-        ("data.hub_id", "org/data", "run.toml: data: hub_id applies only to source 'hub'"),
+        ("data.source", "hub", "run.toml: data.source: a run does not read 'hub' text itself"),
+        ("data.manifest", "a" * 64, "run.toml: data: manifest applies only to source 'prepared'"),
+        ("data.vocab_size", 260, "run.toml: data.vocab_size goes with tokenizer 'data' (and only with it)"),
         ("data.heldout_fraction", 0.0, "run.toml: data.heldout_fraction: Input should be greater than 0"),
         ("task.kind", "distill", "run.toml: task: kind 'distill' needs a teacher"),
         ("task.alpha", 0.3, "run.toml: task: alpha applies only to kind 'distill'"),

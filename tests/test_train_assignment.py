@@ -13,11 +13,13 @@ from hypothesis import strategies as st
 from support.tiny_models import tiny_data
 
 from distrai.train.assignment import (
+    MIX_UNITS,
     assigned_indices,
+    assigned_sample,
     batch_indices,
     miner_slot,
     permute,
-    shard_size,
+    share_size,
     unassigned_indices,
 )
 
@@ -53,12 +55,12 @@ def test_batch_indices_are_pure(miners, window, step, run):
     steps=st.integers(1, 12),
 )
 def test_miners_of_a_window_get_disjoint_data_and_the_reserve_is_untouched(miners, window, n, batch, steps):
-    assume(shard_size(n, len(miners)) >= batch)
+    assume(share_size(n, len(miners)) >= batch)
     seen: dict[int, str] = {}
     for hotkey in miners:
         for index in assigned_indices("run", window, hotkey, steps, batch, n, miners):
             assert seen.setdefault(index, hotkey) == hotkey
-    reserve = n - len(miners) * shard_size(n, len(miners))
+    reserve = n - len(miners) * share_size(n, len(miners))
     spare = unassigned_indices("run", window, reserve, n, miners, salt="challenge")
     assert len(set(spare)) == reserve
     assert not set(spare) & set(seen)
@@ -68,11 +70,66 @@ def test_miners_of_a_window_get_disjoint_data_and_the_reserve_is_untouched(miner
 @given(miners=hotkeys, window=st.integers(0, 1000))
 def test_a_miner_cycles_through_exactly_its_shard(miners, window):
     n = 300
-    size = shard_size(n, len(miners))
+    size = share_size(n, len(miners))
     hotkey = miners[0]
     first_pass = assigned_indices("run", window, hotkey, size, 1, n, miners)
     assert len(set(first_pass)) == size
     assert batch_indices("run", window, hotkey, size, 1, n, miners) == first_pass[:1]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    miners=hotkeys,
+    window=st.integers(0, 10**6),
+    units=st.integers(4, 60),
+    unit=st.integers(2, 9),
+    batch=st.integers(1, 8),
+    steps=st.integers(1, 12),
+)
+def test_with_units_miners_get_whole_disjoint_units_and_the_reserve_is_untouched(
+    miners, window, units, unit, batch, steps
+):
+    n = units * unit
+    assume(share_size(n, len(miners), unit) >= batch)
+    owner: dict[int, str] = {}
+    for hotkey in miners:
+        for index in assigned_indices("run", window, hotkey, steps, batch, n, miners, unit):
+            assert 0 <= index < n
+            assert owner.setdefault(index // unit, hotkey) == hotkey
+    reserve = n - len(miners) * share_size(n, len(miners), unit)
+    spare = unassigned_indices("run", window, reserve, n, miners, salt="s", unit=unit)
+    assert len(set(spare)) == reserve
+    assert not {i // unit for i in spare} & set(owner)
+
+
+@settings(max_examples=20, deadline=None)
+@given(miners=hotkeys, window=st.integers(0, 1000), unit=st.integers(2, 6))
+def test_with_units_a_miner_cycles_through_exactly_its_share(miners, window, unit):
+    n = 60 * unit
+    size = share_size(n, len(miners), unit)
+    first_pass = assigned_indices("run", window, miners[0], size, 1, n, miners, unit)
+    assert len(set(first_pass)) == size
+    assert len({i // unit for i in first_pass}) == size // unit
+    assert batch_indices("run", window, miners[0], size, 1, n, miners, unit) == first_pass[:1]
+
+
+def test_with_units_batches_mix_units_and_runs_of_steps_stay_in_few():
+    miners, unit, batch = ["a", "b", "c"], 32, 8
+    n = 400 * unit
+    steps = [batch_indices("run", 3, "b", t, batch, n, miners, unit) for t in range(20)]
+    assert all(len({i // unit for i in indices}) > 1 for indices in steps)
+    assert len({i // unit for indices in steps for i in indices}) <= MIX_UNITS * 2
+
+
+def test_assigned_sample_reads_as_few_units_as_hold_it():
+    miners = ["a", "b", "c"]
+    sample = assigned_sample("run", 1, "a", 16, 40, 8, 400 * 32, miners, 32)
+    trained = set(assigned_indices("run", 1, "a", 40, 8, 400 * 32, miners, 32))
+    assert len(sample) == 16 and set(sample) <= trained
+    assert len({i // 32 for i in sample}) == 1
+    flat = assigned_sample("run", 1, "a", 16, 40, 8, 4000, miners)
+    assert flat == assigned_indices("run", 1, "a", 2, 8, 4000, miners)
+    assert len(assigned_sample("run", 1, "a", 16, 1, 8, 4000, miners)) == 8
 
 
 def test_slots_rotate_between_windows():
@@ -109,6 +166,7 @@ def test_heldout_split_is_never_assigned():
         (lambda: batch_indices("r", 0, "a", -1, 2, 100, ["a"]), "step must be non-negative"),
         (lambda: unassigned_indices("r", 0, 60, 100, ["a"]), r"count must be in \[1, 50\]"),
         (lambda: permute(5, 5, b"k"), "outside"),
+        (lambda: batch_indices("r", 0, "a", 0, 2, 100, ["a"], unit=3), "not a whole number of units of 3"),
     ],
 )
 def test_bad_requests_are_refused(call, message):

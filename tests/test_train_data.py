@@ -1,5 +1,4 @@
-"""Data: the offline corpus, local files through `datasets`, the token stream, and the
-document-level held-out split."""
+"""Data in memory: the offline corpus, the token stream, and the document-level held-out split."""
 
 from __future__ import annotations
 
@@ -7,10 +6,10 @@ import random
 
 import pytest
 import torch
-from support.tiny_models import write_corpus_files
 
+from distrai.data.stream import is_heldout_document
 from distrai.train.corpus import SplitMix64, offline_documents
-from distrai.train.data import DataSpec, build_token_data, is_heldout_document
+from distrai.train.data import DataSpec, build_token_data
 from distrai.train.tokenizer import byte_tokenizer
 
 TOKENIZER = byte_tokenizer()
@@ -62,19 +61,6 @@ def test_heldout_documents_are_evenly_spaced_share():
     assert {b - a for a, b in zip(held, held[1:], strict=False)} == {20}
 
 
-@pytest.mark.parametrize("fmt", ["text", "json", "parquet"])
-def test_local_files_give_the_defined_streams(tmp_path, fmt):
-    documents = offline_documents(40, seed=9) + ["Non-ASCII too: naïve café, 日本語."]
-    path = write_corpus_files(tmp_path, documents)[fmt]
-    data = build_token_data(
-        DataSpec(source="files", paths=(str(path),), seq_len=16, heldout_fraction=0.1), TOKENIZER
-    )
-    train, heldout = expected_streams(documents, 0.1)
-    assert torch.equal(data.train, rows(train, 16))
-    assert torch.equal(data.heldout, rows(heldout, 16))
-    assert data.heldout_documents == tuple(i for i in range(len(documents)) if is_heldout_document(i, 0.1))
-
-
 def test_builtin_source_matches_its_documents():
     spec = DataSpec(seq_len=32, builtin_documents=60, builtin_seed=2, heldout_fraction=0.1)
     data = build_token_data(spec, TOKENIZER)
@@ -86,40 +72,11 @@ def test_builtin_source_matches_its_documents():
     assert data.digest() != build_token_data(other_seed, TOKENIZER).digest()
 
 
-def test_max_tokens_bounds_both_streams_together():
-    data = build_token_data(
-        DataSpec(seq_len=10, builtin_documents=100, heldout_fraction=0.2, max_tokens=5000), TOKENIZER
-    )
-    train, heldout = expected_streams(offline_documents(100), 0.2)
-    # Exactly 5000 tokens are read, split over two streams that each drop a ragged end.
-    assert 498 <= data.n_train + data.heldout.shape[0] <= 500
-    assert torch.equal(data.train, rows(train, 10)[: data.n_train])
-    assert torch.equal(data.heldout, rows(heldout, 10)[: data.heldout.shape[0]])
-
-
 def test_batch_selects_training_rows():
     data = build_token_data(DataSpec(seq_len=16, builtin_documents=30, heldout_fraction=0.1), TOKENIZER)
     assert torch.equal(data.batch([3, 0, 3]), data.train[[3, 0, 3]])
     with pytest.raises(IndexError, match="outside"):
         data.batch([data.n_train])
-
-
-def test_mixed_missing_and_unknown_files_are_refused(tmp_path):
-    files = write_corpus_files(tmp_path, ["one document."])
-    with pytest.raises(ValueError, match="mix formats"):
-        build_token_data(DataSpec(source="files", paths=(str(files["text"]), str(files["json"]))), TOKENIZER)
-    with pytest.raises(FileNotFoundError, match="nope.txt"):
-        build_token_data(DataSpec(source="files", paths=(str(tmp_path / "nope.txt"),)), TOKENIZER)
-    odd = tmp_path / "data.csv"
-    odd.write_text("a,b\n")
-    with pytest.raises(ValueError, match="cannot tell the format"):
-        build_token_data(DataSpec(source="files", paths=(str(odd),)), TOKENIZER)
-
-
-def test_missing_text_field_is_named(tmp_path):
-    files = write_corpus_files(tmp_path, ["one document."])
-    with pytest.raises(ValueError, match="no field 'body'"):
-        build_token_data(DataSpec(source="files", paths=(str(files["json"]),), text_field="body"), TOKENIZER)
 
 
 def test_too_little_data_is_refused():
@@ -130,13 +87,8 @@ def test_too_little_data_is_refused():
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"source": "web"}, "unknown data source"),
-        ({"source": "files"}, "needs at least one path"),
-        ({"source": "hub"}, "needs hub_id"),
-        ({"source": "hub", "hub_id": "org/set"}, "needs max_tokens"),
         ({"seq_len": 1}, "seq_len must be at least 2"),
         ({"heldout_fraction": 0.0}, "heldout_fraction"),
-        ({"seq_len": 64, "max_tokens": 10}, "shorter than one sequence"),
     ],
 )
 def test_bad_data_specs_are_refused(fields, message):

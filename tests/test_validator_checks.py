@@ -10,12 +10,12 @@ import pickle
 import pytest
 import torch
 from bittensor.keyfiles import Keypair
+from support.localnet_data import localnet_runtime
 
 from distrai.announce import Announcement
 from distrai.globalmodel import GlobalModel
 from distrai.layout import manifest_key
 from distrai.run import load_run_config, shipped_config_path
-from distrai.runtime import build_runtime
 from distrai.store import FileStore
 from distrai.sync import StoreCache
 from distrai.train.outer import OuterState
@@ -31,8 +31,10 @@ START = "ef" * 32
 
 
 @pytest.fixture(scope="module")
-def runtime():
-    return build_runtime(load_run_config(shipped_config_path("cpu-localnet")))
+def runtime(tmp_path_factory):
+    return localnet_runtime(
+        load_run_config(shipped_config_path("cpu-localnet")), tmp_path_factory.mktemp("data")
+    )
 
 
 @pytest.fixture(scope="module")

@@ -108,14 +108,23 @@ def window(runtime, model):
         },
     }
     verdicts = [passed(runtime, hk, u) for hk, u in {**honest, **others}.items()]
-    # the relabelled copy commits first: the work is still its trainer's (it fits the trainer's data)
+    # the relabelled copy commits first. Which member keeps the work is decided by how much better
+    # each fits its own data than unassigned data; on the templated corpus, where every sequence comes
+    # from one distribution, that measure is noise, so these tests check one share, not whose
     commit_blocks = {hk: (10 if hk in HONEST else 9 if hk == RELABELLED else 11) for hk in MINERS}
     score_window(runtime, model, WINDOW, verdicts, MINERS, commit_blocks)
     return {v.hotkey: v for v in verdicts}
 
 
+def group_keeper(window) -> str:
+    """The one member of HONEST[0]'s piece of work (itself and its three copies) that kept it."""
+    kept = [hk for hk in (HONEST[0], RELABELLED, RESCALED, PERTURBED) if window[hk].passed]
+    assert len(kept) == 1, {hk: window[hk].verdicts for hk in (HONEST[0], RELABELLED, RESCALED, PERTURBED)}
+    return kept[0]
+
+
 def test_honest_miners_pass_and_earn(runtime, window):
-    for hk in HONEST:
+    for hk in [group_keeper(window), *HONEST[1:]]:
         assert window[hk].passed, window[hk].verdicts
         assert window[hk].score > 0.5, (hk, window[hk].score, window[hk].numbers)
     sketches = {hk: update_sketch(window[hk].update, f"{runtime.run_id}/duplicates") for hk in HONEST}
@@ -124,23 +133,28 @@ def test_honest_miners_pass_and_earn(runtime, window):
 
 
 def test_an_update_scaled_to_a_ten_thousandth_earns_about_a_ten_thousandth(window):
-    honest_least = min(window[hk].score for hk in HONEST)
+    honest_least = min(window[hk].score for hk in [group_keeper(window), *HONEST[1:]])
     assert window[TINY].passed, window[TINY].verdicts
     assert 0 < window[TINY].score < 0.01 * honest_least, (window[TINY].score, honest_least)
 
 
 @pytest.mark.parametrize(
-    "copy", [RELABELLED, RESCALED, PERTURBED], ids=["relabelled", "rescaled", "perturbed"]
+    "copy",
+    [HONEST[0], RELABELLED, RESCALED, PERTURBED],
+    ids=["original", "relabelled", "rescaled", "perturbed"],
 )
-def test_one_piece_of_work_under_another_hotkey_earns_nothing_more(window, copy):
+def test_one_piece_of_work_under_several_hotkeys_earns_one_share(window, copy):
+    keeper = group_keeper(window)
+    if copy == keeper:
+        assert window[copy].score > 0
+        return
     verdict = window[copy]
     assert verdict.score == 0.0 and not verdict.fraud
-    assert HONEST[0] in verdict.verdicts["duplicate"], verdict.verdicts
-    assert window[HONEST[0]].passed and window[HONEST[0]].score > 0
+    assert keeper in verdict.verdicts["duplicate"], verdict.verdicts
 
 
 def test_the_aggregate_takes_each_piece_of_work_once(window):
     chosen = accepted_by_rule({hk: Scored(v.passed, v.score) for hk, v in window.items()}, top_n=8)
     taken = {hk for hk, _ in chosen}
-    assert HONEST[0] in taken
-    assert not taken & {RELABELLED, RESCALED, PERTURBED}
+    assert taken & {HONEST[0], RELABELLED, RESCALED, PERTURBED} == {group_keeper(window)}
+    assert set(HONEST[1:]) <= taken

@@ -170,7 +170,14 @@ def replay_one(
     batches = [
         runtime.data.batch(
             batch_indices(
-                runtime.run_id, window, verdict.hotkey, t, cfg.batch_size, runtime.data.n_train, miners
+                runtime.run_id,
+                window,
+                verdict.hotkey,
+                t,
+                cfg.batch_size,
+                runtime.data.n_train,
+                miners,
+                runtime.data.unit,
             )
         )
         for t in range(first, first + k)

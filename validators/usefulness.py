@@ -10,7 +10,7 @@ import torch
 
 from distrai.globalmodel import GlobalModel
 from distrai.runtime import Runtime
-from distrai.train.assignment import batch_indices, unassigned_indices
+from distrai.train.assignment import assigned_sample, unassigned_indices
 from distrai.train.evaluate import evaluate
 
 
@@ -34,18 +34,23 @@ class Usefulness:
 def sample_sequences(
     runtime: Runtime, window: int, hotkey: str, miners: Sequence[str], trained_steps: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """A fixed sample of the miner's assigned sequences (of the `trained_steps` it trained) and as
-    many from the window's reserve."""
+    """A fixed sample of the miner's assigned sequences (of the `trained_steps` it trained, from as few
+    shards as hold them) and as many from the window's reserve."""
     cfg, data = runtime.config, runtime.data
-    count = cfg.scoring.usefulness_sequences
-    steps = -(-count // cfg.train.batch_size)
-    assigned: list[int] = []
-    for step in range(min(steps, trained_steps)):
-        assigned += batch_indices(
-            runtime.run_id, window, hotkey, step, cfg.train.batch_size, data.n_train, miners
-        )
-    assigned = assigned[:count]
-    reserve = unassigned_indices(runtime.run_id, window, len(assigned), data.n_train, miners, salt=hotkey)
+    assigned = assigned_sample(
+        runtime.run_id,
+        window,
+        hotkey,
+        cfg.scoring.usefulness_sequences,
+        trained_steps,
+        cfg.train.batch_size,
+        data.n_train,
+        miners,
+        data.unit,
+    )
+    reserve = unassigned_indices(
+        runtime.run_id, window, len(assigned), data.n_train, miners, salt=hotkey, unit=data.unit
+    )
     return data.batch(assigned), data.batch(reserve)
 
 

@@ -1,23 +1,30 @@
 """Which training sequences a miner trains on: a pure function anyone can recompute.
 
-Scheme. Each window has a pseudo-random permutation π of the training sequence indices
-[0, n), keyed by SHA-256 of (run id, window). The window's miners are put in slot order by
-SHA-256 of (run id, window, hotkey), so slots rotate every window and nobody can pick one.
-π's positions are cut into `len(miners) + 1` equal shards of `shard_size = n // (len(miners) + 1)`:
-slot s owns positions [s·shard_size, (s+1)·shard_size). The last shard and the remainder
-are the window's reserve, which nobody trains on. At inner step t a miner's batch is the
-sequences at its shard's positions t·B … t·B + B − 1, wrapping around inside its own shard
-once t·B passes `shard_size`.
+Units. The training sequences [0, n) come in units of `unit` consecutive indices: a unit is one
+shard of prepared data (`distrai.data`, where sequence i is at offset i mod unit of shard
+i div unit), or one sequence of in-memory data (`unit = 1`). A miner is assigned whole units, so it
+and its validators fetch only the shards they use.
+
+Scheme. Each window has a pseudo-random permutation π of the n / unit units, keyed by SHA-256 of
+(run id, window). The window's miners are put in slot order by SHA-256 of (run id, window, hotkey),
+so slots rotate every window and nobody can pick one. π's positions are cut into
+`len(miners) + 1` equal shares of `S = (n / unit) // (len(miners) + 1)` units: slot s owns unit
+positions [s·S, (s+1)·S). The last share and the remainder are the window's reserve, which nobody
+trains on. A miner's share holds S·unit sequences; at inner step t its batch is the sequences at
+share positions t·B … t·B + B − 1, wrapping around inside its own share once t·B passes S·unit.
+Share positions run through groups of `MIX_UNITS` units, shuffled within each group by a keyed
+permutation, so a batch mixes sequences of several shards while a run of steps (a replayed
+segment, a scored sample) stays within a few.
 
 Guarantees. (1) Pure: the answer depends only on the arguments, never on global RNG state,
-process, machine or library version (the permutation is a Feistel network over SHA-256 written
-here, with cycle walking to stay inside [0, n)). (2) Disjoint: in one window, two different
-hotkeys of the same miner list never share a sequence, whatever their steps. (3) The reserve is
-disjoint from every miner's shard, so `unassigned_indices` returns data that no miner trained
-on in that window. (4) Indices run over the training split only, so held-out data (a separate
-tensor in `TokenData`) is never assigned. Every caller must use the same miner list for the
-window (the validator takes it from the metagraph at the window's first block); the order of
-that list does not matter, and duplicate hotkeys are refused.
+process, machine or library version (the permutations are a Feistel network over SHA-256 written
+here, with cycle walking to stay inside their range). (2) Disjoint: in one window, two different
+hotkeys of the same miner list never share a sequence (nor a unit), whatever their steps. (3) The
+reserve is disjoint from every miner's share, so `unassigned_indices` returns data that no miner
+trained on in that window. (4) Indices run over the training split only, so held-out data (kept
+apart by `TokenData` and by prepared data's held-out shards) is never assigned. Every caller must use
+the same miner list for the window (the validator takes it from the metagraph at the window's
+first block); the order of that list does not matter, and duplicate hotkeys are refused.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ import json
 from collections.abc import Sequence
 
 FEISTEL_ROUNDS = 6
+MIX_UNITS = 8
+"""Units whose sequences a miner's consecutive batches mix (see the scheme above)."""
 
 
 def _digest(*parts: object) -> bytes:
@@ -66,15 +75,42 @@ def miner_slot(run_id: str, window: int, hotkey: str, miners: Sequence[str]) -> 
     return order.index(hotkey)
 
 
-def shard_size(n_sequences: int, n_miners: int) -> int:
-    """Sequences per miner per window: one equal shard each, plus one reserve shard."""
+def share_size(n_sequences: int, n_miners: int, unit: int = 1) -> int:
+    """Sequences per miner per window: an equal share of whole units each, plus one reserve share."""
     if n_miners < 1:
         raise ValueError("a window needs at least one miner")
-    return n_sequences // (n_miners + 1)
+    return _units(n_sequences, unit) // (n_miners + 1) * unit
+
+
+def _units(n_sequences: int, unit: int) -> int:
+    if unit < 1 or n_sequences % unit:
+        raise ValueError(f"{n_sequences} sequences are not a whole number of units of {unit}")
+    return n_sequences // unit
+
+
+def _share_sequence(
+    run_id: str, window: int, slot: int, position: int, share_units: int, unit: int, n_units: int
+) -> int:
+    """The sequence at `position` of slot `slot`'s share (0 ≤ position < share_units·unit)."""
+    key = window_key(run_id, window)
+    if unit == 1:
+        return permute(slot * share_units + position, n_units, key)
+    group, within = divmod(position, MIX_UNITS * unit)
+    group_units = min(MIX_UNITS, share_units - group * MIX_UNITS)
+    mixed = permute(within, group_units * unit, _digest("mix", run_id, window, slot, group))
+    unit_in_share, offset = divmod(mixed, unit)
+    return permute(slot * share_units + group * MIX_UNITS + unit_in_share, n_units, key) * unit + offset
 
 
 def batch_indices(
-    run_id: str, window: int, hotkey: str, step: int, batch_size: int, n_sequences: int, miners: Sequence[str]
+    run_id: str,
+    window: int,
+    hotkey: str,
+    step: int,
+    batch_size: int,
+    n_sequences: int,
+    miners: Sequence[str],
+    unit: int = 1,
 ) -> list[int]:
     """Training-sequence indices of `hotkey`'s batch at inner `step` of `window`."""
     if step < 0:
@@ -82,15 +118,19 @@ def batch_indices(
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     slot = miner_slot(run_id, window, hotkey, miners)
-    size = shard_size(n_sequences, len(miners))
+    n_units = _units(n_sequences, unit)
+    share_units = n_units // (len(miners) + 1)
+    size = share_units * unit
     if size < batch_size:
         raise ValueError(
-            f"{n_sequences} training sequences give {len(miners)} miners shards of {size}, "
+            f"{n_sequences} training sequences in units of {unit} give {len(miners)} miners shares of {size}, "
             f"smaller than a batch of {batch_size}"
         )
-    key = window_key(run_id, window)
     first = step * batch_size
-    return [permute(slot * size + (first + j) % size, n_sequences, key) for j in range(batch_size)]
+    return [
+        _share_sequence(run_id, window, slot, (first + j) % size, share_units, unit, n_units)
+        for j in range(batch_size)
+    ]
 
 
 def assigned_indices(
@@ -101,25 +141,66 @@ def assigned_indices(
     batch_size: int,
     n_sequences: int,
     miners: Sequence[str],
+    unit: int = 1,
 ) -> list[int]:
     """All of `hotkey`'s batch indices for inner steps 0 … steps − 1, step after step."""
     return [
         index
         for step in range(steps)
-        for index in batch_indices(run_id, window, hotkey, step, batch_size, n_sequences, miners)
+        for index in batch_indices(run_id, window, hotkey, step, batch_size, n_sequences, miners, unit)
     ]
 
 
 def unassigned_indices(
-    run_id: str, window: int, count: int, n_sequences: int, miners: Sequence[str], salt: str = ""
+    run_id: str,
+    window: int,
+    count: int,
+    n_sequences: int,
+    miners: Sequence[str],
+    salt: str = "",
+    unit: int = 1,
 ) -> list[int]:
     """`count` distinct training-sequence indices from the window's reserve, which no miner of
-    `miners` was assigned; `salt` (for example a challenge seed) picks where in the reserve."""
-    size = shard_size(n_sequences, len(miners))
-    reserve_start = len(miners) * size
-    reserve = n_sequences - reserve_start
+    `miners` was assigned; `salt` (for example a challenge seed) picks where in the reserve. They are
+    consecutive in the reserve's order, so with units of many sequences they lie in one or two."""
+    n_units = _units(n_sequences, unit)
+    reserve_start = len(miners) * (n_units // (len(miners) + 1))
+    reserve = (n_units - reserve_start) * unit
     if not 0 < count <= reserve:
         raise ValueError(f"count must be in [1, {reserve}] (the reserve of this window), got {count}")
     offset = int.from_bytes(_digest("reserve", run_id, window, salt)[:8], "little") % reserve
     key = window_key(run_id, window)
-    return [permute(reserve_start + (offset + j) % reserve, n_sequences, key) for j in range(count)]
+    picked = []
+    for j in range(count):
+        unit_position, within = divmod((offset + j) % reserve, unit)
+        picked.append(permute(reserve_start + unit_position, n_units, key) * unit + within)
+    return picked
+
+
+def assigned_sample(
+    run_id: str,
+    window: int,
+    hotkey: str,
+    count: int,
+    steps: int,
+    batch_size: int,
+    n_sequences: int,
+    miners: Sequence[str],
+    unit: int = 1,
+) -> list[int]:
+    """Up to `count` of the sequences `hotkey` trained on in its first `steps` steps, from as few
+    units as hold them: the first ⌈count / unit⌉ units its batches reach, in step order. A scorer
+    then reads one shard of prepared data per miner, not one per sequence."""
+    units = -(-count // unit)
+    allowed: list[int] = []
+    picked: list[int] = []
+    for step in range(steps):
+        for index in batch_indices(run_id, window, hotkey, step, batch_size, n_sequences, miners, unit):
+            home = index // unit
+            if home not in allowed and len(allowed) < units:
+                allowed.append(home)
+            if home in allowed:
+                picked.append(index)
+                if len(picked) == count:
+                    return picked
+    return picked

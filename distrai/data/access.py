@@ -1,0 +1,93 @@
+"""Opening a run's prepared data: the manifest the run config names, its tokenizer, its shards."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformers import PreTrainedTokenizerFast
+
+from distrai.data.cache import ShardCache
+from distrai.data.dataset import PreparedData
+from distrai.data.manifest import MAX_MANIFEST_BYTES, DataManifest, DataManifestError, parse_manifest
+from distrai.data.tokenizers import rebuild_tokenizer
+from distrai.run import DataConfig
+from distrai.store import Store, open_store
+from distrai.store.base import NotFound, StoreError
+from distrai.store.file import write_atomically
+
+MAX_TOKENIZER_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class DataAccess:
+    """Where a node reads prepared data from (`store`, any mirror: every byte is checked against
+    its hash) and where it keeps the shards it fetched (`cache_dir`)."""
+
+    store: Store
+    cache_dir: Path
+
+
+def open_data_access(
+    data: DataConfig,
+    cache_dir: Path,
+    own_url: str | None,
+    own_endpoint: str | None = None,
+    mirror_url: str | None = None,
+    mirror_endpoint: str | None = None,
+    bandwidth_bytes_per_s: float | None = None,
+) -> DataAccess:
+    """Where a node reads the run's prepared data: a mirror it names, else the run config's
+    `data.store`, else its own store."""
+    if mirror_url:
+        url, endpoint = mirror_url, mirror_endpoint
+    elif data.store:
+        url, endpoint = data.store, mirror_endpoint or data.endpoint
+    else:
+        url, endpoint = own_url, mirror_endpoint or own_endpoint
+    if not url:
+        raise ValueError(
+            "no data store: pass --data.store or --store.url (the run trains from prepared data)"
+        )
+    return DataAccess(
+        open_store(url, endpoint=endpoint, bandwidth_bytes_per_s=bandwidth_bytes_per_s), cache_dir
+    )
+
+
+def _blob(access: DataAccess, digest: str, max_bytes: int, what: str) -> bytes:
+    try:
+        return access.store.get_blob(digest, max_bytes)
+    except NotFound:
+        raise DataManifestError(
+            f"{what} {digest} is not in the data store {access.store.url}: the run's owner publishes it with "
+            "`distrai data prepare --store.url …`"
+        ) from None
+    except StoreError as exc:
+        raise DataManifestError(f"{what} {digest} could not be read from {access.store.url}: {exc}") from None
+
+
+def load_manifest(access: DataAccess, manifest_sha256: str) -> DataManifest:
+    """The manifest, from the local copy kept beside the shards when there is a good one, else the
+    store (and then kept)."""
+    local = access.cache_dir / f"manifest-{manifest_sha256}.json"
+    if local.is_file():
+        try:
+            return parse_manifest(local.read_bytes(), manifest_sha256)
+        except DataManifestError:
+            local.unlink(missing_ok=True)
+    data = _blob(access, manifest_sha256, MAX_MANIFEST_BYTES, "data manifest")
+    manifest = parse_manifest(data, manifest_sha256)
+    write_atomically(local, lambda out: out.write(data))
+    return manifest
+
+
+def open_prepared(
+    access: DataAccess, manifest_sha256: str, seq_len: int
+) -> tuple[PreparedData, PreTrainedTokenizerFast]:
+    """The run's training data and the tokenizer that made it. Only the manifest and the tokenizer
+    are fetched now; each shard when it is first used."""
+    manifest = load_manifest(access, manifest_sha256)
+    blob = _blob(access, manifest.tokenizer.sha256, MAX_TOKENIZER_BYTES, "tokenizer")
+    tokenizer = rebuild_tokenizer(manifest.tokenizer, blob)
+    cache = ShardCache(access.store, access.cache_dir, manifest.dtype)
+    return PreparedData(manifest, cache, seq_len), tokenizer

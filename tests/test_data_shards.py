@@ -1,0 +1,228 @@
+"""Reading prepared data: the manifest the run names, its tokenizer, and only the shards a node
+uses, each checked against its hash before use, cached and memory-mapped; a bad or missing shard is
+named and never used; a run config trains from it."""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+
+import numpy as np
+import pytest
+import torch
+from support.tiny_models import save_tiny_model
+
+from distrai.data.access import DataAccess, load_manifest, open_prepared
+from distrai.data.cache import ShardError
+from distrai.data.manifest import DataManifestError
+from distrai.data.prepare import PrepareOptions, prepare
+from distrai.data.tokenizers import tokenizer_sha256
+from distrai.run import RunConfigError, parse_run_config, shipped_config_path
+from distrai.runtime import build_runtime
+from distrai.store import open_store
+from distrai.store.base import blob_key
+from distrai.train.assignment import assigned_indices
+from distrai.train.corpus import offline_documents
+from distrai.train.tokenizer import byte_tokenizer
+
+pytest_plugins = ["tests.support.s3server"]
+SEQ = 32
+SHARD = 512
+
+
+@pytest.fixture
+def prepared(tmp_path):
+    store = open_store(f"file://{tmp_path / 'store'}")
+    manifest = prepare(
+        offline_documents(120),
+        byte_tokenizer(),
+        "byte",
+        "builtin",
+        store,
+        PrepareOptions(shard_tokens=SHARD, heldout_fraction=0.1),
+    )
+    return store, manifest
+
+
+def access(store, tmp_path, name="cache") -> DataAccess:
+    return DataAccess(store, tmp_path / name)
+
+
+def stream(store, manifest) -> np.ndarray:
+    return np.concatenate([np.frombuffer(store.get_blob(s.sha256, 1 << 20), "<u2") for s in manifest.train])
+
+
+def test_sequences_are_at_their_shard_and_offset(prepared, tmp_path):
+    store, manifest = prepared
+    data, tokenizer = open_prepared(access(store, tmp_path), manifest.sha256(), SEQ)
+    assert data.unit == SHARD // SEQ
+    assert data.n_train == (len(manifest.train) - (manifest.train[-1].tokens < SHARD)) * data.unit
+    tokens = stream(store, manifest)
+    for index in (0, 1, data.unit - 1, data.unit, data.n_train - 1):
+        shard, offset = divmod(index, data.unit)
+        start = shard * SHARD + offset * SEQ
+        assert data.batch([index])[0].tolist() == tokens[start : start + SEQ].tolist()
+    assert data.batch([3, 0]).dtype == torch.int64
+    with pytest.raises(IndexError, match="outside"):
+        data.batch([data.n_train])
+    assert tokenizer_sha256(tokenizer) == tokenizer_sha256(byte_tokenizer())
+    assert data.heldout.shape == (sum(s.tokens // SEQ for s in manifest.heldout), SEQ)
+
+
+def test_a_node_fetches_only_the_shards_its_assignment_reaches(prepared, tmp_path):
+    store, manifest = prepared
+    data, _ = open_prepared(access(store, tmp_path), manifest.sha256(), SEQ)
+    miners = ["a", "b", "c"]
+    indices = assigned_indices("run", 0, "b", 4, 4, data.n_train, miners, data.unit)
+    data.batch(indices)
+    cached = {p.stem for p in (tmp_path / "cache").glob("*.bin")}
+    assert cached == {manifest.train[i // data.unit].sha256 for i in indices}
+    assert len(cached) < len(manifest.train)
+
+
+def test_a_truncated_or_changed_cached_shard_is_fetched_again(prepared, tmp_path):
+    store, manifest = prepared
+    data, _ = open_prepared(access(store, tmp_path), manifest.sha256(), SEQ)
+    expected = data.batch([0, data.unit])
+    for damage in (lambda b: b[:100], lambda b: bytes([b[0] ^ 1]) + b[1:]):
+        for path in (tmp_path / "cache").glob("*.bin"):
+            path.write_bytes(damage(path.read_bytes()))
+        fresh, _ = open_prepared(access(store, tmp_path), manifest.sha256(), SEQ)
+        assert torch.equal(fresh.batch([0, data.unit]), expected)
+        assert fresh.cache.fetched_bytes == 2 * SHARD * 2
+
+
+def test_a_bad_or_missing_shard_in_the_store_is_named_and_never_used(prepared, tmp_path):
+    store, manifest = prepared
+    root = tmp_path / "store"
+    bad = root / blob_key(manifest.train[1].sha256)
+    bad.write_bytes(b"\0" * bad.stat().st_size)
+    data, _ = open_prepared(access(store, tmp_path), manifest.sha256(), SEQ)
+    with pytest.raises(ShardError, match=f"train shard 1 \\({manifest.train[1].sha256}\\).*hashes to"):
+        data.batch([data.unit])
+    assert not list((tmp_path / "cache").glob(f"{manifest.train[1].sha256}*"))
+    (root / blob_key(manifest.train[2].sha256)).unlink()
+    with pytest.raises(ShardError, match="train shard 2 .* is missing from the data store"):
+        data.batch([2 * data.unit])
+    assert data.batch([0]).shape == (1, SEQ)
+
+
+def test_the_manifest_must_be_the_one_the_run_names(prepared, tmp_path):
+    store, manifest = prepared
+    with pytest.raises(DataManifestError, match="is not in the data store"):
+        load_manifest(access(store, tmp_path), "0" * 64)
+    forged = manifest.to_bytes().replace(b'"shard_tokens":512', b'"shard_tokens":256')
+    digest = store.put_blob(forged)
+    with pytest.raises(DataManifestError, match="is invalid"):
+        load_manifest(access(store, tmp_path), digest)
+    junk = store.put_blob(b"not json")
+    with pytest.raises(DataManifestError, match="is invalid"):
+        load_manifest(access(store, tmp_path), junk)
+    local = tmp_path / "cache" / f"manifest-{manifest.sha256()}.json"
+    assert load_manifest(access(store, tmp_path), manifest.sha256()) == manifest
+    local.write_bytes(b"{}")
+    assert load_manifest(access(store, tmp_path), manifest.sha256()) == manifest
+    assert hashlib.sha256(local.read_bytes()).hexdigest() == manifest.sha256()
+
+
+def test_open_maps_are_bounded(prepared, tmp_path):
+    store, manifest = prepared
+    data, _ = open_prepared(access(store, tmp_path), manifest.sha256(), SEQ)
+    data.cache.open_limit = 3
+    data.batch([u * data.unit for u in range(6)])
+    assert len(data.cache._open) == 3
+
+
+def test_shards_come_from_a_real_s3_server(prepared, tmp_path, s3_endpoint, s3_bucket, s3_credentials):
+    _, manifest = prepared
+    s3 = open_store(f"s3://{s3_bucket}/data", endpoint=s3_endpoint, **s3_credentials)
+    made = prepare(
+        offline_documents(120),
+        byte_tokenizer(),
+        "byte",
+        "builtin",
+        s3,
+        PrepareOptions(shard_tokens=SHARD, heldout_fraction=0.1),
+    )
+    assert made.sha256() == manifest.sha256()
+    data, _ = open_prepared(access(s3, tmp_path), made.sha256(), SEQ)
+    local, _ = open_prepared(access(prepared[0], tmp_path, "local"), manifest.sha256(), SEQ)
+    assert torch.equal(data.batch([5, data.unit + 1]), local.batch([5, data.unit + 1]))
+
+
+def prepared_config(manifest_sha256: str, tokenizer: str = "data") -> dict:
+    document = tomllib.loads(shipped_config_path("cpu-localnet").read_text())
+    document["tokenizer"] = tokenizer
+    document["data"] = {"source": "prepared", "manifest": manifest_sha256, "seq_len": SEQ}
+    if tokenizer == "data":
+        document["data"]["vocab_size"] = 260
+    return document
+
+
+def test_a_run_trains_from_prepared_data_with_its_tokenizer(prepared, tmp_path):
+    store, manifest = prepared
+    runtime = build_runtime(
+        parse_run_config(prepared_config(manifest.sha256())), data_access=access(store, tmp_path)
+    )
+    assert runtime.model.get_input_embeddings().num_embeddings == manifest.tokenizer.vocab_size
+    assert runtime.data.unit == SHARD // SEQ
+    byte_run = parse_run_config(prepared_config(manifest.sha256(), tokenizer="byte"))
+    assert build_runtime(byte_run, data_access=access(store, tmp_path)).data.n_train == runtime.data.n_train
+    with pytest.raises(ValueError, match="needs a data store"):
+        build_runtime(byte_run)
+    wrong_size = prepared_config(manifest.sha256())
+    wrong_size["data"]["vocab_size"] = 261
+    with pytest.raises(ValueError, match="data.vocab_size is 261, but its data was prepared by byte with 260"):
+        build_runtime(parse_run_config(wrong_size), data_access=access(store, tmp_path))
+    template = prepared_config(manifest.sha256())
+    del template["data"]["manifest"]
+    with pytest.raises(ValueError, match="names no prepared data"):
+        build_runtime(parse_run_config(template), data_access=access(store, tmp_path))
+
+
+def test_a_run_whose_tokenizer_did_not_prepare_the_data_is_refused(tmp_path):
+    folder = save_tiny_model(tmp_path / "model")
+    other = byte_tokenizer()
+    other.add_special_tokens({"additional_special_tokens": ["<|sep|>"]})
+    store = open_store(f"file://{tmp_path / 'store'}")
+    options = PrepareOptions(shard_tokens=SHARD, heldout_fraction=0.1)
+    manifest = prepare(offline_documents(60), other, "byte+sep", "b", store, options)
+    document = prepared_config(manifest.sha256(), tokenizer="model")
+    document["model"] = {"path_or_id": str(folder), "revision": "v1"}
+    with pytest.raises(ValueError, match="not the one that prepared its data"):
+        build_runtime(parse_run_config(document), data_access=access(store, tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"source": "files", "seq_len": 8}, "turn it into token shards with `distrai data prepare`"),
+        ({"source": "hub", "seq_len": 8}, "turn it into token shards"),
+        ({"source": "prepared", "seq_len": 8, "manifest": "abc"}, "should match pattern"),
+        (
+            {"source": "builtin", "seq_len": 8, "manifest": "a" * 64},
+            "manifest applies only to source 'prepared'",
+        ),
+        (
+            {"source": "prepared", "seq_len": 8, "manifest": "a" * 64, "endpoint": "http://x"},
+            "endpoint applies only with store",
+        ),
+    ],
+)
+def test_bad_data_sections_are_refused(data, message):
+    document = prepared_config("a" * 64)
+    document["data"] = data
+    document["tokenizer"] = "byte"
+    with pytest.raises(RunConfigError, match=message):
+        parse_run_config(document, "run.toml")
+
+
+def test_tokenizer_data_needs_prepared_data_and_its_size():
+    document = prepared_config("a" * 64)
+    document["data"] = {"source": "builtin", "seq_len": 8, "vocab_size": 260}
+    with pytest.raises(RunConfigError, match="tokenizer 'data' needs data.source 'prepared'"):
+        parse_run_config(document)
+    document = prepared_config("a" * 64)
+    del document["data"]["vocab_size"]
+    with pytest.raises(RunConfigError, match="data.vocab_size goes with tokenizer 'data'"):
+        parse_run_config(document)

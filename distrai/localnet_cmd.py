@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.live import Live
 
-from distrai.localnet import Localnet, LocalnetOptions
+from distrai.dashboard.cli import check_port_free
+from distrai.localnet import Localnet, LocalnetOptions, Neuron
 from distrai.localnet_view import heldout_losses, live_table, miner_results, processed_windows, results_table
 from distrai.run import shipped_config_path
 from miners.behaviour import ADVERSARIES
 from validators.behaviour import LEADER_ADVERSARIES
 
 STARTUP_SECONDS = 120
+DASHBOARD_HOST = "127.0.0.1"
 
 
 def parse_adversaries(text: str, known=ADVERSARIES, flag: str = "--adversary") -> tuple[str, ...]:
@@ -49,6 +52,8 @@ def run_localnet(args: argparse.Namespace, console: Console) -> None:
         raise ValueError("--idle-miners must lie between 0 and --miners")
     if len(options.leader_adversaries) >= options.validators:
         raise ValueError("--leader-adversary needs an honest validator left to follow: add --validators")
+    if args.dashboard:
+        check_port_free(DASHBOARD_HOST, args.dashboard_port)
     net = Localnet(options)
     console.print(f"setting up in {net.work}: {options.miners} miners, {options.validators} validators")
     net.setup()
@@ -56,12 +61,25 @@ def run_localnet(args: argparse.Namespace, console: Console) -> None:
     timeout = STARTUP_SECONDS + (options.windows + 2) * window_seconds
     net.start()
     console.print(f"started {len(net.neurons)} processes; logs in {net.work / 'logs'}; Ctrl-C stops them all")
+    dashboard = start_dashboard(net, args.dashboard_port) if args.dashboard else None
+    if dashboard is not None:
+        console.print(f"dashboard: {dashboard_url(args.dashboard_port)} (its log: {dashboard.log_path})")
+    try:
+        if watch(net, options, console, timeout) and dashboard is not None:
+            keep_serving(dashboard, args.dashboard_port, console)
+    finally:
+        if dashboard is not None:
+            dashboard.stop()
+
+
+def watch(net: Localnet, options: LocalnetOptions, console: Console, timeout: float) -> bool:
+    """The live table until the network ends, then the results; False when stopped with Ctrl-C."""
     try:
         with Live(live_table(net), console=console, refresh_per_second=2) as live:
             finished = net.wait(timeout, poll=lambda: live.update(live_table(net)))
     except KeyboardInterrupt:
         console.print("stopping every process…")
-        return
+        return False
     finally:
         net.stop()
     console.print()
@@ -72,9 +90,46 @@ def run_localnet(args: argparse.Namespace, console: Console) -> None:
     windows = processed_windows(net)
     if not windows:
         console.print("no window was validated; see the logs")
-        return
+        return True
     console.print(results_table(miner_results(net, windows)))
     first, last = heldout_losses(net, windows[0], windows[-1])
     console.print(
         f"held-out loss of the global model: {first:.3f} at window {windows[0]} → {last:.3f} after window {windows[-1]}"
     )
+    return True
+
+
+def dashboard_url(port: int) -> str:
+    return f"http://{DASHBOARD_HOST}:{port}/"
+
+
+def start_dashboard(net: Localnet, port: int) -> Neuron:
+    """`distrai dashboard` over the network's chain, store, nodes and wallets, as its own process."""
+    args = [
+        "-m", "distrai.cli", "dashboard", "--host", DASHBOARD_HOST, "--port", str(port),
+        "--run.config", str(net.options.run_config), "--netuid", str(net.config.netuid),
+        "--subtensor.network", "embedded", "--chain.path", str(net.work / "chain.db"),
+        "--store.url", net.store_url, "--metrics", str(net.work / "nodes"), "--wallet.path", str(net.wallet_path),
+        "--work.dir", str(net.work / "dashboard"),
+    ]  # fmt: skip
+    dashboard = Neuron(
+        "dashboard", "dashboard", "", net.work / "dashboard", net.work / "logs" / "dashboard.log", args
+    )
+    dashboard.start(net.env())
+    return dashboard
+
+
+def keep_serving(dashboard: Neuron, port: int, console: Console) -> None:
+    """After the network stops, the dashboard stays up for a look at the finished run, until Ctrl-C."""
+    console.print(
+        f"the network has stopped; the dashboard still serves {dashboard_url(port)} (Ctrl-C stops it)"
+    )
+    try:
+        while dashboard.running():
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        console.print("stopping the dashboard…")
+    if not dashboard.running() and dashboard.process.returncode:
+        console.print(
+            f"[red]the dashboard exited ({dashboard.process.returncode}); see {dashboard.log_path}[/]"
+        )

@@ -1,12 +1,16 @@
-"""`distrai localnet` as a newcomer runs it, stopped with Ctrl-C: every process it started exits."""
+"""`distrai localnet` as a newcomer runs it, stopped with Ctrl-C: every process it started exits, the
+dashboard beside the network included."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 from distrai.localnet import Localnet, LocalnetOptions
 from distrai.localnet_cmd import parse_adversaries
@@ -27,9 +31,20 @@ def processes_mentioning(text: str) -> list[int]:
     return pids
 
 
-def test_ctrl_c_stops_every_process(tmp_path):
+def answers(url: str) -> dict:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return json.loads(answer.read())
+    except (OSError, ValueError):
+        return {}
+
+
+def test_ctrl_c_stops_every_process_and_the_dashboard_beside_them(tmp_path):
     work = tmp_path / "net"
     env = {**os.environ, "COLUMNS": "160"}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     cli = subprocess.Popen(
         [
             sys.executable,
@@ -44,6 +59,9 @@ def test_ctrl_c_stops_every_process(tmp_path):
             "50",
             "--work",
             str(work),
+            "--dashboard",
+            "--dashboard-port",
+            str(port),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -51,16 +69,22 @@ def test_ctrl_c_stops_every_process(tmp_path):
         text=True,
     )
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and len(processes_mentioning(str(work / "wallets"))) < 2:
+    while time.monotonic() < deadline and (
+        len(processes_mentioning(str(work / "wallets"))) < 3
+        or "run" not in answers(f"http://127.0.0.1:{port}/api/run")
+    ):
         time.sleep(0.5)
-    neurons = processes_mentioning(str(work / "wallets"))
-    assert len(neurons) == 2, cli.stdout.read() if cli.poll() is not None else "neurons did not start"
+    started = processes_mentioning(str(work / "wallets"))
+    assert len(started) == 3, cli.stdout.read() if cli.poll() is not None else "neurons did not start"
+    assert answers(f"http://127.0.0.1:{port}/api/run")["run"]["name"] == "cpu-localnet"
     time.sleep(15)
     cli.send_signal(signal.SIGINT)
     out, _ = cli.communicate(timeout=120)
     assert "stopping every process" in out
+    assert f"dashboard: http://127.0.0.1:{port}/" in out
     assert processes_mentioning(str(work / "wallets")) == []
     assert (work / "logs" / "miner0.log").exists() and (work / "logs" / "validator0.log").exists()
+    assert (work / "logs" / "dashboard.log").exists()
 
 
 def test_unknown_adversary_types_are_refused_naming_the_known_ones(tmp_path):

@@ -1,0 +1,74 @@
+"""What only the operator's own machine knows: its nodes' metrics files and its wallets' names.
+
+Neither is public: a miner points the dashboard at its own work directory to see its utilization,
+and at its wallets to see its hotkeys by name. Only public key files are read (`*pub.txt`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from distrai.metrics import read_metrics, utilization
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def metrics_files(paths: list[Path]) -> list[Path]:
+    """Each path that is a metrics file, and the metrics files in (or one folder below) each folder."""
+    found = []
+    for path in paths:
+        if path.is_file():
+            found.append(path)
+        elif path.is_dir():
+            found += [
+                p for p in [path / METRICS_FILE, *sorted(path.glob(f"*/{METRICS_FILE}"))] if p.is_file()
+            ]
+    return found
+
+
+class NodeMetrics:
+    """Utilization per hotkey from the nodes' metrics files, read again only when a file changes."""
+
+    def __init__(self, paths: list[Path]):
+        self.paths = paths
+        self._read: dict[Path, tuple[tuple[int, int], dict[str, list[dict]]]] = {}
+
+    def utilization(self) -> dict[str, float | None]:
+        by_hotkey: dict[str, list[dict]] = {}
+        for path in metrics_files(self.paths):
+            try:
+                stat = path.stat()
+                stamp = (stat.st_mtime_ns, stat.st_size)
+                if path not in self._read or self._read[path][0] != stamp:
+                    self._read[path] = (stamp, _by_hotkey(read_metrics(path)))
+            except (OSError, UnicodeDecodeError):
+                continue
+            for hotkey, records in self._read[path][1].items():
+                by_hotkey.setdefault(hotkey, []).extend(records)
+        return {hotkey: utilization(records) for hotkey, records in by_hotkey.items()}
+
+
+def _by_hotkey(records: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for record in records:
+        if isinstance(record, dict) and isinstance(record.get("hotkey"), str):
+            out.setdefault(record["hotkey"], []).append(record)
+    return out
+
+
+def wallet_labels(path: Path | None) -> dict[str, str]:
+    """Hotkey → "wallet" (or "wallet/hotkey" for a hotkey not named default), from the public key
+    files of the wallets under `path` (the bittensor layout: <wallet>/hotkeys/<hotkey>pub.txt)."""
+    if path is None:
+        return {}
+    labels = {}
+    for pub in sorted(Path(path).expanduser().glob("*/hotkeys/*pub.txt")):
+        try:
+            address = json.loads(pub.read_text(encoding="utf-8")).get("ss58Address")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            continue
+        if isinstance(address, str):
+            wallet, hotkey = pub.parent.parent.name, pub.name.removesuffix("pub.txt")
+            labels[address] = wallet if hotkey == "default" else f"{wallet}/{hotkey}"
+    return labels

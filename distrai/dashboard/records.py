@@ -1,0 +1,471 @@
+"""What the dashboard shows, as plain records built by pure functions from what `reading` found.
+
+Everything a participant wrote (a report's reasons, a refusal's text) reaches these records clipped
+to `TEXT_CHARS`; the pages put it on screen as text, never as markup.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from statistics import mean
+
+from distrai.chain.base import Metagraph
+from distrai.dashboard.words import explain, score_words
+from distrai.wire.manifest import WindowReport
+
+TEXT_CHARS = 400
+"""Participant-written text is cut to this many characters for display."""
+
+
+def clip(text: str, limit: int = TEXT_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def finite(x: float | None) -> float | None:
+    """`x`, or None where it is not a finite number (JSON has no NaN)."""
+    return x if x is not None and math.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class AggregateCheck:
+    """One validator's aggregate of a window, as a follower checks it (all but the recomputation)."""
+
+    validator: str
+    accepted: tuple[tuple[str, float], ...] = ()
+    """(miner hotkey, weight), in the aggregate's order"""
+    result_hash: str | None = None
+    problem: str | None = None
+    """why a follower refuses it; None when it passes"""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A document the dashboard could not read or would not show, and why."""
+
+    window: int | None
+    who: str
+    what: str
+
+
+@dataclass(frozen=True)
+class WindowDocs:
+    """Everything read about one window: the validators' signed reports and their aggregates."""
+
+    window: int
+    reports: dict[str, WindowReport] = field(default_factory=dict)
+    aggregates: dict[str, AggregateCheck] = field(default_factory=dict)
+    leader: str | None = None
+    """the validator with the most stake whose aggregate passes every check: the one nodes follow"""
+    tokens: int | None = None
+    """tokens of training in the updates the leader's aggregate took"""
+    problems: tuple[Problem, ...] = ()
+    settled: bool = False
+    """whether the window's aggregate deadline had passed when it was read: no other aggregate can count"""
+
+    def in_leader_aggregate(self, hotkey: str) -> float | None:
+        """The weight of `hotkey`'s update in the leader's aggregate, or None when it is not in it."""
+        if self.leader is None:
+            return None
+        return dict(self.aggregates[self.leader].accepted).get(hotkey)
+
+
+@dataclass(frozen=True)
+class ChainState:
+    """What the dashboard read from the chain at one refresh."""
+
+    block: int
+    metagraph: Metagraph
+    weights: dict[int, dict[int, float]]
+    """validator uid → miner uid → weight (normalized), as set on chain"""
+    owner_hotkey: str
+
+    def validators(self) -> list[str]:
+        """Hotkeys holding a validator permit and stake, most stake first."""
+        ranked = sorted(
+            (n for n in self.metagraph.neurons if n.validator_permit and n.stake > 0),
+            key=lambda n: (-n.stake, n.uid),
+        )
+        return [n.hotkey for n in ranked]
+
+    def miners(self) -> list[str]:
+        validators = set(self.validators())
+        return [n.hotkey for n in self.metagraph.neurons if n.hotkey not in validators | {self.owner_hotkey}]
+
+    def weight_on(self, uid: int) -> float:
+        """The stake-weighted mean of the weights the validators set on `uid`."""
+        stake = {n.uid: n.stake for n in self.metagraph.neurons}
+        total = sum(stake.get(v, 0.0) for v in self.weights)
+        if total <= 0:
+            return 0.0
+        return sum(stake.get(v, 0.0) * row.get(uid, 0.0) for v, row in self.weights.items()) / total
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A miner's standing on chain at one block."""
+
+    block: int
+    weight: float
+    incentive: float
+    earned: float
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One validator's signed verdict on one miner in one window, with what it means."""
+
+    window: int
+    validator: str
+    validator_label: str
+    accepted: bool
+    score: float
+    reason: str | None
+    explanation: str
+    how_scored: str
+    checks: dict[str, str]
+    numbers: dict[str, float]
+
+
+@dataclass(frozen=True)
+class MinerWindow:
+    window: int
+    in_global_model: bool
+    aggregate_weight: float | None
+    verdicts: list[Verdict]
+
+
+@dataclass(frozen=True)
+class MinerRow:
+    hotkey: str
+    label: str
+    uid: int | None
+    windows: int
+    """windows a validator reported on it"""
+    accepted: int
+    """windows whose followed aggregate took its update into the global model"""
+    rejected: int
+    """windows in which at least one validator's signed report rejected it"""
+    last_score: float | None
+    mean_score: float | None
+    weight: float
+    incentive: float
+    emission: float
+    """emission of the last epoch"""
+    earned: float
+    """everything earned since registration (embedded chain only; 0 elsewhere)"""
+    utilization: float | None
+    bytes_sent: int
+    """update and revealed bytes the validators read from it"""
+    last_rejection: str | None
+    last_rejection_window: int | None
+    last_rejection_by: str | None
+
+
+@dataclass(frozen=True)
+class MinerPage:
+    row: MinerRow
+    summary: list[str]
+    windows: list[MinerWindow]
+    history: list[Sample]
+
+
+@dataclass(frozen=True)
+class ValidatorRow:
+    hotkey: str
+    label: str
+    uid: int | None
+    stake: float
+    validator_trust: float
+    dividends: float
+    earned: float
+    windows_reported: int
+    checked: int
+    """miners in its latest report"""
+    replayed: int
+    """miners it replayed in its latest report"""
+    replay_steps: int
+    replay_seconds: float
+    """its verification work over the windows shown"""
+    led: int
+    """windows whose followed aggregate was its own"""
+    agreed: int
+    compared: int
+    """windows in which its aggregate took the same updates, weights and result as the leader's, of
+    those in which both published one"""
+    refused: int
+    """other validators' aggregates it refused to follow, as its reports name them"""
+    findings_adopted: int
+    findings_refuted: int
+    weights_set: int
+    """miners its weights on chain give more than 0"""
+    last_update: int | None
+    utilization: float | None
+    aggregates: int
+    """windows in which it anchored an aggregate before the aggregate deadline"""
+    aggregate_problem: str | None
+    """why followers refuse its latest aggregate, if they do"""
+
+
+@dataclass(frozen=True)
+class WindowRow:
+    window: int
+    leader: str | None
+    leader_label: str | None
+    accepted: int
+    tokens: int | None
+    update_bytes: int
+    revealed_bytes: int
+    reports: int
+    heldout: float | None
+    """held-out loss of the global model after this window"""
+    settled: bool
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    name: str
+    run_id: str
+    netuid: int
+    blocks_per_window: int
+    first_window: int | None
+
+
+@dataclass(frozen=True)
+class RunView:
+    run: RunInfo
+    block: int | None
+    window: int | None
+    phases: list[str]
+    heldout: list[tuple[int, float]]
+    windows: list[WindowRow]
+    tokens: int
+    update_bytes: int
+    revealed_bytes: int
+    miners: list[MinerRow]
+    validators: list[ValidatorRow]
+    banners: list[str]
+    problems: list[Problem]
+    updated: float
+
+
+def label_of(hotkey: str, labels: dict[str, str]) -> str:
+    return labels.get(hotkey) or f"{hotkey[:8]}…"
+
+
+def verdicts_of(docs: list[WindowDocs], hotkey: str, labels: dict[str, str]) -> list[Verdict]:
+    """Every validator's verdict on `hotkey`, window by window, in the order of `docs`."""
+    out = []
+    for d in docs:
+        for validator, report in d.reports.items():
+            entry = report.miners.get(hotkey)
+            if entry is None:
+                continue
+            out.append(
+                Verdict(
+                    window=d.window,
+                    validator=validator,
+                    validator_label=label_of(validator, labels),
+                    accepted=entry.reason is None,
+                    score=entry.score,
+                    reason=None if entry.reason is None else clip(entry.reason),
+                    explanation=clip(explain(entry.verdicts), 2 * TEXT_CHARS),
+                    how_scored=score_words(entry.numbers),
+                    checks={clip(k, 64): clip(v) for k, v in entry.verdicts.items()},
+                    numbers=dict(entry.numbers),
+                )
+            )
+    return out
+
+
+def _window_bytes(d: WindowDocs, hotkey: str, name: str) -> int:
+    """The most any validator read of `hotkey`'s `name` bytes in window `d`: one upload, read by many."""
+    values = [r.miners[hotkey].numbers.get(name, 0.0) for r in d.reports.values() if hotkey in r.miners]
+    return int(max(values, default=0.0))
+
+
+def leader_scores(docs: list[WindowDocs], hotkey: str) -> list[float]:
+    """`hotkey`'s score in each window's leading report (the validator followed, else the first)."""
+    scores = []
+    for d in docs:
+        report = d.reports.get(d.leader) if d.leader else next(iter(d.reports.values()), None)
+        if report is not None and hotkey in report.miners:
+            scores.append(report.miners[hotkey].score)
+    return scores
+
+
+def miner_row(
+    hotkey: str,
+    docs: list[WindowDocs],
+    chain: ChainState | None,
+    labels: dict[str, str],
+    utilization: dict[str, float | None],
+) -> MinerRow:
+    verdicts = verdicts_of(docs, hotkey, labels)
+    rejections = [v for v in verdicts if not v.accepted]
+    last = rejections[-1] if rejections else None
+    scores = leader_scores(docs, hotkey)
+    neuron = chain.metagraph.neuron(hotkey) if chain else None
+    return MinerRow(
+        hotkey=hotkey,
+        label=label_of(hotkey, labels),
+        uid=neuron.uid if neuron else None,
+        windows=len({v.window for v in verdicts}),
+        accepted=sum(1 for d in docs if d.in_leader_aggregate(hotkey) is not None),
+        rejected=len({v.window for v in rejections}),
+        last_score=scores[-1] if scores else None,
+        mean_score=mean(scores) if scores else None,
+        weight=chain.weight_on(neuron.uid) if chain and neuron else 0.0,
+        incentive=neuron.incentive if neuron else 0.0,
+        emission=neuron.emission if neuron else 0.0,
+        earned=neuron.total_emission if neuron else 0.0,
+        utilization=utilization.get(hotkey),
+        bytes_sent=sum(
+            _window_bytes(d, hotkey, "update_bytes") + _window_bytes(d, hotkey, "revealed_bytes")
+            for d in docs
+        ),
+        last_rejection=last.reason if last else None,
+        last_rejection_window=last.window if last else None,
+        last_rejection_by=last.validator_label if last else None,
+    )
+
+
+def miner_page(
+    row: MinerRow, docs: list[WindowDocs], labels: dict[str, str], history: list[Sample]
+) -> MinerPage:
+    verdicts = verdicts_of(docs, row.hotkey, labels)
+    windows = []
+    for d in reversed(docs):
+        mine = [v for v in verdicts if v.window == d.window]
+        weight = d.in_leader_aggregate(row.hotkey)
+        if mine or weight is not None:
+            windows.append(MinerWindow(d.window, weight is not None, weight, mine))
+    return MinerPage(row=row, summary=miner_summary(row, verdicts), windows=windows, history=history)
+
+
+def miner_summary(row: MinerRow, verdicts: list[Verdict]) -> list[str]:
+    """A few sentences a miner reads first: where its work went, why it was turned down, what it earns."""
+    if not verdicts:
+        return [
+            "No validator has reported on this hotkey in the windows shown: it has not committed an update "
+            "on chain before a commit deadline, or the validators have not checked its window yet."
+        ]
+    lines = [
+        f"Validators reported on {row.windows} window(s); the global model took your update in "
+        f"{row.accepted} and at least one validator rejected it in {row.rejected}."
+    ]
+    if row.last_rejection:
+        lines.append(
+            f"Latest rejection: window {row.last_rejection_window}, by {row.last_rejection_by}: {row.last_rejection}"
+        )
+    if row.mean_score is not None:
+        lines.append(
+            f"Your mean score from the leading validator is {row.mean_score:.3f} (1 is an update as useful as "
+            "the window's typical honest one); scores feed each validator's moving average, and its weights."
+        )
+    lines.append(
+        f"On chain now: weight {row.weight:.3f} (stake-weighted over the validators), incentive "
+        f"{row.incentive:.3f}, emission {row.emission:.4f} per epoch"
+        + (f", {row.earned:.4f} earned in all." if row.earned else ".")
+    )
+    return lines
+
+
+def validator_row(
+    hotkey: str,
+    docs: list[WindowDocs],
+    chain: ChainState | None,
+    labels: dict[str, str],
+    utilization: dict[str, float | None],
+) -> ValidatorRow:
+    reports = [d.reports[hotkey] for d in docs if hotkey in d.reports]
+    latest = reports[-1] if reports else None
+    entries = [e for r in reports for e in r.miners.values()]
+    compared = agreed = 0
+    for d in docs:
+        mine, lead = d.aggregates.get(hotkey), d.aggregates.get(d.leader) if d.leader else None
+        if mine is None or lead is None or mine.problem is not None:
+            continue
+        compared += 1
+        agreed += mine.accepted == lead.accepted and mine.result_hash == lead.result_hash
+    neuron = chain.metagraph.neuron(hotkey) if chain else None
+    weights = chain.weights.get(neuron.uid, {}) if chain and neuron else {}
+    latest_aggregate = next((d.aggregates[hotkey] for d in reversed(docs) if hotkey in d.aggregates), None)
+    rechecks = [c for r in reports for c in r.rechecks]
+    return ValidatorRow(
+        hotkey=hotkey,
+        label=label_of(hotkey, labels),
+        uid=neuron.uid if neuron else None,
+        stake=neuron.stake if neuron else 0.0,
+        validator_trust=neuron.validator_trust if neuron else 0.0,
+        dividends=neuron.dividends if neuron else 0.0,
+        earned=neuron.total_emission if neuron else 0.0,
+        windows_reported=len(reports),
+        checked=len(latest.miners) if latest else 0,
+        replayed=sum(1 for e in latest.miners.values() if "replay_steps" in e.numbers) if latest else 0,
+        replay_steps=int(sum(e.numbers.get("replay_steps", 0.0) for e in entries)),
+        replay_seconds=sum(e.numbers.get("replay_seconds", 0.0) for e in entries),
+        led=sum(1 for d in docs if d.leader == hotkey),
+        agreed=agreed,
+        compared=compared,
+        refused=sum(len(r.refused) for r in reports),
+        findings_adopted=sum(1 for c in rechecks if c.outcome == "adopted"),
+        findings_refuted=sum(1 for c in rechecks if c.outcome == "refuted"),
+        weights_set=sum(1 for w in weights.values() if w > 0),
+        last_update=neuron.last_update if neuron else None,
+        utilization=utilization.get(hotkey),
+        aggregates=sum(1 for d in docs if hotkey in d.aggregates),
+        aggregate_problem=latest_aggregate.problem if latest_aggregate else None,
+    )
+
+
+def window_row(d: WindowDocs, labels: dict[str, str], heldout: dict[int, float]) -> WindowRow:
+    miners = {hk for r in d.reports.values() for hk in r.miners}
+    return WindowRow(
+        window=d.window,
+        leader=d.leader,
+        leader_label=label_of(d.leader, labels) if d.leader else None,
+        accepted=len(d.aggregates[d.leader].accepted) if d.leader else 0,
+        tokens=d.tokens,
+        update_bytes=sum(_window_bytes(d, hk, "update_bytes") for hk in miners),
+        revealed_bytes=sum(_window_bytes(d, hk, "revealed_bytes") for hk in miners),
+        reports=len(d.reports),
+        heldout=finite(heldout.get(d.window + 1)),
+        settled=d.settled,
+    )
+
+
+def run_view(
+    run: RunInfo,
+    chain: ChainState | None,
+    docs: list[WindowDocs],
+    heldout: dict[int, float],
+    labels: dict[str, str],
+    utilization: dict[str, float | None],
+    phases: list[str],
+    banners: list[str],
+    updated: float,
+) -> RunView:
+    """The whole page: the run, window by window, and every miner and validator."""
+    reported = {hk for d in docs for r in d.reports.values() for hk in r.miners}
+    reporting = [v for d in docs for v in d.reports]
+    validators = list(dict.fromkeys([*(chain.validators() if chain else []), *reporting]))
+    miners = list(dict.fromkeys([*(chain.miners() if chain else []), *sorted(reported)]))
+    miners = [hk for hk in miners if hk not in validators]
+    rows = [window_row(d, labels, heldout) for d in docs]
+    return RunView(
+        run=run,
+        block=chain.block if chain else None,
+        window=None if chain is None else chain.block // run.blocks_per_window,
+        phases=phases,
+        heldout=[(w, loss) for w, loss in sorted(heldout.items()) if finite(loss) is not None],
+        windows=rows,
+        tokens=sum(r.tokens or 0 for r in rows),
+        update_bytes=sum(r.update_bytes for r in rows),
+        revealed_bytes=sum(r.revealed_bytes for r in rows),
+        miners=[miner_row(hk, docs, chain, labels, utilization) for hk in miners],
+        validators=[validator_row(hk, docs, chain, labels, utilization) for hk in validators],
+        banners=banners,
+        problems=[Problem(p.window, label_of(p.who, labels), p.what) for d in docs for p in d.problems],
+        updated=updated,
+    )

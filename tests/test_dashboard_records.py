@@ -1,0 +1,212 @@
+"""The dashboard's records, from reports, aggregates and the metagraph, by its pure functions; and
+what it reads of the operator's own machine (metrics files, public wallet keys)."""
+
+from __future__ import annotations
+
+import json
+
+from distrai.chain.base import Metagraph, Neuron
+from distrai.dashboard.nodes import NodeMetrics, wallet_labels
+from distrai.dashboard.records import (
+    TEXT_CHARS,
+    AggregateCheck,
+    ChainState,
+    RunInfo,
+    WindowDocs,
+    clip,
+    miner_page,
+    miner_row,
+    run_view,
+    validator_row,
+    window_row,
+)
+from distrai.dashboard.words import CHECKS, explain, score_words
+from distrai.metrics import Metrics
+from distrai.wallets import create_dev_wallet
+from distrai.wire.manifest import WindowReport
+
+V0, V1 = "5V0" + "a" * 45, "5V1" + "b" * 45
+M0, M1 = "5M0" + "c" * 45, "5M1" + "d" * 45
+OWNER = "5OW" + "e" * 45
+LABELS = {V0: "validator0", V1: "validator1", M0: "miner0"}
+
+
+def line(uid: int, score: float, reason: str | None = None, **numbers: float) -> dict:
+    verdicts = {"manifest": "pass", "update": "pass"}
+    if reason:
+        verdicts["replay"] = reason
+    return {
+        "uid": uid,
+        "verdicts": verdicts,
+        "numbers": numbers,
+        "score": score,
+        "reason": reason and f"replay: {reason}",
+    }
+
+
+def report(validator: str, window: int, miners: dict, refused=(), rechecks=()) -> WindowReport:
+    return WindowReport.model_validate(
+        {
+            "kind": "report",
+            "run_id": "0" * 64,
+            "window": window,
+            "validator": validator,
+            "observed_block": 0,
+            "miners": miners,
+            "refused": list(refused),
+            "rechecks": list(rechecks),
+        }
+    )
+
+
+def chain_state() -> ChainState:
+    neurons = (
+        Neuron(0, OWNER, "c", 0.0, True, 0, 0),
+        Neuron(1, V0, "c", 3000.0, True, 0, 90),
+        Neuron(2, V1, "c", 1000.0, True, 0, 80),
+        Neuron(3, M0, "c", 0.0, True, 0, 0, incentive=0.6, emission=0.5, total_emission=4.0),
+        Neuron(4, M1, "c", 0.0, False, 0, 0, incentive=0.4),
+    )
+    weights = {1: {3: 0.75, 4: 0.25}, 2: {3: 0.25, 4: 0.75}}
+    return ChainState(block=200, metagraph=Metagraph(1, 200, neurons), weights=weights, owner_hotkey=OWNER)
+
+
+def two_windows() -> list[WindowDocs]:
+    """Window 5: both validators pass both miners, the leader takes both. Window 6: validator1
+    replays M1 and rejects it; validator0 (the leader) passes it, and its aggregate takes it."""
+    w5 = WindowDocs(
+        5,
+        reports={
+            V0: report(V0, 5, {M0: line(3, 1.0, update_bytes=100.0), M1: line(4, 0.5, update_bytes=100.0)}),
+            V1: report(V1, 5, {M0: line(3, 0.9, update_bytes=100.0), M1: line(4, 0.4, update_bytes=100.0)}),
+        },
+        aggregates={
+            V0: AggregateCheck(V0, ((M0, 0.6), (M1, 0.4)), "h5"),
+            V1: AggregateCheck(V1, ((M0, 0.6), (M1, 0.4)), "h5"),
+        },
+        leader=V0,
+        tokens=1000,
+        settled=True,
+    )
+    w6 = WindowDocs(
+        6,
+        reports={
+            V0: report(V0, 6, {M0: line(3, 1.0, update_bytes=100.0), M1: line(4, 0.8, update_bytes=100.0)}),
+            V1: report(
+                V1,
+                6,
+                {
+                    M0: line(3, 1.0, update_bytes=100.0),
+                    M1: line(
+                        4,
+                        0.0,
+                        "segment 2 differs",
+                        update_bytes=100.0,
+                        revealed_bytes=900.0,
+                        replay_steps=15.0,
+                        replay_seconds=2.0,
+                    ),
+                },
+            ),
+        },
+        aggregates={
+            V0: AggregateCheck(V0, ((M0, 0.5), (M1, 0.5)), "h6"),
+            V1: AggregateCheck(V1, ((M0, 1.0),), "h6b"),
+        },
+        leader=V0,
+        tokens=2000,
+        settled=True,
+    )
+    return [w5, w6]
+
+
+def test_a_miner_row_counts_the_global_models_windows_and_every_validators_rejections():
+    row = miner_row(M1, two_windows(), chain_state(), LABELS, {M1: 0.8})
+    assert (row.windows, row.accepted, row.rejected) == (2, 2, 1)
+    assert row.last_rejection == "replay: segment 2 differs" and row.last_rejection_window == 6
+    assert row.last_rejection_by == "validator1"
+    assert row.last_score == 0.8 and row.mean_score == (0.5 + 0.8) / 2
+    assert row.bytes_sent == 100 + 100 + 900
+    assert row.weight == (3000 * 0.25 + 1000 * 0.75) / 4000
+    assert row.label == M1[:8] + "…" and row.uid == 4 and row.utilization == 0.8
+
+
+def test_a_validator_row_measures_its_agreement_with_the_followed_aggregate_and_its_replays():
+    docs = two_windows()
+    v1 = validator_row(V1, docs, chain_state(), LABELS, {})
+    assert (v1.agreed, v1.compared, v1.led) == (1, 2, 0)
+    assert (v1.checked, v1.replayed, v1.replay_steps, v1.replay_seconds) == (2, 1, 15, 2.0)
+    assert v1.weights_set == 2 and v1.last_update == 80 and v1.stake == 1000.0 and v1.aggregates == 2
+    v0 = validator_row(V0, docs, chain_state(), LABELS, {})
+    assert (v0.agreed, v0.compared, v0.led) == (2, 2, 2)
+
+
+def test_an_aggregate_followers_refuse_counts_against_no_agreement_and_names_its_problem():
+    docs = two_windows()
+    docs[1] = WindowDocs(
+        6, docs[1].reports, {**docs[1].aggregates, V1: AggregateCheck(V1, problem="weights")}, V0
+    )
+    v1 = validator_row(V1, docs, chain_state(), LABELS, {})
+    assert (v1.agreed, v1.compared, v1.aggregate_problem) == (1, 1, "weights")
+
+
+def test_a_window_row_counts_each_upload_once_however_many_validators_read_it():
+    row = window_row(two_windows()[1], LABELS, {7: 2.5})
+    assert (row.update_bytes, row.revealed_bytes, row.reports, row.accepted) == (200, 900, 2, 2)
+    assert row.leader_label == "validator0" and row.tokens == 2000 and row.heldout == 2.5
+
+
+def test_the_run_view_lists_miners_and_validators_but_not_the_owner():
+    view = run_view(
+        RunInfo("run", "0" * 64, 1, 30, 5), chain_state(), two_windows(), {5: 3.0, 6: 2.0, 7: float("nan")},
+        LABELS, {}, ["window 6: train"], [], 0.0,
+    )  # fmt: skip
+    assert [m.hotkey for m in view.miners] == [M0, M1]
+    assert [v.hotkey for v in view.validators] == [V0, V1]
+    assert view.heldout == [(5, 3.0), (6, 2.0)] and view.tokens == 3000 and view.window == 6
+
+
+def test_a_miner_page_shows_newest_window_first_with_plain_words():
+    docs = two_windows()
+    page = miner_page(miner_row(M1, docs, chain_state(), LABELS, {}), docs, LABELS, [])
+    assert [w.window for w in page.windows] == [6, 5] and page.windows[0].in_global_model
+    rejected = [v for v in page.windows[0].verdicts if not v.accepted]
+    assert rejected[0].explanation == f"The “replay” check failed. It passes when {CHECKS['replay']}."
+    assert "rejected it in 1" in page.summary[0]
+
+
+def test_score_words_name_both_factors_of_a_score():
+    words = score_words({"drop_assigned": 0.2, "reference_drop": 0.4, "drop_unassigned": 0.25})
+    assert "by 20.00%" in words and "this factor is 0.50" in words and "second factor is 0.80" in words
+    assert score_words({}) == "No usefulness was measured."
+    assert explain({"manifest": "pass"}) == "Every check passed."
+    assert "does not describe (novel)" in explain({"novel": "no"})
+
+
+def test_clip_keeps_text_short():
+    assert clip("x" * 10) == "x" * 10
+    assert len(clip("x" * 10_000)) == TEXT_CHARS and clip("x" * 10_000).endswith("…")
+
+
+def test_wallet_labels_read_public_keys_only(tmp_path):
+    wallet, _ = create_dev_wallet("alice", "default", str(tmp_path))
+    other, _ = create_dev_wallet("alice", "spare", str(tmp_path))
+    (tmp_path / "bob" / "hotkeys").mkdir(parents=True)
+    (tmp_path / "bob" / "hotkeys" / "defaultpub.txt").write_text("not json")
+    labels = wallet_labels(tmp_path)
+    assert labels == {wallet.hotkey.ss58_address: "alice", other.hotkey.ss58_address: "alice/spare"}
+    assert wallet_labels(None) == {} and wallet_labels(tmp_path / "none") == {}
+
+
+def test_node_metrics_give_each_hotkeys_utilization_and_skip_a_torn_line(tmp_path):
+    node = tmp_path / "nodes" / "miner0"
+    metrics = Metrics(node / "metrics.jsonl", role="miner", hotkey=M0, run_id="r")
+    for w in range(3):
+        metrics.log(w, {"event": "train", "utilization": 0.5, "train_seconds": 5.0 + w, "wall_seconds": 10.0})
+    metrics.close()
+    with (node / "metrics.jsonl").open("a") as f:
+        f.write('{"torn')
+    reader = NodeMetrics([tmp_path / "nodes", tmp_path / "missing"])
+    assert reader.utilization() == {M0: (6.0 + 7.0) / 20.0}
+    (node / "metrics.jsonl").write_text(json.dumps({"hotkey": M1, "event": "train"}) + "\n")
+    assert reader.utilization() == {M1: None}

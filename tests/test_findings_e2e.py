@@ -8,49 +8,25 @@ names it in its report, and bars the miner too."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
+from support.findings_net import ADVERSARY, WINDOWS
 from test_localnet_e2e import hotkey
 
 from distrai.layout import finding_key
-from distrai.localnet import Localnet, LocalnetOptions
 from distrai.localnet_view import signed_reports
 from distrai.run import run_id
 from distrai.store import open_store
 
-WINDOWS = 3
-CONFIG = Path(__file__).parent / "support" / "shared-localnet.toml"
 
-
-@pytest.fixture
-def net(tmp_path):
-    net = Localnet(
-        LocalnetOptions(
-            work=tmp_path / "net",
-            miners=2,
-            validators=2,
-            windows=WINDOWS,
-            block_time=1.0,
-            adversaries=("wrongdata",),
-            run_config=CONFIG,
-        )
-    )
-    net.setup()
-    yield net
-    net.stop()
-
-
-def test_one_validators_catch_is_re_checked_and_adopted_by_the_other(net):
+def test_one_validators_catch_is_re_checked_and_adopted_by_the_other(findings_net):
+    net = findings_net.net
     assert net.config.verification.replicas == 1 and net.config.verification.challenge_miners == 1.0
-    net.start()
-    assert net.wait(600), "the network did not finish its windows"
+    assert findings_net.finished, "the network did not finish its windows"
     for neuron in net.neurons:
         assert neuron.process.returncode == 0, neuron.log_path.read_text()[-3000:]
 
     first = net.started_block // net.config.windows.blocks_per_window
     reports = signed_reports(net, list(range(first, first + 3 * WINDOWS)))
-    cheater = hotkey(net, "adversary-wrongdata")
+    cheater = hotkey(net, f"adversary-{ADVERSARY}")
     honest = {hotkey(net, f"miner{i}") for i in range(2)}
     validators = {hotkey(net, f"validator{i}") for i in range(2)}
     caught = [

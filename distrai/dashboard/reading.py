@@ -63,6 +63,7 @@ class RunReader:
         self.history = history
         self.first_window: int | None = None
         self._final: dict[int, WindowDocs] = {}
+        self._followed: dict[int, tuple[dict[str, AggregateCheck], str | None, int | None]] = {}
         self._opened: dict[tuple[int, str, str], WindowReport] = {}
         """reports already checked, by window, validator and the sha256 of their bytes: a report read
         again unchanged is not verified again"""
@@ -120,6 +121,7 @@ class RunReader:
         oldest = window_of(self.config.windows, state.block) - self.history
         self._final = {w: d for w, d in self._final.items() if w >= oldest}
         self._opened = {k: r for k, r in self._opened.items() if k[0] >= oldest}
+        self._followed = {w: f for w, f in self._followed.items() if w >= oldest}
         return docs, list(dict.fromkeys(banners))
 
     def validator_stores(self, state: ChainState) -> dict[str, str]:
@@ -143,23 +145,31 @@ class RunReader:
                 problems.append(Problem(w, validator, f"its report is not shown: {clip(str(exc))}"))
                 continue
             reports[validator] = report
-        aggregates, tokens = {}, None
         settled = state.block >= aggregate_deadline(self.config.windows, w)
-        if settled:
-            try:
-                anchors = read_anchors(self.chain, self.config, w)
-            except SyncUnavailable as exc:
-                raise Unreachable(f"the anchors of window {w} cannot be read: {clip(str(exc))}") from exc
-            aggregates = self.aggregates(w, stores, anchors)
+        aggregates, leader, tokens = self.followed(w, stores) if settled else ({}, None, None)
         problems += [
             Problem(w, v, f"followers refuse its aggregate: {a.problem}")
             for v, a in aggregates.items()
             if a.problem
         ]
-        leader = next((v for v, a in aggregates.items() if a.problem is None), None)
-        if leader is not None:
-            tokens = self.tokens(w, aggregates[leader], stores[leader], anchors)
         return WindowDocs(w, reports, aggregates, leader, tokens, tuple(problems), settled)
+
+    def followed(
+        self, w: int, stores: dict[str, str]
+    ) -> tuple[dict[str, AggregateCheck], str | None, int | None]:
+        """Window `w`'s anchored aggregates as a follower checks them, the one followed (the first
+        that passes, by stake) and the tokens in it; read once, after the aggregate deadline, since
+        what the chain anchored before it never changes."""
+        if w not in self._followed:
+            try:
+                anchors = read_anchors(self.chain, self.config, w)
+            except SyncUnavailable as exc:
+                raise Unreachable(f"the anchors of window {w} cannot be read: {clip(str(exc))}") from exc
+            aggregates = self.aggregates(w, stores, anchors)
+            leader = next((v for v, a in aggregates.items() if a.problem is None), None)
+            tokens = self.tokens(w, aggregates[leader], stores[leader], anchors) if leader else None
+            self._followed[w] = (aggregates, leader, tokens)
+        return self._followed[w]
 
     def report(self, w: int, validator: str, url: str) -> WindowReport:
         """`validator`'s signed report of window `w`; `NotFound` when it published none, `SyncError`

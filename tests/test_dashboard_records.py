@@ -170,6 +170,7 @@ def test_a_miner_page_shows_newest_window_first_with_plain_words():
     docs = two_windows()
     page = miner_page(miner_row(M1, docs, chain_state(), LABELS, {}), docs, LABELS, [])
     assert [w.window for w in page.windows] == [6, 5] and page.windows[0].in_global_model
+    assert all(w.aggregate_followed for w in page.windows)
     rejected = [v for v in page.windows[0].verdicts if not v.accepted]
     assert rejected[0].explanation == f"The “replay” check failed. It passes when {CHECKS['replay']}."
     assert "rejected it in 1" in page.summary[0]

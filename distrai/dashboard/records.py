@@ -133,6 +133,9 @@ class MinerWindow:
     in_global_model: bool
     aggregate_weight: float | None
     verdicts: list[Verdict]
+    aggregate_followed: bool
+    """whether nodes followed an aggregate of this window at all (none, when every one came late or
+    was refused)"""
 
 
 @dataclass(frozen=True)
@@ -339,7 +342,7 @@ def miner_page(
         mine = [v for v in verdicts if v.window == d.window]
         weight = d.in_leader_aggregate(row.hotkey)
         if mine or weight is not None:
-            windows.append(MinerWindow(d.window, weight is not None, weight, mine))
+            windows.append(MinerWindow(d.window, weight is not None, weight, mine, d.leader is not None))
     return MinerPage(row=row, summary=miner_summary(row, verdicts), windows=windows, history=history)
 
 

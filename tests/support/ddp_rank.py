@@ -10,7 +10,7 @@ from pathlib import Path
 
 from distrai.train.loss import causal_lm_loss
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer
-from distrai.train.parallel import DataParallel, join, launched, leave
+from distrai.train.parallel import DataParallel, Launch, join, launched, leave
 from distrai.train.state import capture_state, state_hash
 from distrai.train.step import train_step
 from support.tiny_models import FAST_LR, tiny_data, tiny_model
@@ -23,30 +23,36 @@ def batches() -> list:
     return [data.train[i * ROWS : (i + 1) * ROWS] for i in range(STEPS)]
 
 
+def train(launch: Launch, out: Path, micro_batches: int) -> None:
+    """This rank's steps (its objects, DDP's included, are gone when it returns, before the process
+    group is: DDP's destructor may hang on a group destroyed first)."""
+    device = launch.device("cpu")
+    model = tiny_model()
+    optimizer = make_inner_optimizer(model, InnerOptimizerConfig(lr=FAST_LR))
+    parallel = DataParallel(launch.rank, launch.world, device, model)
+    losses = [
+        train_step(
+            model,
+            optimizer,
+            batch,
+            loss_fn=causal_lm_loss,
+            micro_batches=micro_batches,
+            ranks=launch.world,
+            parallel=parallel,
+        ).loss
+        for batch in batches()
+    ]
+    record = {"hash": state_hash(capture_state(model, optimizer, STEPS)), "losses": losses}
+    (out / f"rank{launch.rank}.json").write_text(json.dumps(record))
+
+
 def main(out: Path, micro_batches: int) -> None:
     launch = launched()
     if launch is None:
         raise SystemExit("run me under torchrun with more than one process")
-    device = launch.device("cpu")
-    join(launch, device)
+    join(launch, launch.device("cpu"))
     try:
-        model = tiny_model()
-        optimizer = make_inner_optimizer(model, InnerOptimizerConfig(lr=FAST_LR))
-        parallel = DataParallel(launch.rank, launch.world, device, model)
-        losses = [
-            train_step(
-                model,
-                optimizer,
-                batch,
-                loss_fn=causal_lm_loss,
-                micro_batches=micro_batches,
-                ranks=launch.world,
-                parallel=parallel,
-            ).loss
-            for batch in batches()
-        ]
-        record = {"hash": state_hash(capture_state(model, optimizer, STEPS)), "losses": losses}
-        (out / f"rank{launch.rank}.json").write_text(json.dumps(record))
+        train(launch, out, micro_batches)
     finally:
         leave()
 

@@ -25,6 +25,7 @@ import math
 import shlex
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,8 +38,9 @@ from rich.console import Console
 from rich.table import Table
 
 from distrai.globalmodel import outer_config
+from distrai.localnet import local_runtime
 from distrai.run import load_run_config, shipped_config_path
-from distrai.runtime import Runtime, build_runtime, model_spec
+from distrai.runtime import Runtime, model_spec
 from distrai.train.assignment import batch_indices
 from distrai.train.determinism import configure_determinism, fingerprint
 from distrai.train.inner import InnerConfig, inner_loop
@@ -83,6 +85,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=Path,
         default=DEFAULT_CONFIG,
         help="run config TOML (default: the shipped cpu-localnet config)",
+    )
+    parser.add_argument(
+        "--data.store",
+        dest="data_store",
+        default=None,
+        help="where the run's prepared data is (default: the run config's data.store; the shipped CPU "
+        "config's built-in corpus is prepared into a temporary folder)",
+    )
+    parser.add_argument(
+        "--data.endpoint", dest="data_endpoint", default=None, help="S3 endpoint of --data.store"
     )
     parser.add_argument("--windows", type=int, default=4, help="windows to train (default 4)")
     parser.add_argument(
@@ -196,7 +208,7 @@ def batch_source(
 
     def batch_for_step(step: int) -> torch.Tensor:
         return rt.data.batch(
-            batch_indices(rt.run_id, window, hotkey, step, size, rt.data.n_train, list(miners))
+            batch_indices(rt.run_id, window, hotkey, step, size, rt.data.n_train, list(miners), rt.data.unit)
         )
 
     return batch_for_step
@@ -689,7 +701,8 @@ def main(argv: list[str]) -> None:
     configure_determinism(args.device)
     console = Console(width=180)
     config = load_run_config(args.run_config)
-    rt = build_runtime(config, args.device)
+    data_folder = tempfile.TemporaryDirectory(prefix="calibrate-data-")  # removed when the run ends
+    rt = local_runtime(config, Path(data_folder.name), args.device, args.data_store, args.data_endpoint)
     here = fingerprint(args.device)
     inner_steps = rt.inner.inner_steps
     if args.quick:

@@ -14,12 +14,14 @@ under delay") compares the curves it printed.
 import dataclasses
 import json
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
+from distrai.localnet import local_runtime
 from distrai.run import load_run_config, shipped_config_path
-from distrai.runtime import build_runtime
 from distrai.train.assignment import batch_indices
 from distrai.train.evaluate import evaluate
 from distrai.train.inner import inner_loop
@@ -32,7 +34,8 @@ W = int(sys.argv[6]) if len(sys.argv) > 6 else 7
 torch.set_num_threads(1)
 cfg = load_run_config(shipped_config_path("cpu-localnet"))
 cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"inner_steps": H})})
-rt = build_runtime(cfg)
+data_folder = tempfile.TemporaryDirectory(prefix="outer-delay-data-")  # removed when the run ends
+rt = local_runtime(cfg, Path(data_folder.name))
 rt = dataclasses.replace(rt, inner=dataclasses.replace(rt.inner, inner_steps=H))
 miners = ["5miner0" + "x" * 40, "5miner1" + "x" * 40, "5miner2" + "x" * 40]
 outer_cfg = OuterConfig(lr=lr, momentum=mom, nesterov=nesterov, clip_to_median_norm=True)
@@ -57,7 +60,7 @@ for w in range(1, W + 1):
 
         def batch(t, m=m, w=w):
             return rt.data.batch(
-                batch_indices(rt.run_id, w, m, t, cfg.train.batch_size, rt.data.n_train, miners)
+                batch_indices(rt.run_id, w, m, t, cfg.train.batch_size, rt.data.n_train, miners, rt.data.unit)
             )
 
         res = inner_loop(rt.model, batch, rt.loss_fn, rt.inner, keep_states=False)

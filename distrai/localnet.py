@@ -20,6 +20,7 @@ from distrai.data.access import DataAccess, open_data_access
 from distrai.data.prepare import PrepareOptions, prepare
 from distrai.data.texts import TextSource, read_texts
 from distrai.run import RunConfig, load_run_config, run_commitment, shipped_config_path
+from distrai.runtime import Runtime, build_runtime
 from distrai.store import open_store
 from distrai.store.base import blob_key
 from distrai.train.tokenizer import byte_tokenizer
@@ -52,6 +53,27 @@ def publish_builtin_data(config: RunConfig, store_url: str) -> None:
             f"corpus ({made.sha256()}): prepare it with `distrai data prepare … --store.url` into a store of "
             "its own and name that store as data.store"
         )
+
+
+def local_runtime(
+    config: RunConfig,
+    folder: Path,
+    device: str = "cpu",
+    data_store: str | None = None,
+    endpoint: str | None = None,
+) -> Runtime:
+    """A runtime of `config` outside a node (benchmarks, tests): its prepared data read from
+    `data_store` (else the run config's `data.store`, else `folder`/store, where the built-in corpus is
+    prepared when the run config names it) and cached in `folder`/cache."""
+    own = f"file://{folder / 'store'}"
+    if config.data.store is None and data_store is None:
+        publish_builtin_data(config, own)
+    access = None
+    if config.data.source == "prepared":
+        access = open_data_access(
+            config.data, folder / "cache", own, mirror_url=data_store, mirror_endpoint=endpoint
+        )
+    return build_runtime(config, device, access)
 
 
 @dataclass(frozen=True)

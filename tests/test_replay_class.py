@@ -7,9 +7,9 @@ import tomllib
 
 import pytest
 import torch
-from support.localnet_data import localnet_runtime
 from support.tiny_models import tiny_model
 
+from distrai.localnet import local_runtime
 from distrai.run import load_run_config, parse_run_config, shipped_config_path
 from distrai.train.replay_class import (
     EXACT_RANKS,
@@ -120,9 +120,9 @@ def test_the_run_config_holds_the_table_and_no_row_may_be_looser_than_the_defaul
 def test_a_compiled_run_compiles_every_node_s_model_and_says_so_in_its_class(tmp_path):
     data = tomllib.loads(shipped_config_path("cpu-localnet").read_text())
     config = parse_run_config({**data, "train": {**data["train"], "compile": True}})
-    runtime = localnet_runtime(config, tmp_path)
+    runtime = local_runtime(config, tmp_path)
     assert runtime.model._compiled_call_impl is not None, "the model runs under torch.compile"
-    plain = localnet_runtime(load_run_config(shipped_config_path("cpu-localnet")), tmp_path).model
+    plain = local_runtime(load_run_config(shipped_config_path("cpu-localnet")), tmp_path).model
     names = [n for n, _ in runtime.model.named_parameters()]
     assert names == [n for n, _ in plain.named_parameters()], "compiling in place keeps the parameters' names"
     mine = replay_class_of(runtime.model, runtime.device, runtime.inner.step, compiled=config.train.compile)

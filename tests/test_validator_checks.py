@@ -10,11 +10,11 @@ import pickle
 import pytest
 import torch
 from bittensor.keyfiles import Keypair
-from support.localnet_data import localnet_runtime
 
 from distrai.announce import Announcement
 from distrai.globalmodel import GlobalModel
 from distrai.layout import manifest_key
+from distrai.localnet import local_runtime
 from distrai.run import load_run_config, shipped_config_path
 from distrai.store import FileStore
 from distrai.sync import StoreCache
@@ -32,7 +32,7 @@ START = "ef" * 32
 
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory):
-    return localnet_runtime(
+    return local_runtime(
         load_run_config(shipped_config_path("cpu-localnet")), tmp_path_factory.mktemp("data")
     )
 

@@ -353,9 +353,10 @@ def miner_summary(row: MinerRow, verdicts: list[Verdict]) -> list[str]:
             "No validator has reported on this hotkey in the windows shown: it has not committed an update "
             "on chain before a commit deadline, or the validators have not checked its window yet."
         ]
+    rejected = f"at least one validator rejected it in {row.rejected}" if row.rejected else "none rejected it"
     lines = [
         f"Validators reported on {row.windows} window(s); the global model took your update in "
-        f"{row.accepted} and at least one validator rejected it in {row.rejected}."
+        f"{row.accepted}, and {rejected}."
     ]
     if row.last_rejection:
         lines.append(

@@ -2,7 +2,6 @@
 // Every label is set as text, never as markup.
 
 const SVG = "http://www.w3.org/2000/svg";
-const W = 720;
 const PAD = { left: 58, right: 16, top: 12, bottom: 34 };
 
 function node(tag, attrs, text) {
@@ -28,6 +27,7 @@ export function ticks(lo, hi, count) {
 // the next sample), legend (even for one series), label, empty (text when there is no data)}
 export function lineChart(container, series, options = {}) {
   const H = options.height || 240;
+  const W = Math.max(320, Math.round(container.clientWidth || 720));
   const xf = options.xFormat || ((v) => String(v));
   const yf = options.yFormat || ((v) => String(v));
   container.replaceChildren();

@@ -60,6 +60,10 @@ function render(page) {
     { name: "weight", color: "#2563eb", points: page.history.map((s) => [s.block, s.weight]) },
     { name: "incentive", color: "#15803d", points: page.history.map((s) => [s.block, s.incentive]) },
   ], { step: true, zero: true, integerX: true, xTitle: "block", yFormat: (y) => y.toFixed(2), label: "weight and incentive", empty: "No sample yet." });
+  lineChart($("earned-chart"), [{ name: "earned", color: "#b45309", points: page.history.map((s) => [s.block, s.earned]) }], {
+    step: true, zero: true, integerX: true, xTitle: "block", yFormat: (y) => y.toFixed(2), height: 180,
+    label: "emission earned", empty: "No sample yet.",
+  });
   $("windows").replaceChildren(
     ...(page.windows.length ? page.windows.map((w) => el("div", { class: "window" },
       el("h3", {}, `Window ${w.window}`, w.in_global_model

@@ -1,5 +1,10 @@
 """The benchmark's configuration, and what every method shares: model, data and batch schedule.
 
+The data is a choice (`BenchConfig.corpus`): the templated built-in corpus under the byte tokenizer
+(built in memory by every process; fast, what the tests run), or real text (`_corpus.py`) prepared
+into shards in a file store, which every process opens from there (`PreparedSource`) as a node opens
+a run's prepared data, fetching and checking the shards its batches reach.
+
 All four methods (DDP, DiLoCo fp32 / int8 / top-k) start from the same initial model and consume
 exactly the same batches, in the same order (`worker_schedule`). DDP runs those steps one after
 another with all-reduced gradients; a DiLoCo row runs them as R = steps / H windows of H inner steps.
@@ -8,12 +13,15 @@ another with all-reduced gradients; a DiLoCo row runs them as R = steps / H wind
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from distrai.data.access import DataAccess, open_prepared
+from distrai.store import open_store
 from distrai.train.assignment import batch_indices
-from distrai.train.data import DataSpec, TokenData, build_token_data
+from distrai.train.data import DataSpec, TrainingData, build_token_data
 from distrai.train.inner import InnerConfig
 from distrai.train.model import ModelSpec, load_model, load_tokenizer
 from distrai.train.optimizer import InnerOptimizerConfig
@@ -21,6 +29,7 @@ from distrai.train.outer import OuterConfig
 from distrai.train.step import StepConfig
 
 RUN_ID = "bench-convergence"
+CORPORA = ("templated", "real")
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,7 @@ momentum); the learning rate was chosen by the sweep recorded in docs/benchmarks
 class BenchConfig:
     """Everything that sets the benchmark's numbers."""
 
+    corpus: str = "templated"
     preset: str = "tiny"
     seq_len: int = 64
     batch_size: int = 8
@@ -60,13 +70,24 @@ class BenchConfig:
         CodecChoice("DiLoCo + top-k", "topk", {"chunk": 4096, "k": 64}, 50, SPARSELOCO_OUTER),
     )
     documents: int = 4000
+    """templated corpus: documents generated"""
     heldout_fraction: float = 0.05
+    corpus_bytes: int = 6_000_000
+    """real text: the most bytes of standard-library files read"""
+    vocab_size: int = 4096
+    """real text: tokens of the BPE tokenizer, EOS included"""
+    shard_sequences: int = 256
+    """real text: sequences per prepared shard, the data assignment's unit"""
+    heldout_sequences: int = 1024
+    """real text: the held-out split's cap, in sequences"""
     distill_steps: int = 400
     throughput_steps: int = 100
     throughput_segments: tuple[int, ...] = (25, 10, 5)
     throughput_repeats: int = 3
 
     def __post_init__(self) -> None:
+        if self.corpus not in CORPORA:
+            raise ValueError(f"unknown corpus {self.corpus!r}; choose one of {CORPORA}")
         if self.workers < 2:
             raise ValueError(f"the benchmark needs at least 2 workers, got {self.workers}")
         for name in ("steps", "data_window", "batch_size", "distill_steps", "throughput_repeats"):
@@ -112,6 +133,17 @@ class BenchConfig:
         )
 
 
+def for_corpus(corpus: str) -> BenchConfig:
+    """The benchmark's settings on `corpus`. Real text keeps the model preset, steps, H and learning
+    rates but halves the batch, so that the run fits a shared 2-core machine: the preset sized to a
+    4,096-token vocabulary has 2.5 times the parameters and a step at batch 8 costs about twice the
+    byte-level one's (97 against 49 ms on one thread here), at batch 4 about the same. It skips the
+    throughput runs (a property of the loop, measured on the templated corpus)."""
+    if corpus == "templated":
+        return BenchConfig()
+    return BenchConfig(corpus=corpus, batch_size=4, throughput_segments=())
+
+
 def quick(config: BenchConfig) -> BenchConfig:
     """A seconds-long version of `config` that runs every code path (for the smoke test): tiny sizes
     and 2 workers, so that starting the worker processes stays cheap."""
@@ -131,8 +163,12 @@ def quick(config: BenchConfig) -> BenchConfig:
         heldout_fraction=0.1,
         distill_steps=3,
         throughput_steps=4,
-        throughput_segments=(2,),
+        throughput_segments=(2,) if config.throughput_segments else (),
         throughput_repeats=2,
+        corpus_bytes=120_000,
+        vocab_size=384,
+        shard_sequences=8,
+        heldout_sequences=32,
     )
 
 
@@ -140,19 +176,37 @@ def worker_names(config: BenchConfig) -> list[str]:
     return [f"worker-{w}" for w in range(config.workers)]
 
 
-def load_data(config: BenchConfig) -> tuple[PreTrainedTokenizerBase, TokenData]:
-    tokenizer = load_tokenizer(config.model_spec(), "byte")
-    return tokenizer, build_token_data(config.data_spec(), tokenizer)
+@dataclass(frozen=True)
+class PreparedSource:
+    """Where real text was prepared: a store and the manifest's hash (what a run config names)."""
+
+    store: str
+    manifest: str
+
+
+def load_data(
+    config: BenchConfig, prepared: PreparedSource | None = None, cache_dir: Path | None = None
+) -> tuple[PreTrainedTokenizerBase, TrainingData]:
+    """The tokenizer and data of `config.corpus`: the templated corpus, built here, or the prepared
+    real text, opened from its store with shards cached in `cache_dir` (one folder per process)."""
+    if config.corpus == "templated":
+        tokenizer = load_tokenizer(config.model_spec(), "byte")
+        return tokenizer, build_token_data(config.data_spec(), tokenizer)
+    if prepared is None or cache_dir is None:
+        raise ValueError("real text is read from prepared shards: give their store and a cache folder")
+    access = DataAccess(open_store(prepared.store), cache_dir)
+    data, tokenizer = open_prepared(access, prepared.manifest, config.seq_len)
+    return tokenizer, data
 
 
 def new_model(config: BenchConfig, tokenizer: PreTrainedTokenizerBase, init_seed: int = 0) -> PreTrainedModel:
     return load_model(config.model_spec(init_seed), tokenizer=tokenizer)
 
 
-def worker_schedule(config: BenchConfig, data: TokenData, worker: int) -> list[list[int]]:
+def worker_schedule(config: BenchConfig, data: TrainingData, worker: int) -> list[list[int]]:
     """Training-sequence indices of `worker`'s batch at each global step 0 … steps − 1: the data
-    assignment of hotkey `worker-w` at step t mod W of window t div W (W = `data_window`), the
-    same batches whatever a method's H."""
+    assignment of hotkey `worker-w` at step t mod W of window t div W (W = `data_window`), in the
+    data's units (a prepared shard, or one sequence), the same batches whatever a method's H."""
     miners = worker_names(config)
     return [
         batch_indices(
@@ -163,6 +217,7 @@ def worker_schedule(config: BenchConfig, data: TokenData, worker: int) -> list[l
             config.batch_size,
             data.n_train,
             miners,
+            data.unit,
         )
         for step in range(config.steps)
     ]

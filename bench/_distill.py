@@ -15,7 +15,7 @@ import safetensors.torch
 from _config import BenchConfig, load_params, new_model
 from transformers import PreTrainedTokenizerBase
 
-from distrai.train.data import TokenData
+from distrai.train.data import TrainingData
 from distrai.train.distill import DistillationLoss, DistillConfig
 from distrai.train.evaluate import evaluate
 from distrai.train.loss import LossFn, causal_lm_loss
@@ -37,7 +37,7 @@ class DistillResult:
 def compare_distillation(
     config: BenchConfig,
     tokenizer: PreTrainedTokenizerBase,
-    data: TokenData,
+    data: TrainingData,
     schedule: list[list[int]],
     teacher_path: Path,
 ) -> DistillResult:

@@ -21,12 +21,20 @@ from pathlib import Path
 import safetensors.torch
 import torch
 import torch.distributed as dist
-from _config import BenchConfig, CodecChoice, load_data, load_params, new_model, worker_schedule
+from _config import (
+    BenchConfig,
+    CodecChoice,
+    PreparedSource,
+    load_data,
+    load_params,
+    new_model,
+    worker_schedule,
+)
 from _exchange import all_gather_payloads
 from torch.nn.parallel import DistributedDataParallel
 
 from distrai.codec import get_codec, ring_allreduce_bytes_per_param, wire_bytes
-from distrai.train.data import TokenData
+from distrai.train.data import TrainingData
 from distrai.train.evaluate import evaluate
 from distrai.train.inner import float_params, inner_loop
 from distrai.train.loss import causal_lm_loss
@@ -48,14 +56,17 @@ class Traffic:
     file: float
 
 
-def run_rank(rank: int, config: BenchConfig, workdir: str, port: int) -> None:
-    """Entry point of worker `rank` (started by `torch.multiprocessing.spawn`)."""
+def run_rank(
+    rank: int, config: BenchConfig, workdir: str, port: int, prepared: PreparedSource | None
+) -> None:
+    """Entry point of worker `rank` (started by `torch.multiprocessing.spawn`); real text is read
+    from `prepared`'s store into a shard cache of the worker's own."""
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=config.workers)
     try:
-        tokenizer, data = load_data(config)
+        tokenizer, data = load_data(config, prepared, Path(workdir) / f"cache-{rank}")
         schedule = worker_schedule(config, data, rank)
         model = new_model(config, tokenizer)
         traffic, seconds = _timed(lambda: _train_ddp(model, config, data, schedule))
@@ -85,7 +96,7 @@ def _row(
     label: str,
     inner_steps: int,
     model: torch.nn.Module,
-    data: TokenData,
+    data: TrainingData,
     traffic: Traffic,
     seconds: float,
 ) -> dict[str, object]:
@@ -102,7 +113,7 @@ def _row(
 
 
 def _train_ddp(
-    model: torch.nn.Module, config: BenchConfig, data: TokenData, schedule: list[list[int]]
+    model: torch.nn.Module, config: BenchConfig, data: TrainingData, schedule: list[list[int]]
 ) -> Traffic:
     """Train with all-reduced gradients; traffic by the ring all-reduce formula."""
     wrapped = DistributedDataParallel(model)
@@ -118,7 +129,7 @@ def _train_ddp(
 def _train_diloco(
     model: torch.nn.Module,
     config: BenchConfig,
-    data: TokenData,
+    data: TrainingData,
     schedule: list[list[int]],
     choice: CodecChoice,
 ) -> Traffic:

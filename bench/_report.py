@@ -2,18 +2,23 @@
 
 Targets (from the issue): held-out loss within 2% of DDP; int8 at least 1,000× and top-k at
 least 5,000× less traffic than DDP; the project's inner loop at least 95% of a bare loop's
-tokens per second. Text after the NOTES_MARKER line of an existing report is kept on rewrite.
+tokens per second. The report has one section per corpus, each opened by a SECTION_MARK line: a
+run rewrites the sections of the corpora it ran and keeps the others, and the text after the
+NOTES_MARKER line. A real-text section records its corpus's hash, and a run on another corpus does
+not replace it unless told to (`recorded_corpus_sha256`).
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from _config import BenchConfig, CodecChoice
+from _config import CORPORA, BenchConfig, CodecChoice
+from _corpus import EXCLUDED_FOLDERS, MAX_FILE_BYTES, PreparedText
 from _distill import DistillResult
 from _throughput import ThroughputResult
 from rich.console import Console
@@ -23,10 +28,17 @@ LOSS_TOLERANCE = 0.02
 TRAFFIC_TARGETS = {"int8": 1000.0, "topk": 5000.0}
 THROUGHPUT_TARGET = 0.95
 NOTES_MARKER = "<!-- Notes below this line are kept when the benchmark rewrites this file. -->"
+SECTION_MARK = "<!-- corpus: {} -->"
+SECTION_TITLES = {
+    "templated": "Templated corpus (built-in documents, byte tokenizer)",
+    "real": "Real text (the Python standard library's sources, BPE tokenizer)",
+}
+CORPUS_HASH = re.compile(r"corpus sha256 `([0-9a-f]{64})`")
 HEADERS = (
     "method",
     "H × rounds",
     "held-out loss",
+    "nats / byte",
     "ratio to DDP",
     "bytes / param / worker (run)",
     "reduction vs DDP",
@@ -57,6 +69,9 @@ class Machine:
 
 @dataclass(frozen=True)
 class Report:
+    """One corpus's results. `bytes_per_token`: bytes of text per predicted held-out token, which
+    turns a loss in nats per token into nats per byte. `prepared`: real text only."""
+
     command: str
     date: str
     machine: Machine
@@ -64,8 +79,12 @@ class Report:
     parameters: int
     rows: list[dict]
     distill: DistillResult
-    throughput: ThroughputResult
+    throughput: ThroughputResult | None
     total_seconds: float
+    bytes_per_token: float
+    heldout_sequences: int
+    prepared: PreparedText | None = None
+    prepare_seconds: float = 0.0
 
 
 def _met(ok: bool) -> str:
@@ -100,6 +119,7 @@ def table_rows(report: Report) -> list[list[str]]:
                 row["method"],
                 "1 (every step)" if index == 0 else f"{h} × {report.config.steps // h}",
                 f"{row['heldout_loss']:.4f}",
+                f"{row['heldout_loss'] / report.bytes_per_token:.4f}",
                 f"{ratio:.4f}",
                 f"{row['bytes_per_param']:.4g}",
                 f"{reduction:,.0f}×",
@@ -128,7 +148,7 @@ def target_sentences(report: Report) -> list[str]:
                 f"{_met(reduction >= target)}."
             )
     t = report.throughput
-    for k in t.inner:
+    for k in t.inner if t is not None else ():
         sentences.append(
             f"Inner-loop throughput with a boundary every {k} steps: {t.ratio(k):.1%} of the bare loop; "
             f"target ≥ {THROUGHPUT_TARGET:.0%}: {_met(t.ratio(k) >= THROUGHPUT_TARGET)}."
@@ -158,6 +178,39 @@ def _outer_text(choice: CodecChoice) -> str:
     return f"{kind} lr {o.lr}{momentum}"
 
 
+def _data_lines(report: Report) -> list[str]:
+    c = report.config
+    if report.prepared is None:
+        return [
+            f"- model: preset `{c.preset}`, {report.parameters:,} parameters, byte tokenizer; data: the built-in "
+            f"corpus, {c.documents} documents, {c.heldout_fraction:.0%} held out, seq_len {c.seq_len}; "
+            f"{report.bytes_per_token:.3f} bytes of text per held-out token"
+        ]
+    p = report.prepared
+    m, corpus = p.manifest, p.corpus
+    excluded = ", ".join(EXCLUDED_FOLDERS)
+    return [
+        f'- corpus: the Python {corpus.python} standard library\'s `.py` sources (`sysconfig` "stdlib"), one '
+        f"document per file: {len(corpus.files)} files, {corpus.bytes:,} bytes, taken in the order of their "
+        f"paths' SHA-256 up to {corpus.max_bytes:,} bytes, then sorted (tests and {excluded} left out, and "
+        f"files over {MAX_FILE_BYTES // 1024} kB); corpus sha256 `{corpus.sha256}` (of every file's relative "
+        "path and bytes; the files are listed below)",
+        f"- tokenizer: byte-level BPE with {p.vocab_size:,} tokens (EOS included), trained with `tokenizers` on "
+        f"the {p.training_documents} training documents only, saved with `save_pretrained` and loaded back with "
+        f"`AutoTokenizer.from_pretrained`; tokenizer sha256 `{p.tokenizer_sha256}`",
+        f"- data: prepared with `distrai.data.prepare` into a file store ({report.prepare_seconds:.0f} s with "
+        f"the tokenizer's training): {m.train_tokens:,} training tokens in {len(m.train)} shards of "
+        f"{m.shard_tokens:,} tokens ({c.shard_sequences} sequences, the data assignment's unit); held out: "
+        f"{m.heldout_documents} whole documents (evenly spaced, a share of {c.heldout_fraction:g}), "
+        f"{m.heldout_tokens:,} tokens (at most {c.heldout_sequences * c.seq_len:,}), "
+        f"{report.heldout_sequences:,} sequences; manifest sha256 "
+        f"`{p.manifest_sha256}`; every process opens it with `distrai.data.access.open_prepared` and fetches, "
+        "checks and caches the shards its batches reach",
+        f"- model: preset `{c.preset}` sized to the tokenizer, {report.parameters:,} parameters; seq_len "
+        f"{c.seq_len}; {report.bytes_per_token:.3f} bytes of text per held-out token",
+    ]
+
+
 def _setup_lines(report: Report) -> list[str]:
     c, m = report.config, report.machine
     codecs = [
@@ -166,10 +219,9 @@ def _setup_lines(report: Report) -> list[str]:
         for choice in c.codecs
     ]
     return [
-        f"- date: {report.date}; total wall time of the command: {report.total_seconds:.0f} s",
+        f"- date: {report.date}; wall time of this section's runs: {report.total_seconds:.0f} s",
         f"- machine: {m.cpu}, {m.cores} cores (shared); torch {m.torch}; Python {m.python}",
-        f"- model: preset `{c.preset}`, {report.parameters:,} parameters, byte tokenizer; data: the built-in "
-        f"corpus, {c.documents} documents, {c.heldout_fraction:.0%} held out, seq_len {c.seq_len}",
+        *_data_lines(report),
         f"- {c.workers} workers, batch {c.batch_size} per worker, {c.steps} steps per worker for every method; "
         f"token budget {c.workers} × {c.steps} × {c.batch_size} × {c.seq_len} = {c.tokens:,} tokens",
         f"- inner AdamW (also DDP's): lr {c.lr}, betas (0.9, 0.95), weight decay {c.weight_decay}, "
@@ -180,14 +232,15 @@ def _setup_lines(report: Report) -> list[str]:
     ]
 
 
-def _distill_table(d: DistillResult) -> str:
+def _distill_table(d: DistillResult, bytes_per_token: float) -> str:
+    rows = [
+        ("teacher (the DDP model above)", d.teacher_loss),
+        (f"student, plain pre-training, {d.steps} steps", d.plain_loss),
+        (f"student, distillation, {d.steps} steps", d.distilled_loss),
+    ]
     return _markdown_table(
-        ["model", "held-out cross-entropy"],
-        [
-            ["teacher (the DDP model above)", f"{d.teacher_loss:.4f}"],
-            [f"student, plain pre-training, {d.steps} steps", f"{d.plain_loss:.4f}"],
-            [f"student, distillation, {d.steps} steps", f"{d.distilled_loss:.4f}"],
-        ],
+        ["model", "held-out cross-entropy", "nats / byte"],
+        [[label, f"{loss:.4f}", f"{loss / bytes_per_token:.4f}"] for label, loss in rows],
     )
 
 
@@ -208,64 +261,126 @@ def _throughput_table(t: ThroughputResult) -> str:
     return _markdown_table(["loop", "median tokens / s", "ratio to bare", "repeats"], rows)
 
 
-def markdown(report: Report, kept_notes: str = "") -> str:
-    """The whole report; `kept_notes` goes after the notes marker."""
-    d, t = report.distill, report.throughput
+def _files_lines(prepared: PreparedText) -> list[str]:
+    corpus = prepared.corpus
+    return [
+        f"<details><summary>The {len(corpus.files)} files of the corpus, relative to the standard library's "
+        "folder</summary>",
+        "",
+        ", ".join(corpus.files),
+        "",
+        "</details>",
+    ]
+
+
+def section(report: Report) -> str:
+    """One corpus's section of the report, opened by its SECTION_MARK line."""
+    d, t, c = report.distill, report.throughput, report.config
     header_counts = "; ".join(
         f"{row['method']} {row['file_bytes_per_param']:.4g} bytes / param, "
         f"{report.rows[0]['bytes_per_param'] / row['file_bytes_per_param']:,.0f}× less than DDP"
         for row in report.rows[1:]
     )
+    data_sentence = (
+        "Every process builds the same templated corpus in memory."
+        if report.prepared is None
+        else "Every process reads the prepared shards from the store into a cache of its own, as a node does."
+    )
     lines = [
-        "# Benchmarks",
+        SECTION_MARK.format(c.corpus),
+        f"## {SECTION_TITLES[c.corpus]}",
         "",
-        "Written by `bench/convergence.py`. The command that produced these numbers:",
+        "The command that produced these numbers:",
         "",
         "```",
         report.command,
         "```",
         "",
         *_setup_lines(report),
+        *([""] + _files_lines(report.prepared) if report.prepared is not None else []),
         "",
-        "## Convergence and traffic",
+        "### Convergence and traffic",
         "",
         _markdown_table(HEADERS, table_rows(report)),
         "",
         "Every method starts from the same initial model and trains on the same batches in the same order "
-        "(each worker its own shard, from the project's data assignment). The workers are separate processes "
-        "(torch.multiprocessing, gloo, one thread each) sharing the cores. DDP all-reduces (averages) gradients "
-        "every step through `DistributedDataParallel` around the project's `train_step`; its bytes are the "
-        "ring all-reduce formula, 2·(N−1)/N fp32 values per parameter per step, not a measurement of what "
-        "gloo sent. DiLoCo workers run the project's `inner_loop`, encode the pseudo-gradient (error feedback "
-        "carried per worker), all-gather the encoded bytes and apply the project's `outer_step`; their bytes "
-        "are the measured payload tensor bytes (`wire_bytes`) of every round's actual upload. Counted as the "
-        f"safetensors files that would be uploaded (header included): {header_counts}. Wall time is each "
-        "method's training between barriers (no start-up, no evaluation); the machine is shared with other "
-        "work, so wall times are noisy, losses and bytes are not. Held-out loss: the project's `evaluate` "
-        "over the whole held-out split, the same sequences for every method.",
+        f"(each worker its own share, from the project's data assignment). {data_sentence} The workers are "
+        "separate processes (torch.multiprocessing, gloo, one thread each) sharing the cores. DDP all-reduces "
+        "(averages) gradients every step through `DistributedDataParallel` around the project's `train_step`; "
+        "its bytes are the ring all-reduce formula, 2·(N−1)/N fp32 values per parameter per step, not a "
+        "measurement of what gloo sent. DiLoCo workers run the project's `inner_loop`, encode the "
+        "pseudo-gradient (error feedback carried per worker), all-gather the encoded bytes and apply the "
+        "project's `outer_step`; their bytes are the measured payload tensor bytes (`wire_bytes`) of every "
+        "round's actual upload. Counted as the safetensors files that would be uploaded (header included): "
+        f"{header_counts}. Wall time is each method's training between barriers (no start-up, no evaluation); "
+        "the machine is shared with other work, so wall times are noisy, losses and bytes are not. Held-out "
+        "loss: the project's `evaluate` over the whole held-out split, the same sequences for every method, in "
+        "nats per token; nats / byte divides it by the bytes of text per predicted token.",
         "",
-        "## Distillation versus plain pre-training",
+        "### Distillation versus plain pre-training",
         "",
-        _distill_table(d),
+        _distill_table(d, report.bytes_per_token),
         "",
         f"Both students start from the same initialization (seed 1, the teacher's is 0) and take {d.steps} "
         f"project `train_step`s on the same batches with the same AdamW; distillation loss α = "
         f"{d.config.alpha}, T = {d.config.temperature}, over the teacher's top-{d.config.top_k} logits.",
         "",
-        "## Inner-loop throughput",
-        "",
-        _throughput_table(t),
-        "",
-        f"One window of {t.steps} steps per repeat, one thread, same batches; the loops take turns after "
-        "an untimed warm-up.",
-        "",
-        "## Targets",
-        "",
-        *[f"- {sentence}" for sentence in target_sentences(report)],
-        "",
-        NOTES_MARKER,
     ]
-    return "\n".join(lines) + "\n" + kept_notes
+    if t is not None:
+        lines += [
+            "### Inner-loop throughput",
+            "",
+            _throughput_table(t),
+            "",
+            f"One window of {t.steps} steps per repeat, one thread, same batches; the loops take turns after "
+            "an untimed warm-up.",
+            "",
+        ]
+    lines += ["### Targets", "", *[f"- {sentence}" for sentence in target_sentences(report)], ""]
+    return "\n".join(lines)
+
+
+INTRO = """# Benchmarks
+
+Written by `bench/convergence.py`, one section per corpus, each with the command that produced it:
+
+- **Templated corpus** (`--corpus templated`, the default): generated documents from the built-in
+  templates under the byte tokenizer; built in seconds, and what the tests run. A small model learns
+  its templates well, so its parity numbers say little about real text.
+- **Real text** (`--corpus real`): the Python standard library's sources, a fixed list of files whose
+  hash the section records, under a BPE tokenizer trained on them, prepared into token shards with the
+  project's `distrai data prepare` machinery.
+
+A run rewrites the sections of the corpora it ran and keeps the others and the notes at the end. It
+does not replace a real-text section measured on another corpus (another hash, as another Python's
+standard library gives) unless run with `--new-corpus`: numbers on two corpora are not compared.
+"""
+
+
+def sections(path: Path) -> dict[str, str]:
+    """The corpus sections of an existing report, by corpus (none if there is no report)."""
+    if not path.exists():
+        return {}
+    head = path.read_text().partition(NOTES_MARKER)[0]
+    marks = [(head.find(SECTION_MARK.format(c)), c) for c in CORPORA]
+    starts = sorted((start, corpus) for start, corpus in marks if start >= 0)
+    bounds = [start for start, _ in starts] + [len(head)]
+    return {
+        corpus: head[start : bounds[i + 1]].rstrip("\n") + "\n" for i, (start, corpus) in enumerate(starts)
+    }
+
+
+def recorded_corpus_sha256(path: Path) -> str | None:
+    """The corpus hash the real-text section of the report at `path` records, if it has one."""
+    match = CORPUS_HASH.search(sections(path).get("real", ""))
+    return match.group(1) if match else None
+
+
+def markdown(new: dict[str, str], path: Path) -> str:
+    """The whole report: the `new` sections, the existing report's other sections, then its notes."""
+    merged = {**sections(path), **new}
+    body = "\n".join(merged[c] for c in CORPORA if c in merged)
+    return INTRO + "\n" + body + "\n" + NOTES_MARKER + "\n" + kept_notes(path)
 
 
 def kept_notes(path: Path) -> str:
@@ -277,7 +392,8 @@ def kept_notes(path: Path) -> str:
 
 
 def print_tables(report: Report, console: Console) -> None:
-    table = Table(title=f"Convergence and traffic ({report.config.tokens:,} tokens per method)")
+    title = SECTION_TITLES[report.config.corpus]
+    table = Table(title=f"{title}: convergence and traffic ({report.config.tokens:,} tokens per method)")
     for header in HEADERS:
         table.add_column(header, justify="left" if header in ("method", "targets") else "right")
     for row in table_rows(report):

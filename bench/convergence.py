@@ -3,10 +3,13 @@
 One model and one token budget, 4 workers: DDP (gradients all-reduced every step over gloo)
 against DiLoCo with fp32, int8 and top-k pseudo-gradients, on held-out loss, bytes sent per
 parameter per worker, and wall time; then distillation versus plain pre-training at equal steps,
-and the project's inner loop against a bare PyTorch loop in tokens per second.
+and (on the templated corpus) the project's inner loop against a bare PyTorch loop in tokens per
+second. Each corpus has its own section of the report: the templated built-in corpus, or real text
+(the Python standard library's sources under a BPE tokenizer, prepared into token shards).
 
-    python bench/convergence.py            # the full run (about 10 minutes on 2 cores)
-    python bench/convergence.py --quick    # seconds; every code path, meaningless numbers
+    python bench/convergence.py                  # the templated corpus (about 10 minutes on 2 cores)
+    python bench/convergence.py --corpus real    # real text
+    python bench/convergence.py --quick --corpus templated real   # seconds; every code path, meaningless numbers
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import torch
 import torch.multiprocessing as mp
-from _config import BenchConfig, load_data, quick, worker_schedule
+from _config import CORPORA, BenchConfig, PreparedSource, for_corpus, load_data, quick, worker_schedule
+from _corpus import Corpus, prepare_corpus, stdlib_corpus, token_bytes
 from _distill import compare_distillation
 from _ranks import RESULTS_FILE, TEACHER_FILE, run_rank
-from _report import Machine, Report, kept_notes, markdown, print_tables
+from _report import Machine, Report, markdown, print_tables, recorded_corpus_sha256, section
 from _throughput import compare_throughput
 from rich.console import Console
 
@@ -39,6 +44,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
+    parser.add_argument(
+        "--corpus",
+        nargs="+",
+        choices=CORPORA,
+        default=["templated"],
+        help="the corpora to run, each rewriting its own section of the report (default: templated)",
+    )
+    parser.add_argument(
+        "--new-corpus",
+        action="store_true",
+        help="replace a real-text section measured on another corpus (another hash) than this machine's",
+    )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="markdown file to write")
     return parser.parse_args(argv)
 
@@ -49,25 +66,44 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def main(argv: list[str]) -> None:
-    args = parse_args(argv)
-    config = quick(BenchConfig()) if args.quick else BenchConfig()
-    console = Console(width=180)
+def run_corpus(config: BenchConfig, corpus: Corpus | None, command: str, console: Console) -> Report:
+    """Every run on `config.corpus` (`corpus`: the real text's files), in a temporary folder."""
     started = time.perf_counter()
+    date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    text = source = None
     with tempfile.TemporaryDirectory() as workdir:
+        if corpus is not None:
+            console.print(
+                f"training the tokenizer and preparing {len(corpus.files)} files ({corpus.sha256}) …"
+            )
+            text = prepare_corpus(
+                corpus,
+                Path(workdir),
+                config.vocab_size,
+                config.heldout_fraction,
+                shard_tokens=config.shard_sequences * config.seq_len,
+                heldout_max_tokens=config.heldout_sequences * config.seq_len,
+            )
+            source = PreparedSource(text.store, text.manifest_sha256)
+        prepare_seconds = time.perf_counter() - started
         console.print(f"training {len(config.codecs) + 1} methods on {config.workers} worker processes …")
-        mp.spawn(run_rank, args=(config, workdir, free_port()), nprocs=config.workers, join=True)
+        mp.spawn(run_rank, args=(config, workdir, free_port(), source), nprocs=config.workers, join=True)
         rows = json.loads((Path(workdir) / RESULTS_FILE).read_text())["rows"]
-        tokenizer, data = load_data(config)
+        tokenizer, data = load_data(config, source, Path(workdir) / "cache-main")
         schedule = worker_schedule(config, data, 0)
         console.print("distillation versus plain pre-training …")
         distill = compare_distillation(config, tokenizer, data, schedule, Path(workdir) / TEACHER_FILE)
-    console.print("inner-loop throughput …")
-    batches = [data.batch(schedule[step % len(schedule)]) for step in range(config.throughput_steps)]
-    throughput = compare_throughput(config, tokenizer, batches)
-    report = Report(
-        command=shlex.join(["python", *sys.argv]),
-        date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        targets = data.heldout[:, 1:]
+        bytes_per_token = float(torch.tensor(token_bytes(tokenizer))[targets].sum()) / targets.numel()
+        throughput = None
+        if config.throughput_segments:
+            console.print("inner-loop throughput …")
+            batches = [data.batch(schedule[step % len(schedule)]) for step in range(config.throughput_steps)]
+            throughput = compare_throughput(config, tokenizer, batches)
+        heldout_sequences = data.heldout.shape[0]
+    return Report(
+        command=command,
+        date=date,
         machine=Machine.here(),
         config=config,
         parameters=count_parameters(load_model(config.model_spec(), tokenizer=tokenizer)),
@@ -75,11 +111,38 @@ def main(argv: list[str]) -> None:
         distill=distill,
         throughput=throughput,
         total_seconds=time.perf_counter() - started,
+        bytes_per_token=bytes_per_token,
+        heldout_sequences=heldout_sequences,
+        prepared=text,
+        prepare_seconds=prepare_seconds if text is not None else 0.0,
     )
-    print_tables(report, console)
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv)
+    configs = [quick(for_corpus(c)) if args.quick else for_corpus(c) for c in dict.fromkeys(args.corpus)]
+    console = Console(width=180)
+    started = time.perf_counter()
+    corpus = None
+    real = [config for config in configs if config.corpus == "real"]
+    if real:
+        corpus = stdlib_corpus(real[0].corpus_bytes)
+        recorded = recorded_corpus_sha256(args.output)
+        if recorded not in (None, corpus.sha256) and not args.new_corpus:
+            sys.exit(
+                f"{args.output}'s real-text numbers were measured on corpus {recorded}; this machine's standard "
+                f"library (Python {corpus.python}) gives {corpus.sha256}. Runs on different corpora are not "
+                "compared: pass --new-corpus to replace that section, or --output to write elsewhere."
+            )
+    command = shlex.join(["python", *sys.argv])
+    new = {}
+    for config in configs:
+        report = run_corpus(config, corpus if config.corpus == "real" else None, command, console)
+        print_tables(report, console)
+        new[config.corpus] = section(report)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(markdown(report, kept_notes(args.output)))
-    console.print(f"wrote {args.output} in {report.total_seconds:.0f} s")
+    args.output.write_text(markdown(new, args.output))
+    console.print(f"wrote {args.output} in {time.perf_counter() - started:.0f} s")
 
 
 if __name__ == "__main__":

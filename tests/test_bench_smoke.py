@@ -1,13 +1,18 @@
-"""Smoke test of bench/convergence.py: a `--quick` run writes a well-formed, self-consistent report.
+"""Smoke test of bench/convergence.py: a `--quick` run on both corpora (the templated built-in one and
+real text from the Python standard library) writes a well-formed, self-consistent report.
 
 The numbers of a quick run mean nothing; what is checked is the report's shape and the accounting
 that follows from first principles: a ring all-reduce sends 2·(N−1)/N fp32 values per parameter
-per step, and an uncompressed DiLoCo upload is 4 bytes per parameter per round.
+per step, an uncompressed DiLoCo upload is 4 bytes per parameter per round, and nats per byte are
+nats per token over bytes per token. Then, in this process: the real-text corpus is a fixed list
+pinned by its hash, a run does not replace numbers measured on another corpus, and a run keeps the
+sections of the corpora it did not run.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,18 +23,34 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "bench" / "convergence.py"
 MARKER = "<!-- Notes below this line are kept when the benchmark rewrites this file. -->"
 KEPT = "Hand-written notes that a rerun must keep.\n"
+HEX64 = r"[0-9a-f]{64}"
 
 
 def table_after(text: str, heading: str) -> list[list[str]]:
-    """The cells of the markdown table in the section under `heading`, header row first."""
-    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    """The cells of the markdown table in the section under `heading` (up to the next heading of the
+    same or a higher level), header row first."""
+    level = len(heading) - len(heading.lstrip("#"))
+    section = re.split(rf"\n#{{1,{level}}} ", text.split(heading, 1)[1], maxsplit=1)[0]
     rows = [line for line in section.splitlines() if line.startswith("|")]
     cells = [[cell.strip() for cell in row.strip("|").split("|")] for row in rows]
     return [cells[0], *cells[2:]]
 
 
+def corpus_section(text: str, corpus: str) -> str:
+    """The report's section of `corpus`, up to the next corpus section or the notes."""
+    rest = text.split(f"<!-- corpus: {corpus} -->\n", 1)[1]
+    return re.split(r"<!-- (?:corpus: \w+|Notes below)", rest, maxsplit=1)[0]
+
+
 def number(cell: str) -> float:
     return float(cell.replace(",", "").rstrip("×%"))
+
+
+def bench_module(name: str):
+    """A module of bench/, which imports its siblings by their bare names."""
+    if str(ROOT / "bench") not in sys.path:
+        sys.path.insert(0, str(ROOT / "bench"))
+    return __import__(name)
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +58,11 @@ def report(tmp_path_factory) -> tuple[str, subprocess.CompletedProcess]:
     output = tmp_path_factory.mktemp("bench") / "benchmarks.md"
     output.write_text(f"# old report\n{MARKER}\n{KEPT}")
     run = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--output", str(output)],
+        [sys.executable, str(SCRIPT), "--quick", "--corpus", "templated", "real", "--output", str(output)],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=300,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return output.read_text(), run
@@ -49,18 +70,22 @@ def report(tmp_path_factory) -> tuple[str, subprocess.CompletedProcess]:
 
 def test_report_names_the_command_and_keeps_notes(report):
     text, _ = report
-    assert "bench/convergence.py --quick --output" in text
+    for corpus in ("templated", "real"):
+        assert "bench/convergence.py --quick --corpus templated real --output" in corpus_section(text, corpus)
     assert "# old report" not in text
     assert text.endswith(f"{MARKER}\n{KEPT}")
+    assert text.index("## Templated corpus") < text.index("## Real text") < text.index(MARKER)
 
 
-def test_convergence_table_is_complete_and_consistent(report):
-    text, _ = report
-    header, *rows = table_after(text, "## Convergence and traffic")
-    assert header[:7] == [
+@pytest.mark.parametrize("corpus", ["templated", "real"])
+def test_convergence_table_is_complete_and_consistent(report, corpus):
+    text = corpus_section(report[0], corpus)
+    header, *rows = table_after(text, "### Convergence and traffic")
+    assert header[:8] == [
         "method",
         "H × rounds",
         "held-out loss",
+        "nats / byte",
         "ratio to DDP",
         "bytes / param / worker (run)",
         "reduction vs DDP",
@@ -69,32 +94,102 @@ def test_convergence_table_is_complete_and_consistent(report):
     methods = [row[0] for row in rows]
     assert methods == ["DDP (all-reduce every step)", "DiLoCo fp32", "DiLoCo + int8", "DiLoCo + top-k"]
     ddp, fp32, int8, topk = rows
+    bytes_per_token = float(re.search(r"([\d.]+) bytes of text per held-out token", text).group(1))
     for row in rows:
         assert len(row) == len(header)
-        loss, ratio, sent, reduction, seconds = (number(row[i]) for i in range(2, 7))
+        loss, per_byte, ratio, sent, reduction, seconds = (number(row[i]) for i in range(2, 8))
         assert math.isfinite(loss) and loss > 0 and seconds >= 0
+        assert per_byte == pytest.approx(loss / bytes_per_token, rel=2e-3)
         assert ratio == pytest.approx(loss / number(ddp[2]), abs=1e-3)
-        assert reduction == pytest.approx(number(ddp[4]) / sent, rel=0.01, abs=0.6)
+        assert reduction == pytest.approx(number(ddp[5]) / sent, rel=0.01, abs=0.6)
     workers = int(text.split(" workers, batch")[0].rsplit("- ", 1)[1])
     steps = int(text.split(" steps per worker")[0].rsplit(", ", 1)[1])
-    assert number(ddp[4]) == pytest.approx(2 * (workers - 1) / workers * 4 * steps)
+    assert number(ddp[5]) == pytest.approx(2 * (workers - 1) / workers * 4 * steps)
     h, rounds = (int(part) for part in fp32[1].split(" × "))
     assert h * rounds == steps
-    assert number(fp32[4]) == pytest.approx(4.0 * rounds)
+    assert number(fp32[5]) == pytest.approx(4.0 * rounds)
     int8_rounds = int(int8[1].split(" × ")[1])
-    assert int8_rounds <= number(int8[4]) < 1.1 * int8_rounds
-    assert number(topk[4]) < number(int8[4])
+    assert int8_rounds <= number(int8[5]) < 1.1 * int8_rounds
+    assert number(topk[5]) < number(int8[5])
     for line in ("Traffic, DiLoCo + int8", "Traffic, DiLoCo + top-k", "Held-out loss, DiLoCo fp32"):
         assert line in text
 
 
+def test_real_text_section_pins_its_corpus_tokenizer_and_shards(report):
+    text = corpus_section(report[0], "real")
+    files = int(re.search(r"one document per file: (\d+) files", text).group(1))
+    listed = text.split("</summary>", 1)[1].split("</details>", 1)[0].strip().split(", ")
+    assert len(listed) == files and listed == sorted(listed)
+    assert not any(part.startswith("test") for name in listed for part in name.split("/"))
+    for what in ("corpus", "tokenizer", "manifest"):
+        assert re.search(rf"{what} sha256 `{HEX64}`", text), what
+    assert "byte-level BPE with 384 tokens" in text
+    shards = int(re.search(r"training tokens in (\d+) shards", text).group(1))
+    assert shards > 10
+    assert "### Inner-loop throughput" not in text
+
+
 def test_distillation_and_throughput_tables(report):
     text, run = report
-    _, teacher, plain, distilled = table_after(text, "## Distillation versus plain pre-training")
-    for row in (teacher, plain, distilled):
-        assert math.isfinite(number(row[1])) and number(row[1]) > 0
-    _, bare, *inner = table_after(text, "## Inner-loop throughput")
+    for corpus in ("templated", "real"):
+        _, teacher, plain, distilled = table_after(
+            corpus_section(text, corpus), "### Distillation versus plain pre-training"
+        )
+        for row in (teacher, plain, distilled):
+            assert math.isfinite(number(row[1])) and number(row[1]) > 0
+    _, bare, *inner = table_after(corpus_section(text, "templated"), "### Inner-loop throughput")
     assert bare[0] == "bare PyTorch loop" and inner
     for row in inner:
         assert number(row[2]) == pytest.approx(100 * number(row[1]) / number(bare[1]), abs=0.1)
-    assert "Convergence and traffic" in run.stdout
+    assert "convergence and traffic" in run.stdout
+
+
+def test_corpus_is_a_fixed_list_pinned_by_its_hash(tmp_path):
+    corpus = bench_module("_corpus")
+    root = tmp_path / "lib"
+    for name, text in {
+        "a.py": "x = 1\n",
+        "pkg/b.py": "def f():\n    return 2\n",
+        "pkg/empty.py": "\n",
+        "test/c.py": "y = 3\n",
+        "pkg/test_d.py": "z = 4\n",
+        "site-packages/e.py": "w = 5\n",
+        "latin.py": "s = '\xe9'\n",
+    }.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(text.encode("latin-1"))
+    first = corpus.stdlib_corpus(1000, root)
+    assert first.files == ("a.py", "pkg/b.py")
+    assert first == corpus.stdlib_corpus(1000, root)
+    assert corpus.stdlib_corpus(10, root).files == ("a.py",)
+    (root / "pkg" / "b.py").write_text("def f():\n    return 3\n")
+    assert corpus.stdlib_corpus(1000, root).sha256 != first.sha256
+    (root / "pkg" / "b.py").rename(root / "pkg" / "b2.py")
+    assert corpus.stdlib_corpus(1000, root).sha256 != first.sha256
+
+
+def test_token_bytes_counts_text_bytes():
+    corpus = bench_module("_corpus")
+    from distrai.train.tokenizer import BYTE_VOCAB_SIZE, byte_tokenizer
+
+    counts = corpus.token_bytes(byte_tokenizer())
+    assert counts == [1] * 256 + [0] * (BYTE_VOCAB_SIZE - 256)
+
+
+def test_a_run_on_another_corpus_is_refused_and_other_sections_are_kept(tmp_path):
+    report = bench_module("_report")
+    convergence = bench_module("convergence")
+    output = tmp_path / "benchmarks.md"
+    old_real = "<!-- corpus: real -->\n## Real text\n\n- corpus sha256 `" + "0" * 64 + "`\n"
+    old_templated = "<!-- corpus: templated -->\n## Templated corpus\n\nold templated numbers\n"
+    output.write_text(f"# Benchmarks\n\n{old_templated}\n{old_real}\n{MARKER}\n{KEPT}")
+    assert report.recorded_corpus_sha256(output) == "0" * 64
+    with pytest.raises(SystemExit, match="not compared"):
+        convergence.main(["--quick", "--corpus", "real", "--output", str(output)])
+
+    new_real = "<!-- corpus: real -->\n## Real text\n\nnew real numbers\n"
+    text = report.markdown({"real": new_real}, output)
+    assert old_templated in text and new_real in text and "0" * 64 not in text
+    assert text.endswith(f"{MARKER}\n{KEPT}")
+    assert text.startswith(report.INTRO)

@@ -13,7 +13,8 @@ subtracts, as DiLoCo defines it.
 each inner step and calls the one `train_step`, anchored to the window's base when the run sets
 `base_anchor` (see `step.py`). A miner on several processes (`parallel.py`) runs `inner_loop` on
 its leader, which sends each window's start and each step's batch to the followers; they run the
-same steps in `follow`.
+same steps in `follow`. Sharded ranks also gather every boundary state together (STATE), so the
+leader's states, hashes and update are those of one process holding the whole model.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 
 from distrai.train.loss import LossFn
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer, set_lr
-from distrai.train.parallel import SHUTDOWN, STEP, WINDOW, DataParallel
+from distrai.train.parallel import LOAD, SHUTDOWN, STATE, STEP, WINDOW, DataParallel
 from distrai.train.sketch import sketch
 from distrai.train.state import TrainState, capture_state, state_hash
 from distrai.train.step import Anchor, StepConfig, StepResult, anchor_to, step_with
@@ -135,15 +136,29 @@ def base_anchor(
     return anchor_to(model, base, config.base_anchor) if config.base_anchor > 0 else None
 
 
-def boundary(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int, config: InnerConfig, keep_state: bool
-) -> BoundaryState:
-    """Capture, hash and sketch the state after `step` inner steps."""
-    state = capture_state(model, optimizer, step)
+def own_anchor(model: torch.nn.Module, config: InnerConfig) -> Anchor | None:
+    """The anchor of a window whose base the model holds now, laid out as its parameters are (a
+    rank's shards when they are sharded)."""
+    return base_anchor(model, {name: p.detach() for name, p in model.named_parameters()}, config)
+
+
+def boundary(state: TrainState, config: InnerConfig, keep_state: bool) -> BoundaryState:
+    """Hash and sketch the state captured after `state.step` inner steps."""
     numbers = sketch(state.params, config.sketch_seed, config.sketch_size).tolist()
     return BoundaryState(
-        step=step, state_hash=state_hash(state), sketch=numbers, state=state if keep_state else None
+        step=state.step, state_hash=state_hash(state), sketch=numbers, state=state if keep_state else None
     )
+
+
+def _capture(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int, parallel: DataParallel | None
+) -> TrainState:
+    if parallel is None:
+        return capture_state(model, optimizer, step)
+    state = parallel.capture(optimizer, step)
+    if state is None:
+        raise RuntimeError("only the leader of a miner's ranks captures its boundary states")
+    return state
 
 
 def inner_loop(
@@ -168,26 +183,28 @@ def inner_loop(
     if parallel is not None:
         parallel.start_window()
     optimizer = make_inner_optimizer(model, config.optimizer)
-    global_params = float_params(model)
-    anchor = base_anchor(model, global_params, config)
+    anchor = own_anchor(model, config)
     boundaries: list[BoundaryState] = []
     results: list[StepResult] = []
 
-    def add_boundary(step: int) -> None:
-        boundaries.append(boundary(model, optimizer, step, config, keep_states))
+    def add_boundary(step: int) -> dict[str, torch.Tensor]:
+        state = _capture(model, optimizer, step, parallel)
+        boundaries.append(boundary(state, config, keep_states))
         if on_boundary is not None:
             on_boundary(boundaries[-1])
+        return state.params
 
-    add_boundary(0)
+    global_params = {name: p.to(torch.float32) for name, p in add_boundary(0).items()}
+    local_params = global_params
     for segment in range(config.n_segments):
         if segment > 0 and go_on is not None and not go_on(segment):
             break
         first = segment * config.segment_steps
         batches = (batch_for_step(t) for t in range(first, first + config.segment_steps))
         results.extend(run_steps(model, optimizer, batches, loss_fn, config, first, anchor, parallel))
-        add_boundary(first + config.segment_steps)
+        local_params = add_boundary(first + config.segment_steps)
     return InnerResult(
-        pseudo_gradient=pseudo_gradient(global_params, float_params(model)),
+        pseudo_gradient=pseudo_gradient(global_params, local_params),
         losses=[r.loss for r in results],
         boundaries=boundaries,
         steps=results,
@@ -204,9 +221,13 @@ def follow(parallel: DataParallel, loss_fn: LossFn, config: InnerConfig) -> int:
     trained = 0
     while (command := parallel.next_command()).kind != SHUTDOWN:
         if command.kind == WINDOW:
-            parallel.share_parameters()
+            parallel.join_window()
             optimizer = make_inner_optimizer(model, config.optimizer)
-            anchor = base_anchor(model, float_params(model), config)
+            anchor = own_anchor(model, config)
+        elif command.kind == LOAD and parallel.sharded:
+            parallel.load(None)
+        elif command.kind == STATE and parallel.sharded and optimizer is not None:
+            parallel.capture(optimizer, command.step)
         elif command.kind == STEP and optimizer is not None:
             batch = parallel.receive_batch(command)
             try:

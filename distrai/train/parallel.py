@@ -9,6 +9,19 @@ all-reduces the gradients, so every rank takes the same optimizer step and holds
 per step carries [kind, step, rows, columns]; the batch is a few hundred kilobytes (32 × 2048
 int64 tokens: 512 KiB), small beside the gradient all-reduce (4 B/param: 620 MB at 150M).
 
+With `FullyShardedParallel` the ranks shard the model instead (FSDP2, `fully_shard`): each holds
+1/N of every parameter, of its gradient, of AdamW's moments and of the window's base; a decoder
+layer's parameters are gathered only while it runs, and its gradients are reduced and scattered to
+their shards after its backward. It is chosen when the training state does not fit one device but
+fits sharded over the miner's ranks (`memory.py`), or asked for (`--miner.shard`). The replay in
+one process still follows it bit for bit, for any number of ranks, because two sums are made to
+run in one fixed order: each rank's gradient shard adds the ranks' scaled gradients in rank order
+(`RankOrderedReduceScatter`, which replaces the collective's own order), and the gradient norm of
+the clip is put together rank by rank from every rank's shard (`step.py`). Loading a window's
+base and capturing a boundary state are collective: the leader says so (LOAD, STATE), and every
+parameter and optimizer tensor goes to or comes from the leader's CPU one at a time, so no rank
+ever holds more than one whole tensor beside its shards.
+
 On CPU the processes talk over gloo, so the same code runs in CI; on GPUs over NCCL, one GPU per
 rank (`cuda:LOCAL_RANK`).
 """
@@ -16,18 +29,29 @@ rank (`cuda:LOCAL_RANK`).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule, fully_shard
+
+# the interface `FSDPModule.set_custom_reduce_scatter` takes; torch exports it from no public module
+from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
-WINDOW, STEP, SHUTDOWN = 1, 2, 3
-"""Commands from the leader: a window starts (its base parameters follow), a step (its batch
-follows), the miner stops."""
+from distrai.train.state import PARAM_PREFIX, TrainState, capture_state, state_entries
+
+WINDOW, STEP, SHUTDOWN, LOAD, STATE = 1, 2, 3, 4, 5
+"""Commands from the leader: a window starts (its base parameters follow, unless sharded), a step
+(its batch follows), the miner stops; sharded ranks only: parameters follow (LOAD), gather the
+training state after this step (STATE)."""
+
+LEAVE_TIMEOUT = timedelta(minutes=1)
+"""How long a rank that is done waits for the others before leaving the process group."""
 
 IDLE_TIMEOUT = timedelta(hours=6)
 """How long a follower waits for the leader's next command: the leader sleeps between windows and
@@ -50,6 +74,9 @@ class DataParallel:
     device: torch.device
     model: torch.nn.Module
     _ddp: DistributedDataParallel | None = field(default=None, repr=False)
+
+    sharded = False
+    """whether the ranks shard the model (`FullyShardedParallel`)"""
 
     @property
     def leader(self) -> bool:
@@ -74,16 +101,28 @@ class DataParallel:
             last = i == len(chunks) - 1
             with nullcontext() if last else self.ddp.no_sync():
                 losses.append(forward(self.ddp, chunk))
-        local = torch.stack(losses)
+        return self.every_rank(torch.stack(losses))
+
+    def every_rank(self, local: torch.Tensor) -> list[torch.Tensor]:
+        """Every rank's `local` (a 1-D tensor), concatenated in rank order on every rank."""
         gathered = [torch.empty_like(local) for _ in range(self.world)]
         dist.all_gather(gathered, local)
         return list(torch.cat(gathered))
+
+    def capture(self, optimizer: torch.optim.Optimizer, step: int) -> TrainState | None:
+        """Leader: the training state after `step` inner steps, on the CPU (every rank holds all of
+        it here)."""
+        return capture_state(self.model, optimizer, step)
 
     # -- the leader's commands ------------------------------------------------------------------
 
     def start_window(self) -> None:
         """Leader: a window starts from the model's current parameters; every rank takes them."""
         self._send(Command(WINDOW))
+        self.share_parameters()
+
+    def join_window(self) -> None:
+        """Follower: a window starts; take the leader's parameters."""
         self.share_parameters()
 
     def start_step(self, step: int, batch: torch.Tensor) -> None:
@@ -122,6 +161,133 @@ class DataParallel:
             [command.kind, command.step, *command.shape], dtype=torch.int64, device=self.device
         )
         dist.broadcast(header, src=0)
+
+
+def shard_rows(tensor: torch.Tensor, rank: int, world: int) -> torch.Tensor:
+    """The rows of `tensor` that rank `rank` of `world` holds under `fully_shard`: its dimension 0
+    cut by `torch.chunk`, empty for a rank past the last chunk."""
+    chunks = torch.chunk(tensor, world, dim=0)
+    return chunks[rank] if rank < len(chunks) else tensor.new_empty((0, *tensor.shape[1:]))
+
+
+class RankOrderedReduceScatter(ReduceScatter):
+    """FSDP2's gradient reduce-scatter with the sum in rank order: every rank sends each rank its
+    piece of the gradients (an all-to-all, the same bytes a ring reduce-scatter moves) and adds the
+    pieces it receives as a one-process replay adds the ranks' gradients: each scaled by
+    1/world, rank 0's first (`step._accumulate_ranks`). FSDP2 itself then divides by nothing
+    (`FullyShardedParallel.shard`)."""
+
+    def allocate(self, size: Sequence[int], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(
+        self,
+        output_tensor: torch.Tensor,
+        input_tensor: torch.Tensor,
+        group: dist.ProcessGroup,
+        op: object,
+        async_op: bool = False,
+    ) -> None:
+        if op != dist.ReduceOp.SUM:
+            raise ValueError(f"the rank-ordered reduce-scatter only sums, not {op}")
+        world = group.size()
+        received = torch.empty_like(input_tensor)
+        dist.all_to_all_single(received, input_tensor, group=group)
+        pieces = received.view(world, -1)
+        torch.mul(pieces[0], 1.0 / world, out=output_tensor)
+        for piece in pieces[1:]:
+            output_tensor.add_(piece.mul_(1.0 / world))
+
+
+@dataclass
+class FullyShardedParallel(DataParallel):
+    """The miner's ranks sharding the model, its gradients, AdamW's state and the window's base
+    (FSDP2); see the module's docstring."""
+
+    sharded = True
+
+    def __post_init__(self) -> None:
+        if self.world < 2:
+            raise ValueError(f"sharding needs at least 2 ranks, got {self.world}")
+
+    def shard(self) -> None:
+        """Every rank, once, before the first window: shard each decoder layer (the transformers
+        model's `_no_split_modules`) and the rest of the model. The model's parameters become the
+        ranks' shards, so an optimizer must be made after this."""
+        layers = set(getattr(self.model, "_no_split_modules", None) or ())
+        groups = [m for m in self.model.modules() if type(m).__name__ in layers]
+        if not groups:
+            raise ValueError(f"{type(self.model).__name__} names no decoder layers to shard")
+        for module in groups:
+            fully_shard(module)
+        fully_shard(self.model)
+        for module in self.model.modules():
+            if isinstance(module, FSDPModule):
+                module.set_custom_reduce_scatter(RankOrderedReduceScatter())
+                module.set_force_sum_reduction_for_comms(True)
+                module.set_gradient_divide_factor(1.0)
+
+    def accumulate(
+        self, chunks: Sequence[torch.Tensor], forward: Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]
+    ) -> list[torch.Tensor]:
+        """Forward and backward of this rank's chunks; the gradients accumulate whole on each rank and
+        are reduced to their shards after the last chunk's backward."""
+        if not isinstance(self.model, FSDPModule):
+            raise RuntimeError("the model is not sharded yet: call shard() on every rank first")
+        losses = []
+        for i, chunk in enumerate(chunks):
+            self.model.set_requires_gradient_sync(i == len(chunks) - 1)
+            losses.append(forward(self.model, chunk))
+        return self.every_rank(torch.stack(losses))
+
+    def start_window(self) -> None:
+        """Leader: a window starts from the parameters the ranks hold (`load` put them there)."""
+        self._send(Command(WINDOW))
+
+    def join_window(self) -> None:
+        """Follower: a window starts (its parameters came with LOAD)."""
+
+    def load(self, params: Mapping[str, torch.Tensor] | None) -> None:
+        """Every rank, the leader with `params` (whole tensors by parameter name) and first saying
+        so: each parameter goes whole from the leader to every rank, which keeps its shard."""
+        if params is not None:
+            for name, p in self.model.named_parameters():
+                if name not in params or params[name].shape != p.shape:
+                    found = tuple(params[name].shape) if name in params else "nothing"
+                    raise ValueError(
+                        f"parameter {name} is {tuple(p.shape)}, the parameters to load hold {found}"
+                    )
+            self._send(Command(LOAD))
+        with torch.no_grad():
+            for name, p in self.model.named_parameters():
+                whole = (
+                    torch.empty(p.shape, dtype=p.dtype, device=self.device)
+                    if params is None
+                    else params[name].to(self.device, p.dtype, copy=True)
+                )
+                dist.broadcast(whole, src=0)
+                local_part(p).copy_(shard_rows(whole, self.rank, self.world))
+
+    def capture(self, optimizer: torch.optim.Optimizer, step: int) -> TrainState | None:
+        """Every rank, the leader first saying so: each tensor of the state gathered whole, one at a
+        time, in `state_entries`' order; the leader keeps them on its CPU and returns the state, the
+        followers return None."""
+        if self.leader:
+            self._send(Command(STATE, step))
+        params: dict[str, torch.Tensor] = {}
+        optim: dict[str, torch.Tensor] = {}
+        for section, key, value in state_entries(self.model, optimizer):
+            whole = value.detach()
+            if isinstance(whole, DTensor):
+                whole = whole.full_tensor()
+            if self.leader:
+                (params if section == PARAM_PREFIX else optim)[key] = whole.to("cpu", copy=True)
+        return TrainState(params=params, optimizer=optim, step=step) if self.leader else None
+
+
+def local_part(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a sharded tensor (the tensor itself when it is not sharded)."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
 def smallest(value: int | None, device: torch.device | str) -> int | None:
@@ -177,6 +343,25 @@ def join(launch: Launch, device: torch.device) -> None:
     )
 
 
+_LAST_BARRIER: list[dist.Work] = []
+"""The barrier `leave` waited on, held until the interpreter ends (see `leave`)."""
+
+
 def leave() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    """Every rank, last: wait for the others (at most `LEAVE_TIMEOUT`; a rank that failed does not
+    come), then leave the process group.
+
+    A gloo worker thread drops its hold on a collective just after completing it, and a thread that
+    drops the last hold on a tensor made in Python takes the interpreter's lock to free it: after
+    the interpreter began to finalize, that aborts the process ("terminate called without an active
+    exception"; seen on sharded ranks, whose process group and threads torch's DTensor caches keep
+    alive until then), and while the main thread destroys the group it deadlocks. The barrier holds
+    every collective still held by a worker when it starts, and this module holds the barrier, so
+    the last hold on all of them is Python's, released on the main thread."""
+    if not dist.is_initialized():
+        return
+    barrier = dist.barrier(async_op=True)
+    _LAST_BARRIER[:] = [barrier]
+    with suppress(RuntimeError):  # a rank that failed or stopped elsewhere: leave without it
+        barrier.wait(timeout=LEAVE_TIMEOUT)
+    dist.destroy_process_group()

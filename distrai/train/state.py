@@ -8,6 +8,7 @@ state is keyed `"{parameter name}/{state key}"`, e.g. `model.norm.weight/exp_avg
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,18 +34,32 @@ class TrainState:
 
 def capture_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int) -> TrainState:
     """Copy the model's parameters and the optimizer's per-parameter state to the CPU."""
+    params: dict[str, torch.Tensor] = {}
+    optim: dict[str, torch.Tensor] = {}
+    for section, key, value in state_entries(model, optimizer):
+        (params if section == PARAM_PREFIX else optim)[key] = value.detach().to("cpu", copy=True)
+    return TrainState(params=params, optimizer=optim, step=step)
+
+
+def state_entries(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> Iterator[tuple[str, str, torch.Tensor]]:
+    """Every tensor of the training state, in one order on every process that holds the same model
+    and optimizer: (`PARAM_PREFIX`, parameter name, parameter) for each parameter, then
+    (`OPTIM_PREFIX`, "{parameter name}/{state key}", value) for each optimizer entry."""
     named = dict(model.named_parameters())
     names = {id(p): name for name, p in named.items()}
-    optim: dict[str, torch.Tensor] = {}
     for param, entries in optimizer.state.items():
         if id(param) not in names:
             raise ValueError("optimizer holds state for a tensor that is not a parameter of the model")
         for key, value in entries.items():
             if not isinstance(value, torch.Tensor):
                 raise ValueError(f"optimizer state {key!r} is {type(value).__name__}, not a tensor")
-            optim[f"{names[id(param)]}/{key}"] = value.detach().to("cpu", copy=True)
-    params = {name: p.detach().to("cpu", copy=True) for name, p in named.items()}
-    return TrainState(params=params, optimizer=optim, step=step)
+    for name, p in named.items():
+        yield PARAM_PREFIX, name, p
+    for param, entries in optimizer.state.items():
+        for key, value in entries.items():
+            yield OPTIM_PREFIX, f"{names[id(param)]}/{key}", value
 
 
 def restore_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: TrainState) -> None:

@@ -17,6 +17,14 @@ sum; one process replaying the same split accumulates each rank's chunks in turn
 scaled gradients in rank order (`_accumulate_ranks`), the same sums for two ranks (a + b either
 way; measured in docs/gpu.md).
 
+Sharded ranks (`sharded`, FSDP2) add the scaled gradients in rank order too
+(`parallel.RankOrderedReduceScatter`), so the same `_accumulate_ranks` repeats them for any number
+of ranks. Each rank then holds only its shard of every gradient, so the clip's norm is put together
+from shards: each rank the norm of its shards' norms, then the norm of the ranks' norms in rank
+order (`_sharded_norm`); one process replaying them cuts its whole gradients into the same shards
+(`parallel.shard_rows`) and computes the same numbers. That norm differs from the unsharded one in
+the last bits, so `sharded` is part of the replay class.
+
 Why the anchor: without it, a segment's replay reads only the segment's revealed start state,
 so a miner that trained the whole window from an older model and claimed the window's base only
 at step 0 would fail nothing but the replay of segment 0. With it, every step reads the base,
@@ -28,14 +36,14 @@ factor (1 − lr · strength)^H, 0.9968 for the GPU config (lr 4e-4, strength 0.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 import torch
 
 from distrai.train.determinism import pinned_threads
 from distrai.train.loss import LossFn
-from distrai.train.parallel import DataParallel
+from distrai.train.parallel import DataParallel, local_part, shard_rows
 
 AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16}
 
@@ -52,12 +60,16 @@ class StepConfig:
     """data-parallel ranks the batch is split over (the miner's processes; one replay follows them)"""
     autocast: str | None = None
     """"bfloat16": the forward runs in bf16 over the parameters' dtype (fp32 master weights)"""
+    sharded: bool = False
+    """the ranks shard the model, gradients and optimizer state (FSDP2); the clip's norm follows"""
 
     def __post_init__(self) -> None:
         if self.micro_batches < 1:
             raise ValueError(f"micro_batches must be at least 1, got {self.micro_batches}")
         if self.ranks < 1:
             raise ValueError(f"ranks must be at least 1, got {self.ranks}")
+        if self.sharded and self.ranks < 2:
+            raise ValueError(f"a sharded step needs at least 2 ranks, got {self.ranks}")
         if self.autocast is not None and self.autocast not in AUTOCAST_DTYPES:
             raise ValueError(
                 f"unknown autocast dtype {self.autocast!r}; choose one of {sorted(AUTOCAST_DTYPES)}"
@@ -112,20 +124,26 @@ def train_step(
     cpu_threads: int | None = 1,
     ranks: int = 1,
     autocast: str | None = None,
+    sharded: bool = False,
     anchor: Anchor | None = None,
     parallel: DataParallel | None = None,
 ) -> StepResult:
     """One optimizer step on `batch` [B, T] (int64 token ids), B divisible by ranks × micro_batches.
     With `parallel` (this process is one of `ranks` processes, each given the whole batch) the
-    process trains its rank's rows and the ranks all-reduce their gradients; without, the one
-    process runs every rank's rows.
+    process trains its rank's rows and the ranks all-reduce (or, `sharded`, reduce-scatter) their
+    gradients; without, the one process runs every rank's rows, and the clip follows `sharded`.
 
     Raises FloatingPointError before touching the parameters if the loss is not finite."""
     # refuses bad settings, naming them
-    StepConfig(micro_batches, max_grad_norm, cpu_threads, ranks, autocast)
+    StepConfig(micro_batches, max_grad_norm, cpu_threads, ranks, autocast, sharded)
     if parallel is not None and parallel.world != ranks:
         raise ValueError(
             f"the step splits the batch over {ranks} ranks, but {parallel.world} processes run it"
+        )
+    if parallel is not None and parallel.sharded != sharded:
+        raise ValueError(
+            f"the step is {'' if sharded else 'not '}sharded, but its ranks are "
+            f"{'' if parallel.sharded else 'not '}sharded"
         )
     rows = _check_batch(batch, ranks * micro_batches)
     device = next(model.parameters()).device
@@ -145,7 +163,11 @@ def train_step(
             optimizer.zero_grad(set_to_none=True)
             raise FloatingPointError(f"training loss is {mean_loss}; the step was not applied")
         params = [p for group in optimizer.param_groups for p in group["params"]]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=False)
+        if sharded:
+            grad_norm = _sharded_norm(params, ranks, parallel)
+            _clip(params, grad_norm, max_grad_norm)
+        else:
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=False)
         optimizer.step()
         if anchor is not None and anchor.strength > 0:
             _pull_toward(model, anchor, optimizer.param_groups[0]["lr"] * anchor.strength)
@@ -200,6 +222,45 @@ def _accumulate_ranks(
     return losses
 
 
+def _sharded_norm(
+    params: list[torch.nn.Parameter], ranks: int, parallel: DataParallel | None
+) -> torch.Tensor:
+    """The gradients' global L2 norm as sharded ranks compute it: each rank the norm of its shards'
+    norms (as `clip_grad_norm_` takes a norm of tensors), then the norm of the ranks' norms in rank
+    order. On a rank its own shards and the ranks' gathered norms; in one process, every rank's
+    shards cut from the whole gradients."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        raise ValueError(
+            "no parameter the optimizer steps has a gradient: sharding replaces the model's parameters, "
+            "so make the optimizer after it"
+        )
+    if parallel is not None:
+        mine = _norm(local_part(g) for g in grads)
+        per_rank = parallel.every_rank(mine.reshape(1))
+    else:
+        per_rank = [_norm(shard_rows(g, rank, ranks) for g in grads) for rank in range(ranks)]
+    return _norm(per_rank)
+
+
+def _norm(tensors: Iterable[torch.Tensor]) -> torch.Tensor:
+    """The L2 norm of the tensors' L2 norms. Each is read from a fresh copy: a rank's shard and a
+    replay's slice of a whole gradient are views at other offsets, and a GPU's reduction kernels
+    sum a misaligned tensor in another order (on a CPU the offset does not change the bits)."""
+    return torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(t.clone(), 2.0).reshape(()) for t in tensors]), 2.0
+    )
+
+
+def _clip(params: list[torch.nn.Parameter], total: torch.Tensor, max_norm: float) -> None:
+    """Scale the gradients (a rank's shards, or whole ones) by min(1, max_norm / (total + 1e-6)),
+    as `clip_grad_norm_` does."""
+    coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for p in params:
+        if p.grad is not None:
+            local_part(p.grad).mul_(coefficient)
+
+
 def _pull_toward(model: torch.nn.Module, anchor: Anchor, weight: float) -> None:
     """θ ← θ + weight · (base − θ), one elementwise op per parameter (deterministic everywhere)."""
     with torch.no_grad():
@@ -227,6 +288,7 @@ def step_with(
         cpu_threads=config.cpu_threads,
         ranks=config.ranks,
         autocast=config.autocast,
+        sharded=config.sharded,
         anchor=anchor,
         parallel=parallel,
     )

@@ -451,6 +451,7 @@ class Miner(Participant):
             },
             "micro_batches": self.rt.inner.step.micro_batches,
             "ranks": self.rt.inner.step.ranks,
+            "sharded": self.rt.inner.step.sharded,
             "checkpointing": self.rt.model.is_activation_checkpointing,
             "replay_class": replay_class_of(
                 self.rt.model,

@@ -68,6 +68,12 @@ def test_signed_manifest_round_trips():
             Reason.BAD_FIELD,
             "replay_class.ranks 4 is not ranks 2",
         ),
+        ({"sharded": True}, Reason.BAD_FIELD, "a sharded update needs at least 2 ranks, got 1"),
+        (
+            {"ranks": 2, "sharded": True, "replay_class": {**REPLAY_CLASS, "ranks": 2}},
+            Reason.BAD_FIELD,
+            "replay_class.sharded False is not sharded True",
+        ),
         (
             {"update": {"sha256": H, "size": 0, "codec": "topk", "codec_metadata": {}}},
             Reason.BAD_FIELD,

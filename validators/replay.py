@@ -234,8 +234,14 @@ def replay_tolerance(runtime: Runtime, verdict: MinerVerdict) -> Tolerance:
 
 
 def miner_split(runtime: Runtime, manifest: UpdateManifest) -> StepConfig:
-    """The run's step settings with the miner's split of the batch (ranks and micro-batches)."""
-    return dataclasses.replace(runtime.inner.step, micro_batches=manifest.micro_batches, ranks=manifest.ranks)
+    """The run's step settings with the miner's split of the batch (ranks, micro-batches and
+    whether its ranks sharded the model)."""
+    return dataclasses.replace(
+        runtime.inner.step,
+        micro_batches=manifest.micro_batches,
+        ranks=manifest.ranks,
+        sharded=manifest.sharded,
+    )
 
 
 def sketch_distance(

@@ -3,7 +3,7 @@
 A segment replays bit for bit when the replaying node runs the same kernels on the same hardware
 as the miner did: same device model, torch, CUDA, parameter dtype, autocast, attention kernel,
 AdamW implementation and compilation (a validator always replays with the miner's split over ranks and
-micro-batches, which the manifest records). Measured on 150M
+micro-batches, and its sharding, which the manifest records). Measured on 150M
 parameters (`../shared/measurements/gpu-2026-11-23.md`): bit-exact on one GPU model with
 deterministic algorithms, SDPA included; H100 against H200 in bfloat16 0.0095 (eager) to 0.0113
 (SDPA); fp32 bit-exact even across the two. So a miner's manifest records its `ReplayClass`, and a
@@ -47,19 +47,28 @@ class ClassTolerance(BaseModel):
 
 
 EXACT_RANKS = 2
-"""The most data-parallel ranks whose gradient all-reduce one process repeats bit for bit: with two,
-the sum is a + b in any order; with four, gloo's ring adds in another order than rank by rank
-(measured on CPU, docs/gpu.md), so a replay of a miner on more ranks is compared within tolerance."""
+"""The most data-parallel (DDP) ranks whose gradient all-reduce one process repeats bit for bit: with
+two, the sum is a + b in any order; with four, gloo's ring adds in another order than rank by rank
+(measured on CPU, docs/gpu.md), so a replay of a miner on more ranks is compared within tolerance.
+Sharded ranks (FSDP2, `parallel.FullyShardedParallel`) add in rank order and put the clip's norm
+together rank by rank, so one process repeats them bit for bit on any number of ranks (measured on
+CPU for 2, 3 and 4: tests/test_train_sharded.py, docs/gpu.md)."""
 
 
-def check_ranks_replayable(ranks: int, replay_tolerance: float) -> None:
+def replays_exactly(ranks: int, sharded: bool) -> bool:
+    """Whether one process replaying a miner's split over `ranks` ranks repeats its sums bit for bit."""
+    return sharded or ranks <= EXACT_RANKS
+
+
+def check_ranks_replayable(ranks: int, replay_tolerance: float, sharded: bool = False) -> None:
     """Refuse a miner on more ranks than a one-process replay repeats bit for bit when the run
     compares replays bit for bit (its default tolerance 0): every one of its segments would fail."""
-    if ranks > EXACT_RANKS and replay_tolerance == 0.0:
+    if not replays_exactly(ranks, sharded) and replay_tolerance == 0.0:
         raise ValueError(
             f"this run replays bit for bit (verification.replay_tolerance = 0), which a validator's "
             f"one-process replay reaches for at most {EXACT_RANKS} data-parallel ranks, not {ranks}; "
-            f"run {EXACT_RANKS} processes or fewer"
+            f"run {EXACT_RANKS} processes or fewer, or shard the model over them (--miner.shard), "
+            f"which a one-process replay repeats bit for bit on any number of ranks"
         )
 
 
@@ -99,6 +108,7 @@ def replay_class_of(
         attention=str(getattr(model.config, "_attn_implementation", "unknown")),
         micro_batches=step.micro_batches,
         ranks=step.ranks,
+        sharded=step.sharded,
         autocast=step.autocast,
         adamw=adamw,
         compiled=compiled,
@@ -109,13 +119,12 @@ def tolerance_for(
     miner: ReplayClass | None, validator: ReplayClass, table: Sequence[ClassTolerance], default: Tolerance
 ) -> Tolerance:
     """How a validator of class `validator` compares its replay of a miner of class `miner` (None:
-    the manifest names none). The validator replays with the miner's split (ranks and micro-batches),
-    so the micro-batches never separate the two classes, and the ranks only beyond `EXACT_RANKS`."""
-    if miner is None:
+    the manifest names none). The validator replays with the miner's split (ranks, micro-batches and
+    sharding), so the split never separates the two classes; but a split whose sums one process does
+    not repeat (more than `EXACT_RANKS` unsharded ranks) gets the run's default tolerance."""
+    if miner is None or not replays_exactly(miner.ranks, miner.sharded):
         return default
-    split = {"micro_batches": miner.micro_batches}
-    if miner.ranks <= EXACT_RANKS:
-        split["ranks"] = miner.ranks
+    split = {"micro_batches": miner.micro_batches, "ranks": miner.ranks, "sharded": miner.sharded}
     mine = validator.model_copy(update=split)
     if mine == miner:
         return Tolerance(0.0, 0.0, f"bit-exact: the same replay class ({miner.device})")

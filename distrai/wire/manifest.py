@@ -61,6 +61,7 @@ class ReplayClass(_Body):
     attention: str = Field(min_length=1, max_length=64)
     micro_batches: int = Field(ge=1)
     ranks: int = Field(default=1, ge=1, le=4096)
+    sharded: bool = False
     autocast: str | None = Field(default=None, max_length=32)
     adamw: str = Field(default="single", min_length=1, max_length=32)
     compiled: bool = False
@@ -79,6 +80,9 @@ class UpdateManifest(_Body):
     """data-parallel processes the miner split each step's batch over"""
     checkpointing: bool = False
     """whether the miner recomputed activations in the backward to fit its memory (same bits either way)"""
+    sharded: bool = False
+    """whether the miner's ranks sharded the model, gradients and optimizer state (FSDP2); the replay
+    follows it (the clip's norm is put together from shards)"""
     losses: list[float]
     boundaries: list[Boundary]
     residual_in_hash: Sha256 | None
@@ -94,6 +98,12 @@ class UpdateManifest(_Body):
             )
         if self.replay_class is not None and self.replay_class.ranks != self.ranks:
             raise ValueError(f"replay_class.ranks {self.replay_class.ranks} is not ranks {self.ranks}")
+        if self.replay_class is not None and self.replay_class.sharded != self.sharded:
+            raise ValueError(
+                f"replay_class.sharded {self.replay_class.sharded} is not sharded {self.sharded}"
+            )
+        if self.sharded and self.ranks < 2:
+            raise ValueError(f"a sharded update needs at least 2 ranks, got {self.ranks}")
         return self
 
     @field_validator("losses")

@@ -21,7 +21,7 @@ from distrai.train.loss import LossFn, causal_lm_loss
 from distrai.train.memory import MemoryPlan, ModelShape, plan_memory, set_checkpointing
 from distrai.train.model import ModelSpec, load_model, load_teacher, load_tokenizer
 from distrai.train.optimizer import InnerOptimizerConfig
-from distrai.train.parallel import DataParallel, Launch
+from distrai.train.parallel import DataParallel, FullyShardedParallel, Launch
 from distrai.train.replay_class import check_ranks_replayable
 from distrai.train.step import StepConfig, over_ranks
 
@@ -91,7 +91,11 @@ class Runtime:
         return {name: tuple(p.shape) for name, p in self.model.named_parameters()}
 
     def load_params(self, params: dict[str, torch.Tensor]) -> None:
-        """Put the global parameters into the working model."""
+        """Put the global parameters into the working model (on sharded ranks, the leader hands every
+        rank its shards: `parallel.FullyShardedParallel.load`)."""
+        if self.parallel is not None and self.parallel.sharded:
+            self.parallel.load(params)
+            return
         with torch.no_grad():
             for name, p in self.model.named_parameters():
                 p.copy_(params[name].to(p.dtype))
@@ -100,33 +104,62 @@ class Runtime:
 def run_on_ranks(runtime: Runtime, launch: Launch) -> None:
     """Make `runtime` one of a miner's `launch.world` data-parallel ranks: every step splits the
     batch over them (the manifest records it). Refuses a batch that does not split evenly."""
-    check_ranks_replayable(launch.world, runtime.config.verification.replay_tolerance)
     step = over_ranks(runtime.inner.step, runtime.config.train.batch_size, launch.world)
     runtime.inner = dataclasses.replace(runtime.inner, step=step)
     runtime.parallel = DataParallel(launch.rank, launch.world, runtime.device, runtime.model)
 
 
-def fit_memory(runtime: Runtime, budget: int | None, split_further: bool) -> MemoryPlan | None:
+def fit_memory(
+    runtime: Runtime, budget: int | None, split_further: bool, shard: bool = False
+) -> MemoryPlan | None:
     """Fit the run's step in `budget` bytes of device memory (`distrai.train.memory`; None: nothing
-    is planned). A miner may split its batch further (`split_further`); a validator replays the
-    miner's split and may only recompute activations. Raises `DoesNotFit` naming what the step
-    would need."""
-    if budget is None:
-        return None
+    is planned). A miner may split its batch further (`split_further`), and a miner on several ranks
+    shards the model over them when nothing else fits, or when asked (`shard`); a validator replays
+    the miner's split and may only recompute activations. Raises `DoesNotFit` naming what the step
+    would need, and refuses ranks whose steps the run's replay cannot repeat."""
+    if shard and runtime.parallel is None:
+        raise ValueError(
+            "sharding the model needs several ranks: start the miner under torchrun --nproc-per-node N"
+        )
     step = runtime.inner.step
-    plan = plan_memory(
-        ModelShape.of(runtime.model, step.autocast),
-        runtime.config.train.batch_size // step.ranks,
-        runtime.config.data.seq_len,
-        step.micro_batches,
-        budget,
-        split_further,
-    )
-    runtime.inner = dataclasses.replace(
-        runtime.inner, step=dataclasses.replace(step, micro_batches=plan.micro_batches)
-    )
-    set_checkpointing(runtime.model, plan.checkpointing)
+    plan = None
+    if budget is not None:
+        plan = plan_memory(
+            ModelShape.of(runtime.model, step.autocast),
+            runtime.config.train.batch_size // step.ranks,
+            runtime.config.data.seq_len,
+            step.micro_batches,
+            budget,
+            split_further,
+            step.ranks,
+            shard,
+        )
+        runtime.inner = dataclasses.replace(
+            runtime.inner, step=dataclasses.replace(step, micro_batches=plan.micro_batches)
+        )
+        set_checkpointing(runtime.model, plan.checkpointing)
+    if shard or (plan is not None and plan.sharded):
+        _shard_ranks(runtime)
+    if runtime.parallel is not None:
+        step = runtime.inner.step
+        check_ranks_replayable(step.ranks, runtime.config.verification.replay_tolerance, step.sharded)
     return plan
+
+
+def _shard_ranks(runtime: Runtime) -> None:
+    """Make the miner's ranks (`runtime.parallel`) shard the model, its gradients, AdamW's state and
+    the window's base (FSDP2, `parallel.FullyShardedParallel`); the manifest records it."""
+    if runtime.config.train.compile:
+        raise ValueError(
+            "train.compile with a sharded model is not supported (not measured to replay bit for bit)"
+        )
+    ranks = runtime.parallel
+    parallel = FullyShardedParallel(ranks.rank, ranks.world, runtime.device, runtime.model)
+    parallel.shard()
+    runtime.parallel = parallel
+    runtime.inner = dataclasses.replace(
+        runtime.inner, step=dataclasses.replace(runtime.inner.step, sharded=True)
+    )
 
 
 def build_data(

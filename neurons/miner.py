@@ -7,7 +7,9 @@ On N GPUs, one miner (one hotkey, one manifest, one upload) over data-parallel r
 
     torchrun --standalone --nproc-per-node N neurons/miner.py … --device cuda
 
-Rank 0 is the miner; the other ranks train the steps it sends them (`distrai.train.parallel`).
+Rank 0 is the miner; the other ranks train the steps it sends them (`distrai.train.parallel`). The
+ranks shard the model, its gradients and AdamW's state (FSDP2) when its training state does not fit
+one GPU, or with --miner.shard.
 """
 
 from __future__ import annotations
@@ -50,6 +52,14 @@ def main(argv: list[str] | None = None) -> int:
         choices=["honest", *ADVERSARIES],
         help="cheat in one of the ways validators must catch, for demonstrations and tests "
         "[env DISTRAI_MINER_ADVERSARY]",
+    )
+    parser.add_argument(
+        "--miner.shard",
+        action="store_true",
+        default=os.environ.get("DISTRAI_MINER_SHARD", "") not in ("", "0"),
+        help="shard the model, its gradients and AdamW's state over the miner's torchrun ranks (FSDP2) "
+        "even when they fit one device; without it the ranks shard only when nothing else fits "
+        "[env DISTRAI_MINER_SHARD]",
     )
     args = parser.parse_args(argv)
     adversary = "idle" if getattr(args, "miner.idle") else getattr(args, "miner.adversary")

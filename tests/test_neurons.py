@@ -150,3 +150,28 @@ def test_every_rank_of_a_miner_that_cannot_fit_says_so_and_exits(subnet):
     assert out.returncode != 0
     assert "miner cannot start: the step needs at least" in out.stderr
     assert "rank 1 cannot start: the step needs at least" in out.stderr
+    assert "sharded over 2 ranks" in out.stderr, "a miner on ranks says what each would need sharded"
+
+
+def test_a_miner_asked_to_shard_shards_its_state_over_its_ranks(subnet):
+    # (the memory plan's own choice, when nothing else fits, is tests/test_train_memory.py's: the
+    # local network's tiny model saves too little by sharding to make a budget that needs it)
+    chain, owner, wallets, tmp_path = subnet
+    chain.commit(owner, run_commitment(load_run_config(CPU)))
+    out = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+        + [str(REPO / "neurons" / "miner.py"), *common(chain, wallets, tmp_path, CPU)]
+        + ["--device.memory_gib", "1", "--miner.shard"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    log = " ".join((out.stdout + out.stderr).split())
+    assert "without activation checkpointing, the state sharded over 2 ranks" in log
+    assert "rank 1 of 2: following rank 0's steps" in log
+
+    alone = neuron("miner", *common(chain, wallets, tmp_path, CPU), "--miner.shard")
+    assert alone.returncode == 2
+    assert "miner cannot start: sharding the model needs several ranks" in alone.stderr

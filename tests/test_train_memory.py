@@ -65,6 +65,43 @@ def test_a_step_that_cannot_fit_names_what_it_needs():
         plan_memory(shape, rows=32, seq_len=2048, micro_batches=4, budget=16 * GIB)
 
 
+def test_ranks_shard_the_state_only_when_nothing_else_fits():
+    shape = preset_shape("1b")
+    assert shape.layer_params * shape.layers < shape.params, (
+        "embeddings and output layer lie outside the layers"
+    )
+    # 8 ranks on 24 GB cards: every rank fits the whole state with checkpointing, so none shards
+    budget = int(HEADROOM * 24 * GIB)
+    plan = plan_memory(shape, rows=4, seq_len=2048, micro_batches=1, budget=budget, ranks=8)
+    assert not plan.sharded and plan.checkpointing and plan.sharded_over == 1
+    # 4 ranks on 12 GB cards: the 19.2 GiB state does not fit one, a quarter of it (and a layer
+    # gathered at a time) does
+    budget = int(HEADROOM * 12 * GIB)
+    with pytest.raises(DoesNotFit):
+        plan_memory(shape, rows=8, seq_len=2048, micro_batches=1, budget=budget)
+    plan = plan_memory(shape, rows=8, seq_len=2048, micro_batches=1, budget=budget, ranks=4)
+    assert plan.sharded_over == 4 and plan.need <= budget
+    assert shape.state_bytes(4) < shape.state_bytes() / 3
+    assert plan.need == shape.state_bytes(4) + shape.activation_bytes(
+        8 // plan.micro_batches, 2048, plan.checkpointing
+    )
+    assert "the state sharded over 4 ranks" in plan.describe()
+    # asked to shard, the ranks shard even when the whole state fits
+    roomy = plan_memory(shape, rows=8, seq_len=2048, micro_batches=1, budget=80 * GIB, ranks=4, shard=True)
+    assert roomy.sharded and not roomy.checkpointing
+    with pytest.raises(ValueError, match="sharding the state needs at least 2 ranks, got 1"):
+        plan_memory(shape, rows=8, seq_len=2048, micro_batches=1, budget=80 * GIB, shard=True)
+
+
+def test_ranks_that_cannot_fit_even_sharded_say_what_each_would_need():
+    shape = preset_shape("1b")
+    with pytest.raises(
+        DoesNotFit,
+        match=r"needs at least 19\.\d GiB .*; sharded over 2 ranks, 11\.\d GiB per rank .*budget is 8\.0",
+    ):
+        plan_memory(shape, rows=16, seq_len=2048, micro_batches=1, budget=8 * GIB, ranks=2)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [

@@ -23,12 +23,26 @@ same kernels on the same inputs, so a checkpointed step gives the same bits as a
 (measured on CPU: tests/test_train_memory.py); the choice is recorded in the manifest but does not
 change the replay class, which is what lets a validator with a smaller card replay a miner's split.
 
+When even the finest split with checkpointing does not fit, a miner on N ranks shards (FSDP2,
+`parallel.FullyShardedParallel`): each rank then holds 1/N of the five copies, plus what is whole
+for a while: the model's parameters outside the decoder layers (embeddings, final norm, output
+layer) through the step, and their gradients before they are reduced; the layer that runs and the
+one gathered ahead of it; in its backward, the layer's whole gradients, the reduce-scatter's copy of
+them and the pieces the other ranks send (`RankOrderedReduceScatter`):
+
+    per rank:  5·params·p / N  +  p·(2·outside + 5·layer)  +  activations.
+
+A miner shards only when nothing else fits (or when asked, `--miner.shard`), since sharded ranks
+gather every layer twice per micro-batch. A validator replays in one process, so it needs the whole state
+(or a larger device, or the CPU) whatever the miner's ranks did.
+
 These are estimates from the model's shape; `bench/gpu.py` prints them beside the peak memory a GPU
 measures, so they can be checked and corrected where a GPU is lent.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -57,13 +71,24 @@ class ModelShape:
     param_bytes: int
     compute_bytes: int
     eager_attention: bool
+    layer_params: int = 0
+    """parameters of the largest decoder layer (what sharded ranks gather at a time)"""
 
     @classmethod
     def of(cls, model: torch.nn.Module, autocast: str | None) -> ModelShape:
         config = model.config
         dtype = next(model.parameters()).dtype
         param_bytes = DTYPE_BYTES[dtype]
+        names = set(getattr(model, "_no_split_modules", None) or ())
         return cls(
+            layer_params=max(
+                (
+                    sum(p.numel() for p in m.parameters())
+                    for m in model.modules()
+                    if type(m).__name__ in names
+                ),
+                default=0,
+            ),
             params=sum(p.numel() for p in model.parameters()),
             layers=config.num_hidden_layers,
             hidden=config.hidden_size,
@@ -75,8 +100,14 @@ class ModelShape:
             eager_attention=getattr(config, "_attn_implementation", "eager") == "eager",
         )
 
-    def state_bytes(self) -> int:
-        return STATE_COPIES * self.params * self.param_bytes
+    def state_bytes(self, ranks: int = 1) -> int:
+        """The five copies' bytes on one device; with `ranks` > 1, one rank's shard of them plus what
+        sharded ranks hold whole for a while (the module's docstring)."""
+        if ranks == 1:
+            return STATE_COPIES * self.params * self.param_bytes
+        outside = self.params - self.layers * self.layer_params
+        whole = self.param_bytes * (2 * outside + 5 * self.layer_params)
+        return STATE_COPIES * math.ceil(self.params / ranks) * self.param_bytes + whole
 
     def activation_bytes(self, rows: int, seq_len: int, checkpointing: bool) -> int:
         """What the backward of `rows` sequences of `seq_len` tokens reads at its peak: activations
@@ -102,11 +133,18 @@ class MemoryPlan:
     checkpointing: bool
     need: int
     budget: int
+    sharded_over: int = 1
+    """the ranks the state is sharded over (1: every rank holds all of it)"""
+
+    @property
+    def sharded(self) -> bool:
+        return self.sharded_over > 1
 
     def describe(self) -> str:
         how = "with activation checkpointing" if self.checkpointing else "without activation checkpointing"
+        where = f", the state sharded over {self.sharded_over} ranks" if self.sharded else ""
         return (
-            f"{self.micro_batches} micro-batch(es) {how}: an estimated {self.need / GIB:.1f} GiB "
+            f"{self.micro_batches} micro-batch(es) {how}{where}: an estimated {self.need / GIB:.1f} GiB "
             f"of a {self.budget / GIB:.1f} GiB budget"
         )
 
@@ -116,31 +154,51 @@ class DoesNotFit(ValueError):
 
 
 def plan_memory(
-    shape: ModelShape, rows: int, seq_len: int, micro_batches: int, budget: int, split_further: bool = True
+    shape: ModelShape,
+    rows: int,
+    seq_len: int,
+    micro_batches: int,
+    budget: int,
+    split_further: bool = True,
+    ranks: int = 1,
+    shard: bool = False,
 ) -> MemoryPlan:
     """The plan for a rank's `rows` sequences: the run's `micro_batches` if they fit, else (with
     `split_further`) the fewest multiples of them that divide `rows` and fit; without checkpointing
-    first, then with. A validator replays a miner's split, so it may only add checkpointing
-    (`split_further=False`). Raises `DoesNotFit` naming the least the step needs."""
+    first, then with. When none fits and the miner runs `ranks` > 1 processes, the same again with
+    the state sharded over them; `shard` asks for sharding whatever fits. A validator replays a
+    miner's split, so it may only add checkpointing (`split_further=False`). Raises `DoesNotFit`
+    naming the least the step needs."""
     if rows < 1 or seq_len < 1 or micro_batches < 1 or rows % micro_batches:
         raise ValueError(f"{rows} rows do not split into {micro_batches} micro-batches")
     if budget < 1:
         raise ValueError(f"the memory budget must be positive, got {budget} bytes")
+    if shard and ranks < 2:
+        raise ValueError(f"sharding the state needs at least 2 ranks, got {ranks}")
     splits = [m for m in range(micro_batches, rows + 1, micro_batches) if rows % m == 0]
     if not split_further:
         splits = [micro_batches]
-    for checkpointing in (False, True):
-        for m in splits:
-            need = shape.state_bytes() + shape.activation_bytes(rows // m, seq_len, checkpointing)
-            if need <= budget:
-                return MemoryPlan(m, checkpointing, need, budget)
-    least = shape.state_bytes() + shape.activation_bytes(rows // splits[-1], seq_len, True)
+    shardings = [ranks] if shard else [1, ranks] if ranks > 1 else [1]
+    for over in shardings:
+        for checkpointing in (False, True):
+            for m in splits:
+                need = shape.state_bytes(over) + shape.activation_bytes(rows // m, seq_len, checkpointing)
+                if need <= budget:
+                    return MemoryPlan(m, checkpointing, need, budget, over)
+    activations = shape.activation_bytes(rows // splits[-1], seq_len, True)
+    least = shape.state_bytes() + activations
+    sharded = ""
+    if ranks > 1:
+        sharded = (
+            f"; sharded over {ranks} ranks, {(shape.state_bytes(ranks) + activations) / GIB:.1f} GiB "
+            f"per rank ({shape.state_bytes(ranks) / GIB:.1f} GiB of it the state)"
+        )
     raise DoesNotFit(
         f"the step needs at least {least / GIB:.1f} GiB ({shape.state_bytes() / GIB:.1f} GiB for "
         f"{shape.params:,} parameters' weights, gradients, AdamW moments and base at "
-        f"{shape.param_bytes} B each, and {(least - shape.state_bytes()) / GIB:.2f} GiB of activations "
-        f"for {rows // splits[-1]} sequence(s) of {seq_len} tokens with activation checkpointing); "
-        f"the budget is {budget / GIB:.1f} GiB"
+        f"{shape.param_bytes} B each, and {activations / GIB:.2f} GiB of activations "
+        f"for {rows // splits[-1]} sequence(s) of {seq_len} tokens with activation checkpointing)"
+        f"{sharded}; the budget is {budget / GIB:.1f} GiB"
     )
 
 

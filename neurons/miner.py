@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from distrai.chain.base import ChainError  # noqa: E402
+from distrai.data.cache import ShardError  # noqa: E402
 from distrai.node import (  # noqa: E402
     build_node,
     build_parser,
@@ -107,6 +108,9 @@ def run_miner(args, adversary: str, launch: parallel.Launch | None = None, budge
     )
     try:
         miner.run(stop_on_signals(), node.max_windows)
+    except ShardError as exc:
+        print(f"miner stopped: the run's data cannot be read: {exc}", file=sys.stderr)
+        return 1
     finally:
         node.metrics.close()
         if node.runtime.parallel is not None:

@@ -15,6 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from distrai.chain.base import ChainError  # noqa: E402
+from distrai.data.cache import ShardError  # noqa: E402
 from distrai.node import build_node, build_parser, stop_on_signals  # noqa: E402
 from validators.behaviour import LEADER_ADVERSARIES, leader_behaviour  # noqa: E402
 from validators.validator import Validator, ValidatorOptions  # noqa: E402
@@ -56,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         validator.run(stop_on_signals(), node.max_windows)
+    except ShardError as exc:
+        print(f"validator stopped: the run's data cannot be read: {exc}", file=sys.stderr)
+        return 1
     finally:
         node.metrics.close()
     return 0

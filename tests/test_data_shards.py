@@ -5,6 +5,7 @@ named and never used; a run config trains from it."""
 from __future__ import annotations
 
 import hashlib
+import threading
 import tomllib
 
 import numpy as np
@@ -44,8 +45,8 @@ def prepared(tmp_path):
     return store, manifest
 
 
-def access(store, tmp_path, name="cache") -> DataAccess:
-    return DataAccess(store, tmp_path / name)
+def access(store, tmp_path, name="cache", patience_s: float = 0.0) -> DataAccess:
+    return DataAccess(store, tmp_path / name, patience_s=patience_s)
 
 
 def stream(store, manifest) -> np.ndarray:
@@ -105,6 +106,22 @@ def test_a_bad_or_missing_shard_in_the_store_is_named_and_never_used(prepared, t
     with pytest.raises(ShardError, match="train shard 2 .* is missing from the data store"):
         data.batch([2 * data.unit])
     assert data.batch([0]).shape == (1, SEQ)
+
+
+def test_a_shard_the_store_gives_again_within_the_patience_is_fetched(prepared, tmp_path):
+    store, manifest = prepared
+    blob = tmp_path / "store" / blob_key(manifest.train[0].sha256)
+    aside = tmp_path / "aside"
+    blob.rename(aside)
+    data, _ = open_prepared(access(store, tmp_path, patience_s=30.0), manifest.sha256(), SEQ)
+    restore = threading.Timer(1.5, lambda: aside.rename(blob))
+    restore.start()
+    try:
+        rows = data.batch([0, 1])
+    finally:
+        restore.join()
+    tokens = stream(store, manifest)
+    assert rows[1].tolist() == tokens[SEQ : 2 * SEQ].tolist()
 
 
 def test_the_manifest_must_be_the_one_the_run_names(prepared, tmp_path):
@@ -172,7 +189,9 @@ def test_a_run_trains_from_prepared_data_with_its_tokenizer(prepared, tmp_path):
         build_runtime(byte_run)
     wrong_size = prepared_config(manifest.sha256())
     wrong_size["data"]["vocab_size"] = 261
-    with pytest.raises(ValueError, match="data.vocab_size is 261, but its data was prepared by byte with 260"):
+    with pytest.raises(
+        ValueError, match="data.vocab_size is 261, but its data was prepared by byte with 260"
+    ):
         build_runtime(parse_run_config(wrong_size), data_access=access(store, tmp_path))
     template = prepared_config(manifest.sha256())
     del template["data"]["manifest"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerFast
 
-from distrai.data.cache import ShardCache
+from distrai.data.cache import PATIENCE_S, ShardCache
 from distrai.data.dataset import PreparedData
 from distrai.data.manifest import MAX_MANIFEST_BYTES, DataManifest, DataManifestError, parse_manifest
 from distrai.data.tokenizers import rebuild_tokenizer
@@ -26,6 +26,8 @@ class DataAccess:
 
     store: Store
     cache_dir: Path
+    patience_s: float = PATIENCE_S
+    """how long to keep trying a shard the store cannot give (`ShardCache`)"""
 
 
 def open_data_access(
@@ -89,5 +91,5 @@ def open_prepared(
     manifest = load_manifest(access, manifest_sha256)
     blob = _blob(access, manifest.tokenizer.sha256, MAX_TOKENIZER_BYTES, "tokenizer")
     tokenizer = rebuild_tokenizer(manifest.tokenizer, blob)
-    cache = ShardCache(access.store, access.cache_dir, manifest.dtype)
+    cache = ShardCache(access.store, access.cache_dir, manifest.dtype, patience_s=access.patience_s)
     return PreparedData(manifest, cache, seq_len), tokenizer

@@ -4,7 +4,9 @@ A shard is fetched from the data store into `<folder>/<sha256>.bin` (the store w
 file and rename, so a crash leaves no partial file under that name), then its size and SHA-256 are
 checked before the first use in each process. A cached file that fails the check (truncated, or
 changed on disk) is deleted and fetched again; a fetched one that fails is deleted and refused with
-`ShardError`, as is one the store does not hold. Nothing unchecked is ever read.
+`ShardError`. A store that cannot be reached, or does not hold the shard, is tried again with
+growing pauses for `patience_s` (an outage of the data store pauses the node), then refused with
+`ShardError` too. Nothing unchecked is ever read.
 
 At most `open_limit` shards are mapped at once (least recently used unmapped first), so the pages
 a node keeps resident stay bounded however much of the dataset it has cached on disk.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -22,10 +25,13 @@ import numpy as np
 
 from distrai.data.manifest import ShardEntry
 from distrai.store import Store
-from distrai.store.base import NotFound, StoreError, blob_key
+from distrai.store.base import NotFound, StoreError, TooLarge, blob_key
 
 log = logging.getLogger("distrai.data")
 HASH_CHUNK = 1 << 22
+PATIENCE_S = 300.0
+"""How long a node keeps trying to fetch a shard from a data store it cannot reach."""
+MAX_PAUSE_S = 30.0
 
 
 class ShardError(RuntimeError):
@@ -41,8 +47,11 @@ def file_sha256(path: Path) -> str:
 
 
 class ShardCache:
-    def __init__(self, store: Store, folder: Path, dtype: str, open_limit: int = 32):
+    def __init__(
+        self, store: Store, folder: Path, dtype: str, open_limit: int = 32, patience_s: float = PATIENCE_S
+    ):
         self.store = store
+        self.patience_s = patience_s
         self.folder = Path(folder)
         self.dtype = np.dtype(dtype).newbyteorder("<")
         self.open_limit = open_limit
@@ -88,14 +97,27 @@ class ShardCache:
 
     def _download(self, shard: ShardEntry, path: Path, what: str) -> None:
         size = shard.tokens * self.dtype.itemsize
-        try:
-            self.store.get_file(blob_key(shard.sha256), path, max_bytes=size)
-        except NotFound:
-            raise ShardError(
-                f"{what} ({shard.sha256}) is missing from the data store {self.store.url}"
-            ) from None
-        except StoreError as exc:
-            raise ShardError(f"{what} ({shard.sha256}) could not be fetched: {exc}") from None
+        deadline, pause = time.monotonic() + self.patience_s, 1.0
+        while True:
+            try:
+                self.store.get_file(blob_key(shard.sha256), path, max_bytes=size)
+                break
+            except TooLarge:
+                raise ShardError(
+                    f"{what} ({shard.sha256}) in {self.store.url} is larger than {size} bytes"
+                ) from None
+            except StoreError as exc:
+                missing = isinstance(exc, NotFound)
+                problem = (
+                    f"is missing from the data store {self.store.url}"
+                    if missing
+                    else f"could not be fetched: {exc}"
+                )
+                if time.monotonic() + pause > deadline:
+                    raise ShardError(f"{what} ({shard.sha256}) {problem}") from None
+                log.warning("%s (%s) %s; trying again in %.0f s", what, shard.sha256[:12], problem, pause)
+                time.sleep(pause)
+                pause = min(2 * pause, MAX_PAUSE_S)
         self.fetched_bytes += size
 
     def _problem(self, shard: ShardEntry, path: Path) -> str | None:

@@ -1,8 +1,10 @@
 """One rank of bench/gpu.py's data-parallel run, started by torchrun: trains the fast config's
-steps on its share of each batch under `DistributedDataParallel` (NCCL on GPUs, gloo on CPU), times
-them, and rank 0 writes the end parameters and the tokens per second to OUT.
+steps on its share of each batch under `DistributedDataParallel` (MODE ddp) or with the model, its
+gradients and AdamW's state sharded over the ranks (MODE fsdp: FSDP2, `FullyShardedParallel`),
+over NCCL on GPUs or gloo on CPU; times them, and rank 0 writes the end parameters, every step's
+loss, the tokens per second and (on a GPU) its peak memory to OUT.
 
-    torchrun --standalone --nproc-per-node N bench/_gpu_ranks.py OUT PRESET ROWS SEQ_LEN MICRO_BATCHES STEPS DEVICE
+    torchrun --standalone --nproc-per-node N bench/_gpu_ranks.py OUT PRESET ROWS SEQ_LEN MICRO_BATCHES STEPS DEVICE MODE
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ import time
 from pathlib import Path
 
 import torch
-from _gpu_loops import FAST, batches, build
+from _gpu_loops import FAST, LR, batches, build
 from safetensors.torch import save_file
+from torch.distributed.tensor import DTensor
 
 from distrai.train.determinism import configure_determinism
 from distrai.train.loss import causal_lm_loss
-from distrai.train.parallel import DataParallel, join, launched, leave
+from distrai.train.memory import GIB
+from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer
+from distrai.train.parallel import DataParallel, FullyShardedParallel, Launch, join, launched, leave
 from distrai.train.step import StepConfig, step_with
 
 
@@ -27,8 +32,63 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def train(
+    launch: Launch,
+    out: Path,
+    preset: str,
+    rows: int,
+    seq_len: int,
+    micro_batches: int,
+    steps: int,
+    requested: str,
+    mode: str,
+) -> None:
+    """This rank's steps (its objects are gone when it returns, before the process group is)."""
+    device = launch.device(requested)
+    model, optimizer = build(FAST, preset, device)
+    sharded = mode == "fsdp"
+    parallel = (FullyShardedParallel if sharded else DataParallel)(launch.rank, launch.world, device, model)
+    if isinstance(parallel, FullyShardedParallel):
+        parallel.shard()  # new parameters (the ranks' shards): the optimizer follows them
+        optimizer = make_inner_optimizer(model, InnerOptimizerConfig(lr=LR, implementation=FAST.adamw))
+    step = StepConfig(
+        micro_batches=micro_batches,
+        cpu_threads=None,
+        autocast=FAST.autocast,
+        ranks=launch.world,
+        sharded=sharded,
+    )
+    work = batches(model.config.vocab_size, rows, seq_len, steps)
+    losses = [step_with(step, model, optimizer, work[0], causal_lm_loss, parallel=parallel).loss]
+    sync(device)
+    start = time.perf_counter()
+    for batch in work[1:]:
+        losses.append(step_with(step, model, optimizer, batch, causal_lm_loss, parallel=parallel).loss)
+    sync(device)
+    seconds = time.perf_counter() - start
+    params = {name: whole(p).detach().float().cpu().contiguous() for name, p in model.named_parameters()}
+    if parallel.leader:
+        save_file(params, str(out / "params.safetensors"))
+        timed = (steps - 1) * rows * seq_len
+        peak = torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None
+        record = {"tokens_per_s": timed / seconds, "world": launch.world, "losses": losses, "peak_gib": peak}
+        (out / "result.json").write_text(json.dumps(record))
+
+
+def whole(tensor: torch.Tensor) -> torch.Tensor:
+    """A parameter whole on every rank: gathered from the ranks' shards when they are sharded."""
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
 def main(
-    out: Path, preset: str, rows: int, seq_len: int, micro_batches: int, steps: int, requested: str
+    out: Path,
+    preset: str,
+    rows: int,
+    seq_len: int,
+    micro_batches: int,
+    steps: int,
+    requested: str,
+    mode: str,
 ) -> None:
     launch = launched()
     if launch is None:
@@ -37,30 +97,11 @@ def main(
     configure_determinism(device)
     join(launch, device)
     try:
-        model, optimizer = build(FAST, preset, device)
-        parallel = DataParallel(launch.rank, launch.world, device, model)
-        step = StepConfig(
-            micro_batches=micro_batches, cpu_threads=None, autocast=FAST.autocast, ranks=launch.world
-        )
-        work = batches(model.config.vocab_size, rows, seq_len, steps)
-        step_with(step, model, optimizer, work[0], causal_lm_loss, parallel=parallel)
-        sync(device)
-        start = time.perf_counter()
-        for batch in work[1:]:
-            step_with(step, model, optimizer, batch, causal_lm_loss, parallel=parallel)
-        sync(device)
-        seconds = time.perf_counter() - start
-        if parallel.leader:
-            params = {name: p.detach().float().cpu().contiguous() for name, p in model.named_parameters()}
-            save_file(params, str(out / "params.safetensors"))
-            timed = (steps - 1) * rows * seq_len
-            (out / "result.json").write_text(
-                json.dumps({"tokens_per_s": timed / seconds, "world": launch.world})
-            )
+        train(launch, out, preset, rows, seq_len, micro_batches, steps, requested, mode)
     finally:
         leave()
 
 
 if __name__ == "__main__":
-    out, preset, rows, seq_len, micro, steps, device = sys.argv[1:8]
-    main(Path(out), preset, int(rows), int(seq_len), int(micro), int(steps), device)
+    out, preset, rows, seq_len, micro, steps, device, mode = sys.argv[1:9]
+    main(Path(out), preset, int(rows), int(seq_len), int(micro), int(steps), device, mode)

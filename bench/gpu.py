@@ -17,9 +17,11 @@ Four parts, each on the same device in one run:
 2. Which pieces repeat bit for bit: each trains `--replay-steps` steps twice from the same start;
    and whether each gives the reference's bits.
 3. Data-parallel ranks: torchrun runs `_gpu_ranks.py` on W processes (NCCL over W GPUs, gloo on a
-   CPU), and one process replays the same steps with the same split (`ranks` = W); the table gives
-   whether the two agree bit for bit, the relative distance ‖replay − ranks‖ / ‖ranks − start‖, and
-   the ranks' tokens per second against W times one process's (scaling efficiency).
+   CPU), under DDP and with the model sharded (FSDP2), and one process replays the same steps with
+   the same split (`ranks` = W, `sharded` for FSDP2); the table gives whether the two agree bit for
+   bit, the relative distance ‖replay − ranks‖ / ‖ranks − start‖ and the largest per-step loss drift
+   |loss_replay − loss_ranks| / |loss_ranks| (as validators compare them), the ranks' tokens per
+   second against W times one process's (scaling efficiency), and on a GPU rank 0's peak memory.
 """
 
 from __future__ import annotations
@@ -69,10 +71,16 @@ class Speed:
 @dataclass(frozen=True)
 class RanksRow:
     world: int
+    mode: str
     exact: bool | None
     distance: float | None
+    loss_drift: float | None
     tokens_per_s: float | None
+    peak_gib: float | None
     note: str = ""
+
+
+MODES = {"ddp": "DDP", "fsdp": "FSDP2 (sharded)"}
 
 
 def sync(device: torch.device) -> None:
@@ -131,10 +139,11 @@ def pieces(preset: str, device: torch.device, args: argparse.Namespace) -> list[
     return rows
 
 
-def ranks_row(world: int, preset: str, device: torch.device, args: argparse.Namespace) -> RanksRow:
-    """`world` data-parallel processes against one process replaying their split."""
+def ranks_row(world: int, mode: str, preset: str, device: torch.device, args: argparse.Namespace) -> RanksRow:
+    """`world` data-parallel processes (`mode` ddp or fsdp) against one process replaying their split."""
     if device.type == "cuda" and torch.cuda.device_count() < world:
-        return RanksRow(world, None, None, None, f"not measured: {torch.cuda.device_count()} GPU(s) here")
+        note = f"not measured: {torch.cuda.device_count()} GPU(s) here"
+        return RanksRow(world, mode, None, None, None, None, None, note)
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder)
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}"]
@@ -145,7 +154,7 @@ def ranks_row(world: int, preset: str, device: torch.device, args: argparse.Name
             str(args.rows),
             str(args.seq_len),
         ]
-        command += [str(args.micro_batches), str(args.replay_steps), device.type]
+        command += [str(args.micro_batches), str(args.replay_steps), device.type, mode]
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")]),
@@ -153,21 +162,29 @@ def ranks_row(world: int, preset: str, device: torch.device, args: argparse.Name
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
         if done.returncode != 0:
             errors = [line for line in (done.stdout + done.stderr).splitlines() if "Error" in line]
-            return RanksRow(world, None, None, None, f"failed: {(errors or ['no output'])[0][:160]}")
+            note = f"failed: {(errors or ['no output'])[0][:160]}"
+            return RanksRow(world, mode, None, None, None, None, None, note)
         ranks = load_file(str(out / "params.safetensors"))
-        tokens_per_s = json.loads((out / "result.json").read_text())["tokens_per_s"]
+        result = json.loads((out / "result.json").read_text())
     model, optimizer = build(FAST, preset, device)
     start = {name: p.detach().float().cpu().clone() for name, p in model.named_parameters()}
     split = StepConfig(
-        micro_batches=args.micro_batches, cpu_threads=None, autocast=FAST.autocast, ranks=world
+        micro_batches=args.micro_batches,
+        cpu_threads=None,
+        autocast=FAST.autocast,
+        ranks=world,
+        sharded=mode == "fsdp",
     )
-    for batch in batches(model.config.vocab_size, args.rows, args.seq_len, args.replay_steps):
-        step_with(split, model, optimizer, batch, causal_lm_loss)
+    losses = [
+        step_with(split, model, optimizer, batch, causal_lm_loss).loss
+        for batch in batches(model.config.vocab_size, args.rows, args.seq_len, args.replay_steps)
+    ]
     replay = {name: p.detach().float().cpu() for name, p in model.named_parameters()}
-    exact = all(torch.equal(replay[name], ranks[name]) for name in start)
+    exact = all(torch.equal(replay[name], ranks[name]) for name in start) and losses == result["losses"]
     gap = sum(float((replay[n].double() - ranks[n].double()).pow(2).sum()) for n in start) ** 0.5
     moved = sum(float((ranks[n].double() - start[n].double()).pow(2).sum()) for n in start) ** 0.5
-    return RanksRow(world, exact, gap / moved, tokens_per_s)
+    drift = max(abs(r - t) / max(abs(t), 1e-12) for t, r in zip(result["losses"], losses, strict=True))
+    return RanksRow(world, mode, exact, gap / moved, drift, result["tokens_per_s"], result["peak_gib"])
 
 
 def peak_flops(device: torch.device, args: argparse.Namespace) -> float | None:
@@ -235,25 +252,31 @@ def pieces_section(preset: str, rows: list[tuple[Loop, str, str, str]], args: ar
     return "\n".join(lines)
 
 
-def ranks_section(preset: str, rows: list[RanksRow], single: float | None, args: argparse.Namespace) -> str:
+def ranks_section(
+    preset: str, rows: list[RanksRow], single: float | None, device: torch.device, args: argparse.Namespace
+) -> str:
     lines = [
         f"## Data-parallel ranks against a one-process replay: preset {preset}, fast config, "
         f"{args.replay_steps} steps",
         "",
-        "| ranks W | bit-exact | distance | tokens/s, W ranks | scaling efficiency |",
-        "|---:|---|---:|---:|---:|",
+        "| ranks W | ranks | bit-exact | distance | loss drift | tokens/s, W ranks | scaling efficiency "
+        "| peak memory, rank 0 |",
+        "|---:|---|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         if r.exact is None:
-            lines.append(f"| {r.world} | {r.note} | – | – | – |")
+            lines.append(f"| {r.world} | {MODES[r.mode]} | {r.note} | – | – | – | – | – |")
             continue
         efficiency = r.tokens_per_s / (r.world * single) if single and r.tokens_per_s else None
+        memory = fmt(r.peak_gib, ".1f", " GiB") if device.type == "cuda" else "not measured (CPU)"
         lines.append(
-            f"| {r.world} | {'yes' if r.exact else 'no'} | {r.distance:.2e} | {fmt(r.tokens_per_s, ',.0f')} "
-            f"| {fmt(efficiency, '.2f')} |"
+            f"| {r.world} | {MODES[r.mode]} | {'yes' if r.exact else 'no'} | {r.distance:.2e} "
+            f"| {r.loss_drift:.2e} | {fmt(r.tokens_per_s, ',.0f')} | {fmt(efficiency, '.2f')} | {memory} |"
         )
     lines += [
         "",
+        "Distance: ‖replay − ranks‖ / ‖ranks − start‖ over the parameters; loss drift: the largest "
+        "|loss_replay − loss_ranks| / |loss_ranks| over the steps; bit-exact: parameters and losses equal. "
         "Scaling efficiency: the W ranks' tokens per second over W × one process's (the fast config's row "
         "above). On a CPU every rank runs one thread (torchrun's default) against the one process's "
         f"{torch.get_num_threads()}, and the ranks share the cores, so only the distances mean anything there.",
@@ -271,6 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=10, help="timed steps per loop, after two warm-up steps")
     parser.add_argument("--replay-steps", type=int, default=4, help="steps of each determinism and ranks run")
     parser.add_argument("--ranks", type=int, nargs="*", default=[2, 4], help="data-parallel widths to replay")
+    parser.add_argument(
+        "--modes", nargs="+", default=list(MODES), choices=list(MODES), help="DDP, sharded (FSDP2), or both"
+    )
     parser.add_argument("--peak-tflops", type=float, default=None, help="the device's dense bf16 peak")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "gpu.md")
     parser.add_argument(
@@ -295,9 +321,9 @@ def main(argv: list[str] | None = None) -> int:
             sections.append(pieces_section(preset, pieces(preset, device, args), args))
         console.print(Markdown(sections[-1]))
         with console.status(f"data-parallel ranks on preset {preset}"):
-            rows = [ranks_row(w, preset, device, args) for w in args.ranks]
+            rows = [ranks_row(w, mode, preset, device, args) for mode in args.modes for w in args.ranks]
         single = next(s.tokens_per_s for s in speeds if s.loop == FAST)
-        sections.append(ranks_section(preset, rows, single, args))
+        sections.append(ranks_section(preset, rows, single, device, args))
         console.print(Markdown(sections[-1]))
     machine = Machine.here()
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else machine.cpu

@@ -1,5 +1,6 @@
 """Smoke test of bench/gpu.py: a `--quick` run on the CPU writes every table, every loop runs, every
-piece repeats bit for bit, and two gloo ranks agree with a one-process replay of their split."""
+piece repeats bit for bit, and two gloo ranks, under DDP and sharded (FSDP2), agree with a one-process
+replay of their split."""
 
 from __future__ import annotations
 
@@ -40,4 +41,7 @@ def test_quick_run_writes_every_table(tmp_path):
     assert by_piece["foreach AdamW"][2] == "yes", "foreach AdamW gives the single-tensor bits"
 
     ranks = table_after(text, "## Data-parallel ranks")
-    assert ranks[1][:3] == ["2", "yes", "0.00e+00"], ranks
+    assert [row[:5] for row in ranks[1:]] == [
+        ["2", "DDP", "yes", "0.00e+00", "0.00e+00"],
+        ["2", "FSDP2 (sharded)", "yes", "0.00e+00", "0.00e+00"],
+    ], ranks

@@ -26,7 +26,11 @@ foreach and fused AdamW, with and without bf16 autocast each repeat bit for bit;
 same bits as single, while fused AdamW, SDPA and autocast each give other bits than the reference,
 so each is part of the replay class (`replay_class.py`). A miner on two data-parallel gloo ranks
 and one process replaying its split agree bit for bit; on four they do not (gloo's ring sums in
-another order than rank by rank), and such replays are compared within the run's tolerance.
+another order than rank by rank), and such replays are compared within the run's tolerance. A miner
+whose ranks shard the model (FSDP2) is replayed bit for bit at two, three and four gloo ranks,
+losses included: its ranks add the gradients in rank order and put the clip's norm together rank by
+rank, as the replay does (`parallel.py`, `step.py`), where torch's own FSDP2 takes the clip's norm
+of the shards in another order than the replay's over whole gradients.
 
 CUDA. `configure_determinism` turns on `torch.use_deterministic_algorithms`, sets
 `CUBLAS_WORKSPACE_CONFIG`, turns off cuDNN autotuning and TF32. Measured on H100 and H200 at 150M
@@ -37,8 +41,9 @@ H200 agree bit for bit in fp32 with eager attention and differ by about 0.01 in 
 pick other kernels), so across GPU models, library versions, and against CPU results replays are
 compared within a calibrated tolerance. Not yet measured on a GPU: fused AdamW (an elementwise
 kernel, so expected to repeat), bf16 autocast over fp32 master weights, the data-parallel all-reduce
-over NCCL (its ring order decides the sums, as gloo's does on CPU), and `torch.compile`d kernels;
-`bench/gpu.py` measures each when a GPU is present.
+over NCCL (its ring order decides the sums, as gloo's does on CPU), sharded ranks over NCCL (their
+sums are rank-ordered by construction) and `torch.compile`d kernels; `bench/gpu.py` measures each
+when a GPU is present.
 """
 
 from __future__ import annotations

@@ -89,6 +89,11 @@ def run_miner(args, adversary: str, launch: parallel.Launch | None = None, budge
     memory `budget`)."""
     try:
         node = build_node(args, "miner", launch, budget)
+        if adversary != "honest" and node.runtime.parallel is not None and node.runtime.parallel.sharded:
+            raise ValueError(
+                f"--miner.adversary {adversary} runs on a miner whose ranks do not shard the model "
+                "(the adversaries read and write the whole model, which sharded ranks hold in pieces)"
+            )
     except (ValueError, FileNotFoundError, ChainError) as exc:
         print(f"miner cannot start: {exc}", file=sys.stderr)
         if launch is not None:

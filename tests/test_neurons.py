@@ -175,3 +175,16 @@ def test_a_miner_asked_to_shard_shards_its_state_over_its_ranks(subnet):
     alone = neuron("miner", *common(chain, wallets, tmp_path, CPU), "--miner.shard")
     assert alone.returncode == 2
     assert "miner cannot start: sharding the model needs several ranks" in alone.stderr
+
+    idle = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+        + [str(REPO / "neurons" / "miner.py"), *common(chain, wallets, tmp_path, CPU)]
+        + ["--miner.shard", "--miner.idle"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert idle.returncode != 0
+    assert (
+        "miner cannot start: --miner.adversary idle runs on a miner whose ranks do not shard" in idle.stderr
+    )

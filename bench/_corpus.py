@@ -33,15 +33,7 @@ from distrai.data.tokenizers import tokenizer_sha256
 from distrai.store import open_store
 from distrai.train.tokenizer import byte_to_symbol
 
-EXCLUDED_FOLDERS = (
-    "site-packages",
-    "idlelib",
-    "lib2to3",
-    "turtledemo",
-    "encodings",
-    "pydoc_data",
-    "__pycache__",
-)
+EXCLUDED_FOLDERS = ("site-packages", "idlelib", "lib2to3", "turtledemo", "encodings", "pydoc_data")
 """Folders of the standard library that are not read (besides every path part starting "test")."""
 MAX_FILE_BYTES = 256 << 10
 EOS = "<|endoftext|>"

@@ -43,7 +43,7 @@ def worker(index: int, chain_path: str, store_url: str, wallet_path: str) -> Non
             raise AssertionError("a reader saw a partial or foreign value")
     chain.commit(wallet, f"{store_url}#{','.join(d[:8] for d in digests)}")
     chain.wait_for_block(chain.block() + 2 * HP.tempo + 2, timeout=60)
-    while not chain.metagraph().neurons[uid].validator_permit:
+    while not chain.metagraph().neurons[uid].validator_permit or chain.metagraph().n < WORKERS:
         chain.wait_for_block(chain.block() + 1, timeout=60)
     others = [u for u in chain.metagraph().uids if u != uid]
     chain.set_weights(wallet, others, [1.0] * len(others))

@@ -137,4 +137,5 @@ def test_localnet_trains_pays_honest_miners_and_survives_a_validator_restart(net
     manifest = load_run_config(net.options.run_config).data.manifest
     assert not (net.work / "store" / "blobs" / manifest).exists(), "the network's own store holds no data"
     for neuron in net.neurons:
-        assert list((neuron.work_dir / "data").glob("*.bin")), f"{neuron.name} read no shard"
+        if neuron.name != "miner3":  # the idle miner trains nothing
+            assert list((neuron.work_dir / "data").glob("*.bin")), f"{neuron.name} read no shard"

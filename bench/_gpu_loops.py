@@ -11,12 +11,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from transformers import PreTrainedTokenizerFast
 
 from distrai.train.inner import InnerConfig, run_steps
 from distrai.train.loss import causal_lm_loss
 from distrai.train.model import ModelSpec, load_model
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer
 from distrai.train.step import StepConfig
+from distrai.train.tokenizer import byte_tokenizer
 
 Step = Callable[[torch.nn.Module, torch.optim.Optimizer, torch.Tensor], None]
 
@@ -67,9 +71,27 @@ PIECES = (
 LR = 4e-4
 
 
-def build(loop: Loop, preset: str, device: torch.device) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+def sized_tokenizer(vocab: int | None) -> PreTrainedTokenizerFast:
+    """The byte tokenizer (`vocab` None), or a word-level one of `vocab` tokens: the model's shape is
+    what a run's tokenizer sets (50,257 for the GPU config's GPT-2 BPE), the batches are random ids."""
+    if vocab is None:
+        return byte_tokenizer()
+    words = {"<pad>": 0, "<s>": 1, "</s>": 2} | {f"t{i}": i for i in range(3, vocab)}
+    return PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(WordLevel(words, unk_token="<pad>")),
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+    )
+
+
+def build(
+    loop: Loop, preset: str, device: torch.device, vocab: int | None = None
+) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     model = load_model(
-        ModelSpec(preset=preset, dtype=loop.dtype, attention=loop.attention), device=str(device)
+        ModelSpec(preset=preset, dtype=loop.dtype, attention=loop.attention),
+        tokenizer=sized_tokenizer(vocab),
+        device=str(device),
     )
     optimizer = make_inner_optimizer(model, InnerOptimizerConfig(lr=LR, implementation=loop.adamw))
     if loop.compiled:

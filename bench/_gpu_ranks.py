@@ -4,7 +4,9 @@ gradients and AdamW's state sharded over the ranks (MODE fsdp: FSDP2, `FullyShar
 over NCCL on GPUs or gloo on CPU; times them, and rank 0 writes the end parameters, every step's
 loss, the tokens per second and (on a GPU) its peak memory to OUT.
 
-    torchrun --standalone --nproc-per-node N bench/_gpu_ranks.py OUT PRESET ROWS SEQ_LEN MICRO_BATCHES STEPS DEVICE MODE
+    torchrun --standalone --nproc-per-node N bench/_gpu_ranks.py OUT PRESET ROWS SEQ_LEN MICRO_BATCHES STEPS DEVICE MODE VOCAB
+
+VOCAB 0 is the byte tokenizer's.
 """
 
 from __future__ import annotations
@@ -42,10 +44,11 @@ def train(
     steps: int,
     requested: str,
     mode: str,
+    vocab: int | None,
 ) -> None:
     """This rank's steps (its objects are gone when it returns, before the process group is)."""
     device = launch.device(requested)
-    model, optimizer = build(FAST, preset, device)
+    model, optimizer = build(FAST, preset, device, vocab)
     sharded = mode == "fsdp"
     parallel = (FullyShardedParallel if sharded else DataParallel)(launch.rank, launch.world, device, model)
     if isinstance(parallel, FullyShardedParallel):
@@ -89,6 +92,7 @@ def main(
     steps: int,
     requested: str,
     mode: str,
+    vocab: int | None,
 ) -> None:
     launch = launched()
     if launch is None:
@@ -97,11 +101,11 @@ def main(
     configure_determinism(device)
     join(launch, device)
     try:
-        train(launch, out, preset, rows, seq_len, micro_batches, steps, requested, mode)
+        train(launch, out, preset, rows, seq_len, micro_batches, steps, requested, mode, vocab)
     finally:
         leave()
 
 
 if __name__ == "__main__":
-    out, preset, rows, seq_len, micro, steps, device, mode = sys.argv[1:9]
-    main(Path(out), preset, int(rows), int(seq_len), int(micro), int(steps), device, mode)
+    out, preset, rows, seq_len, micro, steps, device, mode, vocab = sys.argv[1:10]
+    main(Path(out), preset, int(rows), int(seq_len), int(micro), int(steps), device, mode, int(vocab) or None)

@@ -40,7 +40,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
-from _gpu_loops import FAST, PIECES, REFERENCE, THROUGHPUT, Loop, batches, build, flops_per_token, step_of
+from _gpu_loops import (
+    FAST,
+    PIECES,
+    REFERENCE,
+    THROUGHPUT,
+    Loop,
+    batches,
+    build,
+    flops_per_token,
+    sized_tokenizer,
+    step_of,
+)
 from _report import NOTES_MARKER, Machine, kept_notes
 from rich.console import Console
 from rich.markdown import Markdown
@@ -53,7 +64,6 @@ from distrai.train.memory import GIB, ModelShape, plan_memory
 from distrai.train.model import preset_config
 from distrai.train.state import capture_state, state_hash
 from distrai.train.step import StepConfig, step_with
-from distrai.train.tokenizer import byte_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0}
@@ -80,6 +90,8 @@ class RanksRow:
     note: str = ""
 
 
+GPU_CONFIG_VOCAB = 50257
+"""`data.vocab_size` of `distrai/configs/gpu-subnet.toml` (GPT-2's BPE)."""
 MODES = {"ddp": "DDP", "fsdp": "FSDP2 (sharded)"}
 
 
@@ -98,7 +110,7 @@ def time_loop(loop: Loop, preset: str, device: torch.device, args: argparse.Name
     """Median step time of `loop` over `args.steps` steps after two warm-up steps."""
     release(device)
     try:
-        model, optimizer = build(loop, preset, device)
+        model, optimizer = build(loop, preset, device, args.vocab)
         step = step_of(loop, args.micro_batches)
         times = []
         for i, batch in enumerate(batches(model.config.vocab_size, args.rows, args.seq_len, args.steps + 2)):
@@ -116,7 +128,7 @@ def time_loop(loop: Loop, preset: str, device: torch.device, args: argparse.Name
 
 
 def end_hash(loop: Loop, preset: str, device: torch.device, args: argparse.Namespace) -> str:
-    model, optimizer = build(loop, preset, device)
+    model, optimizer = build(loop, preset, device, args.vocab)
     step = step_of(loop, args.micro_batches)
     work = batches(model.config.vocab_size, args.rows, args.seq_len, args.replay_steps)
     for batch in work:
@@ -154,7 +166,7 @@ def ranks_row(world: int, mode: str, preset: str, device: torch.device, args: ar
             str(args.rows),
             str(args.seq_len),
         ]
-        command += [str(args.micro_batches), str(args.replay_steps), device.type, mode]
+        command += [str(args.micro_batches), str(args.replay_steps), device.type, mode, str(args.vocab or 0)]
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")]),
@@ -166,7 +178,7 @@ def ranks_row(world: int, mode: str, preset: str, device: torch.device, args: ar
             return RanksRow(world, mode, None, None, None, None, None, note)
         ranks = load_file(str(out / "params.safetensors"))
         result = json.loads((out / "result.json").read_text())
-    model, optimizer = build(FAST, preset, device)
+    model, optimizer = build(FAST, preset, device, args.vocab)
     start = {name: p.detach().float().cpu().clone() for name, p in model.named_parameters()}
     split = StepConfig(
         micro_batches=args.micro_batches,
@@ -206,7 +218,7 @@ def throughput_section(
     preset: str, speeds: list[Speed], device: torch.device, args: argparse.Namespace
 ) -> str:
     with torch.device("meta"):  # the shape without the memory or the time of building the model
-        model = LlamaForCausalLM(preset_config(preset, byte_tokenizer(), attention=FAST.attention))
+        model = LlamaForCausalLM(preset_config(preset, sized_tokenizer(args.vocab), attention=FAST.attention))
     shape = ModelShape.of(model, FAST.autocast)
     fpt = flops_per_token(shape.params, shape.layers, args.seq_len, shape.hidden)
     estimate = shape.state_bytes() + shape.activation_bytes(
@@ -297,8 +309,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--modes", nargs="+", default=list(MODES), choices=list(MODES), help="DDP, sharded (FSDP2), or both"
     )
+    parser.add_argument(
+        "--vocab",
+        type=int,
+        default=None,
+        help=f"the models' vocabulary (default: {GPU_CONFIG_VOCAB:,}, the GPU config's, on a GPU; the byte "
+        "tokenizer's on a CPU)",
+    )
     parser.add_argument("--peak-tflops", type=float, default=None, help="the device's dense bf16 peak")
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "gpu.md")
+    parser.add_argument(
+        "--throughput-only", action="store_true", help="time the loops only: no replays and no ranks"
+    )
+    parser.add_argument(
+        "--nondeterministic",
+        action="store_true",
+        help="a PyTorch user's fastest settings instead of the project's deterministic ones (TF32, cuDNN "
+        "autotuning, no deterministic algorithms): what the loops give up for bit-exact replay",
+    )
     parser.add_argument(
         "--quick", action="store_true", help="tiny preset, few steps: every code path in seconds"
     )
@@ -307,35 +335,49 @@ def main(argv: list[str] | None = None) -> int:
         args.presets, args.rows, args.seq_len, args.micro_batches = ["tiny"], 4, 32, 2
         args.steps, args.replay_steps, args.ranks = 2, 2, [2]
     device = torch.device(args.device)
-    configure_determinism(device)
+    if args.vocab is None and device.type == "cuda":
+        args.vocab = GPU_CONFIG_VOCAB
+    if args.nondeterministic:
+        torch.set_float32_matmul_precision("high")
+        torch.backends.cudnn.benchmark = True
+    else:
+        configure_determinism(device)
     console = Console()
-    sections = []
-    for i, preset in enumerate(args.presets):
-        with console.status(f"timing the loops on preset {preset}"):
-            speeds = [time_loop(loop, preset, device, args) for loop in THROUGHPUT]
-        sections.append(throughput_section(preset, speeds, device, args))
-        console.print(Markdown(sections[-1]))
-        if i > 0:
-            continue
-        with console.status(f"replaying each piece twice on preset {preset}"):
-            sections.append(pieces_section(preset, pieces(preset, device, args), args))
-        console.print(Markdown(sections[-1]))
-        with console.status(f"data-parallel ranks on preset {preset}"):
-            rows = [ranks_row(w, mode, preset, device, args) for mode in args.modes for w in args.ranks]
-        single = next(s.tokens_per_s for s in speeds if s.loop == FAST)
-        sections.append(ranks_section(preset, rows, single, device, args))
-        console.print(Markdown(sections[-1]))
     machine = Machine.here()
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else machine.cpu
     command = shlex.join(["python", "bench/gpu.py", *(argv if argv is not None else sys.argv[1:])])
+    vocab = f"vocabulary {args.vocab:,}" if args.vocab else "the byte tokenizer's vocabulary"
     header = [
         "# The fast path: throughput, determinism and data-parallel replay (`bench/gpu.py`)",
         "",
         f"Command: `{command}`. Device: {name}; torch {machine.torch}; "
-        f"{datetime.now(UTC).strftime('%Y-%m-%d')}. One run: ratios between rows are what counts.",
+        f"{datetime.now(UTC).strftime('%Y-%m-%d')}; models with {vocab}"
+        f"{'; nondeterministic settings (TF32, cuDNN autotuning, no deterministic algorithms)' if args.nondeterministic else ''}. One run: ratios between rows are "
+        "what counts.",
     ]
     notes = kept_notes(args.output)
-    args.output.write_text("\n\n".join(["\n".join(header), *sections]) + f"\n\n{NOTES_MARKER}\n{notes}")
+    sections: list[str] = []
+
+    def add(section: str) -> None:
+        """Print a section and rewrite the page with it, so a run cut short keeps what it measured."""
+        sections.append(section)
+        console.print(Markdown(section))
+        args.output.write_text("\n\n".join(["\n".join(header), *sections]) + f"\n\n{NOTES_MARKER}\n{notes}")
+
+    for i, preset in enumerate(args.presets):
+        with console.status(f"timing the loops on preset {preset}"):
+            speeds = [time_loop(loop, preset, device, args) for loop in THROUGHPUT]
+        add(throughput_section(preset, speeds, device, args))
+        if i > 0 or args.throughput_only:
+            continue
+        with console.status(f"replaying each piece twice on preset {preset}"):
+            add(pieces_section(preset, pieces(preset, device, args), args))
+        if not args.ranks:
+            continue
+        with console.status(f"data-parallel ranks on preset {preset}"):
+            rows = [ranks_row(w, mode, preset, device, args) for mode in args.modes for w in args.ranks]
+        single = next(s.tokens_per_s for s in speeds if s.loop == FAST)
+        add(ranks_section(preset, rows, single, device, args))
     console.print(f"wrote {args.output}")
     return 0
 

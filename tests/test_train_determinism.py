@@ -26,14 +26,18 @@ def test_pinned_threads_sets_and_restores():
         torch.set_num_threads(previous)
 
 
-def test_configure_determinism_on_cpu_turns_on_deterministic_algorithms():
+def test_configure_determinism_on_cpu_turns_on_deterministic_algorithms_without_fills():
     before = torch.are_deterministic_algorithms_enabled()
+    fills = torch.utils.deterministic.fill_uninitialized_memory
     try:
+        torch.utils.deterministic.fill_uninitialized_memory = True
         configure_determinism("cpu")
         assert torch.are_deterministic_algorithms_enabled()
         assert fingerprint("cpu")["deterministic_algorithms"] == "True"
+        assert torch.utils.deterministic.fill_uninitialized_memory is False
     finally:
         torch.use_deterministic_algorithms(before)
+        torch.utils.deterministic.fill_uninitialized_memory = fills
 
 
 def test_fingerprint_records_what_bit_equality_depends_on(monkeypatch):

@@ -39,11 +39,25 @@ itself bit for bit in fp32 and bf16, with eager attention and with SDPA (flash a
 backward included); without deterministic algorithms SDPA does not (0.006–0.012 apart). H100 and
 H200 agree bit for bit in fp32 with eager attention and differ by about 0.01 in bf16 (the GEMMs
 pick other kernels), so across GPU models, library versions, and against CPU results replays are
-compared within a calibrated tolerance. Not yet measured on a GPU: fused AdamW (an elementwise
-kernel, so expected to repeat), bf16 autocast over fp32 master weights, the data-parallel all-reduce
-over NCCL (its ring order decides the sums, as gloo's does on CPU), sharded ranks over NCCL (their
-sums are rank-ordered by construction) and `torch.compile`d kernels; `bench/gpu.py` measures each
-when a GPU is present.
+compared within a calibrated tolerance. Measured on one H100 with torch 2.11 (docs/gpu.md, 257M
+parameters): fused and foreach AdamW, bf16 autocast over fp32 master weights, SDPA, the project's
+fast step (all of them together) and that step with the model under `torch.compile` each repeat bit
+for bit from one start, and each gives other bits than the fp32 eager reference (foreach included,
+where on a CPU it gives the reference's). The compiled step's repeat was measured within one
+process, whose second compile may reuse the first's kernels; whether two processes (a miner and a
+validator) compile the same kernels is not measured, so runs ship `train.compile = false`. The cost:
+the deterministic switches slow the eager step by a few percent but the compiled one by 2.3x at
+257M parameters and 1.5x at 1.2B (under deterministic algorithms inductor picks its reduction
+kernels by heuristic rather than by benchmarking, and falls back to eager index_put and scatter;
+which costs most is not profiled), so a deterministic step runs at about half the tokens per second of
+the compiled nondeterministic best-practice loop. Not yet measured on GPUs: the data-parallel
+all-reduce over NCCL (its ring order decides the sums, as gloo's does on CPU) and sharded ranks over
+NCCL (their sums are rank-ordered by construction); `bench/gpu.py --ranks 2 4` measures both on a
+machine with that many GPUs.
+
+`configure_determinism` also stops deterministic mode from filling every new tensor's memory (NaN
+for floats): the fills guard against a kernel that reads memory it never wrote, which no kernel of
+the step does (such a step would not repeat), and they cost time on every allocation.
 """
 
 from __future__ import annotations
@@ -90,6 +104,8 @@ def configure_determinism(device: torch.device | str) -> None:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     torch.use_deterministic_algorithms(True)
+    # No NaN fills of new tensors: the module's docstring says why.
+    torch.utils.deterministic.fill_uninitialized_memory = False
 
 
 def fingerprint(device: torch.device | str) -> dict[str, str]:

@@ -44,8 +44,9 @@ BENCH_CONFIG = Path(__file__).resolve().parent / "verification-scale.toml"
 SWARM = Path(__file__).resolve().parent / "_miner_swarm.py"
 CHEATERS = ("wrongdata", "lazy", "oldbase", "forged")
 GPU_MINERS, GPU_VALIDATORS = 256, 16
-GPU_STEPS = 940
-"""an H100 miner's steps per window on the shipped loop (distrai/configs/gpu-subnet.toml)"""
+GPU_STEPS = 1840
+"""an H100 miner's steps per window on the shipped step: 46 segments of 40 at 0.643 s a step, measured
+(docs/gpu.md; docs/protocol.md, "How long a miner trains")"""
 LINK_BITS = 200e6
 GPU_BLOCK_SECONDS = 12.0
 
@@ -425,7 +426,7 @@ def write_report(path: Path, run: Run, plan: Plan, a: ScaleAccounting, command: 
         "",
         f"## The GPU config at {GPU_MINERS} miners and {GPU_VALIDATORS} validators (computed)",
         "",
-        f"`distrai/configs/gpu-subnet.toml`: {a.params:,} parameters (bf16), a miner trains {a.steps_per_window} "
+        f"`distrai/configs/gpu-subnet.toml`: {a.params:,} parameters ({gpu.model.dtype}), a miner trains {a.steps_per_window} "
         f"steps a window (an H100 on the shipped loop), challenged per window: {gpu.verification.challenge_miners} "
         f"miners, {gpu.verification.challenge_segments} segment of {gpu.train.segment_steps} steps each, replicas "
         f"{gpu.verification.replicas}; links of 200 Mbit/s; formulas in `bench/_scale_accounting.py`.",

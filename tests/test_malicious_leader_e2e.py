@@ -2,39 +2,24 @@
 3 honest miners and 3 validators as separate processes, where the validator with the most stake
 poisons its aggregates (an update no miner committed, labelled with a miner's hotkey) and the
 next re-weights them against its own report. Every node falls back to the honest third, the
-honest validator's signed reports name both leaders and why, and the model still learns."""
+honest validator's signed reports name both leaders and why, and the model still learns.
+
+The network is the session's `support.leader_net`, whose first miner runs as two data-parallel
+processes (the parallel-miner test reads it too)."""
 
 from __future__ import annotations
 
-import pytest
+from support.leader_net import LEADERS
 from test_localnet_e2e import hotkey
 
-from distrai.localnet import Localnet, LocalnetOptions
 from distrai.localnet_view import heldout_losses, processed_windows, signed_reports
 
-WINDOWS = 4
 
-
-@pytest.fixture
-def net(tmp_path):
-    net = Localnet(
-        LocalnetOptions(
-            work=tmp_path / "net",
-            miners=3,
-            validators=3,
-            windows=WINDOWS,
-            block_time=1.0,
-            leader_adversaries=("poison", "reweight"),
-        )
-    )
-    net.setup()
-    yield net
-    net.stop()
-
-
-def test_steering_leaders_are_refused_named_and_the_honest_validator_followed(net):
-    net.start()
-    assert net.wait(600), "the network did not finish its windows"
+def test_steering_leaders_are_refused_named_and_the_honest_validator_followed(leader_net):
+    net = leader_net.net
+    assert net.options.leader_adversaries == LEADERS == ("poison", "reweight")
+    assert (net.options.miners, net.options.validators) == (3, 3)
+    assert leader_net.finished, "the network did not finish its windows"
     for neuron in net.neurons:
         assert neuron.process.returncode == 0, neuron.log_path.read_text()[-3000:]
 

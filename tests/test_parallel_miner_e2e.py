@@ -1,45 +1,34 @@
-"""One miner on two data-parallel processes (`torchrun`, gloo on CPU) beside a one-process miner, on a
-local network with one validator that replays every miner in every window
-(tests/support/parallel-localnet.toml: SDPA attention and fused AdamW, bit-exact replay).
+"""One miner on two data-parallel processes (`torchrun`, gloo on CPU) beside one-process miners, on a
+local network whose validators replay every miner in every window (tests/support/parallel-localnet.toml:
+SDPA attention and fused AdamW, bit-exact replay). The network is the session's `support.leader_net`
+(the malicious-leader test reads it too): its followers apply the honest validator's aggregates.
 
 The two-rank miner publishes one manifest per window under its one hotkey, recording its split
-(two ranks); the validator replays its segments in one process with that split, bit for bit, and
-accepts its updates."""
+(two ranks); the validators replay its segments in one process with that split, bit for bit, and
+accept its updates."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
+from support.leader_net import WINDOWS
 from test_localnet_e2e import hotkey
 
 from distrai.layout import manifest_key
-from distrai.localnet import Localnet, LocalnetOptions
 from distrai.localnet_view import signed_reports
 from distrai.run import run_id
 from distrai.store import open_store
 from distrai.wire.signed import open_document
 
-WINDOWS = 3
-CONFIG = Path(__file__).parent / "support" / "parallel-localnet.toml"
 
-
-@pytest.fixture
-def net(tmp_path):
-    net = Localnet(
-        LocalnetOptions(
-            work=tmp_path / "net", miners=2, validators=1, windows=WINDOWS, miner_ranks=2, run_config=CONFIG
-        )
-    )
-    net.setup()
-    yield net
-    net.stop()
-
-
-def test_a_two_rank_miner_is_replayed_bit_for_bit_by_a_one_process_validator(net):
-    assert net.neuron("miner0").args[:3] == ["-m", "torch.distributed.run", "--standalone"]
-    net.start()
-    assert net.wait(600), "the network did not finish its windows"
+def test_a_two_rank_miner_is_replayed_bit_for_bit_by_a_one_process_validator(leader_net):
+    net = leader_net.net
+    assert net.neuron("miner0").args[:4] == [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+    ]
+    assert all(n.args[0] != "-m" for n in net.neurons if n.name != "miner0")
+    assert leader_net.finished, "the network did not finish its windows"
     for neuron in net.neurons:
         assert neuron.process.returncode == 0, neuron.log_path.read_text()[-3000:]
     log = net.neuron("miner0").log_path.read_text()

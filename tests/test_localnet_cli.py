@@ -77,7 +77,15 @@ def test_ctrl_c_stops_every_process_and_the_dashboard_beside_them(tmp_path):
     started = processes_mentioning(str(work / "wallets"))
     assert len(started) == 3, cli.stdout.read() if cli.poll() is not None else "neurons did not start"
     assert answers(f"http://127.0.0.1:{port}/api/run")["run"]["name"] == "cpu-localnet"
-    time.sleep(15)
+    logs = [work / "logs" / "miner0.log", work / "logs" / "validator0.log"]
+
+    def looping() -> bool:
+        return all(log.exists() and "started on run" in log.read_text() for log in logs)
+
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and cli.poll() is None and not looping():
+        time.sleep(0.5)
+    assert looping(), "the miner and the validator never said they started"
     cli.send_signal(signal.SIGINT)
     out, _ = cli.communicate(timeout=120)
     assert "stopping every process" in out

@@ -67,6 +67,9 @@ def test_ctrl_c_stops_every_process_and_the_dashboard_beside_them(tmp_path):
         stderr=subprocess.STDOUT,
         env=env,
         text=True,
+        # Ctrl-C as a terminal sends it, even when this session runs with SIGINT ignored (started by
+        # `pytest &` from a script): a process that starts with SIGINT ignored keeps ignoring it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and (

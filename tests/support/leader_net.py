@@ -17,7 +17,7 @@ from pathlib import Path
 from distrai.localnet import Localnet, LocalnetOptions
 from support.findings_net import FinishedNet
 
-WINDOWS = 4
+WINDOWS = 3
 CONFIG = Path(__file__).parent / "parallel-localnet.toml"
 LEADERS = ("poison", "reweight")
 

@@ -59,6 +59,11 @@ def test_weights_sum_to_one_with_the_burn_on_the_owner(averages, burn, has_owner
         assert weights[0] >= burn - 1e-12
 
 
+def test_an_average_decayed_to_a_subnormal_still_gets_the_payable_share():
+    weights = weights_from_averages([5e-324, 0.0], burn_share=0.5, owner_uid=1)
+    assert weights == [0.5, 0.5]
+
+
 def test_excluded_uids_get_no_weight():
     weights = weights_from_averages([0.5, 0.5, 1.0], burn_share=0.0, owner_uid=None, exclude=[2])
     assert weights == pytest.approx([0.5, 0.5, 0.0])

@@ -65,7 +65,7 @@ def weights_from_averages(
     weights = [0.0] * len(averages)
     if total > 0:
         payable = 1.0 - (burn_share if owner_uid is not None else 0.0)
-        weights = [payable * k / total for k in kept]
+        weights = [payable * (k / total) for k in kept]  # the share first: payable * k underflows for tiny k
     if owner_uid is not None and 0 <= owner_uid < len(weights):
         weights[owner_uid] += burn_share if total > 0 else 1.0
     return weights

@@ -45,7 +45,22 @@ pytest_plugins = ["tests.support.s3server"]
 MIB = 1024 * 1024
 FAST_RETRY = RetryPolicy(attempts=3, base_delay_s=0.01, max_delay_s=0.05)
 RETRY_LOGGER = "distrai.store.retry"
-INVALID_KEYS = ["", "a\n", "/a", "a/", "a//b", "../x", "a/../b", ".", "a/./b", "a b", "a\\b", "clé", "a\x00b", "a:b"]
+INVALID_KEYS = [
+    "",
+    "a\n",
+    "/a",
+    "a/",
+    "a//b",
+    "../x",
+    "a/../b",
+    ".",
+    "a/./b",
+    "a b",
+    "a\\b",
+    "clé",
+    "a\x00b",
+    "a:b",
+]
 
 StoreFactory = Callable[..., Store]
 

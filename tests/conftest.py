@@ -1,19 +1,82 @@
-"""Fixtures shared by several test files."""
+"""Fixtures shared by several test files, and the session's background local networks.
+
+The networks that tests only read once they have ended (`support.adversary_net`,
+`support.leader_net`, `support.findings_net`) run one after another while the other tests do
+(`support.background`): each starts between two tests once the one before has ended. The tests
+that read them run after every other test, in the order the networks run, and wait for theirs.
+Tests marked `localnet` run a network of their own while they run; they come last, once every
+background network has ended, so that no two networks share the cores."""
 
 from __future__ import annotations
 
 import pytest
-from support.findings_net import FinishedNet, run_findings_net
-from support.leader_net import run_leader_net
+from support.adversary_net import start_adversary_net
+from support.background import FinishedNet, Networks
+from support.findings_net import start_findings_net
+from support.leader_net import start_leader_net
+
+NETWORKS = {
+    "adversary_net": start_adversary_net,
+    "leader_net": start_leader_net,
+    "findings_net": start_findings_net,
+}
+"""The background networks, by the name of the fixture that gives each, in the order they run."""
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "localnet: runs a local network of its own; such tests run last, after the background networks",
+    )
+
+
+def network_rank(item: pytest.Item) -> tuple[int, int]:
+    """Other tests first, then the readers of each background network in the order they run, then
+    the tests that run a network of their own."""
+    read = [i for i, name in enumerate(NETWORKS) if name in item.fixturenames]
+    if read:
+        return 1, max(read)
+    if item.get_closest_marker("localnet"):
+        return 2, 0
+    return 0, 0
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=network_rank)
 
 
 @pytest.fixture(scope="session")
-def findings_net(tmp_path_factory) -> FinishedNet:
-    """The local network of `support.findings_net`, run to its end once for the whole session."""
-    return run_findings_net(tmp_path_factory.mktemp("findings") / "net")
+def networks(request, tmp_path_factory):
+    needed = [name for name in NETWORKS if any(name in item.fixturenames for item in request.session.items)]
+    background = Networks(NETWORKS, needed, tmp_path_factory)
+    yield background
+    background.close()
+
+
+@pytest.fixture(autouse=True)
+def between_tests(request, networks):
+    """Before each test: the next background network starts once the last has ended; a test that
+    runs a network of its own first waits for every background network to end."""
+    if request.node.get_closest_marker("localnet"):
+        networks.drain()
+    else:
+        networks.tick()
 
 
 @pytest.fixture(scope="session")
-def leader_net(tmp_path_factory) -> FinishedNet:
-    """The local network of `support.leader_net`, run to its end once for the whole session."""
-    return run_leader_net(tmp_path_factory.mktemp("leaders") / "net")
+def adversary_net(networks) -> FinishedNet:
+    """The local network of `support.adversary_net`, run to its end."""
+    return networks.result("adversary_net")
+
+
+@pytest.fixture(scope="session")
+def leader_net(networks) -> FinishedNet:
+    """The local network of `support.leader_net`, run to its end."""
+    return networks.result("leader_net")
+
+
+@pytest.fixture(scope="session")
+def findings_net(networks) -> FinishedNet:
+    """The local network of `support.findings_net`, run to its end."""
+    return networks.result("findings_net")

@@ -107,6 +107,7 @@ def explain(check) -> str:
     return f"{check.name}: {check.summary}\n" + "\n".join(f"  - {d}" for d in check.details)
 
 
+@pytest.mark.localnet
 def test_every_phase_was_hit_by_a_kill(result):
     check = result.check("every phase hit")
     assert check.ok, explain(check)
@@ -150,12 +151,14 @@ KNOWN_BUGS = {
 }
 
 
+@pytest.mark.localnet
 @pytest.mark.parametrize("name", HOLDS)
 def test_check_holds(result, name):
     check = result.check(name)
     assert check.ok, explain(check)
 
 
+@pytest.mark.localnet
 @pytest.mark.parametrize(
     "name",
     [
@@ -168,5 +171,6 @@ def test_check_blocked_by_a_known_bug(result, name):
     assert check.ok, explain(check)
 
 
+@pytest.mark.localnet
 def test_every_check_is_asserted(result):
     assert {c.name for c in result.checks} == {"every phase hit", *HOLDS, *KNOWN_BUGS}

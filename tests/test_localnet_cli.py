@@ -12,6 +12,8 @@ import sys
 import time
 import urllib.request
 
+import pytest
+
 from distrai.localnet import Localnet, LocalnetOptions
 from distrai.localnet_cmd import parse_adversaries
 from distrai.wallets import open_wallet
@@ -39,6 +41,7 @@ def answers(url: str) -> dict:
         return {}
 
 
+@pytest.mark.localnet
 def test_ctrl_c_stops_every_process_and_the_dashboard_beside_them(tmp_path):
     work = tmp_path / "net"
     env = {**os.environ, "COLUMNS": "160"}

@@ -82,6 +82,7 @@ def net(tmp_path):
     net.stop()
 
 
+@pytest.mark.localnet
 def test_localnet_trains_pays_honest_miners_and_survives_a_validator_restart(net):
     net.start()
     cfg = net.config.windows

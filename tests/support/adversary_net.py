@@ -1,0 +1,35 @@
+"""Every adversary of the threat model on one local network, run once per test session while other
+tests do (`support.background`); tests/test_adversaries_e2e.py reads it.
+
+3 honest miners and one miner per adversary type, as separate processes through
+`neurons/miner.py --miner.adversary TYPE`, and two validators that challenge every segment of every
+miner (tests/support/adversary-localnet.toml), for `WINDOWS` windows at 1 s per block, the pace the
+config's offsets assume: each validator checks the 18 miners in about 6 s of its 32-s validate phase
+on 2 cores, with room to spare for the tests running beside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from distrai.localnet import Localnet, LocalnetOptions
+from miners.behaviour import ADVERSARIES
+from support.background import start
+
+WINDOWS = 3
+CONFIG = Path(__file__).parent / "adversary-localnet.toml"
+
+
+def start_adversary_net(work: Path) -> Localnet:
+    return start(
+        Localnet(
+            LocalnetOptions(
+                work=work,
+                miners=3,
+                validators=2,
+                windows=WINDOWS,
+                block_time=1.0,
+                adversaries=tuple(ADVERSARIES),
+                run_config=CONFIG,
+            )
+        )
+    )

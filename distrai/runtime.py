@@ -135,7 +135,9 @@ def fit_memory(
             shard,
         )
         runtime.inner = dataclasses.replace(
-            runtime.inner, step=dataclasses.replace(step, micro_batches=plan.micro_batches)
+            runtime.inner,
+            step=dataclasses.replace(step, micro_batches=plan.micro_batches),
+            base_on_host=plan.base_on_host,
         )
         set_checkpointing(runtime.model, plan.checkpointing)
     if shard or (plan is not None and plan.sharded):

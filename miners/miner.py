@@ -453,6 +453,7 @@ class Miner(Participant):
             "ranks": self.rt.inner.step.ranks,
             "sharded": self.rt.inner.step.sharded,
             "checkpointing": self.rt.model.is_activation_checkpointing,
+            "base_on_host": self.rt.inner.base_on_host,
             "replay_class": replay_class_of(
                 self.rt.model,
                 self.rt.device,

@@ -15,6 +15,10 @@ from distrai.chain.local import LocalChain
 from distrai.localnet import publish_builtin_data
 from distrai.node import FLAGS
 from distrai.run import load_run_config, run_commitment, shipped_config_path
+from distrai.runtime import model_spec
+from distrai.train.memory import GIB, ModelShape
+from distrai.train.model import load_model
+from distrai.train.tokenizer import byte_tokenizer
 from distrai.wallets import create_dev_wallet
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,6 +131,20 @@ def test_a_node_fits_its_step_in_the_memory_it_is_given_or_says_what_it_needs(su
     out = neuron("miner", *args, "--device.memory_gib", "1")
     assert out.returncode == 0, out.stderr
     assert "memory: 1 micro-batch(es) without activation checkpointing" in " ".join(out.stdout.split())
+    # room for one sequence's activations beside the state only with the window's base in host memory
+    config = load_run_config(CPU)
+    model = load_model(model_spec(config.model), tokenizer=byte_tokenizer())
+    shape = ModelShape.of(model, config.train.autocast)
+    tight = (
+        shape.state_bytes(base_on_host=True) + shape.activation_bytes(1, config.data.seq_len, False) + 1024
+    )
+    assert tight < shape.state_bytes() + shape.activation_bytes(1, config.data.seq_len, False)
+    out = neuron("miner", *args, "--device.memory_gib", f"{tight / GIB:.12f}")
+    assert out.returncode == 0, out.stderr
+    assert (
+        f"memory: {config.train.batch_size} micro-batch(es) without activation checkpointing, "
+        "the window's base in host memory"
+    ) in " ".join(out.stdout.split())
     for role in ("miner", "validator"):
         out = neuron(role, *args, "--device.memory_gib", "0.01")
         assert out.returncode == 2, out.stderr

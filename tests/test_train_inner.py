@@ -11,7 +11,7 @@ import torch
 from support.tiny_models import fast_inner_config, tiny_data, tiny_model
 
 from distrai.train.assignment import batch_indices
-from distrai.train.inner import InnerConfig, float_params, inner_loop, window_start_state
+from distrai.train.inner import InnerConfig, float_params, inner_loop, own_anchor, window_start_state
 from distrai.train.loss import causal_lm_loss
 from distrai.train.optimizer import InnerOptimizerConfig
 from distrai.train.replay import replay_distance, replay_segment
@@ -167,6 +167,27 @@ def test_an_anchored_window_replays_only_against_its_base():
     assert not states_equal(elsewhere.end, end)
     with pytest.raises(ValueError, match="no base was given"):
         replay_segment(tiny_model(), start, batches, causal_lm_loss, anchored)
+
+
+def test_a_base_kept_in_host_memory_gives_the_same_bits_and_either_replay_verifies_it():
+    anchored = dataclasses.replace(CONFIG, base_anchor=0.05)
+    on_host = dataclasses.replace(anchored, base_on_host=True)
+    model = tiny_model()
+    anchor = own_anchor(model, on_host)
+    assert all(t.device.type == "cpu" and not t.is_pinned() for t in anchor.params.values())
+    assert all(anchor.params[n].dtype == p.dtype for n, p in model.named_parameters())
+    base = float_params(tiny_model())
+    device = inner_loop(tiny_model(), batch_for("bob"), causal_lm_loss, anchored)
+    host = inner_loop(tiny_model(), batch_for("bob"), causal_lm_loss, on_host)
+    assert [b.state_hash for b in host.boundaries] == [b.state_hash for b in device.boundaries]
+    start, end = host.boundaries[1].state, host.boundaries[2].state
+    batches = [batch_for("bob")(t) for t in (2, 3)]
+    for config in (anchored, on_host):
+        replay = replay_segment(tiny_model(), start, batches, causal_lm_loss, config, base=base)
+        assert states_equal(replay.end, end)
+    sharded = dataclasses.replace(CONFIG.step, ranks=2, sharded=True)
+    with pytest.raises(ValueError, match="sharded ranks keep their shard of the window's base on the device"):
+        dataclasses.replace(on_host, step=sharded)
 
 
 def test_a_window_cut_short_is_the_full_window_s_first_segments(honest):

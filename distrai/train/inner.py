@@ -44,8 +44,15 @@ class InnerConfig:
     sketch_size: int = 64
     base_anchor: float = 0.0
     """How far each step pulls toward the window's base, per unit of learning rate (0: not at all)."""
+    base_on_host: bool = False
+    """Keep that base in host memory, copied in at each step, when the device has no room for it
+    (`memory.py`; the same bits, so a replay need not follow the miner's choice)."""
 
     def __post_init__(self) -> None:
+        if self.base_on_host and self.step.sharded:
+            raise ValueError(
+                "sharded ranks keep their shard of the window's base on the device, not in host memory"
+            )
         if self.inner_steps < 1 or self.segment_steps < 1:
             raise ValueError(
                 f"inner_steps and segment_steps must be positive, got {self.inner_steps} and {self.segment_steps}"
@@ -133,7 +140,9 @@ def base_anchor(
     model: torch.nn.Module, base: Mapping[str, torch.Tensor], config: InnerConfig
 ) -> Anchor | None:
     """The anchor of a window whose base is `base`, or None when the run sets no pull."""
-    return anchor_to(model, base, config.base_anchor) if config.base_anchor > 0 else None
+    if config.base_anchor == 0:
+        return None
+    return anchor_to(model, base, config.base_anchor, on_host=config.base_on_host)
 
 
 def own_anchor(model: torch.nn.Module, config: InnerConfig) -> Anchor | None:

@@ -2,8 +2,13 @@
 
 A training process holds, per parameter, the weights, their gradients, AdamW's two moments and the
 window's base (the anchor, `step.py`): 5 copies in the parameters' dtype, 20 B/param in fp32
-(the codec residual and boundary states live in host memory). On top come what the backward pass
-reads. Per token and decoder layer, counted from what autograd saves in transformers' Llama layer:
+(the codec residual and boundary states live in host memory). When those do not fit, the base can
+stay in host memory instead (`base_on_host`): 4 copies, plus one parameter's worth of device memory
+that each step's pull copies the base through, one parameter at a time. The pull then reads the
+same numbers, so the bits are the same; the price is 4 B/param over the host link every step
+(4.9 GB at 1.23B parameters, about 0.2 s at PCIe 4.0 x16's ~25 GB/s, against a 1b step of several
+seconds on a 24 GB card), less than recomputing activations (a third more compute), so the plan
+tries it before checkpointing. On top come what the backward pass reads. Per token and decoder layer, counted from what autograd saves in transformers' Llama layer:
 
     (4·p + 10·c)·hidden + 4·c·intermediate   bytes,
 
@@ -55,6 +60,9 @@ workspaces, NCCL buffers and the allocator's fragmentation."""
 STATE_COPIES = 5
 """Weights, gradients, AdamW's two moments and the anchor's base."""
 
+HOST_BASE_COPIES = 4
+"""The same without the base, which stays in host memory."""
+
 DTYPE_BYTES = {torch.float32: 4, torch.bfloat16: 2, torch.float16: 2}
 
 
@@ -73,6 +81,8 @@ class ModelShape:
     eager_attention: bool
     layer_params: int = 0
     """parameters of the largest decoder layer (what sharded ranks gather at a time)"""
+    largest_param: int = 0
+    """elements of the largest parameter (what a base in host memory is copied through at a time)"""
 
     @classmethod
     def of(cls, model: torch.nn.Module, autocast: str | None) -> ModelShape:
@@ -90,6 +100,7 @@ class ModelShape:
                 default=0,
             ),
             params=sum(p.numel() for p in model.parameters()),
+            largest_param=max(p.numel() for p in model.parameters()),
             layers=config.num_hidden_layers,
             hidden=config.hidden_size,
             intermediate=config.intermediate_size,
@@ -100,9 +111,14 @@ class ModelShape:
             eager_attention=getattr(config, "_attn_implementation", "eager") == "eager",
         )
 
-    def state_bytes(self, ranks: int = 1) -> int:
-        """The five copies' bytes on one device; with `ranks` > 1, one rank's shard of them plus what
+    def state_bytes(self, ranks: int = 1, base_on_host: bool = False) -> int:
+        """The five copies' bytes on one device (`base_on_host`: four, and the largest parameter's
+        bytes to copy the base through); with `ranks` > 1, one rank's shard of the five plus what
         sharded ranks hold whole for a while (the module's docstring)."""
+        if base_on_host and ranks > 1:
+            raise ValueError("sharded ranks hold their shard of the base on the device")
+        if base_on_host:
+            return (HOST_BASE_COPIES * self.params + self.largest_param) * self.param_bytes
         if ranks == 1:
             return STATE_COPIES * self.params * self.param_bytes
         outside = self.params - self.layers * self.layer_params
@@ -135,6 +151,8 @@ class MemoryPlan:
     budget: int
     sharded_over: int = 1
     """the ranks the state is sharded over (1: every rank holds all of it)"""
+    base_on_host: bool = False
+    """the window's base stays in host memory and each step copies it in (same bits)"""
 
     @property
     def sharded(self) -> bool:
@@ -143,6 +161,8 @@ class MemoryPlan:
     def describe(self) -> str:
         how = "with activation checkpointing" if self.checkpointing else "without activation checkpointing"
         where = f", the state sharded over {self.sharded_over} ranks" if self.sharded else ""
+        if self.base_on_host:
+            where += ", the window's base in host memory"
         return (
             f"{self.micro_batches} micro-batch(es) {how}{where}: an estimated {self.need / GIB:.1f} GiB "
             f"of a {self.budget / GIB:.1f} GiB budget"
@@ -164,11 +184,12 @@ def plan_memory(
     shard: bool = False,
 ) -> MemoryPlan:
     """The plan for a rank's `rows` sequences: the run's `micro_batches` if they fit, else (with
-    `split_further`) the fewest multiples of them that divide `rows` and fit; without checkpointing
-    first, then with. When none fits and the miner runs `ranks` > 1 processes, the same again with
-    the state sharded over them; `shard` asks for sharding whatever fits. A validator replays a
-    miner's split, so it may only add checkpointing (`split_further=False`). Raises `DoesNotFit`
-    naming the least the step needs."""
+    `split_further`) the fewest multiples of them that divide `rows` and fit; with the base on the
+    device, then in host memory; without checkpointing first, then with. When none fits and the
+    miner runs `ranks` > 1 processes, the same again with the state sharded over them (the base
+    sharded on the device); `shard` asks for sharding whatever fits. A validator replays a miner's
+    split, so it may only keep the base in host memory and add checkpointing
+    (`split_further=False`). Raises `DoesNotFit` naming the least the step needs."""
     if rows < 1 or seq_len < 1 or micro_batches < 1 or rows % micro_batches:
         raise ValueError(f"{rows} rows do not split into {micro_batches} micro-batches")
     if budget < 1:
@@ -181,12 +202,16 @@ def plan_memory(
     shardings = [ranks] if shard else [1, ranks] if ranks > 1 else [1]
     for over in shardings:
         for checkpointing in (False, True):
-            for m in splits:
-                need = shape.state_bytes(over) + shape.activation_bytes(rows // m, seq_len, checkpointing)
-                if need <= budget:
-                    return MemoryPlan(m, checkpointing, need, budget, over)
+            for on_host in (False, True) if over == 1 else (False,):
+                for m in splits:
+                    need = shape.state_bytes(over, on_host) + shape.activation_bytes(
+                        rows // m, seq_len, checkpointing
+                    )
+                    if need <= budget:
+                        return MemoryPlan(m, checkpointing, need, budget, over, on_host)
     activations = shape.activation_bytes(rows // splits[-1], seq_len, True)
-    least = shape.state_bytes() + activations
+    state = shape.state_bytes(base_on_host=True)
+    least = state + activations
     sharded = ""
     if ranks > 1:
         sharded = (
@@ -194,9 +219,10 @@ def plan_memory(
             f"per rank ({shape.state_bytes(ranks) / GIB:.1f} GiB of it the state)"
         )
     raise DoesNotFit(
-        f"the step needs at least {least / GIB:.1f} GiB ({shape.state_bytes() / GIB:.1f} GiB for "
-        f"{shape.params:,} parameters' weights, gradients, AdamW moments and base at "
-        f"{shape.param_bytes} B each, and {activations / GIB:.2f} GiB of activations "
+        f"the step needs at least {least / GIB:.1f} GiB ({state / GIB:.1f} GiB for "
+        f"{shape.params:,} parameters' weights, gradients and AdamW moments at "
+        f"{shape.param_bytes} B each, the window's base kept in host memory, and "
+        f"{activations / GIB:.2f} GiB of activations "
         f"for {rows // splits[-1]} sequence(s) of {seq_len} tokens with activation checkpointing)"
         f"{sharded}; the budget is {budget / GIB:.1f} GiB"
     )

@@ -82,8 +82,9 @@ class StepConfig:
 
 @dataclass(frozen=True)
 class Anchor:
-    """The window's base parameters, by name, on the model's devices and dtypes, and how far each
-    step pulls toward them per unit of learning rate."""
+    """The window's base parameters, by name, in the model's dtypes, on the model's devices or in
+    host memory (each step then copies them in one parameter at a time: the same numbers, so the
+    same bits; `memory.py`), and how far each step pulls toward them per unit of learning rate."""
 
     params: dict[str, torch.Tensor]
     strength: float
@@ -93,13 +94,19 @@ class Anchor:
             raise ValueError(f"anchor strength must be finite and non-negative, got {self.strength}")
 
 
-def anchor_to(model: torch.nn.Module, base: Mapping[str, torch.Tensor], strength: float) -> Anchor:
-    """An anchor on `base` (for example float32 CPU parameters) laid out like `model`'s parameters."""
+def anchor_to(
+    model: torch.nn.Module, base: Mapping[str, torch.Tensor], strength: float, on_host: bool = False
+) -> Anchor:
+    """An anchor on `base` (for example float32 CPU parameters) laid out like `model`'s parameters;
+    `on_host` keeps it in host memory, page-locked when the model is on a GPU (so each step's copy
+    runs at the link's speed and does not wait for the CPU)."""
     params = {}
     for name, p in model.named_parameters():
         if name not in base:
             raise ValueError(f"the base holds no parameter {name!r}")
-        params[name] = base[name].detach().to(p.device, p.dtype, copy=True)
+        params[name] = base[name].detach().to("cpu" if on_host else p.device, p.dtype, copy=True)
+        if on_host and p.device.type == "cuda":
+            params[name] = params[name].pin_memory()
     return Anchor(params, strength)
 
 
@@ -262,10 +269,15 @@ def _clip(params: list[torch.nn.Parameter], total: torch.Tensor, max_norm: float
 
 
 def _pull_toward(model: torch.nn.Module, anchor: Anchor, weight: float) -> None:
-    """θ ← θ + weight · (base − θ), one elementwise op per parameter (deterministic everywhere)."""
+    """θ ← θ + weight · (base − θ), one elementwise op per parameter (deterministic everywhere); a
+    base in host memory is copied to the parameter's device first, in the same stream, so the copy
+    of one parameter's base is freed for the next."""
     with torch.no_grad():
         for name, p in model.named_parameters():
-            p.lerp_(anchor.params[name], weight)
+            base = anchor.params[name]
+            if base.device != p.device:
+                base = base.to(p.device, non_blocking=True)
+            p.lerp_(base, weight)
 
 
 def step_with(

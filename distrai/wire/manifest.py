@@ -80,6 +80,8 @@ class UpdateManifest(_Body):
     """data-parallel processes the miner split each step's batch over"""
     checkpointing: bool = False
     """whether the miner recomputed activations in the backward to fit its memory (same bits either way)"""
+    base_on_host: bool = False
+    """whether the miner kept the window's base in host memory to fit its memory (same bits either way)"""
     sharded: bool = False
     """whether the miner's ranks sharded the model, gradients and optimizer state (FSDP2); the replay
     follows it (the clip's norm is put together from shards)"""

@@ -1,6 +1,8 @@
 """The loops bench/gpu.py times and replays: the project's inner loop (`run_steps`, the step every
-miner and validator runs) in the previous and the fast GPU config, the same step with the model
-under `torch.compile`, and a bare PyTorch loop with the fast config's settings, plain and compiled.
+miner and validator runs) in the previous and the fast GPU config, without and with the pull toward
+the window's base that the GPU config sets (the base on the device, or in host memory as a card
+without room for it keeps it), the same step with the model under `torch.compile`, and a bare
+PyTorch loop with the fast config's settings, plain and compiled.
 
 Each loop is a function (model, optimizer, batch) -> None over one whole batch, so the timing and
 the replay code treat them alike."""
@@ -15,11 +17,11 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from transformers import PreTrainedTokenizerFast
 
-from distrai.train.inner import InnerConfig, run_steps
+from distrai.train.inner import InnerConfig, own_anchor, run_steps
 from distrai.train.loss import causal_lm_loss
 from distrai.train.model import ModelSpec, load_model
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer
-from distrai.train.step import StepConfig
+from distrai.train.step import Anchor, StepConfig
 from distrai.train.tokenizer import byte_tokenizer
 
 Step = Callable[[torch.nn.Module, torch.optim.Optimizer, torch.Tensor], None]
@@ -37,6 +39,8 @@ class Loop:
     autocast: str | None
     project: bool
     compiled: bool = False
+    anchor: str | None = None
+    """where the window's base lies for the step's pull toward it: "device", "host" or None (no pull)"""
 
 
 PREVIOUS = Loop(
@@ -53,9 +57,27 @@ FAST = Loop(
 FAST_COMPILED = Loop(
     "project, fast config, model under torch.compile", "float32", "sdpa", "fused", "bfloat16", True, True
 )
+ANCHORED = Loop(
+    "project, fast config, pulled toward the base on the device (the GPU config's step)",
+    "float32",
+    "sdpa",
+    "fused",
+    "bfloat16",
+    True,
+    anchor="device",
+)
+HOST_BASE = Loop(
+    "project, fast config, pulled toward the base in host memory",
+    "float32",
+    "sdpa",
+    "fused",
+    "bfloat16",
+    True,
+    anchor="host",
+)
 BARE = Loop("bare loop, the fast config's settings", "float32", "sdpa", "fused", "bfloat16", False)
 BARE_COMPILED = Loop("bare loop under torch.compile", "float32", "sdpa", "fused", "bfloat16", False, True)
-THROUGHPUT = (PREVIOUS, FAST, FAST_COMPILED, BARE, BARE_COMPILED)
+THROUGHPUT = (PREVIOUS, FAST, ANCHORED, HOST_BASE, FAST_COMPILED, BARE, BARE_COMPILED)
 
 REFERENCE = Loop("reference: fp32, eager, AdamW", "float32", "eager", "single", None, True)
 PIECES = (
@@ -69,6 +91,8 @@ PIECES = (
     FAST_COMPILED,
 )
 LR = 4e-4
+ANCHOR_STRENGTH = 0.01
+"""the GPU config's `base_anchor`"""
 
 
 def sized_tokenizer(vocab: int | None) -> PreTrainedTokenizerFast:
@@ -109,10 +133,15 @@ def step_of(loop: Loop, micro_batches: int) -> Step:
         segment_steps=1,
         optimizer=InnerOptimizerConfig(lr=LR, implementation=loop.adamw),
         step=StepConfig(micro_batches=micro_batches, cpu_threads=None, autocast=loop.autocast),
+        base_anchor=ANCHOR_STRENGTH if loop.anchor else 0.0,
+        base_on_host=loop.anchor == "host",
     )
+    anchors: dict[int, Anchor | None] = {}
 
     def project_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: torch.Tensor) -> None:
-        run_steps(model, optimizer, [batch], causal_lm_loss, config, 0)
+        if id(model) not in anchors:  # the base is the model a loop starts from, as in a window
+            anchors[id(model)] = own_anchor(model, config)
+        run_steps(model, optimizer, [batch], causal_lm_loss, config, 0, anchors[id(model)])
 
     return project_step
 

@@ -245,8 +245,10 @@ def throughput_section(
     lines += [
         "",
         f"FLOPs per token 6N + 6·L·T·d = {fpt / 1e9:.3f} GFLOP. The estimate of `distrai.train.memory` for the "
-        f"fast config at this split: {estimate / GIB:.2f} GiB ({plan.describe().split(':')[0]}; the "
-        f"project loop also holds the anchor's base, the bare loop does not).",
+        f"fast config at this split: {estimate / GIB:.2f} GiB ({plan.describe().split(':')[0]}), with the "
+        f"window's base on the device as the GPU config's step holds it; "
+        f"{(estimate - shape.state_bytes() + shape.state_bytes(base_on_host=True)) / GIB:.2f} GiB with it in "
+        "host memory. The other loops do not hold it.",
     ]
     return "\n".join(lines)
 

@@ -28,7 +28,7 @@ def test_quick_run_writes_every_table(tmp_path):
     assert "`python bench/gpu.py --quick --device cpu --output" in text and text.endswith("notes kept\n")
 
     speeds = table_after(text, "## Throughput: preset tiny")
-    assert len(speeds) == 1 + 5
+    assert len(speeds) == 1 + 7
     for loop, tokens, ratio, *_ in speeds[1:]:
         assert float(tokens.replace(",", "")) > 0, (loop, tokens)
         assert ratio.endswith("×")

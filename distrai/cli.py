@@ -116,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run miner0 as this many data-parallel processes (torchrun; gloo on CPU), the others as one",
     )
     net.add_argument(
+        "--sharded-miner-ranks",
+        type=int,
+        default=1,
+        help="run miner1 as this many processes that shard the model over them (FSDP2, torchrun; gloo on CPU)",
+    )
+    net.add_argument(
         "--adversary",
         default="",
         metavar="TYPE[,TYPE…]",

@@ -86,6 +86,9 @@ class LocalnetOptions:
     idle_miners: int = 0
     miner_ranks: int = 1
     """Processes of miner0 (torchrun, data parallel over gloo); the other miners run as one."""
+    sharded_miner_ranks: int = 1
+    """Processes of miner1 when above 1 (torchrun, `--miner.shard`: the model, gradients and optimizer
+    state sharded over them, FSDP2 over gloo)."""
     adversaries: tuple[str, ...] = ()
     """One extra miner per entry, cheating in that way (`miners.behaviour.ADVERSARIES`)."""
     leader_adversaries: tuple[str, ...] = ()
@@ -220,8 +223,9 @@ class Localnet:
             wallet, _ = create_dev_wallet(f"miner{i}", "default", str(self.wallet_path))
             chain.register(wallet)
             idle = ["--miner.idle"] if i >= o.miners - o.idle_miners else []
-            ranks = o.miner_ranks if i == 0 else 1
-            self._add("miner", f"miner{i}", idle + self._link(), ranks)
+            ranks = {0: o.miner_ranks, 1: o.sharded_miner_ranks}.get(i, 1)
+            shard = ["--miner.shard"] if i == 1 and ranks > 1 else []
+            self._add("miner", f"miner{i}", idle + shard + self._link(), ranks)
         for name in o.adversaries:
             wallet, _ = create_dev_wallet(f"adversary-{name}", "default", str(self.wallet_path))
             chain.register(wallet)

@@ -40,14 +40,17 @@ def run_localnet(args: argparse.Namespace, console: Console) -> None:
         block_time=args.block_time,
         idle_miners=args.idle_miners,
         miner_ranks=args.miner_ranks,
+        sharded_miner_ranks=args.sharded_miner_ranks,
         adversaries=parse_adversaries(args.adversary),
         leader_adversaries=parse_adversaries(args.leader_adversary, LEADER_ADVERSARIES, "--leader-adversary"),
         run_config=Path(args.run_config) if args.run_config else shipped_config_path("cpu-localnet"),
     )
     if options.miners < 1 or options.validators < 1 or options.windows < 1:
         raise ValueError("--miners, --validators and --windows must each be at least 1")
-    if options.miner_ranks < 1:
-        raise ValueError("--miner-ranks must be at least 1")
+    if options.miner_ranks < 1 or options.sharded_miner_ranks < 1:
+        raise ValueError("--miner-ranks and --sharded-miner-ranks must be at least 1")
+    if options.sharded_miner_ranks > 1 and options.miners < 2:
+        raise ValueError("--sharded-miner-ranks runs miner1: it needs --miners 2 or more")
     if not 0 <= options.idle_miners <= options.miners:
         raise ValueError("--idle-miners must lie between 0 and --miners")
     if len(options.leader_adversaries) >= options.validators:

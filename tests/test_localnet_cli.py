@@ -157,3 +157,27 @@ def test_steering_leaders_need_known_types_and_an_honest_validator_to_follow(tmp
     validators = [n for n in net.neurons if n.role == "validator"]
     assert validators[0].args[-2:] == ["--validator.adversary", "reweight"]
     assert "--validator.adversary" not in validators[1].args
+
+
+def test_a_sharded_miner_runs_as_miner1_under_torchrun_and_needs_a_second_miner(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "distrai.cli", "localnet", "--work", str(tmp_path / "net")]
+        + ["--miners", "1", "--sharded-miner-ranks", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode != 0
+    assert "--sharded-miner-ranks runs miner1: it needs --miners 2 or more" in out.stdout + out.stderr
+    assert not (tmp_path / "net").exists()
+    net = Localnet(LocalnetOptions(work=tmp_path / "net", miners=3, validators=1, sharded_miner_ranks=2))
+    net.setup()
+    assert net.neuron("miner1").args[:4] == [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+    ]
+    assert "--miner.shard" in net.neuron("miner1").args
+    assert all("--miner.shard" not in net.neuron(name).args for name in ("miner0", "miner2"))
+    assert all(net.neuron(name).args[0] != "-m" for name in ("miner0", "miner2"))

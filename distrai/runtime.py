@@ -22,7 +22,6 @@ from distrai.train.memory import MemoryPlan, ModelShape, plan_memory, set_checkp
 from distrai.train.model import ModelSpec, load_model, load_teacher, load_tokenizer
 from distrai.train.optimizer import InnerOptimizerConfig
 from distrai.train.parallel import DataParallel, FullyShardedParallel, Launch
-from distrai.train.replay_class import check_ranks_replayable
 from distrai.train.step import StepConfig, over_ranks
 
 PARAMS_TAG = "global_params"
@@ -115,8 +114,9 @@ def fit_memory(
     """Fit the run's step in `budget` bytes of device memory (`distrai.train.memory`; None: nothing
     is planned). A miner may split its batch further (`split_further`), and a miner on several ranks
     shards the model over them when nothing else fits, or when asked (`shard`); a validator replays
-    the miner's split and may only recompute activations. Raises `DoesNotFit` naming what the step
-    would need, and refuses ranks whose steps the run's replay cannot repeat."""
+    the miner's split and may only keep the window's base in host memory and recompute activations.
+    Raises `DoesNotFit` naming what the step
+    would need."""
     if shard and runtime.parallel is None:
         raise ValueError(
             "sharding the model needs several ranks: start the miner under torchrun --nproc-per-node N"
@@ -142,9 +142,6 @@ def fit_memory(
         set_checkpointing(runtime.model, plan.checkpointing)
     if shard or (plan is not None and plan.sharded):
         _shard_ranks(runtime)
-    if runtime.parallel is not None:
-        step = runtime.inner.step
-        check_ranks_replayable(step.ranks, runtime.config.verification.replay_tolerance, step.sharded)
     return plan
 
 

@@ -1,5 +1,5 @@
-"""The data-parallel step: two gloo processes under `DistributedDataParallel` end where one process
-replaying the same split ends, bit for bit; a split is checked before any work."""
+"""The data-parallel step: two or four gloo processes under `DistributedDataParallel` end where one
+process replaying the same split ends, bit for bit; a split is checked before any work."""
 
 from __future__ import annotations
 
@@ -65,11 +65,13 @@ def replay_in_one_process(ranks: int, micro_batches: int) -> dict:
     return {"hash": state_hash(capture_state(model, optimizer, len(losses))), "losses": losses}
 
 
-@pytest.mark.parametrize("micro_batches", [1, 2])
-def test_two_gloo_ranks_end_where_one_process_replaying_their_split_ends(tmp_path, micro_batches):
-    ranks = run_ranks(tmp_path, 2, micro_batches)
-    assert ranks[0] == ranks[1], "the ranks took different optimizer steps"
-    assert ranks[0] == replay_in_one_process(2, micro_batches)
+@pytest.mark.parametrize(("world", "micro_batches"), [(2, 1), (2, 2), (4, 2)])
+def test_gloo_ranks_end_where_one_process_replaying_their_split_ends(tmp_path, world, micro_batches):
+    # four ranks: gloo's ring would add their gradients in another order than rank by rank; the
+    # ranks' rank-ordered all-reduce (parallel.rank_ordered_all_reduce) is what the replay repeats
+    ranks = run_ranks(tmp_path, world, micro_batches)
+    assert all(rank == ranks[0] for rank in ranks), "the ranks took different optimizer steps"
+    assert ranks[0] == replay_in_one_process(world, micro_batches)
 
 
 def test_a_split_that_does_not_divide_the_batch_is_refused_before_training():

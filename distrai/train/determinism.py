@@ -24,9 +24,10 @@ state. The settings that matter, all found by experiment on torch 2.13 / MKL:
 The step's kernel choices on CPU (tiny model, docs/gpu.md): eager and SDPA attention, single,
 foreach and fused AdamW, with and without bf16 autocast each repeat bit for bit; foreach gives the
 same bits as single, while fused AdamW, SDPA and autocast each give other bits than the reference,
-so each is part of the replay class (`replay_class.py`). A miner on two data-parallel gloo ranks
-and one process replaying its split agree bit for bit; on four they do not (gloo's ring sums in
-another order than rank by rank), and such replays are compared within the run's tolerance. A miner
+so each is part of the replay class (`replay_class.py`). A miner on data-parallel gloo ranks and
+one process replaying its split agree bit for bit at two and at four ranks: the ranks' all-reduce
+adds in rank order (`parallel.rank_ordered_all_reduce`), as the replay does; with gloo's own ring,
+four ranks ended 5.8e-5 from the replay (docs/gpu.md). A miner
 whose ranks shard the model (FSDP2) is replayed bit for bit at two, three and four gloo ranks,
 losses included: its ranks add the gradients in rank order and put the clip's norm together rank by
 rank, as the replay does (`parallel.py`, `step.py`), where torch's own FSDP2 takes the clip's norm
@@ -50,9 +51,8 @@ the deterministic switches slow the eager step by a few percent but the compiled
 257M parameters and 1.5x at 1.2B (under deterministic algorithms inductor picks its reduction
 kernels by heuristic rather than by benchmarking, and falls back to eager index_put and scatter;
 which costs most is not profiled), so a deterministic step runs at about half the tokens per second of
-the compiled nondeterministic best-practice loop. Not yet measured on GPUs: the data-parallel
-all-reduce over NCCL (its ring order decides the sums, as gloo's does on CPU) and sharded ranks over
-NCCL (their sums are rank-ordered by construction); `bench/gpu.py --ranks 2 4` measures both on a
+the compiled nondeterministic best-practice loop. Not yet measured on GPUs: data-parallel and
+sharded ranks over NCCL (their sums are rank-ordered by construction, as over gloo); `bench/gpu.py --ranks 2 4` measures both on a
 machine with that many GPUs.
 
 `configure_determinism` also stops deterministic mode from filling every new tensor's memory (NaN

@@ -46,32 +46,6 @@ class ClassTolerance(BaseModel):
         return tuple(value) if isinstance(value, list) else value
 
 
-EXACT_RANKS = 2
-"""The most data-parallel (DDP) ranks whose gradient all-reduce one process repeats bit for bit: with
-two, the sum is a + b in any order; with four, gloo's ring adds in another order than rank by rank
-(measured on CPU, docs/gpu.md), so a replay of a miner on more ranks is compared within tolerance.
-Sharded ranks (FSDP2, `parallel.FullyShardedParallel`) add in rank order and put the clip's norm
-together rank by rank, so one process repeats them bit for bit on any number of ranks (measured on
-CPU for 2, 3 and 4: tests/test_train_sharded.py, docs/gpu.md)."""
-
-
-def replays_exactly(ranks: int, sharded: bool) -> bool:
-    """Whether one process replaying a miner's split over `ranks` ranks repeats its sums bit for bit."""
-    return sharded or ranks <= EXACT_RANKS
-
-
-def check_ranks_replayable(ranks: int, replay_tolerance: float, sharded: bool = False) -> None:
-    """Refuse a miner on more ranks than a one-process replay repeats bit for bit when the run
-    compares replays bit for bit (its default tolerance 0): every one of its segments would fail."""
-    if not replays_exactly(ranks, sharded) and replay_tolerance == 0.0:
-        raise ValueError(
-            f"this run replays bit for bit (verification.replay_tolerance = 0), which a validator's "
-            f"one-process replay reaches for at most {EXACT_RANKS} data-parallel ranks, not {ranks}; "
-            f"run {EXACT_RANKS} processes or fewer, or shard the model over them (--miner.shard), "
-            f"which a one-process replay repeats bit for bit on any number of ranks"
-        )
-
-
 @dataclass(frozen=True)
 class Tolerance:
     replay: float
@@ -120,9 +94,10 @@ def tolerance_for(
 ) -> Tolerance:
     """How a validator of class `validator` compares its replay of a miner of class `miner` (None:
     the manifest names none). The validator replays with the miner's split (ranks, micro-batches and
-    sharding), so the split never separates the two classes; but a split whose sums one process does
-    not repeat (more than `EXACT_RANKS` unsharded ranks) gets the run's default tolerance."""
-    if miner is None or not replays_exactly(miner.ranks, miner.sharded):
+    sharding), so the split never separates the two classes: a miner's ranks add their gradients in
+    rank order, which one process repeats (`parallel.rank_ordered_all_reduce`,
+    `parallel.RankOrderedReduceScatter`)."""
+    if miner is None:
         return default
     split = {"micro_batches": miner.micro_batches, "ranks": miner.ranks, "sharded": miner.sharded}
     mine = validator.model_copy(update=split)

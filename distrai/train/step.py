@@ -12,10 +12,10 @@ numbers.
 
 The split changes the floating-point sums, so it is part of what a replay must follow (the
 manifest records both numbers). A miner on N processes (`parallel.py`) runs its rank's chunks
-under `DistributedDataParallel`, which scales each rank's gradient by 1/N and all-reduces the
-sum; one process replaying the same split accumulates each rank's chunks in turn and adds the
-scaled gradients in rank order (`_accumulate_ranks`), the same sums for two ranks (a + b either
-way; measured in docs/gpu.md).
+under `DistributedDataParallel`, whose all-reduce (`parallel.rank_ordered_all_reduce`) scales each
+rank's gradient by 1/N and adds them in rank order; one process replaying the same split
+accumulates each rank's chunks in turn and adds the scaled gradients in the same order
+(`_accumulate_ranks`): the same sums for any number of ranks (tests/test_train_parallel.py).
 
 Sharded ranks (`sharded`, FSDP2) add the scaled gradients in rank order too
 (`parallel.RankOrderedReduceScatter`), so the same `_accumulate_ranks` repeats them for any number

@@ -47,6 +47,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from distrai.train.state import PARAM_PREFIX, TrainState, capture_state, state_entries
 
+all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+"""One all-gather into one tensor: torch 2.13 names it `all_gather_single` and deprecates the older
+name, `all_gather_into_tensor`, which is all an older torch may have."""
+
 WINDOW, STEP, SHUTDOWN, LOAD, STATE = 1, 2, 3, 4, 5
 """Commands from the leader: a window starts (its base parameters follow, unless sharded), a step
 (its batch follows), the miner stops; sharded ranks only: parameters follow (LOAD), gather the
@@ -200,7 +204,7 @@ def rank_ordered_all_reduce(group, bucket):  # (ProcessGroup | None, GradBucket)
     pieces = received.view(world, -1)
     mine = add_in_rank_order(pieces, torch.empty_like(pieces[0]))
     summed = torch.empty_like(padded)
-    dist.all_gather_into_tensor(summed, mine, group=group)
+    all_gather_single(summed, mine, group=group)
     done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     done.set_result(summed[:size])
     return done

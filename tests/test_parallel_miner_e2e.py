@@ -1,11 +1,13 @@
-"""One miner on two data-parallel processes (`torchrun`, gloo on CPU) beside one-process miners, on a
-local network whose validators replay every miner in every window (tests/support/parallel-localnet.toml:
-SDPA attention and fused AdamW, bit-exact replay). The network is the session's `support.leader_net`
-(the malicious-leader test reads it too): its followers apply the honest validator's aggregates.
+"""Miners on two processes (`torchrun`, gloo on CPU) beside a one-process miner, on a local network
+whose validators replay every miner in every window (tests/support/parallel-localnet.toml: SDPA
+attention and fused AdamW, bit-exact replay): miner0's two ranks are data parallel (DDP), miner1's shard
+the model, its gradients and AdamW's state over them (FSDP2, `--miner.shard`). The network is the
+session's `support.leader_net` (the malicious-leader test reads it too): its followers apply the
+honest validator's aggregates.
 
-The two-rank miner publishes one manifest per window under its one hotkey, recording its split
-(two ranks); the validators replay its segments in one process with that split, bit for bit, and
-accept its updates."""
+Each two-rank miner publishes one manifest per window under its one hotkey, recording its split (two
+ranks, sharded or not); the validators replay its segments in one process with that split, bit for
+bit, and accept its updates."""
 
 from __future__ import annotations
 
@@ -19,48 +21,52 @@ from distrai.store import open_store
 from distrai.wire.signed import open_document
 
 
-def test_a_two_rank_miner_is_replayed_bit_for_bit_by_a_one_process_validator(leader_net):
+def test_two_rank_miners_are_replayed_bit_for_bit_by_a_one_process_validator(leader_net):
     net = leader_net.net
-    assert net.neuron("miner0").args[:4] == [
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node=2",
-    ]
-    assert all(n.args[0] != "-m" for n in net.neurons if n.name != "miner0")
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    assert net.neuron("miner0").args[:4] == torchrun and net.neuron("miner1").args[:4] == torchrun
+    assert "--miner.shard" in net.neuron("miner1").args and "--miner.shard" not in net.neuron("miner0").args
+    assert all(n.args[0] != "-m" for n in net.neurons if n.name not in ("miner0", "miner1"))
     assert leader_net.finished, "the network did not finish its windows"
     for neuron in net.neurons:
         assert neuron.process.returncode == 0, neuron.log_path.read_text()[-3000:]
-    log = net.neuron("miner0").log_path.read_text()
-    assert "rank 1 of 2: following rank 0's steps" in log and "rank 0 stopped after" in log, log[-3000:]
+    for name in ("miner0", "miner1"):
+        log = net.neuron(name).log_path.read_text()
+        assert "rank 1 of 2: following rank 0's steps" in log and "rank 0 stopped after" in log, log[-3000:]
 
     first = net.started_block // net.config.windows.blocks_per_window
     windows = list(range(first, first + 3 * WINDOWS))
     reports = signed_reports(net, windows)
-    parallel, single = hotkey(net, "miner0"), hotkey(net, "miner1")
+    parallel, sharded, single = (hotkey(net, name) for name in ("miner0", "miner1", "miner2"))
     store = open_store(net.store_url)
     limit = net.config.limits.max_manifest_bytes
-    manifests = [
-        open_document(
-            store.get(key, limit), max_bytes=limit, is_registered=lambda hk: True, signer=parallel
-        ).body
-        for w in windows
-        if store.exists(key := manifest_key(run_id(net.config), w, parallel))
-    ]
-    assert manifests and all(m["ranks"] == 2 and m["replay_class"]["ranks"] == 2 for m in manifests)
-    assert all(
-        m["replay_class"]["adamw"] == "fused" and m["replay_class"]["attention"] == "sdpa" for m in manifests
-    )
+
+    def manifests(hk: str) -> list[dict]:
+        return [
+            open_document(
+                store.get(key, limit), max_bytes=limit, is_registered=lambda _: True, signer=hk
+            ).body
+            for w in windows
+            if store.exists(key := manifest_key(run_id(net.config), w, hk))
+        ]
+
+    for hk, is_sharded in ((parallel, False), (sharded, True)):
+        published = manifests(hk)
+        assert published, hk
+        for m in published:
+            assert m["ranks"] == 2 and m["replay_class"]["ranks"] == 2
+            assert m["sharded"] is is_sharded and m["replay_class"]["sharded"] is is_sharded
+            assert m["replay_class"]["adamw"] == "fused" and m["replay_class"]["attention"] == "sdpa"
     replayed = {
         hk: [
             r["window"]
             for r in reports
             if r["miners"].get(hk, {}).get("verdicts", {}).get("replay") == "pass"
         ]
-        for hk in (parallel, single)
+        for hk in (parallel, sharded, single)
     }
-    assert replayed[parallel] and replayed[single], (replayed, reports)
+    assert all(replayed.values()), (replayed, reports)
     for r in reports:
-        for hk in (parallel, single):
+        for hk in (parallel, sharded, single):
             if hk in r["miners"]:
                 assert r["miners"][hk]["reason"] is None, (r["window"], r["miners"][hk])

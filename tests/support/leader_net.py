@@ -1,10 +1,10 @@
-"""One local network with steering leaders and a miner on two data-parallel processes, run once per test
-session and shared: the malicious-leader end-to-end test reads the honest validator's reports and every
-node's log, the parallel-miner test the two-rank miner's manifests and the validators' replays of it.
-It runs while other tests do (`support.background`).
+"""One local network with steering leaders and miners on two processes, run once per test session and
+shared: the malicious-leader end-to-end test reads the honest validator's reports and every node's log,
+the parallel-miner test the two-rank miners' manifests and the validators' replays of them. It runs
+while other tests do (`support.background`).
 
-Three honest miners, the first as two data-parallel processes (`torchrun`, gloo on CPU), and three
-validators, as separate processes: the one with the most stake poisons its aggregates, the next
+Three honest miners, the first as two data-parallel processes (`torchrun`, gloo on CPU), the second as
+two processes that shard the model over them (FSDP2), and three validators, as separate processes: the one with the most stake poisons its aggregates, the next
 re-weights them, the third is honest (tests/support/parallel-localnet.toml: the shipped cpu-localnet
 config with SDPA attention and fused AdamW, every miner replayed in every window), for `WINDOWS`
 windows at 1 s per block, the pace the config's offsets assume: a validator checks a window in about
@@ -32,6 +32,7 @@ def start_leader_net(work: Path) -> Localnet:
                 windows=WINDOWS,
                 block_time=1.0,
                 miner_ranks=2,
+                sharded_miner_ranks=2,
                 leader_adversaries=LEADERS,
                 run_config=CONFIG,
             )

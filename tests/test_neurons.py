@@ -128,10 +128,8 @@ def test_a_node_fits_its_step_in_the_memory_it_is_given_or_says_what_it_needs(su
     chain, owner, wallets, tmp_path = subnet
     chain.commit(owner, run_commitment(load_run_config(CPU)))
     args = common(chain, wallets, tmp_path, CPU)
-    out = neuron("miner", *args, "--device.memory_gib", "1")
-    assert out.returncode == 0, out.stderr
-    assert "memory: 1 micro-batch(es) without activation checkpointing" in " ".join(out.stdout.split())
     # room for one sequence's activations beside the state only with the window's base in host memory
+    # (the plan's other choices: tests/test_train_memory.py)
     config = load_run_config(CPU)
     model = load_model(model_spec(config.model), tokenizer=byte_tokenizer())
     shape = ModelShape.of(model, config.train.autocast)

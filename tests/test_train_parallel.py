@@ -65,7 +65,7 @@ def replay_in_one_process(ranks: int, micro_batches: int) -> dict:
     return {"hash": state_hash(capture_state(model, optimizer, len(losses))), "losses": losses}
 
 
-@pytest.mark.parametrize(("world", "micro_batches"), [(2, 1), (2, 2), (4, 2)])
+@pytest.mark.parametrize(("world", "micro_batches"), [(2, 1), (4, 2)])
 def test_gloo_ranks_end_where_one_process_replaying_their_split_ends(tmp_path, world, micro_batches):
     # four ranks: gloo's ring would add their gradients in another order than rank by rank; the
     # ranks' rank-ordered all-reduce (parallel.rank_ordered_all_reduce) is what the replay repeats

@@ -115,8 +115,7 @@ def fit_memory(
     is planned). A miner may split its batch further (`split_further`), and a miner on several ranks
     shards the model over them when nothing else fits, or when asked (`shard`); a validator replays
     the miner's split and may only keep the window's base in host memory and recompute activations.
-    Raises `DoesNotFit` naming what the step
-    would need."""
+    Raises `DoesNotFit` naming what the step would need."""
     if shard and runtime.parallel is None:
         raise ValueError(
             "sharding the model needs several ranks: start the miner under torchrun --nproc-per-node N"

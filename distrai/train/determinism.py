@@ -27,11 +27,11 @@ same bits as single, while fused AdamW, SDPA and autocast each give other bits t
 so each is part of the replay class (`replay_class.py`). A miner on data-parallel gloo ranks and
 one process replaying its split agree bit for bit at two and at four ranks: the ranks' all-reduce
 adds in rank order (`parallel.rank_ordered_all_reduce`), as the replay does; with gloo's own ring,
-four ranks ended 5.8e-5 from the replay (docs/gpu.md). A miner
-whose ranks shard the model (FSDP2) is replayed bit for bit at two, three and four gloo ranks,
-losses included: its ranks add the gradients in rank order and put the clip's norm together rank by
-rank, as the replay does (`parallel.py`, `step.py`), where torch's own FSDP2 takes the clip's norm
-of the shards in another order than the replay's over whole gradients.
+four ranks ended 5.8e-5 from the replay (docs/gpu.md). A miner whose ranks shard the model (FSDP2)
+is replayed bit for bit at two, three and four gloo ranks, losses included: its ranks add the
+gradients in rank order and put the clip's norm together rank by rank, as the replay does
+(`parallel.py`, `step.py`), where torch's own FSDP2 takes the clip's norm of the shards in another
+order than the replay's over whole gradients.
 
 CUDA. `configure_determinism` turns on `torch.use_deterministic_algorithms`, sets
 `CUBLAS_WORKSPACE_CONFIG`, turns off cuDNN autotuning and TF32. Measured on H100 and H200 at 150M
@@ -52,8 +52,8 @@ the deterministic switches slow the eager step by a few percent but the compiled
 kernels by heuristic rather than by benchmarking, and falls back to eager index_put and scatter;
 which costs most is not profiled), so a deterministic step runs at about half the tokens per second of
 the compiled nondeterministic best-practice loop. Not yet measured on GPUs: data-parallel and
-sharded ranks over NCCL (their sums are rank-ordered by construction, as over gloo); `bench/gpu.py --ranks 2 4` measures both on a
-machine with that many GPUs.
+sharded ranks over NCCL (their sums are rank-ordered by construction, as over gloo);
+`bench/gpu.py --ranks 2 4` measures both on a machine with that many GPUs.
 
 `configure_determinism` also stops deterministic mode from filling every new tensor's memory (NaN
 for floats): the fills guard against a kernel that reads memory it never wrote, which no kernel of

@@ -200,15 +200,17 @@ def plan_memory(
     if not split_further:
         splits = [micro_batches]
     shardings = [ranks] if shard else [1, ranks] if ranks > 1 else [1]
-    for over in shardings:
-        for checkpointing in (False, True):
-            for on_host in (False, True) if over == 1 else (False,):
-                for m in splits:
-                    need = shape.state_bytes(over, on_host) + shape.activation_bytes(
-                        rows // m, seq_len, checkpointing
-                    )
-                    if need <= budget:
-                        return MemoryPlan(m, checkpointing, need, budget, over, on_host)
+    candidates = (
+        (over, checkpointing, on_host, m)
+        for over in shardings
+        for checkpointing in (False, True)
+        for on_host in ((False, True) if over == 1 else (False,))
+        for m in splits
+    )
+    for over, checkpointing, on_host, m in candidates:
+        need = shape.state_bytes(over, on_host) + shape.activation_bytes(rows // m, seq_len, checkpointing)
+        if need <= budget:
+            return MemoryPlan(m, checkpointing, need, budget, over, on_host)
     activations = shape.activation_bytes(rows // splits[-1], seq_len, True)
     state = shape.state_bytes(base_on_host=True)
     least = state + activations

@@ -7,8 +7,8 @@ each rank trains its own rows of it under `DistributedDataParallel`, whose backw
 all-reduces the gradients, so every rank takes the same optimizer step and holds the same state
 (`step.py`). The all-reduce adds the ranks' gradients in rank order (`rank_ordered_all_reduce`, a
 DDP communication hook), not in the order of gloo's ring or NCCL's algorithms, so one process
-replaying the miner's split repeats it bit for bit on any number of ranks. The leader alone captures boundary states, encodes and uploads. One command tensor
-per step carries [kind, step, rows, columns]; the batch is a few hundred kilobytes (32 × 2048
+replaying the miner's split repeats it bit for bit on any number of ranks. The leader alone
+captures boundary states, encodes and uploads. One command tensor per step carries [kind, step, rows, columns]; the batch is a few hundred kilobytes (32 × 2048
 int64 tokens: 512 KiB), small beside the gradient all-reduce (4 B/param: 620 MB at 150M).
 
 With `FullyShardedParallel` the ranks shard the model instead (FSDP2, `fully_shard`): each holds
@@ -198,7 +198,7 @@ def rank_ordered_all_reduce(group, bucket):  # (ProcessGroup | None, GradBucket)
     world = dist.get_world_size(group)
     flat = bucket.buffer()
     size = flat.numel()
-    padded = torch.nn.functional.pad(flat, (0, -size % world))
+    padded = torch.nn.functional.pad(flat, (0, -size % world)) if size % world else flat
     received = torch.empty_like(padded)
     dist.all_to_all_single(received, padded, group=group)
     pieces = received.view(world, -1)

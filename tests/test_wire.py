@@ -24,6 +24,7 @@ from distrai.wire import (
     check_hash,
     decode_tensors,
     encode_tensors,
+    looks_like_pickle,
     open_document,
     parse_json,
     sha256_hex,
@@ -488,6 +489,21 @@ def test_a_header_length_that_reads_as_a_pickle_protocol_opcode_is_still_safeten
             assert torch.equal(decoded["x" * name_length], torch.ones(2))
             return
     pytest.fail("no header length starting with a pickle protocol opcode was produced")
+
+
+def test_a_file_whose_bytes_happen_to_read_as_a_pickle_is_still_safetensors():
+    """A header length beginning with byte 0x50 reads as pickle's PERSID opcode, whose argument runs to
+    the next newline; tensor bytes 0x0a 0x2e then end it and give STOP: a complete pickle to the sniffer.
+    An honest miner's codec residual was refused as a pickle this way (its floats held those bytes)."""
+    tensors = {"a": torch.tensor([10, 46], dtype=torch.uint8)}
+    for pad in range(400):
+        data = encode_tensors(tensors, {"k": "v" * pad})
+        if data[0] == 0x50:
+            assert looks_like_pickle(data), "the sniffer alone reads this file as a pickle"
+            decoded, metadata = decode_tensors(data, max_bytes=LIMIT, expected=specs(tensors))
+            assert torch.equal(decoded["a"], tensors["a"]) and metadata == {"k": "v" * pad}
+            return
+    pytest.fail("no header length starting with byte 0x50 was produced")
 
 
 def test_refuses_oversize_tensor_files():

@@ -100,6 +100,20 @@ def _sorted_metadata(data: bytes) -> bytes:
     return data[:8] + text.ljust(length, b" ") + data[8 + length :]
 
 
+def _safetensors_shaped(data: bytes) -> bool:
+    """Whether `data` opens as safetensors does: a header length within `MAX_HEADER_BYTES` that the
+    data holds, then a JSON object. The pickle sniffer must not see such bytes, which can read as a
+    complete pickle: a header length beginning with 0x50 is pickle's PERSID opcode, whose argument
+    runs to the next newline, and a 0x2e after it in the tensor data is STOP (an honest miner's codec
+    residual was refused so). `pickle.dumps` and `torch.save` output does not open this way (its
+    first bytes read as a length far above the limit, or no '{' follows); a pickle crafted to is
+    refused as malformed safetensors instead, and nothing is ever unpickled."""
+    if len(data) <= _LENGTH_PREFIX_BYTES:
+        return False
+    length = int.from_bytes(data[:_LENGTH_PREFIX_BYTES], "little")
+    return length <= MAX_HEADER_BYTES and _LENGTH_PREFIX_BYTES + length <= len(data) and data[8:9] == b"{"
+
+
 def decode_tensors(
     data: bytes,
     *,
@@ -114,7 +128,7 @@ def decode_tensors(
     when `expected` maps names to `(dtype, shape)`, every expected tensor present with that dtype
     and shape and (unless `allow_extra`) no others; bool tensors hold only 0 and 1; float tensors
     hold no NaN or infinity (unless `require_finite` is false)."""
-    if looks_like_pickle(data):
+    if not _safetensors_shaped(data) and looks_like_pickle(data):
         raise WireError(
             Reason.PICKLE, "tensor file is a pickle (or a torch.save archive); only safetensors is accepted"
         )

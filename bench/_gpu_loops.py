@@ -2,14 +2,17 @@
 miner and validator runs) in the previous and the fast GPU config, without and with the pull toward
 the window's base that the GPU config sets (the base on the device, or in host memory as a card
 without room for it keeps it), the same step with the model under `torch.compile`, and a bare
-PyTorch loop with the fast config's settings, plain and compiled.
+PyTorch loop with the fast config's settings, plain and compiled; and the target, the compiled bare
+loop with a PyTorch user's fastest settings (no deterministic algorithms, TF32, cuDNN autotuning),
+which bench/gpu.py runs in the same process beside the others (`settings_of`).
 
 Each loop is a function (model, optimizer, batch) -> None over one whole batch, so the timing and
 the replay code treat them alike."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -41,6 +44,8 @@ class Loop:
     compiled: bool = False
     anchor: str | None = None
     """where the window's base lies for the step's pull toward it: "device", "host" or None (no pull)"""
+    deterministic: bool = True
+    """False: the loop runs with a PyTorch user's fastest settings instead of deterministic ones"""
 
 
 PREVIOUS = Loop(
@@ -77,7 +82,22 @@ HOST_BASE = Loop(
 )
 BARE = Loop("bare loop, the fast config's settings", "float32", "sdpa", "fused", "bfloat16", False)
 BARE_COMPILED = Loop("bare loop under torch.compile", "float32", "sdpa", "fused", "bfloat16", False, True)
-THROUGHPUT = (PREVIOUS, FAST, ANCHORED, HOST_BASE, FAST_COMPILED, BARE, BARE_COMPILED)
+BEST = Loop(
+    "target: bare loop under torch.compile, no deterministic algorithms",
+    "float32",
+    "sdpa",
+    "fused",
+    "bfloat16",
+    False,
+    True,
+    deterministic=False,
+)
+"""The issue's best-practice loop: what a PyTorch user's fastest settings give, replays or not."""
+THROUGHPUT = (PREVIOUS, FAST, ANCHORED, HOST_BASE, FAST_COMPILED, BARE, BARE_COMPILED, BEST)
+SHIPPED = ANCHORED
+"""The GPU config's step (`gpu-subnet.toml`: fast config, base_anchor 0.01, no compile)."""
+PROFILED = {SHIPPED: "GPU config's step", BARE_COMPILED: "compiled, deterministic", BEST: "target"}
+"""The loops `bench/gpu.py --profile` profiles, by the short names its table gives them."""
 
 REFERENCE = Loop("reference: fp32, eager, AdamW", "float32", "eager", "single", None, True)
 PIECES = (
@@ -93,6 +113,34 @@ PIECES = (
 LR = 4e-4
 ANCHOR_STRENGTH = 0.01
 """the GPU config's `base_anchor`"""
+
+
+@contextmanager
+def settings_of(loop: Loop) -> Iterator[None]:
+    """Run the body under `loop`'s settings: a nondeterministic loop turns deterministic algorithms
+    off and TF32 and cuDNN autotuning on, then puts every switch back. Compiled graphs are dropped on
+    the way in and out, so no loop runs kernels compiled under the other's settings."""
+    if loop.deterministic:
+        yield
+        return
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = (
+        torch.are_deterministic_algorithms_enabled(),
+        matmul.allow_tf32,
+        cudnn.allow_tf32,
+        cudnn.benchmark,
+        cudnn.deterministic,
+    )
+    torch._dynamo.reset()
+    torch.use_deterministic_algorithms(False)
+    matmul.allow_tf32 = cudnn.allow_tf32 = cudnn.benchmark = True
+    cudnn.deterministic = False
+    try:
+        yield
+    finally:
+        torch._dynamo.reset()
+        torch.use_deterministic_algorithms(saved[0])
+        matmul.allow_tf32, cudnn.allow_tf32, cudnn.benchmark, cudnn.deterministic = saved[1:]
 
 
 def sized_tokenizer(vocab: int | None) -> PreTrainedTokenizerFast:

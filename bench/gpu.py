@@ -5,15 +5,19 @@ writes docs/gpu.md.
     python bench/gpu.py                      # a GPU: presets 150m and 1b, 32 x 2048 tokens in 4 micro-batches
     python bench/gpu.py --device cpu --presets tiny --rows 8 --seq-len 128 --micro-batches 2 --steps 8
     python bench/gpu.py --quick              # seconds on a CPU; every code path, for the smoke test
+    python bench/gpu.py --presets 150m --throughput-only --profile   # where the step's time goes
 
 Four parts, each on the same device in one run:
 
 1. Throughput of the loops in `_gpu_loops.py`: the project's step in the previous GPU config and in
    the fast one (plain and with the model under `torch.compile`), against a bare loop with the fast
-   config's settings, plain and compiled. Tokens per second from the median step time after two
-   warm-up steps (compilation happens there); MFU against the card's dense bf16 peak
-   (`--peak-tflops`, known for H100 and H200); peak memory on a GPU, beside the estimate of
-   `distrai.train.memory` for the fast config.
+   config's settings, plain and compiled, and against the target: the compiled bare loop with a
+   PyTorch user's fastest settings (no deterministic algorithms), run in the same process. Tokens per
+   second from the median step time after two warm-up steps (compilation happens there); MFU against
+   the card's dense bf16 peak (`--peak-tflops`, known for H100 and H200); peak memory on a GPU, beside
+   the estimate of `distrai.train.memory` for the fast config. With `--profile`, one more step of the
+   GPU config's step, the deterministic compiled loop and the target under `torch.profiler`: time by
+   kind of kernel and the longest kernels (`_gpu_profile.py`).
 2. Which pieces repeat bit for bit: each trains `--replay-steps` steps twice from the same start;
    and whether each gives the reference's bits.
 3. Data-parallel ranks: torchrun runs `_gpu_ranks.py` on W processes (NCCL over W GPUs, gloo on a
@@ -41,17 +45,23 @@ from pathlib import Path
 
 import torch
 from _gpu_loops import (
+    BEST,
     FAST,
+    FAST_COMPILED,
     PIECES,
+    PROFILED,
     REFERENCE,
+    SHIPPED,
     THROUGHPUT,
     Loop,
     batches,
     build,
     flops_per_token,
+    settings_of,
     sized_tokenizer,
     step_of,
 )
+from _gpu_profile import Profile, profile_section, profile_step
 from _report import NOTES_MARKER, Machine, kept_notes
 from rich.console import Console
 from rich.markdown import Markdown
@@ -68,6 +78,8 @@ from distrai.train.step import StepConfig, step_with
 ROOT = Path(__file__).resolve().parent.parent
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0}
 """Dense bf16 tensor-core peak of the SXM parts, TFLOP/s."""
+TARGET = 0.90
+"""The GPU config's step must reach this share of the target loop's tokens per second."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,7 @@ class Speed:
     tokens_per_s: float | None
     peak_gib: float | None
     note: str = ""
+    profile: Profile | None = None
 
 
 @dataclass(frozen=True)
@@ -107,24 +120,30 @@ def release(device: torch.device) -> None:
 
 
 def time_loop(loop: Loop, preset: str, device: torch.device, args: argparse.Namespace) -> Speed:
-    """Median step time of `loop` over `args.steps` steps after two warm-up steps."""
+    """Median step time of `loop` over `args.steps` steps after two warm-up steps, under the loop's
+    settings; with `args.profile`, one more step of a `PROFILED` loop under the profiler."""
     release(device)
     try:
-        model, optimizer = build(loop, preset, device, args.vocab)
-        step = step_of(loop, args.micro_batches)
-        times = []
-        for i, batch in enumerate(batches(model.config.vocab_size, args.rows, args.seq_len, args.steps + 2)):
-            sync(device)
-            start = time.perf_counter()
-            step(model, optimizer, batch)
-            sync(device)
-            if i >= 2:
-                times.append(time.perf_counter() - start)
+        with settings_of(loop):
+            model, optimizer = build(loop, preset, device, args.vocab)
+            step = step_of(loop, args.micro_batches)
+            times = []
+            work = batches(model.config.vocab_size, args.rows, args.seq_len, args.steps + 2)
+            for i, batch in enumerate(work):
+                sync(device)
+                start = time.perf_counter()
+                step(model, optimizer, batch)
+                sync(device)
+                if i >= 2:
+                    times.append(time.perf_counter() - start)
+            peak = torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None
+            profiled = None
+            if args.profile and loop in PROFILED:
+                profiled = profile_step(step, model, optimizer, work[-1], device)
     except Exception as exc:  # a loop that cannot run here (no compiler, out of memory) is a row, not a crash
         return Speed(loop, None, None, f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
-    peak = torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None
     del model, optimizer
-    return Speed(loop, args.rows * args.seq_len / statistics.median(times), peak)
+    return Speed(loop, args.rows * args.seq_len / statistics.median(times), peak, profile=profiled)
 
 
 def end_hash(loop: Loop, preset: str, device: torch.device, args: argparse.Namespace) -> str:
@@ -136,19 +155,48 @@ def end_hash(loop: Loop, preset: str, device: torch.device, args: argparse.Names
     return state_hash(capture_state(model, optimizer, len(work)))
 
 
-def pieces(preset: str, device: torch.device, args: argparse.Namespace) -> list[tuple[Loop, str, str, str]]:
-    """(piece, repeats bit for bit, the reference's bits, the fast config's bits) for every piece."""
+def pieces(preset: str, device: torch.device, args: argparse.Namespace) -> list[tuple[str, str, str, str]]:
+    """(piece, repeats bit for bit, the reference's bits, the fast config's bits) for every piece, and
+    for the compiled step compiled again in a fresh process, as a validator compiles the miner's step."""
     reference, fast = end_hash(REFERENCE, preset, device, args), end_hash(FAST, preset, device, args)
     rows = []
     for loop in PIECES:
         try:
             first, second = end_hash(loop, preset, device, args), end_hash(loop, preset, device, args)
         except Exception as exc:  # a piece that cannot run here is a row, not a crash
-            rows.append((loop, f"failed: {type(exc).__name__}", "–", "–"))
+            rows.append((loop.name, f"failed: {type(exc).__name__}", "–", "–"))
             continue
         same = ("yes" if first == reference else "no", "yes" if first == fast else "no")
-        rows.append((loop, "yes" if first == second else "**no**", *same))
+        rows.append((loop.name, "yes" if first == second else "**no**", *same))
+        if loop == FAST_COMPILED:
+            rows.append(fresh_process_row(loop, first, reference, fast, preset, args))
     return rows
+
+
+def fresh_process_row(
+    loop: Loop, here: str, reference: str, fast: str, preset: str, args: argparse.Namespace
+) -> tuple[str, str, str, str]:
+    """`loop` compiled and trained in another process with empty inductor and Triton caches, so it
+    reuses no kernel of this one's; "repeats bit for bit" compares its end with this process's."""
+    name = f"{loop.name}, compiled again in a fresh process"
+    command = [sys.executable, str(Path(__file__).resolve()), "--end-hash", str(PIECES.index(loop))]
+    command += ["--presets", preset, "--device", args.device, "--rows", str(args.rows)]
+    command += ["--seq-len", str(args.seq_len), "--micro-batches", str(args.micro_batches)]
+    command += ["--replay-steps", str(args.replay_steps)]
+    command += ["--vocab", str(args.vocab)] if args.vocab else []
+    command += ["--nondeterministic"] if args.nondeterministic else []
+    with tempfile.TemporaryDirectory() as caches:
+        env = os.environ | {
+            "TORCHINDUCTOR_CACHE_DIR": str(Path(caches) / "inductor"),
+            "TRITON_CACHE_DIR": str(Path(caches) / "triton"),
+        }
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        errors = [line for line in (done.stdout + done.stderr).splitlines() if "Error" in line]
+        return name, f"failed: {(errors or ['no output'])[0][:160]}", "–", "–"
+    there = done.stdout.split()[-1]
+    same = ("yes" if there == reference else "no", "yes" if there == fast else "no")
+    return name, "yes" if there == here else "**no**", *same
 
 
 def ranks_row(world: int, mode: str, preset: str, device: torch.device, args: argparse.Namespace) -> RanksRow:
@@ -225,12 +273,12 @@ def throughput_section(
         args.rows // args.micro_batches, args.seq_len, False
     )
     peak = peak_flops(device, args)
-    best = next((s.tokens_per_s for s in speeds if s.loop.name.startswith("bare loop under")), None)
+    best = next((s.tokens_per_s for s in speeds if s.loop == BEST), None)
     lines = [
         f"## Throughput: preset {preset} ({shape.params:,} parameters), {args.rows} × {args.seq_len} tokens "
         f"in {args.micro_batches} micro-batches",
         "",
-        "| loop | tokens/s (median step) | × compiled bare loop | MFU | peak memory |",
+        "| loop | tokens/s (median step) | × target | MFU | peak memory |",
         "|---|---:|---:|---:|---:|",
     ]
     for s in speeds:
@@ -242,6 +290,14 @@ def throughput_section(
             f"| {s.loop.name} | {tokens} | {fmt(ratio, '.2f', '×')} | {fmt(mfu, '.1%')} | {memory} |"
         )
     plan = plan_memory(shape, args.rows, args.seq_len, args.micro_batches, 10**15)
+    shipped = next((s.tokens_per_s for s in speeds if s.loop == SHIPPED), None)
+    if shipped and best:
+        verdict = "met" if shipped / best >= TARGET else "MISSED"
+        lines += [
+            "",
+            f'Target: the GPU config\'s step (the "{SHIPPED.name}" row) at ≥ {TARGET:.0%} of the target '
+            f"row's tokens/s, measured side by side in this process: {shipped / best:.2f}×, {verdict}.",
+        ]
     lines += [
         "",
         f"FLOPs per token 6N + 6·L·T·d = {fpt / 1e9:.3f} GFLOP. The estimate of `distrai.train.memory` for the "
@@ -253,16 +309,14 @@ def throughput_section(
     return "\n".join(lines)
 
 
-def pieces_section(preset: str, rows: list[tuple[Loop, str, str, str]], args: argparse.Namespace) -> str:
+def pieces_section(preset: str, rows: list[tuple[str, str, str, str]], args: argparse.Namespace) -> str:
     lines = [
         f"## What repeats bit for bit: preset {preset}, {args.replay_steps} steps from one start, twice",
         "",
         "| piece | repeats bit for bit | the reference's bits | the fast config's bits |",
         "|---|---|---|---|",
     ]
-    lines += [
-        f"| {loop.name} | {repeats} | {reference} | {fast} |" for loop, repeats, reference, fast in rows
-    ]
+    lines += [f"| {name} | {repeats} | {reference} | {fast} |" for name, repeats, reference, fast in rows]
     return "\n".join(lines)
 
 
@@ -330,12 +384,25 @@ def main(argv: list[str] | None = None) -> int:
         "autotuning, no deterministic algorithms): what the loops give up for bit-exact replay",
     )
     parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile one step of the GPU config's step, the deterministic compiled loop and the target",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="tiny preset, few steps: every code path in seconds"
+    )
+    parser.add_argument(
+        "--end-hash",
+        type=int,
+        default=None,
+        metavar="PIECE",
+        help="print the end state's hash of the PIECE-th piece on the first preset and stop (what the "
+        "pieces table runs in a fresh process)",
     )
     args = parser.parse_args(argv)
     if args.quick:
         args.presets, args.rows, args.seq_len, args.micro_batches = ["tiny"], 4, 32, 2
-        args.steps, args.replay_steps, args.ranks = 2, 2, [2]
+        args.steps, args.replay_steps, args.ranks, args.profile = 2, 2, [2], True
     device = torch.device(args.device)
     if args.vocab is None and device.type == "cuda":
         args.vocab = GPU_CONFIG_VOCAB
@@ -344,6 +411,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.backends.cudnn.benchmark = True
     else:
         configure_determinism(device)
+    if args.end_hash is not None:
+        print(end_hash(PIECES[args.end_hash], args.presets[0], device, args))
+        return 0
     console = Console()
     machine = Machine.here()
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else machine.cpu
@@ -370,6 +440,9 @@ def main(argv: list[str] | None = None) -> int:
         with console.status(f"timing the loops on preset {preset}"):
             speeds = [time_loop(loop, preset, device, args) for loop in THROUGHPUT]
         add(throughput_section(preset, speeds, device, args))
+        profiles = {PROFILED[s.loop]: s.profile for s in speeds if s.profile is not None}
+        if profiles:
+            add(profile_section(preset, profiles, device))
         if i > 0 or args.throughput_only:
             continue
         with console.status(f"replaying each piece twice on preset {preset}"):

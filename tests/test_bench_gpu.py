@@ -1,9 +1,11 @@
-"""Smoke test of bench/gpu.py: a `--quick` run on the CPU writes every table, every loop runs, every
-piece repeats bit for bit, and two gloo ranks, under DDP and sharded (FSDP2), agree with a one-process
-replay of their split."""
+"""Smoke test of bench/gpu.py: a `--quick` run on the CPU writes every table, every loop runs (the
+target among them, with its verdict), the profiled loops' time is split by kind, every piece repeats
+bit for bit (the compiled step also in a fresh process with empty compile caches), and two gloo ranks, under DDP and sharded (FSDP2), agree with a one-process replay of
+their split."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,15 +30,35 @@ def test_quick_run_writes_every_table(tmp_path):
     assert "`python bench/gpu.py --quick --device cpu --output" in text and text.endswith("notes kept\n")
 
     speeds = table_after(text, "## Throughput: preset tiny")
-    assert len(speeds) == 1 + 7
+    assert len(speeds) == 1 + 8
     for loop, tokens, ratio, *_ in speeds[1:]:
         assert float(tokens.replace(",", "")) > 0, (loop, tokens)
         assert ratio.endswith("×")
-    assert dict((row[0], row[2]) for row in speeds[1:])["bare loop under torch.compile"] == "1.00×"
+    ratios = dict((row[0], row[2]) for row in speeds[1:])
+    assert ratios["target: bare loop under torch.compile, no deterministic algorithms"] == "1.00×"
+    shipped = ratios["project, fast config, pulled toward the base on the device (the GPU config's step)"]
+    verdict = re.search(r"measured side by side in this process: ([0-9.]+)×, (met|MISSED)\.", text)
+    assert verdict and verdict.group(1) + "×" == shipped
+    assert (verdict.group(2) == "met") == (float(verdict.group(1)) >= 0.9)
+
+    kinds = profile_by_kind(text)
+    assert kinds[0][1:] == ["GPU config's step", "compiled, deterministic", "target"]
+    by_kind = {row[0]: row[1:] for row in kinds[1:]}
+    assert all(float(ms.replace(",", "")) > 0 for ms in by_kind["**sum of kernels**"]), by_kind
+    assert all(ms.startswith("0.0 ") for ms in by_kind["compiled (inductor)"][:1]), (
+        "the eager step compiles nothing"
+    )
+    assert all(not ms.startswith("0.0 ") for ms in by_kind["compiled (inductor)"][1:]), by_kind
+    assert all(not ms.startswith("0.0 ") for ms in by_kind["matmul"]), by_kind
+    assert by_kind["distinct compiled graphs run"] == ["0", "2", "2"], "forward and backward, no graph break"
 
     pieces = table_after(text, "## What repeats bit for bit")
-    assert len(pieces) == 1 + 8 and all(row[1] == "yes" for row in pieces[1:]), pieces
+    assert len(pieces) == 1 + 9 and all(row[1] == "yes" for row in pieces[1:]), pieces
     by_piece = {row[0]: row for row in pieces[1:]}
+    compiled = "project, fast config, model under torch.compile"
+    assert by_piece[f"{compiled}, compiled again in a fresh process"][1:] == by_piece[compiled][1:], (
+        "a second process with empty caches compiles kernels that give the first one's bits"
+    )
     assert by_piece["reference: fp32, eager, AdamW"][2] == "yes"
     assert by_piece["foreach AdamW"][2] == "yes", "foreach AdamW gives the single-tensor bits"
 
@@ -45,3 +67,11 @@ def test_quick_run_writes_every_table(tmp_path):
         ["2", "DDP", "yes", "0.00e+00", "0.00e+00"],
         ["2", "FSDP2 (sharded)", "yes", "0.00e+00", "0.00e+00"],
     ], ranks
+
+
+def profile_by_kind(text: str) -> list[list[str]]:
+    """The rows of the profile's first table (time by kind), header first."""
+    section = text.split("## Where a step's time goes", 1)[1].split("Longest kernels", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    cells = [[cell.strip() for cell in row.strip("|").split("|")] for row in rows]
+    return [cells[0], *cells[2:]]

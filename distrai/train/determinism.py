@@ -50,7 +50,8 @@ validator) compile the same kernels is not measured, so runs ship `train.compile
 the deterministic switches slow the eager step by a few percent but the compiled one by 2.3x at
 257M parameters and 1.5x at 1.2B (under deterministic algorithms inductor picks its reduction
 kernels by heuristic rather than by benchmarking, and falls back to eager index_put and scatter;
-which costs most is not profiled), so a deterministic step runs at about half the tokens per second of
+which costs most is not yet profiled on a GPU: `bench/gpu.py --profile` splits a step's time by
+kind of kernel), so a deterministic step runs at about half the tokens per second of
 the compiled nondeterministic best-practice loop. Not yet measured on GPUs: data-parallel and
 sharded ranks over NCCL (their sums are rank-ordered by construction, as over gloo);
 `bench/gpu.py --ranks 2 4` measures both on a machine with that many GPUs.

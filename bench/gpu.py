@@ -147,11 +147,12 @@ def time_loop(loop: Loop, preset: str, device: torch.device, args: argparse.Name
 
 
 def end_hash(loop: Loop, preset: str, device: torch.device, args: argparse.Namespace) -> str:
-    model, optimizer = build(loop, preset, device, args.vocab)
-    step = step_of(loop, args.micro_batches)
-    work = batches(model.config.vocab_size, args.rows, args.seq_len, args.replay_steps)
-    for batch in work:
-        step(model, optimizer, batch)
+    with settings_of(loop):
+        model, optimizer = build(loop, preset, device, args.vocab)
+        step = step_of(loop, args.micro_batches)
+        work = batches(model.config.vocab_size, args.rows, args.seq_len, args.replay_steps)
+        for batch in work:
+            step(model, optimizer, batch)
     return state_hash(capture_state(model, optimizer, len(work)))
 
 

@@ -53,7 +53,7 @@ def test_quick_run_writes_every_table(tmp_path):
     assert by_kind["distinct compiled graphs run"] == ["0", "2", "2"], "forward and backward, no graph break"
 
     pieces = table_after(text, "## What repeats bit for bit")
-    assert len(pieces) == 1 + 9 and all(row[1] == "yes" for row in pieces[1:]), pieces
+    assert len(pieces) == 1 + 10 and all(row[1] == "yes" for row in pieces[1:]), pieces
     by_piece = {row[0]: row for row in pieces[1:]}
     compiled = "project, fast config, model under torch.compile"
     assert by_piece[f"{compiled}, compiled again in a fresh process"][1:] == by_piece[compiled][1:], (

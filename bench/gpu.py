@@ -177,8 +177,10 @@ def pieces(preset: str, device: torch.device, args: argparse.Namespace) -> list[
 def fresh_process_row(
     loop: Loop, here: str, reference: str, fast: str, preset: str, args: argparse.Namespace
 ) -> tuple[str, str, str, str]:
-    """`loop` compiled and trained in another process with empty inductor and Triton caches, so it
-    reuses no kernel of this one's; "repeats bit for bit" compares its end with this process's."""
+    """`loop` compiled and trained in another process that reuses none of this one's compile
+    decisions (`--end-hash` turns inductor's graph, autograd and autotuning caches off there; only a
+    kernel whose source comes out the same is not compiled again); "repeats bit for bit" compares
+    its end with this process's."""
     name = f"{loop.name}, compiled again in a fresh process"
     command = [sys.executable, str(Path(__file__).resolve()), "--end-hash", str(PIECES.index(loop))]
     command += ["--presets", preset, "--device", args.device, "--rows", str(args.rows)]
@@ -186,18 +188,21 @@ def fresh_process_row(
     command += ["--replay-steps", str(args.replay_steps)]
     command += ["--vocab", str(args.vocab)] if args.vocab else []
     command += ["--nondeterministic"] if args.nondeterministic else []
-    with tempfile.TemporaryDirectory() as caches:
-        env = os.environ | {
-            "TORCHINDUCTOR_CACHE_DIR": str(Path(caches) / "inductor"),
-            "TRITON_CACHE_DIR": str(Path(caches) / "triton"),
-        }
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         errors = [line for line in (done.stdout + done.stderr).splitlines() if "Error" in line]
         return name, f"failed: {(errors or ['no output'])[0][:160]}", "–", "–"
     there = done.stdout.split()[-1]
     same = ("yes" if there == reference else "no", "yes" if there == fast else "no")
     return name, "yes" if there == here else "**no**", *same
+
+
+def compile_afresh() -> None:
+    """Turn off the caches through which a compile reuses an earlier process's decisions: traced and
+    lowered graphs, and the configurations autotuning chose."""
+    torch._inductor.config.fx_graph_cache = False
+    torch._inductor.config.autotune_local_cache = False
+    torch._functorch.config.enable_autograd_cache = False
 
 
 def ranks_row(world: int, mode: str, preset: str, device: torch.device, args: argparse.Namespace) -> RanksRow:
@@ -397,8 +402,8 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         metavar="PIECE",
-        help="print the end state's hash of the PIECE-th piece on the first preset and stop (what the "
-        "pieces table runs in a fresh process)",
+        help="print the end state's hash of the PIECE-th piece on the first preset, compiled without "
+        "inductor's caches, and stop (what the pieces table runs in a fresh process)",
     )
     args = parser.parse_args(argv)
     if args.quick:
@@ -413,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         configure_determinism(device)
     if args.end_hash is not None:
+        compile_afresh()
         print(end_hash(PIECES[args.end_hash], args.presets[0], device, args))
         return 0
     console = Console()

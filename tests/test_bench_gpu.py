@@ -1,6 +1,6 @@
 """Smoke test of bench/gpu.py: a `--quick` run on the CPU writes every table, every loop runs (the
 target among them, with its verdict), the profiled loops' time is split by kind, every piece repeats
-bit for bit (the compiled step also in a fresh process with empty compile caches), and two gloo ranks, under DDP and sharded (FSDP2), agree with a one-process replay of
+bit for bit (the compiled step also in a fresh process that reuses no compile decision), and two gloo ranks, under DDP and sharded (FSDP2), agree with a one-process replay of
 their split."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def test_quick_run_writes_every_table(tmp_path):
     by_piece = {row[0]: row for row in pieces[1:]}
     compiled = "project, fast config, model under torch.compile"
     assert by_piece[f"{compiled}, compiled again in a fresh process"][1:] == by_piece[compiled][1:], (
-        "a second process with empty caches compiles kernels that give the first one's bits"
+        "a second process compiling afresh makes kernels that give the first one's bits"
     )
     assert by_piece["reference: fp32, eager, AdamW"][2] == "yes"
     assert by_piece["foreach AdamW"][2] == "yes", "foreach AdamW gives the single-tensor bits"

@@ -180,6 +180,8 @@ class Localnet:
         self.neurons: list[Neuron] = []
         self.chain: LocalChain | None = None
         self.started_block = 0
+        self.started_env: dict[str, str] | None = None
+        """the environment the nodes started in; a restarted node gets it again"""
 
     @property
     def wallet_path(self) -> Path:
@@ -294,16 +296,19 @@ class Localnet:
 
     def start(self) -> None:
         (self.work / "logs").mkdir(exist_ok=True)
+        self.started_env = self.env()
         for neuron in self.neurons:
-            neuron.start(self.env())
+            neuron.start(self.started_env)
 
     def neuron(self, name: str) -> Neuron:
         return next(n for n in self.neurons if n.name == name)
 
     def restart(self, name: str) -> None:
+        """Kill node `name` and start it with the same command, in the environment the network
+        started in (not the caller's now, which a test may have changed)."""
         neuron = self.neuron(name)
         neuron.kill()
-        neuron.start(self.env())
+        neuron.start(self.started_env if self.started_env is not None else self.env())
 
     def wait(self, timeout: float, poll=None) -> bool:
         """Until every neuron has exited (True) or `timeout` seconds pass (False)."""

@@ -1,7 +1,7 @@
 """Fixtures shared by several test files, and the session's background local networks.
 
 The networks that tests only read once they have ended (`support.adversary_net`,
-`support.leader_net`, `support.findings_net`) run one after another while the other tests do
+`support.leader_net`, `support.findings_net`, `support.restart_net`) run one after another while the other tests do
 (`support.background`): each starts between two tests once the one before has ended. The tests
 that read them run after every other test, in the order the networks run, and wait for theirs.
 Tests marked `localnet` run a network of their own while they run; they come last, once every
@@ -14,11 +14,13 @@ from support.adversary_net import start_adversary_net
 from support.background import FinishedNet, Networks
 from support.findings_net import start_findings_net
 from support.leader_net import start_leader_net
+from support.restart_net import start_restart_net
 
 NETWORKS = {
     "adversary_net": start_adversary_net,
     "leader_net": start_leader_net,
     "findings_net": start_findings_net,
+    "restart_net": start_restart_net,
 }
 """The background networks, by the name of the fixture that gives each, in the order they run."""
 
@@ -80,3 +82,9 @@ def leader_net(networks) -> FinishedNet:
 def findings_net(networks) -> FinishedNet:
     """The local network of `support.findings_net`, run to its end."""
     return networks.result("findings_net")
+
+
+@pytest.fixture(scope="session")
+def restart_net(networks) -> FinishedNet:
+    """The local network of `support.restart_net`, run to its end."""
+    return networks.result("restart_net")

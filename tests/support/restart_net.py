@@ -1,0 +1,95 @@
+"""The whole subnet on one machine, with a validator killed and restarted mid-run, run once per test
+session while other tests do (`support.background`); tests/test_localnet_e2e.py reads it.
+
+The owner first prepares the run's data from local files with `distrai data prepare` into a data
+store of its own, which the shipped CPU run config then names. 3 honest miners, 1 idle miner and 2
+validators run as separate processes through the real entry points, on the embedded chain and a file
+store, for `WINDOWS` windows at 1 s per block (the pace the config's offsets assume, with room for
+the tests running beside it).
+
+A driver thread (`Restarter`) waits for validator1's first scored window, kills it, copies the state
+it saved to `BEFORE` in the network's folder and starts it again with the same command and
+environment; it writes what happened, or why it could not, to `DRIVER_LOG`."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shutil
+import threading
+import time
+from pathlib import Path
+
+from distrai.cli import main as distrai_main
+from distrai.localnet import Localnet, LocalnetOptions
+from distrai.metrics import read_metrics
+from distrai.run import shipped_config_path
+from distrai.train.corpus import offline_documents
+from support.background import start
+from support.tiny_models import write_corpus_files
+
+WINDOWS = 3
+RESTARTED = "validator1"
+BEFORE = "validator1-before.json"
+"""validator1's saved state just before the kill"""
+DRIVER_LOG = "driver.log"
+FIRST_WINDOW_S = 240.0
+"""How long the driver waits for validator1's first scored window."""
+
+
+def prepared_run_config(folder: Path) -> Path:
+    """`distrai data prepare` on local files, then the shipped CPU run config naming what it printed."""
+    files = write_corpus_files(folder / "text", offline_documents(1000, seed=5))
+    data_store = f"file://{folder / 'data'}"
+    argv = ["data", "prepare", "--files", str(files["json"]), "--tokenizer", "byte", "--shard-tokens", "2048"]
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        if distrai_main([*argv, "--heldout-fraction", "0.1", "--store.url", data_store]) != 0:
+            raise RuntimeError("distrai data prepare failed on the test corpus")
+    shipped = shipped_config_path("cpu-localnet").read_text()
+    builtin = re.search(r'^manifest = "[0-9a-f]{64}"', shipped, re.MULTILINE).group(0)
+    ours = f'manifest = "{out.getvalue().split()[-1]}"\nstore = "{data_store}"'
+    path = folder / "run.toml"
+    path.write_text(shipped.replace(builtin, ours))
+    return path
+
+
+def start_restart_net(work: Path) -> Localnet:
+    net = start(
+        Localnet(
+            LocalnetOptions(
+                work=work,
+                miners=4,
+                validators=2,
+                windows=WINDOWS,
+                block_time=1.0,
+                idle_miners=1,
+                run_config=prepared_run_config(work.parent),
+            )
+        )
+    )
+    Restarter(net).start()
+    return net
+
+
+class Restarter(threading.Thread):
+    """Kills `RESTARTED` once it has scored a window, and starts it again."""
+
+    def __init__(self, net: Localnet):
+        super().__init__(name="restart-net driver", daemon=True)
+        self.net = net
+
+    def run(self) -> None:
+        log = self.net.work / DRIVER_LOG
+        node = self.net.neuron(RESTARTED)
+        metrics = node.work_dir / "metrics.jsonl"
+        deadline = time.monotonic() + FIRST_WINDOW_S
+        while not (metrics.exists() and read_metrics(metrics)):
+            if time.monotonic() > deadline or not any(n.running() for n in self.net.neurons):
+                log.write_text(f"{RESTARTED} scored no window within {FIRST_WINDOW_S:.0f} s\n")
+                return
+            time.sleep(0.3)
+        node.kill()  # then its saved state is the one it restarts from
+        shutil.copyfile(node.work_dir / "validator_state.json", self.net.work / BEFORE)
+        self.net.restart(RESTARTED)
+        log.write_text(f"{RESTARTED} killed and restarted at block {self.net.chain.block()}\n")

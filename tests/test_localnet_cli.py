@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from distrai.localnet import Localnet, LocalnetOptions
+from distrai.localnet import Localnet, LocalnetOptions, Neuron
 from distrai.localnet_cmd import parse_adversaries
 from distrai.wallets import open_wallet
 
@@ -181,3 +181,20 @@ def test_a_sharded_miner_runs_as_miner1_under_torchrun_and_needs_a_second_miner(
     assert "--miner.shard" in net.neuron("miner1").args
     assert all("--miner.shard" not in net.neuron(name).args for name in ("miner0", "miner2"))
     assert all(net.neuron(name).args[0] != "-m" for name in ("miner0", "miner2"))
+
+
+def test_a_restarted_node_gets_the_environment_the_network_started_in(tmp_path, monkeypatch):
+    monkeypatch.setenv("DISTRAI_TEST_MARK", "started")
+    net = Localnet(LocalnetOptions(work=tmp_path / "net", miners=1, validators=1))
+    net.work.mkdir()
+    seen = tmp_path / "seen"
+    script = f"import os, pathlib; pathlib.Path({str(seen)!r}).write_text(os.environ['DISTRAI_TEST_MARK'])"
+    net.neurons.append(Neuron("probe", "miner", "probe", tmp_path, tmp_path / "probe.log", ["-c", script]))
+    net.start()
+    net.neuron("probe").process.wait(30)
+    assert seen.read_text() == "started"
+
+    monkeypatch.setenv("DISTRAI_TEST_MARK", "changed by the caller")
+    net.restart("probe")
+    net.neuron("probe").process.wait(30)
+    assert seen.read_text() == "started"

@@ -190,11 +190,16 @@ def fresh_process_row(
     command += ["--nondeterministic"] if args.nondeterministic else []
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
-        errors = [line for line in (done.stdout + done.stderr).splitlines() if "Error" in line]
-        return name, f"failed: {(errors or ['no output'])[0][:160]}", "–", "–"
+        return name, failure(done), "–", "–"
     there = done.stdout.split()[-1]
     same = ("yes" if there == reference else "no", "yes" if there == fast else "no")
     return name, "yes" if there == here else "**no**", *same
+
+
+def failure(done: subprocess.CompletedProcess) -> str:
+    """A table cell for a benchmark process that failed: its first line naming an error."""
+    errors = [line for line in (done.stdout + done.stderr).splitlines() if "Error" in line]
+    return f"failed: {(errors or ['no output'])[0][:160]}"
 
 
 def compile_afresh() -> None:
@@ -227,9 +232,7 @@ def ranks_row(world: int, mode: str, preset: str, device: torch.device, args: ar
         }
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
         if done.returncode != 0:
-            errors = [line for line in (done.stdout + done.stderr).splitlines() if "Error" in line]
-            note = f"failed: {(errors or ['no output'])[0][:160]}"
-            return RanksRow(world, mode, None, None, None, None, None, note)
+            return RanksRow(world, mode, None, None, None, None, None, failure(done))
         ranks = load_file(str(out / "params.safetensors"))
         result = json.loads((out / "result.json").read_text())
     model, optimizer = build(FAST, preset, device, args.vocab)

@@ -90,7 +90,9 @@ class LocalnetOptions:
     """Processes of miner1 when above 1 (torchrun, `--miner.shard`: the model, gradients and optimizer
     state sharded over them, FSDP2 over gloo)."""
     adversaries: tuple[str, ...] = ()
-    """One extra miner per entry, cheating in that way (`miners.behaviour.ADVERSARIES`)."""
+    """One extra miner per entry, cheating in that way (`miners.behaviour.ADVERSARIES`), each with a
+    store of its own under `stores/` (as each miner has its own bucket on a real subnet), reading the
+    run's data from the network's store."""
     leader_adversaries: tuple[str, ...] = ()
     """The i-th entry makes the validator with the i-th most stake try to steer the global model
     in that way (`validators.behaviour.LEADER_ADVERSARIES`); followers must refuse it."""
@@ -231,7 +233,12 @@ class Localnet:
         for name in o.adversaries:
             wallet, _ = create_dev_wallet(f"adversary-{name}", "default", str(self.wallet_path))
             chain.register(wallet)
-            self._add("miner", f"adversary-{name}", ["--miner.adversary", name, *self._link()])
+            self._add(
+                "miner",
+                f"adversary-{name}",
+                ["--miner.adversary", name, "--data.store", self.store_url, *self._link()],
+                store_url=f"file://{self.work / 'stores' / name}",
+            )
         chain.advance(chain.hyperparameters().tempo + 2)
         self.started_block = chain.block()
 
@@ -245,7 +252,9 @@ class Localnet:
         bandwidth = self.options.miner_bandwidth
         return [] if bandwidth is None else ["--store.bandwidth", repr(float(bandwidth))]
 
-    def _add(self, role: str, name: str, extra: list[str], ranks: int = 1) -> None:
+    def _add(
+        self, role: str, name: str, extra: list[str], ranks: int = 1, store_url: str | None = None
+    ) -> None:
         work_dir = self.work / "nodes" / name
         work_dir.mkdir(parents=True, exist_ok=True)
         script = str(REPO / "neurons" / f"{role}.py")
@@ -270,7 +279,7 @@ class Localnet:
             "--chain.path",
             str(self.work / "chain.db"),
             "--store.url",
-            self.store_url,
+            store_url or self.store_url,
             "--work.dir",
             str(work_dir),
             "--max.windows",

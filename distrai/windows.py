@@ -161,6 +161,14 @@ def aggregate_deadline(cfg: WindowConfig, window: int) -> int:
     return window_start(cfg, window) + cfg.aggregate_offset
 
 
+def read_patience(cfg: WindowConfig, window: int) -> int:
+    """The block until which a validator keeps asking a miner's store that did not answer for what
+    the miner committed to: the first third of the validate phase (at least one block), so the
+    checks still end before the aggregate deadline. What is still unread then is settled
+    (`validators.withheld`)."""
+    return reveal_deadline(cfg, window) + max(1, (cfg.aggregate_offset - cfg.reveal_offset) // 3)
+
+
 def base_index(cfg: WindowConfig, window: int, first_window: int) -> int:
     """Which global model window `window` trains from: M_j is the model after the aggregates of
     every window before j (the run's initial parameters at the run's first window). Sequential

@@ -15,6 +15,7 @@ import io
 import json
 import logging
 import secrets
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,7 +31,7 @@ from distrai.train.inner import pseudo_gradient, window_start_state
 from distrai.train.sketch import sketch
 from distrai.train.state import load_state, save_state, state_hash
 from distrai.update import encode_update
-from distrai.windows import commit_deadline, committed_in_time, reveal_deadline
+from distrai.windows import commit_deadline, committed_in_time, read_patience, reveal_deadline
 from distrai.wire import sign_document
 from distrai.wire.manifest import UpdateManifest
 
@@ -71,6 +72,9 @@ class Behaviour:
         """The blob to upload at reveal (None: upload none); runs in the uploading thread, which
         reads the chain through `chain`."""
         return blob
+
+    def revealed(self, miner: Miner, w: int, challenged: bool, chain: Chain) -> None:
+        """Called in the uploading thread once window w's reveal is uploaded."""
 
 
 def honest() -> Behaviour:
@@ -131,6 +135,31 @@ class Lazy(Behaviour):
             boundaries.append((step, state_hash(faked), boundaries[-1][2]))
         losses = trained.losses + [trained.losses[-1]] * (h - done)
         return dataclasses.replace(trained, losses=losses, boundaries=boundaries)
+
+
+class Withhold(Lazy):
+    """Trains half its segments like `lazy` and, when challenged, keeps the validators from reading
+    its reveal: once uploaded, its own store stops answering (a store in a folder of its own, moved
+    away, so that listing it fails; an S3 endpoint under a miner's control would answer 503) until the
+    validators' read patience for the window has run out (`windows.read_patience`), then answers
+    again, hoping they have given up."""
+
+    name = "withhold"
+
+    def revealed(self, miner, w, challenged, chain):
+        root = getattr(miner.store, "root", None)
+        if not challenged or root is None:
+            return
+        hidden = root.with_name(root.name + ".withheld")
+        root.rename(hidden)
+        log.info("withhold: window %d's reveal is uploaded; the store stops answering", w)
+
+        def answer_again() -> None:
+            chain.connect_again().wait_for_block(read_patience(miner.windows, w) + 1)
+            hidden.rename(root)
+            log.info("withhold: the store answers again after window %d's read patience", w)
+
+        threading.Thread(target=answer_again, name="withhold", daemon=True).start()
 
 
 class OldBase(Behaviour):
@@ -350,6 +379,7 @@ ADVERSARIES: dict[str, type[Behaviour]] = {
         Copycat,
         Stale,
         Lazy,
+        Withhold,
         OldBase,
         WrongData,
         Forged,
@@ -369,6 +399,7 @@ EXPECTED_CHECK: dict[str, str] = {
     "copycat": "update",
     "stale": "update",
     "lazy": "replay",
+    "withhold": "store",
     "oldbase": "replay",
     "wrongdata": "replay",
     "forged": "states",

@@ -194,6 +194,7 @@ class Uploader:
                 result.seconds,
             )
         self._log(w, result, needed)
+        self.miner.behaviour.revealed(self.miner, w, inputs is not None, self.chain)
         return result
 
     def _wait_for(self, block: int) -> bool:

@@ -144,7 +144,10 @@ def verify_challenge(
         verdict.verdicts["trajectory"] = PASS
         verdict.numbers["replay_distance"] = distance
     except Refused as exc:
-        verdict.fail(exc.check, exc.why, fraud=exc.fraud)
+        if exc.unread:
+            verdict.unreadable(exc.check, exc.why)
+        else:
+            verdict.fail(exc.check, exc.why, fraud=exc.fraud)
     finally:
         runtime.load_params(model.params)
         verdict.numbers["replay_seconds"] = time.monotonic() - started

@@ -212,6 +212,9 @@ class Finding(_Body):
     """the challenged segments replayed"""
     evidence: list[str] = Field(max_length=64)
     """the keys in the miner's store the finding rests on: manifest, revealed states, trajectory reveal"""
+    withheld: bool = False
+    """the miner's store did not serve them (`validators.withheld`): a re-check reads them as they
+    are now, and adopts the finding when they are still unread or fail"""
 
 
 class Recheck(_Body):

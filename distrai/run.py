@@ -367,10 +367,10 @@ class VerificationConfig(_Section):
 class ScoringConfig(_Section):
     """From window scores to weights on chain, and to the aggregate.
 
-    A miner's window score is its usefulness, in proportion to what an honest update brings: the
-    relative loss drop its update alone gives on its assigned data, over the window's median drop
-    among the miners that passed every check, capped at 1 (`validators/scoring.py`). Being
-    present, well formed and verified are gates, not points: they earn nothing by themselves."""
+    A miner's window score is the tokens its manifest commits to having trained times a quality
+    factor in [0, 1]: how well its update bears the mark of its own data, against the window's
+    typical mark (`validators/scoring.py`). Being present, well formed and verified are gates, not
+    points: they earn nothing by themselves."""
 
     ema_alpha: float = Field(
         default=0.1, gt=0.0, le=1.0, description="moving-average rate: new = alpha·window + (1 − alpha)·old"
@@ -392,8 +392,16 @@ class ScoringConfig(_Section):
     )
     usefulness_sequences: int = Field(
         default=16,
-        ge=1,
-        description="assigned and unassigned sequences each that a validator evaluates per miner",
+        ge=2,
+        description="sequences each of a miner's trained data and of the window's reserve that a validator "
+        "evaluates per update, drawn by the window's challenge seed",
+    )
+    mark_share: float = Field(
+        default=0.5,
+        gt=0.0,
+        le=1.0,
+        description="an update whose mark of its own data reaches this share of the window's typical mark "
+        "earns full pay per token; below it, pay per token falls in proportion",
     )
 
 

@@ -125,7 +125,7 @@ def test_a_report_names_every_miner_and_refuses_non_finite_numbers():
     entry = {
         "uid": 1,
         "verdicts": {"update": "pass"},
-        "numbers": {"drop_assigned": 0.1},
+        "numbers": {"mark": 0.1},
         "score": 0.5,
         "reason": None,
     }
@@ -140,7 +140,8 @@ def test_a_report_names_every_miner_and_refuses_non_finite_numbers():
     assert parse_body(WindowReport, good).miners[ALICE.ss58_address].score == 0.5
     for bad, field in (
         ({**entry, "numbers": {"x": float("inf")}}, "numbers"),
-        ({**entry, "score": 1.5}, "score"),
+        ({**entry, "score": -1.0}, "score"),
+        ({**entry, "score": float("inf")}, "score"),
     ):
         with pytest.raises(WireError, match=field):
             parse_body(WindowReport, {**good, "miners": {ALICE.ss58_address: bad}})

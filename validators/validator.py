@@ -61,6 +61,7 @@ from distrai.windows import (
     read_patience,
     replay_shares,
     reveal_deadline,
+    reveal_seed,
     window_of,
     window_start,
 )
@@ -335,7 +336,8 @@ class Validator(Participant):
             self.check_residual_chain(v)
         commit_blocks = {hk: commitments[hk].block for hk in in_time}
         flag_copies(verdicts, commit_blocks)
-        score_window(self.rt, self.base, w, verdicts, miners, commit_blocks)
+        seed = reveal_seed(inputs.block_hash, inputs.run_id, w)
+        score_window(self.rt, self.base, w, verdicts, miners, commit_blocks, seed)
         readers = {hk: reader for hk, (_, reader) in checked.items() if reader is not None}
         self.held = held_window(w, self.base, inputs, shares, miners, verdicts, readers, in_time)
         return verdicts

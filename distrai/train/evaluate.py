@@ -33,3 +33,26 @@ def evaluate(
     finally:
         model.train(was_training)
     return total / sequences.shape[0]
+
+
+def sequence_losses(
+    model: torch.nn.Module,
+    sequences: torch.Tensor,
+    *,
+    loss_fn: LossFn = causal_lm_loss,
+    cpu_threads: int | None = 1,
+) -> torch.Tensor:
+    """Each sequence's mean loss per predicted token, float64 [M], in eval mode and without
+    gradients (one sequence at a time, so any loss function serves); the model's training mode is
+    restored afterwards."""
+    if sequences.dim() != 2 or sequences.shape[0] == 0 or sequences.shape[1] < 2:
+        raise ValueError(f"evaluation needs sequences [M >= 1, T >= 2], got shape {tuple(sequences.shape)}")
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), pinned_threads(cpu_threads):
+            losses = [float(loss_fn(model, row[None].to(device))) for row in sequences]
+    finally:
+        model.train(was_training)
+    return torch.tensor(losses, dtype=torch.float64)

@@ -170,7 +170,8 @@ class MinerEntry(_Body):
     uid: int = Field(ge=0)
     verdicts: dict[str, str]
     numbers: dict[str, float]
-    score: float = Field(ge=0.0, le=1.0)
+    score: float = Field(ge=0.0, allow_inf_nan=False)
+    """the window's pay units: tokens trained times the update's quality (0 when a check failed)"""
     reason: str | None
 
     @field_validator("numbers")

@@ -396,6 +396,25 @@ class ScoringConfig(_Section):
         description="sequences each of a miner's trained data and of the window's reserve that a validator "
         "evaluates per update, drawn by the window's challenge seed",
     )
+    score_replicas: int = Field(
+        default=1,
+        ge=1,
+        description="validators that measure each update; the validators taking part share the measurements, "
+        "so each measures about score_replicas x miners / validators updates (validators/shared_scoring.py)",
+    )
+    score_rechecks: int = Field(
+        default=1,
+        ge=0,
+        description="other validators' measurements each validator measures again per window; one it cannot "
+        "reproduce is refuted and that validator's measurements of the window are not taken",
+    )
+    validator_share: float = Field(
+        default=0.0,
+        ge=0.0,
+        lt=1.0,
+        description="share of each validator's weight that pays the validators that published the measurements "
+        "of their whole share in time (a validator that copies others' scores gets none of it)",
+    )
     mark_share: float = Field(
         default=0.5,
         gt=0.0,
@@ -476,6 +495,11 @@ class RunConfig(_Section):
             raise ValueError(
                 "verification.loss_tolerance must be above 0 when replay_tolerance is: a replay that is not "
                 "bit-exact does not reproduce every loss exactly"
+            )
+        if self.scoring.burn_share + self.scoring.validator_share >= 1.0:
+            raise ValueError(
+                "scoring.burn_share + scoring.validator_share must leave the miners a share: their sum is "
+                f"{self.scoring.burn_share + self.scoring.validator_share}"
             )
         segments = self.train.n_segments
         if self.verification.challenge_segments > segments:

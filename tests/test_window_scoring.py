@@ -8,7 +8,8 @@ challenged, so the scores alone must hold:
   verbatim, rescaled or slightly perturbed copy, a copy drowned in noise and re-encoded with another
   codec residual, and another miner's update of an earlier window;
 - an update scaled to a ten-thousandth of an honest one earns nothing;
-- the aggregate takes each piece of work once.
+- the aggregate takes each piece of work once;
+- an update nobody measured in time is not scored, neither paid nor zeroed.
 
 The base is the tiny model after two windows of training, when an update's memorisation of its own
 data can be measured (from the initial model it cannot: `scoring.MARK_Z`)."""
@@ -33,6 +34,8 @@ from distrai.windows import reveal_seed
 from distrai.wire.manifest import Boundary, UpdateBlob, UpdateManifest
 from validators.checks import PASS, MinerVerdict
 from validators.scoring import tokens_trained
+from validators.shared_scoring import as_measurement
+from validators.usefulness import measure_updates
 from validators.window_scoring import score_window
 
 CONFIG = Path(__file__).parent / "support" / "scoring.toml"
@@ -149,7 +152,9 @@ def window(runtime, model):
     ]
     commit_blocks = {hk: (9 if hk == RELABELLED else 10) for hk in MINERS}
     seed = reveal_seed("0x" + "3c" * 32, runtime.run_id, WINDOW)
-    score_window(runtime, model, WINDOW, verdicts, MINERS, commit_blocks, seed)
+    updates = {v.hotkey: (v.manifest.steps, v.update) for v in verdicts}
+    measured = measure_updates(runtime, model, WINDOW, seed, MINERS, updates)
+    score_window(runtime, verdicts, {hk: as_measurement(r) for hk, r in measured.items()}, commit_blocks)
     return {v.hotkey: v for v in verdicts}
 
 
@@ -196,3 +201,9 @@ def test_the_aggregate_takes_each_piece_of_work_once(window):
     taken = {hk for hk, _ in chosen}
     assert not taken & {TINY, *COPIES, STALE}
     assert set(HONEST) | set(SPLIT) == taken
+
+
+def test_an_update_nobody_measured_is_not_scored(runtime, model):
+    verdict = passed(runtime, HONEST[3], trained(runtime, model.params, HONEST[3]))
+    score_window(runtime, [verdict], {}, {HONEST[3]: 10})
+    assert verdict.unmeasured and verdict.passed and verdict.score == 0.0 and "useful" not in verdict.verdicts

@@ -32,6 +32,7 @@ from distrai.windows import (
     reveal_deadline,
     reveal_seed,
     run_starts,
+    score_shares,
     segments_to_reveal,
     trajectory_sample,
     window_end,
@@ -338,6 +339,35 @@ def test_the_split_draw_covers_every_challenged_miner_with_balanced_shares(
     assert replay_shares(inputs, list(reversed(validators)) + validators[:1]) == shares
     assert replayed_by(inputs, validators, validators[0]) == shares[validators[0]]
     assert replayed_by(inputs, validators, "5stranger") == []
+
+
+@given(
+    st.integers(min_value=0, max_value=10**6),
+    st.integers(min_value=1, max_value=60),
+    st.integers(min_value=1, max_value=12),
+    st.integers(min_value=1, max_value=4),
+)
+@settings(max_examples=150, deadline=None)
+def test_every_miner_is_measured_by_replicas_validators_in_balanced_shares(
+    i, n_miners, n_validators, replicas
+):
+    inputs = inputs_of(i, n_miners, 1)
+    validators = hotkeys(n_validators, "val")
+    shares = score_shares(inputs, validators, replicas)
+    assert set(shares) == set(validators)
+    by_miner = Counter(m for miners in shares.values() for m in miners)
+    assert set(by_miner) == set(inputs.miner_hotkeys)
+    assert all(c == min(replicas, n_validators) for c in by_miner.values())
+    assert all(len(set(miners)) == len(miners) for miners in shares.values())
+    loads = [len(miners) for miners in shares.values()]
+    assert max(loads) - min(loads) <= 1
+    assert score_shares(inputs, list(reversed(validators)), replicas) == shares
+    assert score_shares(inputs, [], replicas) == {}
+
+
+def test_the_measured_shares_move_between_validators_from_window_to_window():
+    mine = {tuple(score_shares(inputs_of(i, 20, 1), hotkeys(4, "val"), 1)["5val0000"]) for i in range(20)}
+    assert len(mine) > 1
 
 
 def test_each_miner_is_challenged_with_the_configured_probability_over_2000_windows():

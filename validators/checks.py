@@ -45,6 +45,9 @@ class MinerVerdict:
     unread: bool = False
     """A read of a committed object failed because the miner's store did not answer: tried again
     until the validator's read patience runs out, then settled by `validators.withheld`."""
+    unmeasured: bool = False
+    """Passed every check, but nobody measured its update in time: not scored this window (its
+    moving average is left as it was, `validators.shared_scoring`)."""
     withheld: bool = False
     """Settled as withheld: a challenged miner's committed object stayed unread (fraud, confirmed
     or lifted by the validator's own re-read one window later)."""

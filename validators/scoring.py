@@ -64,28 +64,52 @@ def tokens_trained(steps: int, batch_size: int, seq_len: int) -> int:
     return steps * batch_size * seq_len
 
 
-def ema_update(previous: Sequence[float], scores: Sequence[float], alpha: float) -> list[float]:
-    """new = alpha · score + (1 − alpha) · old, uid by uid."""
+def ema_update(previous: Sequence[float], scores: Sequence[float | None], alpha: float) -> list[float]:
+    """new = alpha · score + (1 − alpha) · old, uid by uid; a uid whose score is None (its update
+    passed but nobody measured it in time) keeps its average."""
     if len(previous) != len(scores):
         raise ValueError(f"{len(previous)} averages but {len(scores)} scores")
-    return [alpha * s + (1.0 - alpha) * p for p, s in zip(previous, scores, strict=True)]
+    return [p if s is None else alpha * s + (1.0 - alpha) * p for p, s in zip(previous, scores, strict=True)]
 
 
 def weights_from_averages(
-    averages: Sequence[float], *, burn_share: float, owner_uid: int | None, exclude: Sequence[int] = ()
+    averages: Sequence[float],
+    *,
+    burn_share: float,
+    owner_uid: int | None,
+    exclude: Sequence[int] = (),
+    workers: Sequence[int] = (),
+    worker_share: float = 0.0,
 ) -> list[float]:
-    """Normalized weights: the averages (minus excluded uids) scaled to 1 − burn_share, the rest to the owner.
+    """Normalized weights: `worker_share` split evenly over the `workers` (validators that did their
+    share of the window's measurements), `burn_share` to the owner's uid, the rest to the averages
+    (minus excluded uids).
 
-    With nothing to pay, everything goes to the owner's uid (burned), or, without one, nothing
-    is set (all zeros) and the caller skips setting weights.
+    With nothing to pay the miners, their part goes to the owner's uid (burned), or, without one, it
+    is not set; with nothing at all to pay, every weight is 0 and the caller skips setting weights.
     """
     excluded = set(exclude)
     kept = [0.0 if uid in excluded else max(0.0, a) for uid, a in enumerate(averages)]
     total = sum(kept)
     weights = [0.0] * len(averages)
+    paid_workers = sorted({u for u in workers if 0 <= u < len(weights)}) if worker_share > 0 else []
+    to_workers = worker_share if paid_workers else 0.0
+    burn = burn_share if owner_uid is not None else 0.0
     if total > 0:
-        payable = 1.0 - (burn_share if owner_uid is not None else 0.0)
+        payable = 1.0 - burn - to_workers
         weights = [payable * (k / total) for k in kept]  # the share first: payable * k underflows for tiny k
+    for uid in paid_workers:
+        weights[uid] += to_workers / len(paid_workers)
     if owner_uid is not None and 0 <= owner_uid < len(weights):
-        weights[owner_uid] += burn_share if total > 0 else 1.0
+        weights[owner_uid] += burn if total > 0 else 1.0 - to_workers
     return weights
+
+
+def break_even_margin(challenged: float, alpha: float, ban_windows: int) -> float:
+    """The profit margin (emission less compute cost, over emission) below which faking part of
+    one's segments pays: a miner challenged with probability `challenged` a window, caught on the
+    faked share f of its segments, barred `ban_windows` windows and rebuilding its moving average
+    (rate `alpha`, about 1/alpha windows of emission) earns (f + μ − fμ − q·f/α) / (1 + q·f·B) of an
+    honest miner's emission per window against μ for honest work: less exactly when
+    μ > (1 − q/α) / (1 + q·B), whatever f (docs/protocol.md, "Why cheating does not pay")."""
+    return max(0.0, (1.0 - challenged / alpha) / (1.0 + challenged * ban_windows))

@@ -39,6 +39,8 @@ class ValidatorState(BaseModel):
     residuals: dict[str, str] = Field(default_factory=dict)
     """Hotkey → the residual_out_hash of its last manifest: the next must carry it in."""
     last_weights_block: int = -1
+    workers: list[str] = Field(default_factory=list)
+    """The validators that did their share of the last window's measurements (paid by weights)."""
     suspended: dict[str, Suspension] = Field(default_factory=dict)
     """Hotkey → its bar for a withheld reveal, until this validator reads the reveal again."""
 

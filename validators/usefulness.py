@@ -18,7 +18,7 @@ commit deadline, a miner cannot fit the score to a subset of its data.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -133,3 +133,21 @@ def _losses(runtime: Runtime, sequences: torch.Tensor) -> torch.Tensor:
     return sequence_losses(
         runtime.model, sequences, loss_fn=runtime.loss_fn, cpu_threads=runtime.config.train.cpu_threads
     )
+
+
+def measure_updates(
+    runtime: Runtime,
+    model: GlobalModel,
+    window: int,
+    seed: bytes,
+    miners: Sequence[str],
+    updates: Mapping[str, tuple[int, dict[str, torch.Tensor]]],
+) -> dict[str, Usefulness]:
+    """Each of `updates` (hotkey → the steps its manifest claims and its decoded update) measured."""
+    if not updates:
+        return {}
+    samples = window_samples(runtime, model, window, seed, miners)
+    return {
+        hotkey: measure(runtime, model, window, samples, hotkey, steps, update, miners)
+        for hotkey, (steps, update) in sorted(updates.items())
+    }

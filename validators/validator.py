@@ -42,13 +42,13 @@ from distrai.aggregation import Scored, accepted_by_rule
 from distrai.announce import Announcement, anchored_aggregates, committed_updates, sharing_validators
 from distrai.chain.base import Chain, ChainError, Commitment, Metagraph, WalletLike
 from distrai.globalmodel import GlobalModel, SyncUnavailable, encode_checkpoint, outer_config
-from distrai.layout import aggregate_key, checkpoint_key, report_key
+from distrai.layout import aggregate_key, checkpoint_key, measurements_key, report_key
 from distrai.metrics import Metrics
 from distrai.participant import Participant
 from distrai.run import challenge_inputs
 from distrai.runtime import Runtime, params_hash
 from distrai.store import Store, StoreError
-from distrai.sync import StoreCache
+from distrai.sync import StoreCache, peer_view
 from distrai.train.inner import window_start_state
 from distrai.train.outer import Contribution, outer_step
 from distrai.train.state import state_hash
@@ -62,11 +62,13 @@ from distrai.windows import (
     replay_shares,
     reveal_deadline,
     reveal_seed,
+    score_patience,
+    score_shares,
     window_of,
     window_start,
 )
 from distrai.wire import sha256_hex, sign_document
-from distrai.wire.manifest import Recheck, Refusal
+from distrai.wire.manifest import Measurement, Measurements, Recheck, Refusal
 from validators.behaviour import LeaderBehaviour
 from validators.checks import MinerVerdict, flag_copies
 from validators.findings import (
@@ -81,7 +83,19 @@ from validators.findings import (
 from validators.inventory import Inventory, take_inventory
 from validators.pending import PendingWindow, PendingWindows
 from validators.scoring import ema_update, weights_from_averages
+from validators.shared_scoring import (
+    CONFIRMED,
+    MEASUREMENT_TOLERANCE,
+    Pooled,
+    as_measurement,
+    judge,
+    pool,
+    read_measurements,
+    recheck_draw,
+    signed_measurements,
+)
 from validators.state import Suspension, ValidatorState, load_state, save_state
+from validators.usefulness import measure_updates
 from validators.window_scoring import score_window
 from validators.window_view import WindowView, check_one
 from validators.withheld import own_outage, reread, settle
@@ -211,14 +225,14 @@ class Validator(Participant):
         agreement = self.compare_with_leader(w - 1)
         if is_checkpoint_window(self.windows, w):
             self.publish(checkpoint_key(self.rt.run_id, w, self.hotkey), encode_checkpoint(self.model))
-        verdicts = self.check_window(w, mg, miners, in_time, commitments, pending, inventory, stop)
+        verdicts, pooled = self.check_window(w, mg, miners, in_time, commitments, pending, inventory, stop)
         published = publish_findings(self.rt, self.held, self.wallet.hotkey, self.publish)
-        report = self.publish_report(w, verdicts, inventory.block, refused, rechecks)
+        report = self.publish_report(w, verdicts, inventory.block, refused, rechecks, pooled)
         accepted = self.aggregate(w, verdicts, report)
         seconds = time.monotonic() - started
         if self.chain.block() >= aggregate_deadline(self.windows, w):
             log.warning("window %d: validation finished after the aggregate deadline", w)
-        self.fold_scores(w, mg, verdicts, [r.miner for r in rechecks if r.outcome == ADOPTED])
+        self.fold_scores(w, mg, verdicts, [r.miner for r in rechecks if r.outcome == ADOPTED], pooled.workers)
         self.pending.clear_through(w)
         weights = self.set_weights(mg)
         self.last_end = time.monotonic()
@@ -271,15 +285,17 @@ class Validator(Participant):
         pending: PendingWindow,
         inventory: Inventory,
         stop: threading.Event,
-    ) -> list[MinerVerdict]:
-        """Every miner's verdicts; the replays of this validator's share. A miner whose store did
+    ) -> tuple[list[MinerVerdict], Pooled]:
+        """Every miner's verdicts, and the window's measurements as pooled here; the replays and
+        measurements of this validator's share. A miner whose store did
         not answer is asked again until the read patience runs out, then settled
         (`validators.withheld`). Keeps what the next window needs to re-check the other validators'
         findings of this one and to re-read what was withheld (`held`)."""
         deadline_hash = self.chain.block_hash(commit_deadline(self.windows, w))
         inputs = challenge_inputs(self.rt.config, deadline_hash, w, in_time)
         permitted = [n.hotkey for n in mg.neurons if n.validator_permit and n.stake > 0]
-        shares = replay_shares(inputs, sharing_validators(permitted, commitments, w))
+        sharing = sharing_validators(permitted, commitments, w)
+        shares = replay_shares(inputs, sharing)
         if not shares:
             log.warning("window %d: no validator holds a permit, so nobody replays", w)
         if self.state.window != w - 1 and self.state.residuals:
@@ -336,11 +352,90 @@ class Validator(Participant):
             self.check_residual_chain(v)
         commit_blocks = {hk: commitments[hk].block for hk in in_time}
         flag_copies(verdicts, commit_blocks)
-        seed = reveal_seed(inputs.block_hash, inputs.run_id, w)
-        score_window(self.rt, self.base, w, verdicts, miners, commit_blocks, seed)
+        pooled = self.measure_and_pool(view, verdicts, sharing, stop)
+        score_window(self.rt, verdicts, pooled.measurements, commit_blocks)
         readers = {hk: reader for hk, (_, reader) in checked.items() if reader is not None}
         self.held = held_window(w, self.base, inputs, shares, miners, verdicts, readers, in_time)
-        return verdicts
+        return verdicts, pooled
+
+    def measure_and_pool(
+        self, view: WindowView, verdicts: list[MinerVerdict], sharing: list[str], stop: threading.Event
+    ) -> Pooled:
+        """Measure this validator's share of the passed updates, publish the measurements, take the
+        other validators' as they come until the score patience runs out, re-check a drawn few, and
+        pool them (`validators.shared_scoring`). Outside the sharing validators (no permit yet) it
+        measures every passed update itself."""
+        w, scoring = view.window, self.rt.config.scoring
+        seed = reveal_seed(view.inputs.block_hash, view.inputs.run_id, w)
+        passed = {v.hotkey: v for v in verdicts if v.passed}
+        shares = score_shares(view.inputs, sharing, scoring.score_replicas)
+        mine = [hk for hk in shares.get(self.hotkey, passed) if hk in passed]
+        own = self.measure(view, seed, {hk: passed[hk] for hk in mine})
+        if self.hotkey in shares:
+            document = signed_measurements(self.wallet.hotkey, self.rt.run_id, w, own)
+            self.publish(measurements_key(self.rt.run_id, w, self.hotkey), document)
+        published = self.collect_measurements(w, [v for v in shares if v != self.hotkey], stop)
+        pairs = recheck_draw(seed, self.hotkey, published, set(passed) - set(own), scoring.score_rechecks)
+        again = self.measure(view, seed, {miner: passed[miner] for _, miner in pairs})
+        tolerance = max(self.rt.config.verification.loss_tolerance, MEASUREMENT_TOLERANCE)
+        rechecks = [judge(v, m, w, again[m], published[v].miners[m], tolerance) for v, m in pairs]
+        for r in rechecks:
+            (log.info if r.outcome == CONFIRMED else log.warning)(
+                "window %d: %s's measurement of %s %s: %s",
+                w,
+                r.validator[:10],
+                r.miner[:10],
+                r.outcome,
+                r.reason,
+            )
+        pooled = pool(self.hotkey, shares, own, published, rechecks, set(passed))
+        unmeasured = sorted(set(passed) - set(pooled.measurements))
+        if unmeasured:
+            log.warning(
+                "window %d: %d passed updates were measured by nobody in time, so they are not scored: %s",
+                w,
+                len(unmeasured),
+                ", ".join(hk[:10] for hk in unmeasured),
+            )
+        return pooled
+
+    def measure(
+        self, view: WindowView, seed: bytes, verdicts: dict[str, MinerVerdict]
+    ) -> dict[str, Measurement]:
+        updates = {hk: (v.manifest.steps, v.update) for hk, v in verdicts.items()}
+        measured = measure_updates(self.rt, view.base, view.window, seed, view.miners, updates)
+        return {hk: as_measurement(result) for hk, result in measured.items()}
+
+    def collect_measurements(
+        self, w: int, validators: list[str], stop: threading.Event
+    ) -> dict[str, Measurements]:
+        """The other validators' measurements of window w, read until all are there or the score
+        patience (`windows.score_patience`) runs out."""
+        found: dict[str, Measurements] = {}
+        patience = score_patience(self.windows, w)
+        while not stop.is_set():
+            announced = peer_view(self.chain).announcements
+            urls = {v: announced[v].store_url for v in validators if v not in found and v in announced}
+            found |= read_measurements(
+                self.stores,
+                urls,
+                self.rt.run_id,
+                w,
+                self.rt.config.limits.max_manifest_bytes,
+                lambda hk: True,
+            )
+            if len(found) == len(validators) or self.block_now() >= patience:
+                break
+            stop.wait(self.chain.block_time())
+        late = sorted(set(validators) - set(found))
+        if late:
+            log.warning(
+                "window %d: no measurements from %s by block %d; their shares are not scored this window",
+                w,
+                ", ".join(v[:10] for v in late),
+                patience,
+            )
+        return found
 
     def check_miner(self, view: WindowView, hotkey: str, uid: int, mg: Metagraph):
         """One miner's verdict and its store as it stood at the deadline (`window_view.check_one`);
@@ -513,6 +608,7 @@ class Validator(Participant):
         observed_block: int,
         refused: list[Refusal],
         rechecks: list[Recheck],
+        pooled: Pooled,
     ) -> bytes:
         """Publish the signed report of window w; returns its bytes (the aggregate names its hash)."""
         body = {
@@ -533,6 +629,9 @@ class Validator(Participant):
             },
             "refused": [r.model_dump() for r in refused],
             "rechecks": [r.model_dump() for r in rechecks],
+            "measured_by": pooled.measured_by,
+            "measurement_rechecks": [r.model_dump() for r in pooled.rechecks],
+            "workers": pooled.workers,
         }
         document = sign_document(self.wallet.hotkey, body)
         self.publish(report_key(self.rt.run_id, w, self.hotkey), document)
@@ -548,14 +647,16 @@ class Validator(Participant):
 
     # -- scores and weights ---------------------------------------------------------------------
 
-    def fold_scores(self, w: int, mg: Metagraph, verdicts: list[MinerVerdict], adopted: list[str]) -> None:
+    def fold_scores(
+        self, w: int, mg: Metagraph, verdicts: list[MinerVerdict], adopted: list[str], workers: list[str]
+    ) -> None:
         """Fold the window's scores into the moving averages; a miner caught in fraud here, or by
         another validator's finding adopted here, has its average zeroed and is barred."""
         state = self.state.aligned(mg.hotkeys)
-        scores = [0.0] * mg.n
+        scores: list[float | None] = [0.0] * mg.n
         for v in verdicts:
             if v.uid < mg.n and mg.hotkeys[v.uid] == v.hotkey:
-                scores[v.uid] = v.score
+                scores[v.uid] = None if v.unmeasured else v.score
         averages = ema_update(state.averages, scores, self.rt.config.scoring.ema_alpha)
         banned = dict(state.banned_until)
         suspended = dict(state.suspended)
@@ -578,9 +679,10 @@ class Validator(Participant):
             update={
                 "window": w,
                 "averages": averages,
-                "last_scores": scores,
+                "last_scores": [0.0 if score is None else score for score in scores],
                 "banned_until": banned,
                 "suspended": suspended,
+                "workers": workers,
             }
         )
         save_state(self.state, self.state_path)
@@ -650,8 +752,15 @@ class Validator(Participant):
             return []
         owner_hotkey = self.chain.subnet_owner_hotkey()
         owner_uid = mg.uid_of(owner_hotkey) if owner_hotkey else None
+        workers = [
+            uid for hk in self.state.workers if hk != self.hotkey and (uid := mg.uid_of(hk)) is not None
+        ]
         weights = weights_from_averages(
-            self.state.averages, burn_share=self.rt.config.scoring.burn_share, owner_uid=owner_uid
+            self.state.averages,
+            burn_share=self.rt.config.scoring.burn_share,
+            owner_uid=owner_uid,
+            workers=workers,
+            worker_share=self.rt.config.scoring.validator_share,
         )
         if sum(weights) <= 0:
             return []

@@ -230,6 +230,44 @@ class Recheck(_Body):
     reason: str = Field(min_length=1, max_length=REASON_CHARS)
 
 
+class Measurement(_Body):
+    """What one update did, as the validator that measured it publishes it
+    (`validators.usefulness.Usefulness`)."""
+
+    drop_trained: float
+    drop_unseen: float
+    mark: float
+    mark_z: float
+
+    @model_validator(mode="after")
+    def _finite(self) -> Measurement:
+        if not all(math.isfinite(v) for v in (self.drop_trained, self.drop_unseen, self.mark, self.mark_z)):
+            raise ValueError("measurements must be finite")
+        return self
+
+
+class Measurements(_Body):
+    """A validator's signed measurements of the updates of its share of a window's miners, which
+    the other validators take instead of measuring them again (`validators.shared_scoring`)."""
+
+    kind: Literal["measurements"] = "measurements"
+    run_id: Sha256
+    window: int = Field(ge=0)
+    validator: Hotkey
+    miners: dict[Hotkey, Measurement]
+
+
+class MeasurementRecheck(_Body):
+    """Another validator's measurement of one update, measured again here: confirmed, or refuted
+    (its measurements of the window are then not taken, and the report names it)."""
+
+    validator: Hotkey
+    miner: Hotkey
+    window: int = Field(ge=0)
+    outcome: Literal["confirmed", "refuted"]
+    reason: str = Field(min_length=1, max_length=REASON_CHARS)
+
+
 class WindowReport(_Body):
     kind: Literal["report"] = "report"
     run_id: Sha256
@@ -242,6 +280,11 @@ class WindowReport(_Body):
     refused: list[Refusal]
     rechecks: list[Recheck] = Field(default_factory=list)
     """the other validators' findings of the window before, re-checked while checking this one"""
+    measured_by: dict[Hotkey, Hotkey] = Field(default_factory=dict)
+    """miner → the validator whose measurement of its update the score rests on"""
+    measurement_rechecks: list[MeasurementRecheck] = Field(default_factory=list)
+    workers: list[Hotkey] = Field(default_factory=list)
+    """the validators that published the measurements of their whole share in time, none refuted here"""
 
 
 def parse_body(model: type[_Body], body: dict[str, Any]):

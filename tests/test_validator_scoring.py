@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from validators.scoring import (
     MARK_Z,
     MarkReference,
+    break_even_margin,
     ema_update,
     mark_reference,
     quality,
@@ -85,3 +86,23 @@ def test_an_average_decayed_to_a_subnormal_still_gets_the_payable_share():
 def test_excluded_uids_get_no_weight():
     weights = weights_from_averages([0.5, 0.5, 1.0], burn_share=0.0, owner_uid=None, exclude=[2])
     assert weights == pytest.approx([0.5, 0.5, 0.0])
+
+
+def test_faking_loses_for_every_margin_above_the_break_even_whatever_the_share_faked():
+    q, alpha, ban = 16 / 256, 0.1, 144
+    margin = break_even_margin(q, alpha, ban)
+    assert margin == pytest.approx((1 - q / alpha) / (1 + q * ban))
+
+    def cheat_per_window(f: float, mu: float) -> float:
+        """A miner faking a share f of its segments, in units of honest emission per window, from
+        the renewal cycle itself: caught with probability q·f a window, then barred `ban` windows
+        and short of 1/alpha windows of emission while its average rebuilds."""
+        caught = q * f
+        unbarred = 1 / caught
+        earned = unbarred * (1 - (1 - f) * (1 - mu)) - 1 / alpha
+        return earned / (unbarred + ban)
+
+    for f in (0.05, 0.25, 0.5, 1.0):
+        assert cheat_per_window(f, margin + 0.01) < margin + 0.01
+        assert cheat_per_window(f, margin - 0.01) > margin - 0.01
+    assert break_even_margin(0.2, 0.1, 10) == 0.0  # the rebuild alone outweighs anything a fake saves

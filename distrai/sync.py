@@ -37,10 +37,15 @@ from distrai.wire.manifest import REASON_CHARS, AggregateManifest, Refusal
 log = logging.getLogger(__name__)
 
 
+def open_announced(url: str) -> Store:
+    """Another node's store, as its announcement names it (opened to read: nothing is created)."""
+    return open_store(url, create=False)
+
+
 class StoreCache:
     """One open store per announced URL."""
 
-    def __init__(self, opener: Callable[[str], Store] = open_store):
+    def __init__(self, opener: Callable[[str], Store] = open_announced):
         self._opener = opener
         self._stores: dict[str, Store] = {}
 

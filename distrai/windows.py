@@ -173,10 +173,10 @@ def read_patience(cfg: WindowConfig, window: int) -> int:
 
 def score_patience(cfg: WindowConfig, window: int) -> int:
     """The block until which a validator waits for the other validators' measurements of the
-    window's updates (`validators.shared_scoring`): two thirds into the validate phase, after its
-    read patience, leaving the last third to score, report and aggregate."""
+    window's updates (`validators.shared_scoring`): the last sixth of the validate phase (at least
+    two blocks) is left to score, report and aggregate, and it ends after the read patience."""
     span = cfg.aggregate_offset - cfg.reveal_offset
-    return max(read_patience(cfg, window) + 1, reveal_deadline(cfg, window) + (2 * span) // 3)
+    return max(read_patience(cfg, window) + 1, aggregate_deadline(cfg, window) - max(2, span // 6))
 
 
 def base_index(cfg: WindowConfig, window: int, first_window: int) -> int:

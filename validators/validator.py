@@ -97,7 +97,7 @@ from validators.shared_scoring import (
 from validators.state import Suspension, ValidatorState, load_state, save_state
 from validators.usefulness import measure_updates
 from validators.window_scoring import score_window
-from validators.window_view import WindowView, check_one
+from validators.window_view import WindowView, check_one, replay_challenge
 from validators.withheld import own_outage, reread, settle
 
 log = logging.getLogger("distrai.validator")
@@ -317,7 +317,11 @@ class Validator(Participant):
             reveal_deadline(self.windows, w),
         )
         uids = {hk: uid for hk in sorted(in_time) if (uid := mg.uid_of(hk)) is not None}
-        checked = {hk: self.check_miner(view, hk, uid, mg) for hk, uid in uids.items()}
+        checked = {hk: self.check_miner(view, hk, uid, mg, replay=False) for hk, uid in uids.items()}
+        score_share = score_shares(inputs, sharing, self.rt.config.scoring.score_replicas)
+        own = self.measure_share(view, score_share, [v for v, _ in checked.values()], {})
+        for verdict, reader in checked.values():
+            replay_challenge(self.rt, view, verdict, reader)
         patience = read_patience(self.windows, w)
         unread = sorted(hk for hk, (v, _) in checked.items() if v.unread)
         if unread:
@@ -352,28 +356,48 @@ class Validator(Participant):
             self.check_residual_chain(v)
         commit_blocks = {hk: commitments[hk].block for hk in in_time}
         flag_copies(verdicts, commit_blocks)
-        pooled = self.measure_and_pool(view, verdicts, sharing, stop)
+        own = self.measure_share(view, score_share, verdicts, own)
+        pooled = self.pool_measurements(view, verdicts, score_share, own, stop)
         score_window(self.rt, verdicts, pooled.measurements, commit_blocks)
         readers = {hk: reader for hk, (_, reader) in checked.items() if reader is not None}
         self.held = held_window(w, self.base, inputs, shares, miners, verdicts, readers, in_time)
         return verdicts, pooled
 
-    def measure_and_pool(
-        self, view: WindowView, verdicts: list[MinerVerdict], sharing: list[str], stop: threading.Event
+    def measure_share(
+        self,
+        view: WindowView,
+        shares: dict[str, list[str]],
+        verdicts: list[MinerVerdict],
+        measured: dict[str, Measurement],
+    ) -> dict[str, Measurement]:
+        """Measure the updates of this validator's share (`windows.score_shares`) that have passed
+        their checks so far and are not yet measured, and publish every measurement of the share, so
+        the other validators can take them early (outside the sharing validators, with no permit
+        yet, it measures every passed update itself and publishes nothing)."""
+        seed = reveal_seed(view.inputs.block_hash, view.inputs.run_id, view.window)
+        passed = {v.hotkey: v for v in verdicts if v.passed}
+        share = [hk for hk in shares.get(self.hotkey, passed) if hk in passed and hk not in measured]
+        if measured and not share:
+            return measured
+        measured = {**measured, **self.measure(view, seed, {hk: passed[hk] for hk in share})}
+        if self.hotkey in shares:  # published even when empty: nobody waits for a share with nothing in it
+            document = signed_measurements(self.wallet.hotkey, self.rt.run_id, view.window, measured)
+            self.publish(measurements_key(self.rt.run_id, view.window, self.hotkey), document)
+        return measured
+
+    def pool_measurements(
+        self,
+        view: WindowView,
+        verdicts: list[MinerVerdict],
+        shares: dict[str, list[str]],
+        own: dict[str, Measurement],
+        stop: threading.Event,
     ) -> Pooled:
-        """Measure this validator's share of the passed updates, publish the measurements, take the
-        other validators' as they come until the score patience runs out, re-check a drawn few, and
-        pool them (`validators.shared_scoring`). Outside the sharing validators (no permit yet) it
-        measures every passed update itself."""
+        """Take the other validators' measurements as they come until the score patience runs out,
+        re-check a drawn few, and pool them with this validator's own (`validators.shared_scoring`)."""
         w, scoring = view.window, self.rt.config.scoring
         seed = reveal_seed(view.inputs.block_hash, view.inputs.run_id, w)
         passed = {v.hotkey: v for v in verdicts if v.passed}
-        shares = score_shares(view.inputs, sharing, scoring.score_replicas)
-        mine = [hk for hk in shares.get(self.hotkey, passed) if hk in passed]
-        own = self.measure(view, seed, {hk: passed[hk] for hk in mine})
-        if self.hotkey in shares:
-            document = signed_measurements(self.wallet.hotkey, self.rt.run_id, w, own)
-            self.publish(measurements_key(self.rt.run_id, w, self.hotkey), document)
         published = self.collect_measurements(w, [v for v in shares if v != self.hotkey], stop)
         pairs = recheck_draw(seed, self.hotkey, published, set(passed) - set(own), scoring.score_rechecks)
         again = self.measure(view, seed, {miner: passed[miner] for _, miner in pairs})
@@ -437,14 +461,16 @@ class Validator(Participant):
             )
         return found
 
-    def check_miner(self, view: WindowView, hotkey: str, uid: int, mg: Metagraph):
+    def check_miner(self, view: WindowView, hotkey: str, uid: int, mg: Metagraph, replay: bool = True):
         """One miner's verdict and its store as it stood at the deadline (`window_view.check_one`);
         a barred miner is not read."""
         if self.state.is_banned(hotkey, view.window):
             until = self.state.banned_until[hotkey]
             self.state.residuals.pop(hotkey, None)
             return MinerVerdict(hotkey, uid).fail("banned", f"barred until window {until}", fraud=False), None
-        return check_one(self.rt, self.stores, view, hotkey, uid, lambda hk: mg.uid_of(hk) is not None)
+        return check_one(
+            self.rt, self.stores, view, hotkey, uid, lambda hk: mg.uid_of(hk) is not None, replay=replay
+        )
 
     def list_again(self, view: WindowView, pending: PendingWindow) -> WindowView:
         """The view with the stores that could not be listed at the deadline listed again now."""

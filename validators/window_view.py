@@ -60,9 +60,11 @@ def check_one(
     hotkey: str,
     uid: int,
     is_registered: Callable[[str], bool],
+    replay: bool = True,
 ) -> tuple[MinerVerdict, AtDeadline | None]:
     """One miner's verdict in the window, and its store as it stood at the reveal deadline (None
-    when it could not be opened or listed)."""
+    when it could not be opened or listed); `replay=False` leaves the replay of a miner of this
+    validator's share for later (`replay_challenge`)."""
     announcement = view.announcements[hotkey]
     url = announcement.store_url
     if url in view.inventory.unreachable:
@@ -84,12 +86,19 @@ def check_one(
         start_hash=view.start_hash,
         challenged=hotkey in view.challenged,
     )
-    if verdict.passed and hotkey in view.replays:
-        sample = drawn_pieces(
-            view.inputs, hotkey, view.base.params, runtime.config.verification.trajectory_fraction
-        )
-        segments = miner_segments(view.inputs, hotkey, verdict.manifest.n_segments)
-        verify_challenge(
-            runtime, view.base, view.window, verdict, reader, segments, list(view.miners), sample
-        )
+    if replay:
+        replay_challenge(runtime, view, verdict, reader)
     return verdict, reader
+
+
+def replay_challenge(
+    runtime: Runtime, view: WindowView, verdict: MinerVerdict, reader: AtDeadline | None
+) -> None:
+    """Verify by recomputation a miner of this validator's share of the replays whose cheap checks
+    passed (`replay.verify_challenge`); nothing for any other miner."""
+    if not verdict.passed or verdict.hotkey not in view.replays or reader is None:
+        return
+    fraction = runtime.config.verification.trajectory_fraction
+    sample = drawn_pieces(view.inputs, verdict.hotkey, view.base.params, fraction)
+    segments = miner_segments(view.inputs, verdict.hotkey, verdict.manifest.n_segments)
+    verify_challenge(runtime, view.base, view.window, verdict, reader, segments, list(view.miners), sample)

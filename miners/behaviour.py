@@ -142,21 +142,29 @@ class Withhold(Lazy):
     its reveal: once uploaded, its own store stops answering (a store in a folder of its own, moved
     away, so that listing it fails; an S3 endpoint under a miner's control would answer 503) until the
     validators' read patience for the window has run out (`windows.read_patience`), then answers
-    again, hoping they have given up."""
+    again, hoping they have given up. It commits nothing while its store is away."""
 
     name = "withhold"
 
+    def __init__(self) -> None:
+        self.away = threading.Event()
+
+    def commits(self, miner):
+        return not self.away.is_set()
+
     def revealed(self, miner, w, challenged, chain):
         root = getattr(miner.store, "root", None)
-        if not challenged or root is None:
+        if not challenged or root is None or self.away.is_set():
             return
         hidden = root.with_name(root.name + ".withheld")
         root.rename(hidden)
+        self.away.set()
         log.info("withhold: window %d's reveal is uploaded; the store stops answering", w)
 
         def answer_again() -> None:
             chain.connect_again().wait_for_block(read_patience(miner.windows, w) + 1)
             hidden.rename(root)
+            self.away.clear()
             log.info("withhold: the store answers again after window %d's read patience", w)
 
         threading.Thread(target=answer_again, name="withhold", daemon=True).start()

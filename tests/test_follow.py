@@ -22,7 +22,7 @@ from distrai.run import load_run_config
 from distrai.runtime import build_runtime, params_hash
 from distrai.store import FileStore
 from distrai.sync import StoreCache, Syncer, peer_view
-from distrai.train.outer import Contribution, OuterState, outer_step
+from distrai.train.outer import Contribution, OuterState, outer_state_hash, outer_step
 from distrai.update import encode_update
 from distrai.windows import aggregate_deadline, commit_deadline, reveal_deadline, window_start
 from distrai.wire import sign_document
@@ -135,6 +135,7 @@ class Network:
                 "report_sha256": hashlib.sha256(report).hexdigest(),
                 "accepted": accepted,
                 "result_hash": params_hash(result.params),
+                "outer_hash": outer_state_hash(result.state),
             },
         )
         self.store.put(aggregate_key(rt.run_id, WINDOW, wallet.hotkey.ss58_address), aggregate)

@@ -50,7 +50,7 @@ from distrai.runtime import Runtime, params_hash
 from distrai.store import Store, StoreError
 from distrai.sync import StoreCache, peer_view
 from distrai.train.inner import window_start_state
-from distrai.train.outer import Contribution, outer_step
+from distrai.train.outer import Contribution, outer_state_hash, outer_step
 from distrai.train.state import state_hash
 from distrai.windows import (
     aggregate_deadline,
@@ -568,6 +568,7 @@ class Validator(Participant):
             "report_sha256": sha256_hex(report),
             "accepted": listed,
             "result_hash": params_hash(result.params),
+            "outer_hash": outer_state_hash(result.state),
         }
         document = sign_document(self.wallet.hotkey, body)
         if not self.publish(aggregate_key(self.rt.run_id, w, self.hotkey), document):

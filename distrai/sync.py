@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from distrai.announce import Announcement, parse_announcement
-from distrai.chain.base import Chain, Metagraph
-from distrai.follow import checked_aggregate, read_anchors
+from distrai.chain.base import Chain, ChainError, Metagraph
+from distrai.follow import WindowAnchors, checked_aggregate, read_anchors, window_quorum
 from distrai.globalmodel import (
     GlobalModel,
     SyncError,
@@ -26,6 +26,8 @@ from distrai.globalmodel import (
     skip_window,
 )
 from distrai.layout import checkpoint_prefix, checkpoint_window
+from distrai.quorum import Quorum
+from distrai.remeasure import HeldoutJudge, check_not_worse, heldout_sample, loss_rise, sample_seed
 from distrai.run import RUN_COMMITMENT_PREFIX, parse_run_commitment
 from distrai.runtime import Runtime
 from distrai.store import Store, StoreError, open_store
@@ -113,7 +115,10 @@ class Syncer:
         self.refusals: list[Refusal] = []
         self._first_window: int | None = None
         self.unreachable_since: dict[tuple[int, str], int] = {}
-        """(window, validator) → the block at which its aggregate was first out of reach"""
+        """(window, validator) → the block at which its aggregate or report was first out of reach"""
+        self.judge = HeldoutJudge(runtime)
+        self._base_loss: tuple[int, str, float] | None = None
+        """(window, base hash, its loss on the window's held-out sample), measured once per window"""
 
     def first_window(self) -> int:
         """The run's first window (read once: the owner's run commitment does not move)."""
@@ -138,18 +143,15 @@ class Syncer:
 
     def step(self, model: GlobalModel, view: PeerView) -> GlobalModel:
         """G_{w+1} from the first aggregate of window w that passes every check, or G_w again if
-        there is none. An anchored aggregate whose store cannot be reached is waited for
+        there is none. An anchored aggregate or report whose store cannot be reached is waited for
         (`SyncUnavailable`, for the caller to try again later) until a window after its
         deadline, and only then passed over: skipping it while others follow it would split the
         network over an outage."""
         w = model.window
-        anchors = read_anchors(self.chain, self.runtime.config, w)
-        # Passed over only by a node that was already waiting for it before the patience ran out,
-        # as every node following live was; a node catching up later waits instead, since it cannot
-        # tell whether the others reached it.
-        patience = (
-            aggregate_deadline(self.runtime.config.windows, w) + self.runtime.config.windows.blocks_per_window
-        )
+        config = self.runtime.config
+        anchors = read_anchors(self.chain, config, w)
+        patience = self.patience(w)
+        quorum = self.quorum(w, view, anchors)
         for hotkey, url in view.validators_by_stake():
             if hotkey not in anchors.aggregates:
                 continue
@@ -158,17 +160,16 @@ class Syncer:
                     store = self.stores.get(url)
                 except (StoreError, OSError) as exc:
                     raise SyncUnavailable(f"its store {url} cannot be opened: {exc}") from exc
-                aggregate = checked_aggregate(
-                    self.runtime.config, self.runtime.run_id, w, hotkey, store, anchors
-                )
+                aggregate = checked_aggregate(config, self.runtime.run_id, w, hotkey, store, anchors, quorum)
                 following = apply_aggregate(
                     model,
                     aggregate,
                     lambda sha, s=store: self._counted(s.get_blob(sha, self.limits.max_update_bytes)),
                     self.runtime.codec,
-                    self.runtime.config.outer,
+                    config.outer,
                     self.limits.max_update_bytes,
                 )
+                self.remeasure(w, model, following, hotkey)
             except SyncUnavailable as exc:
                 now = self.chain.block()
                 since = self.unreachable_since.setdefault((w, hotkey), now)
@@ -194,6 +195,77 @@ class Syncer:
             return following
         log.info("window %d: no aggregate anchored and verifiable; the global model stays", w)
         return skip_window(model)
+
+    def patience(self, w: int) -> int:
+        """The block until which an out-of-reach aggregate or report of window w is waited for.
+        Passed over only by a node that was already waiting for it before the patience ran out, as
+        every node following live was; a node catching up later waits instead, since it cannot tell
+        whether the others reached it."""
+        windows = self.runtime.config.windows
+        return aggregate_deadline(windows, w) + windows.blocks_per_window
+
+    def quorum(self, w: int, view: PeerView, anchors: WindowAnchors) -> Quorum:
+        """The signed reports of window w that the quorum weighs, with the permitted validators' stake
+        as this node sees it now (`distrai.quorum`)."""
+        stake = {n.hotkey: n.stake for n in view.metagraph.neurons if n.validator_permit}
+        urls = dict(view.validators_by_stake())
+        patience = self.patience(w)
+
+        def store_of(validator: str) -> Store:
+            if validator not in urls:
+                raise SyncError("it announces no store")
+            try:
+                return self.stores.get(urls[validator])
+            except ValueError as exc:
+                raise SyncError(f"its store URL {urls[validator]} is not usable: {exc}") from exc
+
+        def still_due(validator: str, exc: SyncUnavailable) -> bool:
+            now = self.chain.block()
+            since = self.unreachable_since.setdefault((w, validator), now)
+            due = now < patience or since >= patience
+            if due:
+                log.warning("window %d: %s's report is out of reach for now: %s", w, validator[:10], exc)
+            else:
+                log.warning(
+                    "window %d: %s's report does not count, out of reach since its deadline: %s",
+                    w,
+                    validator[:10],
+                    exc,
+                )
+            return due
+
+        return window_quorum(self.runtime.config, self.runtime.run_id, w, anchors, stake, store_of, still_due)
+
+    def remeasure(self, w: int, base: GlobalModel, result: GlobalModel, validator: str) -> None:
+        """Refuse (`SyncError`) a result of window w's aggregate that raises the loss on the window's
+        held-out sample over its base by more than the run's tolerance (`distrai.remeasure`)."""
+        if result.hash == base.hash:
+            return
+        follow = self.runtime.config.follow
+        try:
+            block_hash = self.chain.block_hash(aggregate_deadline(self.runtime.config.windows, w))
+        except ChainError as exc:
+            raise SyncUnavailable(
+                f"the hash of window {w}'s aggregate deadline block cannot be read: {exc}"
+            ) from exc
+        indices = heldout_sample(
+            sample_seed(block_hash, self.runtime.run_id, w),
+            self.runtime.data.heldout.shape[0],
+            follow.heldout_sequences,
+        )
+        if self._base_loss is None or self._base_loss[:2] != (w, base.hash):
+            self._base_loss = (w, base.hash, self.judge.loss(base.params, indices))
+        before = self._base_loss[2]
+        after = self.judge.loss(result.params, indices)
+        log.info(
+            "window %d: %s's result on the held-out sample: loss %.4f -> %.4f (%+.3f%%)",
+            w,
+            validator[:10],
+            before,
+            after,
+            100 * loss_rise(before, after),
+        )
+        check_not_worse(before, after, follow.heldout_tolerance)
 
     def take_refusals(self) -> list[Refusal]:
         """The aggregates refused since the last call, oldest first."""

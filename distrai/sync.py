@@ -4,13 +4,14 @@ Validators are tried in order of stake (the leader first); the first whose aggre
 passes every check of `distrai.follow` and reaches its result hash is followed. Every aggregate
 refused on the way is remembered with its reason (`take_refusals`), so a validator's report names
 the leader it would not follow. A window nobody aggregated leaves the model as it was. A node
-that joins late starts from the newest checkpoint it can verify, or from the run's initial
-parameters at the run's first window.
+that joins late starts from the newest checkpoint that is the result of an aggregate it would
+follow (`newest_checkpoint`), or from the run's initial parameters at the run's first window.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -277,21 +278,103 @@ class Syncer:
         return data
 
     def newest_checkpoint(self, view: PeerView, target: int) -> GlobalModel | None:
-        shapes = self.runtime.shapes()
+        """The newest checkpoint of a window after the run's first, and at most `target`, whose
+        parameters and outer momentum are the result of an aggregate of the window before that this
+        node would follow (`tied_results`); of one window, the validators' are tried by stake. None
+        when there is none: the node then follows from the run's initial model. A window that no
+        aggregate moved (all refused, or none anchored) has no checkpoint this node takes."""
+        published = self.published_checkpoints(view, target)
+        for window in sorted(published, reverse=True):
+            tied = self.tied_results(window - 1, view)
+            if not tied:
+                log.warning(
+                    "checkpoints of window %d not used: no aggregate of window %d that this node would follow",
+                    window,
+                    window - 1,
+                )
+                continue
+            for hotkey, store, key in published[window]:
+                model = self.tied_checkpoint(hotkey, store, key, window, tied)
+                if model is not None:
+                    return model
+        return None
+
+    def published_checkpoints(self, view: PeerView, target: int) -> dict[int, list[tuple[str, Store, str]]]:
+        """Window → (validator, its store, key) of every checkpoint after the run's first window and at
+        most `target`, validators by stake."""
+        first = self.first_window()
+        found: dict[int, list[tuple[str, Store, str]]] = defaultdict(list)
         for hotkey, url in view.validators_by_stake():
             try:
                 store = self.stores.get(url)
                 keys = store.list(checkpoint_prefix(self.runtime.run_id, hotkey))
-                windows = sorted(
-                    (w, k) for k in keys if (w := checkpoint_window(k)) is not None and w <= target
-                )
-                if not windows:
-                    continue
-                data = self._counted(store.get(windows[-1][1], self.limits.max_checkpoint_bytes))
-                model = decode_checkpoint(data, shapes, self.limits.max_checkpoint_bytes)
-            except (StoreError, WireError, SyncError, ValueError) as exc:
-                log.warning("checkpoint of %s unusable: %s", hotkey[:10], exc)
+            except (StoreError, OSError, ValueError) as exc:
+                log.warning("checkpoints of %s cannot be listed: %s", hotkey[:10], exc)
                 continue
-            log.info("starting from %s's checkpoint of window %d", hotkey[:10], model.window)
-            return model
-        return None
+            for key in sorted(keys):
+                window = checkpoint_window(key)
+                if window is not None and first < window <= target:
+                    found[window].append((hotkey, store, key))
+        return found
+
+    def tied_results(self, w: int, view: PeerView) -> set[tuple[str, str]]:
+        """(result hash, outer hash) of every aggregate of window w that passes each check that does
+        not need G_w: anchored in time, signed, weighted by its report under the run's rule, the
+        miners' own work, and the report quorum."""
+        config = self.runtime.config
+        try:
+            anchors = read_anchors(self.chain, config, w)
+            quorum = self.quorum(w, view, anchors)
+        except SyncError as exc:
+            log.warning("window %d: its aggregates cannot be read: %s", w, exc)
+            return set()
+        results = set()
+        for hotkey, url in view.validators_by_stake():
+            if hotkey not in anchors.aggregates:
+                continue
+            try:
+                store = self.stores.get(url)
+                aggregate = checked_aggregate(config, self.runtime.run_id, w, hotkey, store, anchors, quorum)
+            except (StoreError, OSError, WireError, SyncError, ValueError) as exc:
+                log.info("window %d: %s's aggregate vouches for no checkpoint: %s", w, hotkey[:10], exc)
+                continue
+            results.add((aggregate.result_hash, aggregate.outer_hash))
+        return results
+
+    def tied_checkpoint(
+        self, hotkey: str, store: Store, key: str, window: int, tied: set[tuple[str, str]]
+    ) -> GlobalModel | None:
+        """The checkpoint at `key` when it decodes to G_window with a (parameters, outer momentum)
+        pair among `tied`; None (the reason logged) when not."""
+        try:
+            data = self._counted(store.get(key, self.limits.max_checkpoint_bytes))
+            model = decode_checkpoint(data, self.runtime.shapes(), self.limits.max_checkpoint_bytes)
+        except (StoreError, WireError, SyncError, ValueError) as exc:
+            log.warning("checkpoint of %s of window %d unusable: %s", hotkey[:10], window, exc)
+            return None
+        if model.window != window:
+            log.warning(
+                "checkpoint of %s of window %d refused: it says it is G_%d", hotkey[:10], window, model.window
+            )
+            return None
+        if (model.hash, model.outer_hash) not in tied:
+            what = (
+                "its outer momentum is not the one"
+                if model.hash in {result for result, _ in tied}
+                else "its parameters are not the result"
+            )
+            log.warning(
+                "checkpoint of %s of window %d refused: %s of any aggregate of window %d that this node would follow",
+                hotkey[:10],
+                window,
+                what,
+                window - 1,
+            )
+            return None
+        log.info(
+            "starting from %s's checkpoint of window %d, the result of an aggregate of window %d",
+            hotkey[:10],
+            window,
+            window - 1,
+        )
+        return model

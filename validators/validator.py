@@ -226,6 +226,7 @@ class Validator(Participant):
         if is_checkpoint_window(self.windows, w):
             self.publish(checkpoint_key(self.rt.run_id, w, self.hotkey), encode_checkpoint(self.model))
         verdicts, pooled = self.check_window(w, mg, miners, in_time, commitments, pending, inventory, stop)
+        self.options.behaviour.judge(self, w, verdicts)
         published = publish_findings(self.rt, self.held, self.wallet.hotkey, self.publish)
         report = self.publish_report(w, verdicts, inventory.block, refused, rechecks, pooled)
         accepted = self.aggregate(w, verdicts, report)

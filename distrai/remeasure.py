@@ -7,7 +7,7 @@ holds most of the stake and every report that counts is its own.
   the window's aggregate deadline. The aggregate is anchored before that block exists, so nobody can
   fit an aggregate to the sample; no miner trains on the held-out split.
 - **Every node the same decision.** The loss is taken in float32 on a model of the node's own (the
-  working model is left alone), in eval mode, without autocast, `EVAL_BATCH` sequences per forward
+  working model is left alone), in eval mode, without autocast, `COMPARED_BATCH` sequences per forward
   and the run's `train.cpu_threads` on a CPU, under the process's deterministic settings
   (`distrai.train.determinism`). Nodes of one replay class get the same bits and so the same
   decision; nodes whose numerics differ can disagree only on a result whose rise lies within their
@@ -25,13 +25,10 @@ import torch
 
 from distrai.globalmodel import SyncError
 from distrai.runtime import Runtime, model_spec
-from distrai.train.evaluate import evaluate
+from distrai.train.evaluate import COMPARED_BATCH, evaluate
 from distrai.train.model import load_model
 
 SAMPLE_TAG = b"distrai/heldout-sample/1"
-EVAL_BATCH = 4
-"""Sequences per forward of the re-measurement, the same on every node (a GEMM's bits can depend on
-its shape), small enough that a 2048-token batch's float32 logits over a 50k vocabulary fit a CPU node."""
 
 
 def sample_seed(block_hash_at_aggregate_deadline: str, run_id: str, window: int) -> bytes:
@@ -112,6 +109,6 @@ class HeldoutJudge:
                 model,
                 sequences,
                 loss_fn=self.runtime.loss_fn,
-                batch_size=EVAL_BATCH,
+                batch_size=COMPARED_BATCH,
                 cpu_threads=self.runtime.config.train.cpu_threads,
             )

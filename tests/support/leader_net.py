@@ -20,7 +20,7 @@ from pathlib import Path
 from distrai.localnet import Localnet, LocalnetOptions
 from support.background import start
 
-WINDOWS = 3
+WINDOWS = 4
 CONFIG = Path(__file__).parent / "parallel-localnet.toml"
 LEADERS = ("collude", "poison", "reweight")
 MINER_ADVERSARIES = ("poison",)

@@ -121,7 +121,7 @@ class Collude(LeaderBehaviour):
                 v.verdicts = {check: PASS for check in v.verdicts} | {"useful": PASS}
                 v.score, v.fraud = COLLUDING_SCORE, False
             else:
-                v.verdicts["useful"] = "the update does not lower the loss on its own data"
+                v.verdicts["useful"] = "the update does not lower the loss of the sequences it was trained on"
                 v.score = 0.0
 
 

@@ -30,6 +30,10 @@ MARKER = ".distrai-localnet"
 REPO = Path(__file__).resolve().parents[1]
 BUILTIN_TEXT = TextSource("builtin", builtin_documents=1000)
 BUILTIN_PREPARE = PrepareOptions(shard_tokens=2048, heldout_fraction=0.1)
+COLLUDING_LEADER = "collude"
+COLLUDING_MINER = "poison"
+"""The leader adversary that colludes with a miner adversary, and the miner it colludes with: the
+local network gives the leader the `adversary-poison` wallet's hotkey."""
 """The local network's data: the built-in corpus in shards of 32 sequences of 64 tokens, prepared into
 the network's store at setup (`distrai data prepare --builtin 1000 --tokenizer byte --shard-tokens 2048
 --heldout-fraction 0.1`); `cpu-localnet.toml` names its manifest."""
@@ -95,7 +99,8 @@ class LocalnetOptions:
     run's data from the network's store."""
     leader_adversaries: tuple[str, ...] = ()
     """The i-th entry makes the validator with the i-th most stake try to steer the global model
-    in that way (`validators.behaviour.LEADER_ADVERSARIES`); followers must refuse it."""
+    in that way (`validators.behaviour.LEADER_ADVERSARIES`); followers must refuse it. A `collude`
+    leader colludes with the `poison` adversary among `adversaries` (it is given that miner's hotkey)."""
     run_config: Path = field(default_factory=lambda: shipped_config_path("cpu-localnet"))
     miner_bandwidth: float | None = None
     """Bytes per second each miner's store traffic is limited to (`--store.bandwidth`): a link."""
@@ -222,7 +227,7 @@ class Localnet:
             chain.register(wallet)
             chain.add_stake(wallet, 1000.0 * (o.validators - i))
             steer = o.leader_adversaries[i] if i < len(o.leader_adversaries) else None
-            self._add("validator", f"validator{i}", ["--validator.adversary", steer] if steer else [])
+            self._add("validator", f"validator{i}", self._leader_args(steer))
         for i in range(o.miners):
             wallet, _ = create_dev_wallet(f"miner{i}", "default", str(self.wallet_path))
             chain.register(wallet)
@@ -241,6 +246,20 @@ class Localnet:
             )
         chain.advance(chain.hyperparameters().tempo + 2)
         self.started_block = chain.block()
+
+    def _leader_args(self, steer: str | None) -> list[str]:
+        """A validator's flags for the leader adversary `steer` (None: honest); a colluding leader is
+        told the hotkey of the `poison` adversary, its colluding miner."""
+        if steer is None:
+            return []
+        if steer != COLLUDING_LEADER:
+            return ["--validator.adversary", steer]
+        if COLLUDING_MINER not in self.options.adversaries:
+            raise ValueError(
+                f"--leader-adversary {COLLUDING_LEADER} needs --adversary {COLLUDING_MINER} (its miner)"
+            )
+        miner, _ = create_dev_wallet(f"adversary-{COLLUDING_MINER}", "default", str(self.wallet_path))
+        return ["--validator.adversary", steer, "--validator.colluder", miner.hotkey.ss58_address]
 
     def data_access(self) -> DataAccess | None:
         """Where the network's nodes read prepared data (None for built-in data)."""

@@ -424,6 +424,24 @@ class ScoringConfig(_Section):
     )
 
 
+class FollowConfig(_Section):
+    """What a follower checks of an aggregate beyond the aggregator's own report: the re-measurement on
+    the run's held-out split (docs/protocol.md, "Following an aggregate")."""
+
+    heldout_sequences: int = Field(
+        default=16,
+        ge=1,
+        description="held-out sequences a follower draws per window, from the hash of the block at the "
+        "window's aggregate deadline, to measure an aggregate's result against its base",
+    )
+    heldout_tolerance: float = Field(
+        default=0.01,
+        ge=0.0,
+        description="an aggregate whose result raises the loss on that sample by more than this share of "
+        "the base's loss is refused (0.01: by more than 1%)",
+    )
+
+
 class LimitsConfig(_Section):
     """Largest documents and blobs a node downloads, in bytes."""
 
@@ -454,6 +472,7 @@ class RunConfig(_Section):
     windows: WindowConfig
     verification: VerificationConfig = Field(default_factory=VerificationConfig)
     scoring: ScoringConfig = Field(default_factory=ScoringConfig)
+    follow: FollowConfig = Field(default_factory=FollowConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
 
     @field_validator("name")

@@ -42,6 +42,8 @@ log = logging.getLogger("distrai.miner")
 
 SCALE = 10.0
 """How much the `scaled` adversary multiplies its update by."""
+POISON_SCALE = 100.0
+"""How much larger than its honest update, and turned against it, the `poison` adversary's update is."""
 
 
 class Behaviour:
@@ -115,6 +117,24 @@ class Scaled(Behaviour):
 
     def update(self, miner, pseudo_gradient):
         return {name: SCALE * t for name, t in pseudo_gradient.items()}
+
+
+def poisoned(pseudo_gradient: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """An honest pseudo-gradient turned into one that undoes the training it measured, `POISON_SCALE`
+    times over: applied, it drives the model up its loss."""
+    return {name: -POISON_SCALE * t for name, t in pseudo_gradient.items()}
+
+
+class Poison(Behaviour):
+    """Trains honestly but publishes a poisoned update (`poisoned`), which it encodes, commits and
+    anchors like an honest one: nothing but its effect gives it away. On its own it is caught as
+    `scaled` is; beside a colluding leader (`validators.behaviour.Collude`), only the followers'
+    report quorum and held-out re-measurement stop it (docs/protocol.md, "Following an aggregate")."""
+
+    name = "poison"
+
+    def update(self, miner, pseudo_gradient):
+        return poisoned(pseudo_gradient)
 
 
 class Lazy(Behaviour):
@@ -392,6 +412,7 @@ ADVERSARIES: dict[str, type[Behaviour]] = {
         WrongData,
         Forged,
         Scaled,
+        Poison,
         Nan,
         Oversize,
         Pickle,
@@ -412,6 +433,7 @@ EXPECTED_CHECK: dict[str, str] = {
     "wrongdata": "replay",
     "forged": "states",
     "scaled": "trajectory",
+    "poison": "trajectory",
     "nan": "update",
     "oversize": "consistency",
     "pickle": "update",

@@ -111,6 +111,7 @@ def test_aggregate_manifest_validates_weights():
         "base_hash": H,
         "report_sha256": H,
         "result_hash": H,
+        "outer_hash": H,
         "accepted": [{"hotkey": ALICE.ss58_address, "manifest_sha256": H, "update_sha256": H, "weight": 0.5}],
     }
     assert parse_body(AggregateManifest, good).accepted[0].weight == 0.5

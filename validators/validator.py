@@ -50,7 +50,7 @@ from distrai.runtime import Runtime, params_hash
 from distrai.store import Store, StoreError
 from distrai.sync import StoreCache, peer_view
 from distrai.train.inner import window_start_state
-from distrai.train.outer import Contribution, outer_step
+from distrai.train.outer import Contribution, outer_state_hash, outer_step
 from distrai.train.state import state_hash
 from distrai.windows import (
     aggregate_deadline,
@@ -226,6 +226,7 @@ class Validator(Participant):
         if is_checkpoint_window(self.windows, w):
             self.publish(checkpoint_key(self.rt.run_id, w, self.hotkey), encode_checkpoint(self.model))
         verdicts, pooled = self.check_window(w, mg, miners, in_time, commitments, pending, inventory, stop)
+        self.options.behaviour.judge(self, w, verdicts)
         published = publish_findings(self.rt, self.held, self.wallet.hotkey, self.publish)
         report = self.publish_report(w, verdicts, inventory.block, refused, rechecks, pooled)
         accepted = self.aggregate(w, verdicts, report)
@@ -594,6 +595,7 @@ class Validator(Participant):
             "report_sha256": sha256_hex(report),
             "accepted": listed,
             "result_hash": params_hash(result.params),
+            "outer_hash": outer_state_hash(result.state),
         }
         document = sign_document(self.wallet.hotkey, body)
         if not self.publish(aggregate_key(self.rt.run_id, w, self.hotkey), document):

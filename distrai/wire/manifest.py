@@ -6,7 +6,7 @@
   boundary, plus the hashes of the codec's error-feedback residual before and after.
 - `AggregateManifest`: what a validator publishes as its aggregate of a window: each accepted
   update with the manifest its miner signed, their weights, the hash of the validator's signed
-  report they follow from, and the hash of the next global model.
+  report they follow from, and the hashes of the next global model and of the outer momentum.
 - `WindowReport`: a validator's signed account of a window: every miner's verdicts, numbers,
   score and reason, and the aggregates of other validators it refused to follow.
 
@@ -161,6 +161,9 @@ class AggregateManifest(_Body):
     accepted: list[AcceptedUpdate]
     result_hash: Sha256
     """Hash of the global model after the outer step: anyone applying it must reach this."""
+    outer_hash: Sha256
+    """Hash of the outer optimizer's state (momentum and step count) after the outer step
+    (`distrai.train.outer.outer_state_hash`): anyone applying it must reach this too."""
 
 
 class MinerEntry(_Body):

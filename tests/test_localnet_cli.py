@@ -131,7 +131,9 @@ def test_adversaries_join_the_network_as_extra_miners(tmp_path):
     net.setup()
     miners = [n for n in net.neurons if n.role == "miner"]
     assert [n.name for n in miners] == ["miner0", "miner1", "adversary-lazy", "adversary-scaled"]
-    assert miners[2].args[-2:] == ["--miner.adversary", "lazy"]
+    own_store = f"file://{net.work / 'stores' / 'lazy'}"
+    assert miners[2].args[-4:] == ["--miner.adversary", "lazy", "--data.store", net.store_url]
+    assert miners[2].args[miners[2].args.index("--store.url") + 1] == own_store  # a store of its own
     assert all(net.chain.metagraph().uid_of(net_hotkey(net, n.name)) is not None for n in miners)
 
 

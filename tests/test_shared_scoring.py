@@ -25,10 +25,10 @@ from distrai.wire.manifest import Measurement, Measurements
 from validators.scoring import weights_from_averages
 from validators.shared_scoring import (
     REFUTED,
-    judge,
     pool,
     read_measurements,
     recheck_draw,
+    recheck_measurement,
     signed_measurements,
 )
 
@@ -83,9 +83,11 @@ def test_a_false_measurement_is_refuted_and_none_of_its_authors_are_taken():
     theirs = {m: truth(m) for m in split[other]}
     victim = split[other][0]
     theirs[victim] = measured(0.9)  # inflates one miner's mark
-    refuted = judge(other, victim, WINDOW, truth(victim), theirs[victim], 1e-4)
+    refuted = recheck_measurement(other, victim, WINDOW, truth(victim), theirs[victim], 1e-4)
     assert refuted.outcome == REFUTED and "published" in refuted.reason
-    assert judge(other, victim, WINDOW, truth(victim), truth(victim), 0.0).outcome == "confirmed"
+    assert (
+        recheck_measurement(other, victim, WINDOW, truth(victim), truth(victim), 0.0).outcome == "confirmed"
+    )
     published = {other: _doc(other, theirs)}
     pooled = pool(me, split, {m: truth(m) for m in split[me]}, published, [refuted], set(MINERS))
     assert not set(split[other]) & set(pooled.measured_by)  # its whole share is left unmeasured

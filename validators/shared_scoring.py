@@ -123,7 +123,9 @@ def agrees(mine: Measurement, theirs: Measurement, tolerance: float) -> bool:
     )
 
 
-def judge(validator: str, miner: str, window: int, mine: Measurement, theirs: Measurement, tolerance: float):
+def recheck_measurement(
+    validator: str, miner: str, window: int, mine: Measurement, theirs: Measurement, tolerance: float
+) -> MeasurementRecheck:
     """The re-check of one published measurement against this validator's own."""
     if agrees(mine, theirs, tolerance):
         outcome, why = CONFIRMED, "measured here to the same drops"

@@ -88,10 +88,10 @@ from validators.shared_scoring import (
     MEASUREMENT_TOLERANCE,
     Pooled,
     as_measurement,
-    judge,
     pool,
     read_measurements,
     recheck_draw,
+    recheck_measurement,
     signed_measurements,
 )
 from validators.state import Suspension, ValidatorState, load_state, save_state
@@ -403,7 +403,9 @@ class Validator(Participant):
         pairs = recheck_draw(seed, self.hotkey, published, set(passed) - set(own), scoring.score_rechecks)
         again = self.measure(view, seed, {miner: passed[miner] for _, miner in pairs})
         tolerance = max(self.rt.config.verification.loss_tolerance, MEASUREMENT_TOLERANCE)
-        rechecks = [judge(v, m, w, again[m], published[v].miners[m], tolerance) for v, m in pairs]
+        rechecks = [
+            recheck_measurement(v, m, w, again[m], published[v].miners[m], tolerance) for v, m in pairs
+        ]
         for r in rechecks:
             (log.info if r.outcome == CONFIRMED else log.warning)(
                 "window %d: %s's measurement of %s %s: %s",

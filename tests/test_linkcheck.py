@@ -255,10 +255,11 @@ def doctor(tmp_path, *args: str) -> int:
 
 
 def test_doctor_fails_a_throttled_link_that_cannot_fit_the_reveal(tmp_path, capsys):
-    # 7 boundary states of a 1M-parameter fp32 model (~80 MB) in 5 one-second blocks: ~16 MB/s needed
+    # a 1M-parameter fp32 model's reveal (10.9 MB: its coded start state and the trajectory sample) in
+    # 5 one-second blocks needs 2.2 MB/s; the link is throttled to 1 MB/s
     store = (tmp_path / "store").as_uri()
     code = doctor(
-        tmp_path, store, "--store.bandwidth", "2000000", "--probe-bytes", "1000000", "--block-time", "1"
+        tmp_path, store, "--store.bandwidth", "1000000", "--probe-bytes", "1000000", "--block-time", "1"
     )
     out = " ".join(capsys.readouterr().out.split())
     assert code == 1, out

@@ -38,8 +38,9 @@ from distrai.globalmodel import SyncError, SyncUnavailable, fetch_failed
 from distrai.layout import aggregate_key, report_key
 from distrai.quorum import Quorum
 from distrai.run import RunConfig
+from distrai.run import run_id as run_id_of
 from distrai.store import Store, StoreError
-from distrai.windows import aggregate_deadline, commit_deadline, window_start
+from distrai.windows import aggregate_deadline, commit_deadline, reveal_seed, window_start
 from distrai.wire import WireError, open_document, sha256_hex
 from distrai.wire.manifest import AggregateManifest, UpdateManifest, WindowReport, parse_body
 
@@ -52,6 +53,8 @@ class WindowAnchors:
     """miner → sha256 of its update manifest, as committed before the commit deadline"""
     aggregates: dict[str, str]
     """validator → sha256 of its aggregate, as committed before the aggregate deadline"""
+    seed: bytes
+    """the window's challenge seed (from the hash of the block at the commit deadline): the rule's tie-break"""
 
 
 def read_anchors(chain: Chain, config: RunConfig, window: int) -> WindowAnchors:
@@ -62,6 +65,7 @@ def read_anchors(chain: Chain, config: RunConfig, window: int) -> WindowAnchors:
     try:
         at_commit = chain.commitments(block=commit_end - 1)
         at_aggregate = chain.commitments(block=aggregate_end - 1)
+        seed = reveal_seed(chain.block_hash(commit_end), run_id_of(config), window)
     except ChainError as exc:
         raise SyncUnavailable(f"the chain's commitments of window {window} cannot be read: {exc}") from exc
     manifests = committed_updates(at_commit, window, lambda b: first <= b < commit_end)
@@ -69,6 +73,7 @@ def read_anchors(chain: Chain, config: RunConfig, window: int) -> WindowAnchors:
     return WindowAnchors(
         manifests={hk: a.manifest_sha256 for hk, a in manifests.items()},
         aggregates={hk: a.aggregate_sha256 for hk, a in aggregates.items()},
+        seed=seed,
     )
 
 
@@ -152,6 +157,7 @@ def checked_aggregate(
     expected = accepted_by_rule(
         {hk: Scored(e.reason is None, e.score) for hk, e in report.miners.items()},
         config.scoring.aggregate_top_n,
+        anchors.seed,
     )
     listed = [(a.hotkey, a.weight) for a in aggregate.accepted]
     if listed != expected:

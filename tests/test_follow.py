@@ -24,7 +24,7 @@ from distrai.store import FileStore
 from distrai.sync import StoreCache, Syncer, peer_view
 from distrai.train.outer import Contribution, OuterState, outer_state_hash, outer_step
 from distrai.update import encode_update
-from distrai.windows import aggregate_deadline, commit_deadline, reveal_deadline, window_start
+from distrai.windows import aggregate_deadline, commit_deadline, reveal_deadline, reveal_seed, window_start
 from distrai.wire import sign_document
 
 CONFIG = Path(__file__).parent / "support" / "adversary-localnet.toml"
@@ -106,9 +106,13 @@ class Network:
             },
         )
         by_hotkey = {hotkeys[name]: name for name in self.miners}
+        seed = reveal_seed(
+            self.harness.local.block_hash(commit_deadline(self.cfg, WINDOW)), rt.run_id, WINDOW
+        )
         chosen = accepted_by_rule(
             {hotkeys[n]: Scored(n in scores, scores.get(n, 0.0)) for n in self.miners},
             rt.config.scoring.aggregate_top_n,
+            seed,
         )
         accepted = [
             {

@@ -197,7 +197,7 @@ def test_an_update_scaled_to_a_ten_thousandth_earns_nothing(window):
 
 
 def test_the_aggregate_takes_each_piece_of_work_once(window):
-    chosen = accepted_by_rule({hk: Scored(v.passed, v.score) for hk, v in window.items()}, top_n=16)
+    chosen = accepted_by_rule({hk: Scored(v.passed, v.score) for hk, v in window.items()}, 16, bytes(32))
     taken = {hk for hk, _ in chosen}
     assert not taken & {TINY, *COPIES, STALE}
     assert set(HONEST) | set(SPLIT) == taken

@@ -561,8 +561,11 @@ class Validator(Participant):
         """Publish the aggregate the run's rule takes from this validator's report, with the blobs
         and manifests it names, and anchor its hash on chain."""
         by_hotkey = {v.hotkey: v for v in verdicts}
+        seed = reveal_seed(self.held.inputs.block_hash, self.rt.run_id, w)
         chosen = accepted_by_rule(
-            {v.hotkey: Scored(v.passed, v.score) for v in verdicts}, self.rt.config.scoring.aggregate_top_n
+            {v.hotkey: Scored(v.passed, v.score) for v in verdicts},
+            self.rt.config.scoring.aggregate_top_n,
+            seed,
         )
         accepted = [by_hotkey[hk] for hk, _ in chosen]
         try:

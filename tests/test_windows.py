@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from distrai.run import load_run_config, shipped_config_path
 from distrai.windows import (
     ChallengeInputs,
     Phase,
@@ -27,11 +28,13 @@ from distrai.windows import (
     is_checkpoint_window,
     miner_segments,
     phase,
+    read_patience,
     replay_shares,
     replayed_by,
     reveal_deadline,
     reveal_seed,
     run_starts,
+    score_patience,
     score_shares,
     segments_to_reveal,
     trajectory_sample,
@@ -504,3 +507,12 @@ def test_every_pipelined_window_has_a_public_base_when_it_starts(cfg, w):
     # a validator checking window w at its reveal deadline can reach M_w, its aggregate's base
     assert aggregate_deadline(cfg, w - 1) <= reveal_deadline(cfg, w)
     assert commit_deadline(cfg, w) <= window_start(cfg, w + 1)
+
+
+@pytest.mark.parametrize("config", ["cpu-localnet", "gpu-subnet"])
+def test_the_read_and_score_patience_fall_in_order_inside_the_validate_phase(config):
+    cfg = load_run_config(shipped_config_path(config)).windows
+    for w in (0, 7):
+        reveal, aggregate = reveal_deadline(cfg, w), aggregate_deadline(cfg, w)
+        assert reveal < read_patience(cfg, w) < score_patience(cfg, w) < aggregate
+        assert aggregate - score_patience(cfg, w) >= 2  # room to score, report and aggregate

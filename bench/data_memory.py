@@ -86,7 +86,7 @@ def node(store_url: str, manifest: str, cache: Path) -> dict:
                 seed,
                 miner,
                 count,
-                cfg.inner_steps,
+                range(cfg.inner_steps),
                 cfg.batch_size,
                 data.n_train,
                 MINERS,

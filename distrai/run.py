@@ -368,8 +368,8 @@ class ScoringConfig(_Section):
     """From window scores to weights on chain, and to the aggregate.
 
     A miner's window score is the tokens its manifest commits to having trained times a quality
-    factor in [0, 1]: how well its update bears the mark of its own data, against the window's
-    typical mark (`validators/scoring.py`). Being present, well formed and verified are gates, not
+    factor in [0, 1]: how surely its update bears the mark of its own last segment's data
+    (`validators/scoring.py`). Being present, well formed and verified are gates, not
     points: they earn nothing by themselves."""
 
     ema_alpha: float = Field(
@@ -414,13 +414,6 @@ class ScoringConfig(_Section):
         lt=1.0,
         description="share of each validator's weight that pays the validators that published the measurements "
         "of their whole share in time (a validator that copies others' scores gets none of it)",
-    )
-    mark_share: float = Field(
-        default=0.5,
-        gt=0.0,
-        le=1.0,
-        description="an update whose mark of its own data reaches this share of the window's typical mark "
-        "earns full pay per token; below it, pay per token falls in proportion",
     )
 
 

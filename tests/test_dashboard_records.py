@@ -177,10 +177,10 @@ def test_a_miner_page_shows_newest_window_first_with_plain_words():
 
 
 def test_score_words_name_the_tokens_and_the_quality_of_a_score():
-    numbers = {"tokens": 30720.0, "quality": 0.5, "mark": 0.02, "mark_z": 3.5, "reference_mark": 0.08}
+    numbers = {"tokens": 30720.0, "quality": 0.5, "mark": 0.02, "mark_z": 2.5}
     words = score_words({**numbers, "mark_judged": 1.0})
     assert "30,720 tokens" in words and "at 0.50 of full pay" in words
-    assert "by 2.00% more" in words and "3.5 standard errors" in words and "typical mark was 8.00%" in words
+    assert "by 2.00% more" in words and "2.5 standard errors (full pay from 3)" in words
     assert "too small to measure" in score_words({**numbers, "quality": 1.0, "mark_judged": 0.0})
     assert score_words({}) == "No usefulness was measured."
     assert explain({"manifest": "pass"}) == "Every check passed."

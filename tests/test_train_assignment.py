@@ -121,20 +121,24 @@ def test_with_units_batches_mix_units_and_runs_of_steps_stay_in_few():
     assert len({i // unit for indices in steps for i in indices}) <= MIX_UNITS * 2
 
 
-def test_the_scored_sample_is_drawn_by_the_seed_from_every_step_trained():
+def test_the_scored_sample_is_drawn_by_the_seed_from_the_steps_asked():
     miners, n, batch = ["a", "b", "c"], 400 * 32, 8
     trained = assigned_indices("run", 1, "a", 40, batch, n, miners, 32)
     step_of = {index: position // batch for position, index in enumerate(trained)}
-    sample = trained_sample("run", 1, b"\x01" * 32, "a", 64, 40, batch, n, miners, 32)
+    sample = trained_sample("run", 1, b"\x01" * 32, "a", 64, range(40), batch, n, miners, 32)
     assert len(sample) == len(set(sample)) == 64 and set(sample) <= set(trained)
     steps = sorted(step_of[i] for i in sample)
     assert steps[0] < 10 and steps[-1] >= 30  # from the whole run, not its first steps
-    assert sample == trained_sample("run", 1, b"\x01" * 32, "a", 64, 40, batch, n, miners, 32)
-    assert sample != trained_sample("run", 1, b"\x02" * 32, "a", 64, 40, batch, n, miners, 32)
-    # a miner that trained one step is scored on that step's batch, whatever the count asked
-    assert sorted(trained_sample("run", 1, b"\x01" * 32, "a", 16, 1, batch, n, miners, 32)) == sorted(
+    assert sample == trained_sample("run", 1, b"\x01" * 32, "a", 64, range(40), batch, n, miners, 32)
+    assert sample != trained_sample("run", 1, b"\x02" * 32, "a", 64, range(40), batch, n, miners, 32)
+    last = trained_sample("run", 1, b"\x01" * 32, "a", 16, range(30, 40), batch, n, miners, 32)
+    assert len(last) == 16 and {step_of[i] for i in last} <= set(range(30, 40))  # the last segment alone
+    # steps that hold fewer sequences than asked give all of them
+    assert sorted(trained_sample("run", 1, b"\x01" * 32, "a", 16, range(1), batch, n, miners, 32)) == sorted(
         trained[:batch]
     )
+    with pytest.raises(ValueError, match="non-empty range"):
+        trained_sample("run", 1, b"\x01" * 32, "a", 16, range(5, 5), batch, n, miners, 32)
 
 
 def test_slots_rotate_between_windows():

@@ -7,46 +7,33 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from validators.scoring import (
-    MARK_Z,
-    MarkReference,
+    MARK_Z_FULL,
+    MARK_Z_NONE,
     break_even_margin,
     ema_update,
-    mark_reference,
+    marks_judged,
     quality,
     tokens_trained,
     weights_from_averages,
 )
 
 
-def test_the_reference_is_the_median_mark_of_the_miners_that_show_one():
-    marks = [(0.10, 5.0), (0.30, 6.0), (0.20, 4.0), (0.001, 0.1), (-0.05, -1.0)]
-    assert mark_reference(marks) == MarkReference(pytest.approx(0.2), True)
+def test_marks_are_judged_once_the_upper_quartile_shows_one():
+    assert marks_judged([5.0, 6.0, 4.0, 0.1, -1.0])
+    assert not marks_judged([1.0, 1.5, 3.0, 0.0])  # one of four is not a quartile
+    assert not marks_judged([])
+    assert not marks_judged([float("nan")])
+    # copies show no mark, and cannot pull the quartile down while they are fewer than the honest
+    assert marks_judged([6.0, 7.0, 8.0, 0.1, -0.5])
 
 
-def test_copies_cannot_drag_the_reference_down():
-    honest = [(0.2, 5.0), (0.25, 6.0), (0.3, 7.0)]
-    copies = [(0.0, 0.1), (0.01, 0.5), (-0.01, -0.3)]
-    assert mark_reference(honest + copies).value == mark_reference(honest).value == pytest.approx(0.25)
-
-
-def test_marks_are_not_judged_while_few_miners_show_one():
-    assert not mark_reference([(0.01, 1.0), (0.02, 1.5), (0.03, 3.0), (0.0, 0.0)]).judged
-    assert not mark_reference([]).judged
-    assert not mark_reference([(float("nan"), 3.0)]).judged
-    # unjudged, every passing update has full quality: nobody loses its pay to noise
-    assert quality(-0.5, -3.0, MarkReference(0.0, False), share=0.5) == 1.0
-
-
-def test_quality_is_full_from_the_share_of_the_typical_mark_and_proportional_below():
-    reference = MarkReference(0.2, True)
-    assert quality(0.1, 4.0, reference, share=0.5) == 1.0
-    assert (
-        quality(0.4, 9.0, reference, share=0.5) == 1.0
-    )  # no more than full: nothing to gain beyond honest work
-    assert quality(0.05, 2.5, reference, share=0.5) == pytest.approx(0.5)
-    assert quality(0.05, MARK_Z - 0.1, reference, share=0.5) == 0.0  # a mark within noise is no mark
-    assert quality(-0.1, 3.0, reference, share=0.5) == 0.0
-    assert quality(float("inf"), 3.0, reference, share=0.5) == 0.0
+def test_quality_is_a_gate_on_the_marks_significance():
+    assert quality(-3.0, judged=False) == 1.0  # unjudged: nobody loses its pay to noise
+    assert quality(3.0, judged=True) == quality(9.0, judged=True) == 1.0  # no more than full
+    assert quality(2.5, judged=True) == pytest.approx(0.5)
+    assert quality(MARK_Z_NONE, judged=True) == quality(-1.0, judged=True) == 0.0
+    assert quality(float("nan"), judged=True) == 0.0
+    assert MARK_Z_NONE < MARK_Z_FULL
 
 
 def test_pay_units_are_the_tokens_a_manifest_commits_to():

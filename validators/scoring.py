@@ -12,51 +12,33 @@ functions: the validator's loop gathers the numbers, these turn them into scores
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-MARK_Z = 2.0
-"""A window's marks are judged only once its upper quartile of miners shows a mark at least this
-many standard errors above zero: early in a run an update's generic gain swamps what it memorised,
-and no honest miner should lose its pay to that noise."""
-
-
-@dataclass(frozen=True)
-class MarkReference:
-    """The window's typical mark: the median mark of the miners whose mark is measurable."""
-
-    value: float
-    judged: bool
-    """False when the window's marks are not measurable: every passing update then has quality 1"""
+MARK_Z_NONE, MARK_Z_FULL = 2.0, 3.0
+"""An update's quality rises from 0 at a mark `MARK_Z_NONE` standard errors above zero to 1 at
+`MARK_Z_FULL`: a copy of another's work shows a mark of 0 give or take its noise (above 2 standard
+errors one time in 44), an honest miner's last segment far more once a run is past its first windows."""
 
 
-def mark_reference(marks: Sequence[tuple[float, float]]) -> MarkReference:
-    """The reference from every passing miner's (mark, mark_z). Miners that show no mark (copies,
-    updates of other data) do not lower it, so copies cannot drag the bar down."""
-    finite = [(m, z) for m, z in marks if math.isfinite(m) and math.isfinite(z)]
-    if not finite:
-        return MarkReference(0.0, False)
-    zs = sorted(z for _, z in finite)
-    upper_quartile = zs[(3 * (len(zs) - 1)) // 4]
-    showing = [m for m, z in finite if z >= MARK_Z and m > 0]
-    if upper_quartile < MARK_Z or not showing:
-        return MarkReference(0.0, False)
-    return MarkReference(statistics.median(showing), True)
+def marks_judged(marks_z: Sequence[float]) -> bool:
+    """Whether a window's marks can be judged: its upper quartile of passing miners shows a mark at
+    least `MARK_Z_FULL` standard errors above zero. Early in a run an update's generic gain swamps
+    what it memorised, and no honest miner should lose its pay to that noise; copies, which show no
+    mark, cannot pull the quartile down unless they are most of the miners."""
+    finite = sorted(z for z in marks_z if math.isfinite(z))
+    return bool(finite) and finite[(3 * (len(finite) - 1)) // 4] >= MARK_Z_FULL
 
 
-def quality(mark: float, mark_z: float, reference: MarkReference, share: float) -> float:
-    """The quality factor of an update whose mark is `mark`, `mark_z` standard errors above zero:
-    in a window whose marks are judged, 0 unless the mark is measured (z at least `MARK_Z`: a copy of
-    another's work shows a mark of 0 give or take noise), then full from `share` of the window's
-    typical mark upwards and in proportion below it. A miner that trained a part of what it claims
-    shows a part of the mark; the cap at 1 leaves nothing to gain from fitting the measurement
-    beyond honest work."""
-    if not reference.judged:
+def quality(mark_z: float, judged: bool) -> float:
+    """The quality factor of an update whose mark of its own last segment is `mark_z` standard
+    errors above zero: 1 in a window whose marks are not judged; else 0 up to `MARK_Z_NONE`, 1 from
+    `MARK_Z_FULL`, in proportion between. A gate, never a share: an honest update is paid in full,
+    and being more memorable than that earns nothing more."""
+    if not judged:
         return 1.0
-    if not (math.isfinite(mark) and math.isfinite(mark_z)) or mark <= 0 or mark_z < MARK_Z:
+    if not math.isfinite(mark_z):
         return 0.0
-    return min(1.0, mark / (share * reference.value))
+    return min(1.0, max(0.0, (mark_z - MARK_Z_NONE) / (MARK_Z_FULL - MARK_Z_NONE)))
 
 
 def tokens_trained(steps: int, batch_size: int, seq_len: int) -> int:

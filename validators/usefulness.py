@@ -1,18 +1,19 @@
 """What one update did: apply it alone to G_w and measure the loss, sequence by sequence, on two
 samples drawn by the window's challenge seed, which nobody knew while training.
 
-- the miner's own: sequences of those it trained on, uniformly over the steps its manifest claims
-  (`assignment.trained_sample`);
+- the miner's own: sequences of those it trained on in the last segment its manifest claims (the
+  last k steps, whatever its length, so every miner is measured alike), drawn uniformly over the
+  segment's batches (`assignment.trained_sample`);
 - the window's reserve, which no miner was assigned (`assignment.unassigned_indices`), the same
   sequences for every miner of the window.
 
 Training leaves a mark: an update lowers the loss of the sequences it was trained on more than
-that of sequences it never saw. The mark is the difference of the two mean relative drops, with
-its standard error from the per-sequence drops. Work published under a hotkey that did not train
-it (a copy of another miner's update, however re-encoded or disguised, or an update of an earlier
-window) meets that hotkey's sequences as unseen and shows no mark; a miner that trained only part
-of the steps it claims shows part of the mark. Because the seed picks the sequences after the
-commit deadline, a miner cannot fit the score to a subset of its data.
+that of sequences it never saw, and most for those it saw last. The mark is the difference of the
+two mean relative drops, with its standard error from the per-sequence drops. Work published under
+a hotkey that did not train it (a copy of another miner's update, however re-encoded or disguised,
+or an update of an earlier window) meets that hotkey's sequences as unseen and shows no mark.
+Because the seed picks the sequences after the commit deadline, a miner cannot fit the score to a
+subset of its last segment's data. What came before the last segment is checked by replay.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def measure(
             samples.seed,
             hotkey,
             cfg.scoring.usefulness_sequences,
-            steps,
+            range(max(0, steps - cfg.train.segment_steps), steps),
             cfg.train.batch_size,
             data.n_train,
             miners,

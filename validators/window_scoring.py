@@ -6,9 +6,8 @@ of work, then each score: the tokens the miner verifiably trained times the qual
    window's reserve, both drawn by the window's challenge seed: the mark of its own data.
 2. Duplicates (`duplicates.py`): updates that are one piece of work under several hotkeys keep one
    share, the one that bears the mark of its own data best.
-3. Scores (`scoring.py`): the window's typical mark among the miners that show one; each passing
-   miner scores its tokens times its quality (full from `mark_share` of the typical mark); every
-   other miner scores 0. In a window whose marks cannot be measured yet (early in a run, when an
+3. Scores (`scoring.py`): each passing miner scores its tokens times its quality, a gate on how many
+   standard errors its mark stands above zero (0 up to 2, 1 from 3); every other miner scores 0. In a window whose marks cannot be measured yet (early in a run, when an
    update's generic gain swamps what it memorised) every passing update has quality 1, and one that
    does not even lower the loss of its own sequences fails `useful`. Once marks are measured, an
    honest update alone may raise the loss (a long inner run drifts from the base), and the mark,
@@ -24,7 +23,7 @@ from distrai.runtime import Runtime
 from distrai.wire.manifest import Measurement
 from validators.checks import PASS, MinerVerdict
 from validators.duplicates import flag_duplicates
-from validators.scoring import mark_reference, quality, tokens_trained
+from validators.scoring import marks_judged, quality, tokens_trained
 
 
 def score_window(
@@ -41,22 +40,17 @@ def score_window(
     scoring, train = runtime.config.scoring, runtime.config.train
     flag_duplicates(verdicts, commit_blocks, scoring.duplicate_cosine, f"{runtime.run_id}/duplicates")
     measured = [v for v in verdicts if v.passed and "mark" in v.numbers]
-    reference = mark_reference([(v.numbers["mark"], v.numbers["mark_z"]) for v in measured])
+    judged = marks_judged([v.numbers["mark_z"] for v in measured])
     for v in verdicts:
         if v.passed and "mark" not in v.numbers:
             v.unmeasured = True
-        elif v.passed and not reference.judged and not v.numbers["drop_trained"] > 0:
+        elif v.passed and not judged and not v.numbers["drop_trained"] > 0:
             v.verdicts["useful"] = "the update does not lower the loss of the sequences it was trained on"
         if not v.passed or v.unmeasured:
             v.score = 0.0
             continue
         v.verdicts["useful"] = PASS
         tokens = tokens_trained(v.manifest.steps, train.batch_size, runtime.config.data.seq_len)
-        factor = quality(v.numbers["mark"], v.numbers["mark_z"], reference, scoring.mark_share)
-        v.numbers.update(
-            tokens=float(tokens),
-            reference_mark=reference.value,
-            mark_judged=float(reference.judged),
-            quality=factor,
-        )
+        factor = quality(v.numbers["mark_z"], judged)
+        v.numbers.update(tokens=float(tokens), mark_judged=float(judged), quality=factor)
         v.score = tokens * factor

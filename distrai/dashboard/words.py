@@ -40,17 +40,17 @@ def explain(checks: dict[str, str]) -> str:
 
 def score_words(numbers: dict[str, float]) -> str:
     """How a score came about, from the report's numbers (docs/protocol.md, "Scores"): the tokens the
-    manifest commits to, times the quality factor from the mark the update leaves on the miner's own
-    sequences against the window's typical mark."""
+    manifest commits to, times the quality factor from the mark the update leaves on the sequences of
+    the miner's last segment."""
     tokens, factor = numbers.get("tokens"), numbers.get("quality")
     if tokens is None or factor is None:
         return "No usefulness was measured."
     parts = [f"you trained {tokens:,.0f} tokens, paid at {factor:.2f} of full pay per token"]
-    mark, z, reference = (numbers.get(k) for k in ("mark", "mark_z", "reference_mark"))
-    if numbers.get("mark_judged") == 1.0 and None not in (mark, z, reference):
+    mark, z = numbers.get("mark"), numbers.get("mark_z")
+    if numbers.get("mark_judged") == 1.0 and None not in (mark, z):
         parts.append(
-            f"your update lowered the loss of sequences you trained on by {mark:.2%} more than of unseen ones "
-            f"({z:.1f} standard errors); the window's typical mark was {reference:.2%}"
+            f"your update lowered the loss of sequences of your last segment by {mark:.2%} more than of unseen "
+            f"ones, {z:.1f} standard errors (full pay from 3)"
         )
     else:
         parts.append(

@@ -189,22 +189,24 @@ def trained_sample(
     seed: bytes,
     hotkey: str,
     count: int,
-    steps: int,
+    steps: range,
     batch_size: int,
     n_sequences: int,
     miners: Sequence[str],
     unit: int = 1,
 ) -> list[int]:
-    """`count` distinct sequences of those `hotkey` trained on in its first `steps` steps (fewer when
-    it trained fewer), drawn by `seed` uniformly over the steps and the positions in their batches. A
-    seed nobody knew while training (the window's challenge seed) means a miner cannot know which of
-    its sequences are scored: to show the mark of training on them, it must have trained them all."""
-    if steps < 1 or count < 1:
-        raise ValueError(f"steps and count must be at least 1, got {steps} and {count}")
+    """`count` distinct sequences of those `hotkey` trained on at `steps` (fewer when those steps
+    hold fewer), drawn by `seed` uniformly over the steps and the positions in their batches. A seed
+    nobody knew while training (the window's challenge seed) means a miner cannot know which of its
+    sequences are scored: to show the mark of training on them, it must have trained them all."""
+    if len(steps) < 1 or count < 1 or steps.start < 0:
+        raise ValueError(
+            f"steps must be a non-empty range from 0 up and count at least 1, got {steps} and {count}"
+        )
     picked: list[int] = []
     for draw in range(4 * count):
         digest = _digest("scored", run_id, window, seed.hex(), hotkey, draw)
-        step = int.from_bytes(digest[:8], "little") % steps
+        step = steps[int.from_bytes(digest[:8], "little") % len(steps)]
         position = int.from_bytes(digest[8:16], "little") % batch_size
         index = batch_indices(run_id, window, hotkey, step, batch_size, n_sequences, miners, unit)[position]
         if index not in picked:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
@@ -40,6 +41,17 @@ def parse_adversaries(text: str, known=ADVERSARIES, flag: str = "--adversary") -
     return names
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def stop_on_signals() -> None:
+    """SIGINT and SIGTERM stop the network as Ctrl-C does, whatever this process started with: a job
+    a script starts in the background may start with SIGINT ignored, and `timeout` sends SIGTERM."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
 def run_localnet(args: argparse.Namespace, console: Console) -> None:
     if args.report:
         sys.stdout.write(network_report(Localnet.reopen(Path(args.report))))
@@ -71,6 +83,7 @@ def run_localnet(args: argparse.Namespace, console: Console) -> None:
         raise ValueError("--leader-adversary needs an honest validator left to follow: add --validators")
     if args.dashboard:
         check_port_free(DASHBOARD_HOST, args.dashboard_port)
+    stop_on_signals()
     net = Localnet(options)
     console.print(f"setting up in {net.work}: {options.miners} miners, {options.validators} validators")
     net.setup()

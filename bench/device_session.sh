@@ -4,8 +4,9 @@
 #   bash bench/device_session.sh             # on the device, from the repository root; $OUT is set there
 #   bash bench/device_session.sh --dry-run   # on a CPU, tiny sizes: every stage's code path (docs/gpu.md)
 #
-# The device has Python 3.12 with torch, transformers, tokenizers, safetensors, numpy and rich, but not
-# bittensor or pydantic: their wheels travel in .whl (name it in `carry`) and go to $SITE first.
+# The device has Python 3.12 with torch, transformers 5.17, tokenizers, safetensors, numpy and rich, but not
+# bittensor or pydantic: their wheels travel in .whl (name it in `carry`) and go to $SITE first, with
+# transformers 5.24 (the nodes use `activation_checkpointing_enable`, which 5.17 does not have).
 # Stages run in priority order, each under `timeout` (SIGTERM first: the local network stops its nodes, a
 # benchmark keeps the rows it wrote) and each within what is left of BUDGET_S, so one failing or slow
 # stage does not stop the next; a stage that cannot get its least time is skipped and the summary says so.
@@ -42,6 +43,7 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PAR
 export PYTHONPATH="$SITE:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
 if [ "$DRY" = 1 ]; then
+  SCALE=${CAP_SCALE:-4}  # a CPU compiles several times slower than the device's 16 cores: every cap is longer
   DEVICE=cpu
   SMOKE_CONFIG=tests/support/gpu-smoke-cpu.toml
   BLOCK_TIME=0.5
@@ -49,6 +51,7 @@ if [ "$DRY" = 1 ]; then
   BIG=(--device cpu --presets tiny --rows 4 --seq-len 32 --micro-batches 2 --steps 2)
   REVEAL=(--device cpu --preset tiny)
 else
+  SCALE=${CAP_SCALE:-1}
   DEVICE=cuda
   SMOKE_CONFIG=distrai/configs/gpu-smoke.toml
   BLOCK_TIME=1
@@ -75,24 +78,17 @@ SUMMARY="$OUT/summary.md"
 {
   echo "# Device session ($( [ "$DRY" = 1 ] && echo "dry run on a CPU" || echo "GPU"), $(date -u +%Y-%m-%dT%H:%MZ))"
   echo
-  echo '```'
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
-  "$PY" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
-  echo "cpus $(nproc); scratch $WORK"
-  df -h "$SCRATCH" /tmp 2>/dev/null | sed 1d
-  free -g 2>/dev/null | sed -n 2p
-  echo '```'
-  echo
   echo "| stage | exit code | seconds | cap |"
   echo "|---|---|---:|---:|"
 } > "$SUMMARY"
 
 left() { echo $((BUDGET - SECONDS)); }
 
-# stage NAME CAP LEAST COMMAND...: run COMMAND under `timeout`, at most CAP seconds and what is left of the
-# budget; skipped when less than LEAST seconds are left. Its log goes to $WORK/logs/NAME.log.
+# stage NAME CAP LEAST COMMAND...: run COMMAND under `timeout`, at most CAP seconds (times SCALE) and what is
+# left of the budget; skipped when less than LEAST seconds (times SCALE) are left. Its log goes to
+# $WORK/logs/NAME.log.
 stage() {
-  local name=$1 cap=$2 least=$3 rest
+  local name=$1 cap=$(($2 * SCALE)) least=$(($3 * SCALE)) rest
   shift 3
   rest=$(left)
   if [ "$rest" -lt "$least" ]; then
@@ -119,7 +115,21 @@ trim() {  # the first 5 and the last N lines of a log
   if [ "$(wc -l < "$file")" -le $((n + 5)) ]; then cat "$file"; else head -n 5 "$file"; echo "[…]"; tail -n "$n" "$file"; fi
 }
 
+machine() {  # what ran it, once the wheels are in
+  echo
+  echo '```'
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
+  "$PY" -c 'import sys, torch, transformers, tokenizers
+print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
+      "transformers", transformers.__version__, "tokenizers", tokenizers.__version__)' 2>&1
+  echo "cpus $(nproc); scratch $WORK"
+  df -h "$SCRATCH" /tmp 2>/dev/null | sed 1d
+  free -g 2>/dev/null | sed -n 2p
+  echo '```'
+}
+
 finish() {
+  machine >> "$SUMMARY"
   {
     for log in "$WORK"/logs/*.log; do trim "$log" 60; done
     for node in "$WORK"/smoke/logs/*.log; do

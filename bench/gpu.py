@@ -6,18 +6,20 @@ writes docs/gpu.md.
     python bench/gpu.py --device cpu --presets tiny --rows 8 --seq-len 128 --micro-batches 2 --steps 8
     python bench/gpu.py --quick              # seconds on a CPU; every code path, for the smoke test
     python bench/gpu.py --presets 150m --throughput-only --profile   # where the step's time goes
+    python bench/gpu.py --presets 150m --step-table   # the step that replays against the target (issue 33)
 
 Four parts, each on the same device in one run:
 
 1. Throughput of the loops in `_gpu_loops.py`: the project's step in the previous GPU config and in
-   the fast one (plain and with the model under `torch.compile`), against a bare loop with the fast
+   the fast one (plain and with the model under `torch.compile`, and compiled with the atomic-free
+   kernels of `distrai.train.kernels`), against a bare loop with the fast
    config's settings, plain and compiled, and against the target: the compiled bare loop with a
    PyTorch user's fastest settings (no deterministic algorithms), run in the same process. Tokens per
    second from the median step time after two warm-up steps (compilation happens there); MFU against
    the card's dense bf16 peak (`--peak-tflops`, known for H100 and H200); peak memory on a GPU, beside
    the estimate of `distrai.train.memory` for the fast config. With `--profile`, one more step of the
-   GPU config's step, the deterministic compiled loop and the target under `torch.profiler`: time by
-   kind of kernel and the longest kernels (`_gpu_profile.py`).
+   GPU config's step, the deterministic compiled loops and the target under `torch.profiler`: time by
+   kind of kernel and the longest kernels (`_gpu_profile.py`); `--profiled-only` times only those.
 2. Which pieces repeat bit for bit: each trains `--replay-steps` steps twice from the same start;
    and whether each gives the reference's bits.
 3. Data-parallel ranks: torchrun runs `_gpu_ranks.py` on W processes (NCCL over W GPUs, gloo on a
@@ -26,6 +28,9 @@ Four parts, each on the same device in one run:
    bit, the relative distance ‖replay − ranks‖ / ‖ranks − start‖ and the largest per-step loss drift
    |loss_replay − loss_ranks| / |loss_ranks| (as validators compare them), the ranks' tokens per
    second against W times one process's (scaling efficiency), and on a GPU rank 0's peak memory.
+4. The step table (`--step-table` alone, or at the end of `--quick`; `_gpu_steps.py`): the GPU
+   config's step beside its atomic-free forms and the target, each repeated, each compiled one
+   compiled again in a fresh process.
 """
 
 from __future__ import annotations
@@ -499,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
             rows = [ranks_row(w, mode, preset, device, args) for mode in args.modes for w in args.ranks]
         single = next(s.tokens_per_s for s in speeds if s.loop == FAST)
         add(ranks_section(preset, rows, single, device, args))
-    if args.quick:
+    if args.quick and not args.throughput_only:
         step_table(args.presets[0], device, args, add, console)
     console.print(f"wrote {args.output}")
     return 0

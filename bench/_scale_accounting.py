@@ -5,7 +5,7 @@ size: arithmetic from the config and the reveal sizes of `distrai.linkcheck`, no
   shares differ by at most one miner, so a validator replays at most ⌈⌈p · M⌉ · r / V⌉ miners, each
   s segments of k steps. Its compute, as a share of one miner's window of h steps on the same GPU.
 - Scoring: every validator applies every update alone and evaluates it (`validators/usefulness.py`):
-  4 forward passes over `usefulness_sequences` sequences per miner; a forward pass costs about a
+  3 forward passes over `usefulness_sequences` sequences per miner; a forward pass costs about a
   third of a training step's FLOPs per token.
 - Download per validator: every update, and the state and trajectory sample of each miner it replays.
 - Traffic per miner: its update up and the accepted updates down (`aggregate_top_n` of them, from
@@ -24,8 +24,9 @@ from distrai.run import RunConfig
 from distrai.windows import challenge_count
 
 FORWARD_SHARE_OF_STEP = 1 / 3
-USEFULNESS_PASSES = 4
-"""G_w and G_w − Δ, each on the miner's assigned and on unassigned sequences"""
+USEFULNESS_PASSES = 3
+"""G_w and G_w − Δ on the miner's trained sequences, G_w − Δ on the window's reserve (G_w on the
+reserve is evaluated once per window)"""
 
 
 @dataclass(frozen=True)

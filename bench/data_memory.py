@@ -40,11 +40,10 @@ from distrai.data.texts import TextSource, read_texts  # noqa: E402
 from distrai.run import parse_run_config, shipped_config_path  # noqa: E402
 from distrai.runtime import build_runtime  # noqa: E402
 from distrai.store import open_store  # noqa: E402
-from distrai.train.assignment import batch_indices, unassigned_indices  # noqa: E402
+from distrai.train.assignment import batch_indices, trained_sample, unassigned_indices  # noqa: E402
 from distrai.train.evaluate import evaluate  # noqa: E402
 from distrai.train.inner import inner_loop  # noqa: E402
 from distrai.train.tokenizer import byte_tokenizer  # noqa: E402
-from validators.usefulness import sample_sequences  # noqa: E402
 
 DOC = ROOT / "docs" / "data.md"
 BEGIN, END = "<!-- data_memory: begin -->", "<!-- data_memory: end -->"
@@ -78,9 +77,23 @@ def node(store_url: str, manifest: str, cache: Path) -> dict:
         )
 
     inner_loop(runtime.model, batch, runtime.loss_fn, runtime.inner, keep_states=False)
+    seed, count = bytes(32), config.scoring.usefulness_sequences
     for miner in MINERS:
-        sample_sequences(runtime, window, miner, MINERS, cfg.inner_steps)
-    data.batch(unassigned_indices(runtime.run_id, window, 64, data.n_train, MINERS, "eval", data.unit))
+        data.batch(
+            trained_sample(
+                runtime.run_id,
+                window,
+                seed,
+                miner,
+                count,
+                cfg.inner_steps,
+                cfg.batch_size,
+                data.n_train,
+                MINERS,
+                data.unit,
+            )
+        )
+    data.batch(unassigned_indices(runtime.run_id, window, count, data.n_train, MINERS, seed.hex(), data.unit))
     heldout = evaluate(runtime.model, data.heldout, loss_fn=runtime.loss_fn)
     return {
         "seconds": time.monotonic() - started,

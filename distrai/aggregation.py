@@ -3,13 +3,16 @@ weights. The aggregating validator applies it to its verdicts; every follower ap
 aggregator's signed report and refuses an aggregate that does not match, so the weights of the
 global model's step are never the aggregator's free choice.
 
-The rule: every miner whose checks all passed with a score above zero, best score first (hotkey
-order on ties), at most `top_n` of them, each weighted by its score over the sum of the chosen
-scores (summed in that order, so every machine computes the same floats).
+The rule: every miner whose checks all passed with a score above zero, best score first, at most
+`top_n` of them, each weighted by its score over the sum of the chosen scores (summed in that
+order, so every machine computes the same floats). Ties go by sha256 of the window's challenge seed
+and the hotkey: an order nobody knows before the commit deadline, so no miner can grind a hotkey
+that sorts first.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -22,13 +25,14 @@ class Scored:
     score: float
 
 
-def accepted_by_rule(scored: Mapping[str, Scored], top_n: int) -> list[tuple[str, float]]:
-    """(hotkey, weight) of the updates an aggregate takes, in the order it lists them."""
+def accepted_by_rule(scored: Mapping[str, Scored], top_n: int, seed: bytes) -> list[tuple[str, float]]:
+    """(hotkey, weight) of the updates an aggregate takes, in the order it lists them; `seed` is the
+    window's challenge seed (`windows.reveal_seed`), which breaks ties."""
     if top_n < 1:
         raise ValueError(f"top_n must be at least 1, got {top_n}")
     ranked = sorted(
         ((hotkey, s.score) for hotkey, s in scored.items() if s.passed and s.score > 0),
-        key=lambda item: (-item[1], item[0]),
+        key=lambda item: (-item[1], hashlib.sha256(seed + item[0].encode()).digest()),
     )[:top_n]
     total = 0.0
     for _, score in ranked:

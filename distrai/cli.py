@@ -126,14 +126,15 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         metavar="TYPE[,TYPE…]",
         help="add one cheating miner per type beside the honest ones (idle, noise, copycat, stale, lazy, "
-        "oldbase, wrongdata, forged, scaled, nan, oversize, pickle, badsig, unregistered, replay)",
+        "oldbase, wrongdata, forged, scaled, poison, nan, oversize, pickle, badsig, unregistered, replay)",
     )
     net.add_argument(
         "--leader-adversary",
         default="",
         metavar="TYPE[,TYPE…]",
         help="make the validators with the most stake try to steer the global model, one per type "
-        "(poison, reweight), and watch every follower refuse them and name them in its report",
+        "(poison, reweight, collude: with the poison miner of --adversary poison), and watch every "
+        "follower refuse them and name them in its report",
     )
     net.add_argument("--block-time", type=float, default=1.0, help="seconds per block of the embedded chain")
     net.add_argument("--work", default="localnet", help="scratch folder for chain, store, wallets and logs")

@@ -1,5 +1,5 @@
 """What a node checks before it follows a validator's aggregate: nothing in it may be the
-aggregator's own choice.
+aggregator's own choice, and nothing in it may rest on the aggregator's word alone.
 
 - **Anchored.** The aggregate is the one whose sha256 the validator's chain commitment held
   before the window's aggregate deadline (an aggregate published or changed later never counts).
@@ -12,8 +12,15 @@ aggregator's own choice.
   window; the accepted updates and their weights must be exactly what the run's rule
   (`distrai.aggregation.accepted_by_rule`) gives from that report's scores, so an update the
   report rejected, or any other weighting, is refused.
+- **The report quorum.** Every accepted update must not be failed by the signed reports of
+  validators holding at least as much stake as those that passed it (`distrai.quorum`): the reports
+  that count are those named by the aggregates anchored on chain for the window
+  (`window_quorum`).
 - **Recomputed.** Applying the outer step to the follower's own G_w must reach the aggregate's
-  result hash (`distrai.globalmodel.apply_aggregate`).
+  result hash and outer-momentum hash (`distrai.globalmodel.apply_aggregate`).
+- **Re-measured.** The result must not raise the loss on a sample of the held-out split over its
+  base by more than the run's tolerance (`distrai.remeasure`; `distrai.sync` runs it, as it needs
+  G_w).
 
 Any failure raises `SyncError` with the reason; the follower then tries the next validator by
 stake and names the refused one in its own report.
@@ -21,6 +28,7 @@ stake and names the refused one in its own report.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from distrai.aggregation import Scored, accepted_by_rule
@@ -28,9 +36,11 @@ from distrai.announce import anchored_aggregates, committed_updates
 from distrai.chain.base import Chain, ChainError
 from distrai.globalmodel import SyncError, SyncUnavailable, fetch_failed
 from distrai.layout import aggregate_key, report_key
+from distrai.quorum import Quorum
 from distrai.run import RunConfig
+from distrai.run import run_id as run_id_of
 from distrai.store import Store, StoreError
-from distrai.windows import aggregate_deadline, commit_deadline, window_start
+from distrai.windows import aggregate_deadline, commit_deadline, reveal_seed, window_start
 from distrai.wire import WireError, open_document, sha256_hex
 from distrai.wire.manifest import AggregateManifest, UpdateManifest, WindowReport, parse_body
 
@@ -43,6 +53,8 @@ class WindowAnchors:
     """miner → sha256 of its update manifest, as committed before the commit deadline"""
     aggregates: dict[str, str]
     """validator → sha256 of its aggregate, as committed before the aggregate deadline"""
+    seed: bytes
+    """the window's challenge seed (from the hash of the block at the commit deadline): the rule's tie-break"""
 
 
 def read_anchors(chain: Chain, config: RunConfig, window: int) -> WindowAnchors:
@@ -53,6 +65,7 @@ def read_anchors(chain: Chain, config: RunConfig, window: int) -> WindowAnchors:
     try:
         at_commit = chain.commitments(block=commit_end - 1)
         at_aggregate = chain.commitments(block=aggregate_end - 1)
+        seed = reveal_seed(chain.block_hash(commit_end), run_id_of(config), window)
     except ChainError as exc:
         raise SyncUnavailable(f"the chain's commitments of window {window} cannot be read: {exc}") from exc
     manifests = committed_updates(at_commit, window, lambda b: first <= b < commit_end)
@@ -60,6 +73,7 @@ def read_anchors(chain: Chain, config: RunConfig, window: int) -> WindowAnchors:
     return WindowAnchors(
         manifests={hk: a.manifest_sha256 for hk, a in manifests.items()},
         aggregates={hk: a.aggregate_sha256 for hk, a in aggregates.items()},
+        seed=seed,
     )
 
 
@@ -69,11 +83,10 @@ def _registered_then(_hotkey: str) -> bool:
     return True
 
 
-def checked_aggregate(
+def anchored_aggregate(
     config: RunConfig, run_id: str, window: int, validator: str, store: Store, anchors: WindowAnchors
 ) -> AggregateManifest:
-    """`validator`'s aggregate of `window`, after every check but the recomputation (which
-    `apply_aggregate` does); SyncError names the first that failed."""
+    """`validator`'s aggregate of `window` as its anchor on chain names it, signed by it."""
     anchored = anchors.aggregates.get(validator)
     if anchored is None:
         raise SyncError("anchored no aggregate on chain before the aggregate deadline")
@@ -84,13 +97,67 @@ def checked_aggregate(
         raise fetch_failed("its anchored aggregate", exc) from exc
     if sha256_hex(data) != anchored:
         raise SyncError("the aggregate in its store is not the one anchored on chain")
-    aggregate = signed_body(
+    return signed_body(
         AggregateManifest, data, limits.max_manifest_bytes, run_id, window, validator, "its aggregate"
     )
+
+
+def anchored_report(
+    config: RunConfig, run_id: str, window: int, validator: str, store: Store, anchors: WindowAnchors
+) -> WindowReport:
+    """The signed report that `validator`'s anchored aggregate of `window` names: the anchor ties the
+    report to the chain."""
+    aggregate = anchored_aggregate(config, run_id, window, validator, store, anchors)
+    return _checked_report(config, run_id, window, validator, store, aggregate.report_sha256)
+
+
+def window_quorum(
+    config: RunConfig,
+    run_id: str,
+    window: int,
+    anchors: WindowAnchors,
+    stake: Mapping[str, float],
+    store_of: Callable[[str], Store],
+    still_due: Callable[[str, SyncUnavailable], bool],
+) -> Quorum:
+    """The reports of `window` that count for the quorum: the one named by each anchored aggregate of
+    a validator in `stake` (the permitted validators). One that cannot be read, or is not what its
+    aggregate names, does not count; one whose store is out of reach is pending while
+    `still_due(validator, error)` says it is still worth waiting for, and does not count after."""
+    reports, pending = {}, set()
+    for validator in sorted(set(anchors.aggregates) & set(stake)):
+        try:
+            try:
+                store = store_of(validator)
+            except (StoreError, OSError, ValueError) as exc:
+                raise SyncUnavailable(f"its store cannot be opened: {exc}") from exc
+            reports[validator] = anchored_report(config, run_id, window, validator, store, anchors)
+        except SyncUnavailable as exc:
+            if still_due(validator, exc):
+                pending.add(validator)
+        except SyncError:
+            continue
+    return Quorum(stake=dict(stake), reports=reports, pending=frozenset(pending))
+
+
+def checked_aggregate(
+    config: RunConfig,
+    run_id: str,
+    window: int,
+    validator: str,
+    store: Store,
+    anchors: WindowAnchors,
+    quorum: Quorum,
+) -> AggregateManifest:
+    """`validator`'s aggregate of `window`, after every check but the recomputation (which
+    `apply_aggregate` does) and the re-measurement (which needs G_w); SyncError names the first
+    that failed."""
+    aggregate = anchored_aggregate(config, run_id, window, validator, store, anchors)
     report = _checked_report(config, run_id, window, validator, store, aggregate.report_sha256)
     expected = accepted_by_rule(
         {hk: Scored(e.reason is None, e.score) for hk, e in report.miners.items()},
         config.scoring.aggregate_top_n,
+        anchors.seed,
     )
     listed = [(a.hotkey, a.weight) for a in aggregate.accepted]
     if listed != expected:
@@ -108,6 +175,7 @@ def checked_aggregate(
             raise SyncError(
                 f"it takes an update of {accepted.hotkey} that the miner's signed manifest does not name"
             )
+    quorum.check([a.hotkey for a in aggregate.accepted])
     return aggregate
 
 

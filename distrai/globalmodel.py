@@ -2,8 +2,8 @@
 
 Every node holds the same G_w: the run's initial parameters, then, window after window, the outer
 step over the updates the leader's aggregate accepted. `apply_aggregate` refuses an aggregate that
-does not start from this node's G_w or does not land on the hash it names, so nodes never drift
-apart silently.
+does not start from this node's G_w or does not land on the hashes it names (the parameters' and the
+outer momentum's), so nodes never drift apart silently.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from distrai.run import OuterConfig as RunOuterConfig
 from distrai.runtime import params_hash
 from distrai.store import StoreError
 from distrai.store.base import IntegrityError, NotFound, TooLarge
-from distrai.train.outer import Contribution, OuterConfig, OuterState, outer_step
+from distrai.train.outer import Contribution, OuterConfig, OuterState, outer_state_hash, outer_step
 from distrai.train.tensorfile import decode_tensors, encode_tensors
 from distrai.update import decode_update
 from distrai.wire import WireError
@@ -57,6 +57,11 @@ class GlobalModel:
     @property
     def hash(self) -> str:
         return params_hash(self.params)
+
+    @property
+    def outer_hash(self) -> str:
+        """The hash of the outer momentum and step count, which the aggregate that made G_window names."""
+        return outer_state_hash(self.outer)
 
 
 def outer_config(run_outer: RunOuterConfig) -> OuterConfig:
@@ -99,6 +104,10 @@ def apply_aggregate(
     following = GlobalModel(window=model.window + 1, params=result.params, outer=result.state)
     if following.hash != aggregate.result_hash:
         raise SyncError(f"applying the aggregate of window {aggregate.window} does not reach its result hash")
+    if following.outer_hash != aggregate.outer_hash:
+        raise SyncError(
+            f"applying the aggregate of window {aggregate.window} does not reach the outer momentum it names"
+        )
     return following
 
 

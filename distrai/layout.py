@@ -62,3 +62,9 @@ def trajectory_key(run_id: str, window: int, hotkey: str) -> str:
     """A challenged miner's trajectory reveal (`distrai.trajectory`): the piece digests of its last
     state and residuals, and the drawn pieces of its last parameters and incoming residual."""
     return f"{window_prefix(run_id, window)}/trajectories/{hotkey}.safetensors"
+
+
+def measurements_key(run_id: str, window: int, validator_hotkey: str) -> str:
+    """A validator's signed measurements of the updates of its share of `window`'s miners
+    (`validators.shared_scoring`)."""
+    return f"{window_prefix(run_id, window)}/measurements/{validator_hotkey}.json"

@@ -16,10 +16,11 @@ before the reveal deadline: `(reveal_offset − commit_offset − 1)` blocks. In
   32-byte piece digests (left out here: a few kB).
 
 A boundary state holds the parameters in the model's dtype and AdamW's two moments, which torch
-keeps in the parameter's dtype: 6 bytes per parameter in bfloat16, 12 in float32. Safetensors
-headers (about 100 bytes per tensor) and AdamW's scalar step counts are left out: measured, a saved
-state is 6.0025 bytes per parameter in bfloat16 at the `small` preset (0.04 % over) and closer still
-for larger models. The trajectory sample is drawn by piece (`distrai.train.hashing`), so its size
+keeps in the parameter's dtype: 6 bytes per parameter in bfloat16, 12 in float32. The miner reveals
+it coded losslessly against the window's base (`distrai.train.coded_state`), which in float32 takes
+`CODED_STATE_BYTES_PER_PARAM` (measured, below); a bfloat16 state's coding is not measured and is
+counted at its raw 6 bytes, which the coding exceeds by no more than its frame headers. The
+trajectory sample is drawn by piece (`distrai.train.hashing`), so its size
 varies around `trajectory_fraction` of the parameters from window to window.
 
 Pure arithmetic first; `parameter_count` builds the model on torch's `meta` device (no memory), and
@@ -51,6 +52,12 @@ DEFAULT_BLOCK_TIME = 12.0
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 RESIDUAL_BYTES_PER_PARAM = 4
 """The codec's error-feedback residual is fp32 whatever the model's dtype."""
+CODED_STATE_BYTES_PER_PARAM = {"float32": 10.0}
+"""A float32 boundary state (parameters, two AdamW moments) coded against the window's base, rounded
+up from the largest measured: 9.84 B/param, the tiny byte-vocabulary model at lr 1e-3 after 8 steps
+(tests/test_linkcheck.py); 9.74 on the tiny preset after 200 steps at the GPU config's lr 4e-4
+(`bench/reveal_size.py`, docs/reveal-size.md). The parameters' part grows with their distance from
+the base, so with the steps and the learning rate; each moment takes about 3.1–3.3."""
 
 
 # -- what the model holds ---------------------------------------------------------------------------
@@ -86,6 +93,12 @@ def state_bytes_per_param(dtype: str) -> int:
     return 3 * DTYPE_BYTES[dtype]
 
 
+def revealed_state_bytes_per_param(dtype: str) -> float:
+    """Bytes per parameter of one boundary state as revealed: coded against the window's base
+    (measured in float32), else its raw size."""
+    return CODED_STATE_BYTES_PER_PARAM.get(dtype, state_bytes_per_param(dtype))
+
+
 def states_revealed(config: RunConfig, validators: int) -> int:
     """Most boundary states a challenged miner reveals in one window: the start of its run of
     challenged segments, one whatever the run's length and the number of validators (0 when none
@@ -112,7 +125,8 @@ class RevealBytes:
     n_states: int
     """boundary states revealed"""
     state: int
-    """bytes of one full boundary state (parameters and both AdamW moments)"""
+    """bytes of one boundary state (parameters and both AdamW moments) as revealed, coded against the
+    window's base"""
     states: int
     """bytes of all revealed states"""
 
@@ -140,7 +154,7 @@ def reveal_bytes(config: RunConfig, n_params: int, validators: int) -> RevealByt
     may challenge it: update, trajectory sample and `states_revealed` boundary states."""
     update, source = update_bytes(config, n_params)
     n_states = states_revealed(config, validators)
-    state = state_bytes_per_param(config.model.dtype) * n_params
+    state = math.ceil(revealed_state_bytes_per_param(config.model.dtype) * n_params)
     lossy = get_codec(config.codec.name, **dict(config.codec.options)).residual_decay() is not None
     sampled = math.ceil(config.verification.trajectory_fraction * n_params)
     per_sampled = DTYPE_BYTES[config.model.dtype] + (RESIDUAL_BYTES_PER_PARAM if lossy else 0)

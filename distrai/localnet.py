@@ -34,6 +34,10 @@ manifest of the data the network prepared from local files (`localnet_data.py`).
 REPO = Path(__file__).resolve().parents[1]
 BUILTIN_TEXT = TextSource("builtin", builtin_documents=1000)
 BUILTIN_PREPARE = PrepareOptions(shard_tokens=2048, heldout_fraction=0.1)
+COLLUDING_LEADER = "collude"
+COLLUDING_MINER = "poison"
+"""The leader adversary that colludes with a miner adversary, and the miner it colludes with: the
+local network gives the leader the `adversary-poison` wallet's hotkey."""
 """The local network's data: the built-in corpus in shards of 32 sequences of 64 tokens, prepared into
 the network's store at setup (`distrai data prepare --builtin 1000 --tokenizer byte --shard-tokens 2048
 --heldout-fraction 0.1`); `cpu-localnet.toml` names its manifest."""
@@ -94,10 +98,13 @@ class LocalnetOptions:
     """Processes of miner1 when above 1 (torchrun, `--miner.shard`: the model, gradients and optimizer
     state sharded over them, FSDP2 over gloo)."""
     adversaries: tuple[str, ...] = ()
-    """One extra miner per entry, cheating in that way (`miners.behaviour.ADVERSARIES`)."""
+    """One extra miner per entry, cheating in that way (`miners.behaviour.ADVERSARIES`), each with a
+    store of its own under `stores/` (as each miner has its own bucket on a real subnet), reading the
+    run's data from the network's store."""
     leader_adversaries: tuple[str, ...] = ()
     """The i-th entry makes the validator with the i-th most stake try to steer the global model
-    in that way (`validators.behaviour.LEADER_ADVERSARIES`); followers must refuse it."""
+    in that way (`validators.behaviour.LEADER_ADVERSARIES`); followers must refuse it. A `collude`
+    leader colludes with the `poison` adversary among `adversaries` (it is given that miner's hotkey)."""
     run_config: Path = field(default_factory=lambda: shipped_config_path("cpu-localnet"))
     miner_bandwidth: float | None = None
     """Bytes per second each miner's store traffic is limited to (`--store.bandwidth`): a link."""
@@ -253,7 +260,7 @@ class Localnet:
             chain.register(wallet)
             chain.add_stake(wallet, 1000.0 * (o.validators - i))
             steer = o.leader_adversaries[i] if i < len(o.leader_adversaries) else None
-            self._add("validator", f"validator{i}", ["--validator.adversary", steer] if steer else [])
+            self._add("validator", f"validator{i}", self._leader_args(steer))
         for i in range(o.miners):
             wallet, _ = create_dev_wallet(f"miner{i}", "default", str(self.wallet_path))
             chain.register(wallet)
@@ -264,7 +271,12 @@ class Localnet:
         for name in o.adversaries:
             wallet, _ = create_dev_wallet(f"adversary-{name}", "default", str(self.wallet_path))
             chain.register(wallet)
-            self._add("miner", f"adversary-{name}", ["--miner.adversary", name, *self._link()])
+            self._add(
+                "miner",
+                f"adversary-{name}",
+                ["--miner.adversary", name, "--data.store", self.store_url, *self._link()],
+                store_url=f"file://{self.work / 'stores' / name}",
+            )
         chain.advance(chain.hyperparameters().tempo + 2)
         self.started_block = chain.block()
 
@@ -285,6 +297,20 @@ class Localnet:
         publish_builtin_data(self.config, self.store_url)
         shutil.copyfile(o.run_config, self.run_config)
 
+    def _leader_args(self, steer: str | None) -> list[str]:
+        """A validator's flags for the leader adversary `steer` (None: honest); a colluding leader is
+        told the hotkey of the `poison` adversary, its colluding miner."""
+        if steer is None:
+            return []
+        if steer != COLLUDING_LEADER:
+            return ["--validator.adversary", steer]
+        if COLLUDING_MINER not in self.options.adversaries:
+            raise ValueError(
+                f"--leader-adversary {COLLUDING_LEADER} needs --adversary {COLLUDING_MINER} (its miner)"
+            )
+        miner, _ = create_dev_wallet(f"adversary-{COLLUDING_MINER}", "default", str(self.wallet_path))
+        return ["--validator.adversary", steer, "--validator.colluder", miner.hotkey.ss58_address]
+
     def data_access(self) -> DataAccess | None:
         """Where the network's nodes read prepared data (None for built-in data)."""
         if self.config.data.source != "prepared":
@@ -295,7 +321,9 @@ class Localnet:
         bandwidth = self.options.miner_bandwidth
         return [] if bandwidth is None else ["--store.bandwidth", repr(float(bandwidth))]
 
-    def _add(self, role: str, name: str, extra: list[str], ranks: int = 1) -> None:
+    def _add(
+        self, role: str, name: str, extra: list[str], ranks: int = 1, store_url: str | None = None
+    ) -> None:
         work_dir = self.work / "nodes" / name
         work_dir.mkdir(parents=True, exist_ok=True)
         script = str(REPO / "neurons" / f"{role}.py")
@@ -320,7 +348,7 @@ class Localnet:
             "--chain.path",
             str(self.work / "chain.db"),
             "--store.url",
-            self.store_url,
+            store_url or self.store_url,
             "--work.dir",
             str(work_dir),
             "--max.windows",

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.live import Live
 
 from distrai.dashboard.cli import check_port_free
-from distrai.localnet import Localnet, LocalnetOptions, Neuron
+from distrai.localnet import COLLUDING_LEADER, COLLUDING_MINER, Localnet, LocalnetOptions, Neuron
 from distrai.localnet_report import REPORT
 from distrai.localnet_view import (
     live_table,
@@ -81,6 +81,10 @@ def run_localnet(args: argparse.Namespace, console: Console) -> None:
         raise ValueError("--idle-miners must lie between 0 and --miners")
     if len(options.leader_adversaries) >= options.validators:
         raise ValueError("--leader-adversary needs an honest validator left to follow: add --validators")
+    if COLLUDING_LEADER in options.leader_adversaries and COLLUDING_MINER not in options.adversaries:
+        raise ValueError(
+            f"--leader-adversary {COLLUDING_LEADER} needs --adversary {COLLUDING_MINER} (its miner)"
+        )
     if args.dashboard:
         check_port_free(DASHBOARD_HOST, args.dashboard_port)
     stop_on_signals()

@@ -132,7 +132,7 @@ def results_table(results: list[MinerResult]) -> Table:
     for col in (
         "uid",
         "windows accepted",
-        "mean score",
+        "mean score (tokens)",
         "weight",
         "incentive",
         "emission earned",
@@ -148,7 +148,7 @@ def results_table(results: list[MinerResult]) -> Table:
             r.name,
             str(r.uid),
             str(r.windows_accepted),
-            f"{r.mean_score:.3f}",
+            f"{r.mean_score:,.0f}",
             f"{r.weight:.3f}",
             f"{r.incentive:.3f}",
             f"{r.emission:.3f}",

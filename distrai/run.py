@@ -381,10 +381,10 @@ class VerificationConfig(_Section):
 class ScoringConfig(_Section):
     """From window scores to weights on chain, and to the aggregate.
 
-    A miner's window score is its usefulness, in proportion to what an honest update brings: the
-    relative loss drop its update alone gives on its assigned data, over the window's median drop
-    among the miners that passed every check, capped at 1 (`validators/scoring.py`). Being
-    present, well formed and verified are gates, not points: they earn nothing by themselves."""
+    A miner's window score is the tokens its manifest commits to having trained times a quality
+    factor in [0, 1]: how well its update bears the mark of its own data, against the window's
+    typical mark (`validators/scoring.py`). Being present, well formed and verified are gates, not
+    points: they earn nothing by themselves."""
 
     ema_alpha: float = Field(
         default=0.1, gt=0.0, le=1.0, description="moving-average rate: new = alpha·window + (1 − alpha)·old"
@@ -406,8 +406,53 @@ class ScoringConfig(_Section):
     )
     usefulness_sequences: int = Field(
         default=16,
+        ge=2,
+        description="sequences each of a miner's trained data and of the window's reserve that a validator "
+        "evaluates per update, drawn by the window's challenge seed",
+    )
+    score_replicas: int = Field(
+        default=1,
         ge=1,
-        description="assigned and unassigned sequences each that a validator evaluates per miner",
+        description="validators that measure each update; the validators taking part share the measurements, "
+        "so each measures about score_replicas x miners / validators updates (validators/shared_scoring.py)",
+    )
+    score_rechecks: int = Field(
+        default=1,
+        ge=0,
+        description="other validators' measurements each validator measures again per window; one it cannot "
+        "reproduce is refuted and that validator's measurements of the window are not taken",
+    )
+    validator_share: float = Field(
+        default=0.0,
+        ge=0.0,
+        lt=1.0,
+        description="share of each validator's weight that pays the validators that published the measurements "
+        "of their whole share in time (a validator that copies others' scores gets none of it)",
+    )
+    mark_share: float = Field(
+        default=0.5,
+        gt=0.0,
+        le=1.0,
+        description="an update whose mark of its own data reaches this share of the window's typical mark "
+        "earns full pay per token; below it, pay per token falls in proportion",
+    )
+
+
+class FollowConfig(_Section):
+    """What a follower checks of an aggregate beyond the aggregator's own report: the re-measurement on
+    the run's held-out split (docs/protocol.md, "Following an aggregate")."""
+
+    heldout_sequences: int = Field(
+        default=16,
+        ge=1,
+        description="held-out sequences a follower draws per window, from the hash of the block at the "
+        "window's aggregate deadline, to measure an aggregate's result against its base",
+    )
+    heldout_tolerance: float = Field(
+        default=0.01,
+        ge=0.0,
+        description="an aggregate whose result raises the loss on that sample by more than this share of "
+        "the base's loss is refused (0.01: by more than 1%)",
     )
 
 
@@ -441,6 +486,7 @@ class RunConfig(_Section):
     windows: WindowConfig
     verification: VerificationConfig = Field(default_factory=VerificationConfig)
     scoring: ScoringConfig = Field(default_factory=ScoringConfig)
+    follow: FollowConfig = Field(default_factory=FollowConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
 
     @field_validator("name")
@@ -487,6 +533,11 @@ class RunConfig(_Section):
             raise ValueError(
                 "verification.loss_tolerance must be above 0 when replay_tolerance is: a replay that is not "
                 "bit-exact does not reproduce every loss exactly"
+            )
+        if self.scoring.burn_share + self.scoring.validator_share >= 1.0:
+            raise ValueError(
+                "scoring.burn_share + scoring.validator_share must leave the miners a share: their sum is "
+                f"{self.scoring.burn_share + self.scoring.validator_share}"
             )
         segments = self.train.n_segments
         if self.verification.challenge_segments > segments:

@@ -4,19 +4,20 @@ Validators are tried in order of stake (the leader first); the first whose aggre
 passes every check of `distrai.follow` and reaches its result hash is followed. Every aggregate
 refused on the way is remembered with its reason (`take_refusals`), so a validator's report names
 the leader it would not follow. A window nobody aggregated leaves the model as it was. A node
-that joins late starts from the newest checkpoint it can verify, or from the run's initial
-parameters at the run's first window.
+that joins late starts from the newest checkpoint that is the result of an aggregate it would
+follow (`newest_checkpoint`), or from the run's initial parameters at the run's first window.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from distrai.announce import Announcement, parse_announcement
-from distrai.chain.base import Chain, Metagraph
-from distrai.follow import checked_aggregate, read_anchors
+from distrai.chain.base import Chain, ChainError, Metagraph
+from distrai.follow import WindowAnchors, checked_aggregate, read_anchors, window_quorum
 from distrai.globalmodel import (
     GlobalModel,
     SyncError,
@@ -26,6 +27,8 @@ from distrai.globalmodel import (
     skip_window,
 )
 from distrai.layout import checkpoint_prefix, checkpoint_window
+from distrai.quorum import Quorum
+from distrai.remeasure import HeldoutJudge, check_not_worse, heldout_sample, loss_rise, sample_seed
 from distrai.run import RUN_COMMITMENT_PREFIX, parse_run_commitment
 from distrai.runtime import Runtime
 from distrai.store import Store, StoreError, open_store
@@ -37,10 +40,15 @@ from distrai.wire.manifest import REASON_CHARS, AggregateManifest, Refusal
 log = logging.getLogger(__name__)
 
 
+def open_announced(url: str) -> Store:
+    """Another node's store, as its announcement names it (opened to read: nothing is created)."""
+    return open_store(url, create=False)
+
+
 class StoreCache:
     """One open store per announced URL."""
 
-    def __init__(self, opener: Callable[[str], Store] = open_store):
+    def __init__(self, opener: Callable[[str], Store] = open_announced):
         self._opener = opener
         self._stores: dict[str, Store] = {}
 
@@ -113,7 +121,10 @@ class Syncer:
         self.refusals: list[Refusal] = []
         self._first_window: int | None = None
         self.unreachable_since: dict[tuple[int, str], int] = {}
-        """(window, validator) → the block at which its aggregate was first out of reach"""
+        """(window, validator) → the block at which its aggregate or report was first out of reach"""
+        self.judge = HeldoutJudge(runtime)
+        self._base_loss: tuple[int, str, float] | None = None
+        """(window, base hash, its loss on the window's held-out sample), measured once per window"""
 
     def first_window(self) -> int:
         """The run's first window (read once: the owner's run commitment does not move)."""
@@ -138,18 +149,15 @@ class Syncer:
 
     def step(self, model: GlobalModel, view: PeerView) -> GlobalModel:
         """G_{w+1} from the first aggregate of window w that passes every check, or G_w again if
-        there is none. An anchored aggregate whose store cannot be reached is waited for
+        there is none. An anchored aggregate or report whose store cannot be reached is waited for
         (`SyncUnavailable`, for the caller to try again later) until a window after its
         deadline, and only then passed over: skipping it while others follow it would split the
         network over an outage."""
         w = model.window
-        anchors = read_anchors(self.chain, self.runtime.config, w)
-        # Passed over only by a node that was already waiting for it before the patience ran out,
-        # as every node following live was; a node catching up later waits instead, since it cannot
-        # tell whether the others reached it.
-        patience = (
-            aggregate_deadline(self.runtime.config.windows, w) + self.runtime.config.windows.blocks_per_window
-        )
+        config = self.runtime.config
+        anchors = read_anchors(self.chain, config, w)
+        patience = self.patience(w)
+        quorum = self.quorum(w, view, anchors)
         for hotkey, url in view.validators_by_stake():
             if hotkey not in anchors.aggregates:
                 continue
@@ -158,17 +166,16 @@ class Syncer:
                     store = self.stores.get(url)
                 except (StoreError, OSError) as exc:
                     raise SyncUnavailable(f"its store {url} cannot be opened: {exc}") from exc
-                aggregate = checked_aggregate(
-                    self.runtime.config, self.runtime.run_id, w, hotkey, store, anchors
-                )
+                aggregate = checked_aggregate(config, self.runtime.run_id, w, hotkey, store, anchors, quorum)
                 following = apply_aggregate(
                     model,
                     aggregate,
                     lambda sha, s=store: self._counted(s.get_blob(sha, self.limits.max_update_bytes)),
                     self.runtime.codec,
-                    self.runtime.config.outer,
+                    config.outer,
                     self.limits.max_update_bytes,
                 )
+                self.remeasure(w, model, following, hotkey)
             except SyncUnavailable as exc:
                 now = self.chain.block()
                 since = self.unreachable_since.setdefault((w, hotkey), now)
@@ -195,6 +202,77 @@ class Syncer:
         log.info("window %d: no aggregate anchored and verifiable; the global model stays", w)
         return skip_window(model)
 
+    def patience(self, w: int) -> int:
+        """The block until which an out-of-reach aggregate or report of window w is waited for.
+        Passed over only by a node that was already waiting for it before the patience ran out, as
+        every node following live was; a node catching up later waits instead, since it cannot tell
+        whether the others reached it."""
+        windows = self.runtime.config.windows
+        return aggregate_deadline(windows, w) + windows.blocks_per_window
+
+    def quorum(self, w: int, view: PeerView, anchors: WindowAnchors) -> Quorum:
+        """The signed reports of window w that the quorum weighs, with the permitted validators' stake
+        as this node sees it now (`distrai.quorum`)."""
+        stake = {n.hotkey: n.stake for n in view.metagraph.neurons if n.validator_permit}
+        urls = dict(view.validators_by_stake())
+        patience = self.patience(w)
+
+        def store_of(validator: str) -> Store:
+            if validator not in urls:
+                raise SyncError("it announces no store")
+            try:
+                return self.stores.get(urls[validator])
+            except ValueError as exc:
+                raise SyncError(f"its store URL {urls[validator]} is not usable: {exc}") from exc
+
+        def still_due(validator: str, exc: SyncUnavailable) -> bool:
+            now = self.chain.block()
+            since = self.unreachable_since.setdefault((w, validator), now)
+            due = now < patience or since >= patience
+            if due:
+                log.warning("window %d: %s's report is out of reach for now: %s", w, validator[:10], exc)
+            else:
+                log.warning(
+                    "window %d: %s's report does not count, out of reach since its deadline: %s",
+                    w,
+                    validator[:10],
+                    exc,
+                )
+            return due
+
+        return window_quorum(self.runtime.config, self.runtime.run_id, w, anchors, stake, store_of, still_due)
+
+    def remeasure(self, w: int, base: GlobalModel, result: GlobalModel, validator: str) -> None:
+        """Refuse (`SyncError`) a result of window w's aggregate that raises the loss on the window's
+        held-out sample over its base by more than the run's tolerance (`distrai.remeasure`)."""
+        if result.hash == base.hash:
+            return
+        follow = self.runtime.config.follow
+        try:
+            block_hash = self.chain.block_hash(aggregate_deadline(self.runtime.config.windows, w))
+        except ChainError as exc:
+            raise SyncUnavailable(
+                f"the hash of window {w}'s aggregate deadline block cannot be read: {exc}"
+            ) from exc
+        indices = heldout_sample(
+            sample_seed(block_hash, self.runtime.run_id, w),
+            self.runtime.data.heldout.shape[0],
+            follow.heldout_sequences,
+        )
+        if self._base_loss is None or self._base_loss[:2] != (w, base.hash):
+            self._base_loss = (w, base.hash, self.judge.loss(base.params, indices))
+        before = self._base_loss[2]
+        after = self.judge.loss(result.params, indices)
+        log.info(
+            "window %d: %s's result on the held-out sample: loss %.4f -> %.4f (%+.3f%%)",
+            w,
+            validator[:10],
+            before,
+            after,
+            100 * loss_rise(before, after),
+        )
+        check_not_worse(before, after, follow.heldout_tolerance)
+
     def take_refusals(self) -> list[Refusal]:
         """The aggregates refused since the last call, oldest first."""
         taken, self.refusals = self.refusals, []
@@ -205,21 +283,103 @@ class Syncer:
         return data
 
     def newest_checkpoint(self, view: PeerView, target: int) -> GlobalModel | None:
-        shapes = self.runtime.shapes()
+        """The newest checkpoint of a window after the run's first, and at most `target`, whose
+        parameters and outer momentum are the result of an aggregate of the window before that this
+        node would follow (`tied_results`); of one window, the validators' are tried by stake. None
+        when there is none: the node then follows from the run's initial model. A window that no
+        aggregate moved (all refused, or none anchored) has no checkpoint this node takes."""
+        published = self.published_checkpoints(view, target)
+        for window in sorted(published, reverse=True):
+            tied = self.tied_results(window - 1, view)
+            if not tied:
+                log.warning(
+                    "checkpoints of window %d not used: no aggregate of window %d that this node would follow",
+                    window,
+                    window - 1,
+                )
+                continue
+            for hotkey, store, key in published[window]:
+                model = self.tied_checkpoint(hotkey, store, key, window, tied)
+                if model is not None:
+                    return model
+        return None
+
+    def published_checkpoints(self, view: PeerView, target: int) -> dict[int, list[tuple[str, Store, str]]]:
+        """Window → (validator, its store, key) of every checkpoint after the run's first window and at
+        most `target`, validators by stake."""
+        first = self.first_window()
+        found: dict[int, list[tuple[str, Store, str]]] = defaultdict(list)
         for hotkey, url in view.validators_by_stake():
             try:
                 store = self.stores.get(url)
                 keys = store.list(checkpoint_prefix(self.runtime.run_id, hotkey))
-                windows = sorted(
-                    (w, k) for k in keys if (w := checkpoint_window(k)) is not None and w <= target
-                )
-                if not windows:
-                    continue
-                data = self._counted(store.get(windows[-1][1], self.limits.max_checkpoint_bytes))
-                model = decode_checkpoint(data, shapes, self.limits.max_checkpoint_bytes)
-            except (StoreError, WireError, SyncError, ValueError) as exc:
-                log.warning("checkpoint of %s unusable: %s", hotkey[:10], exc)
+            except (StoreError, OSError, ValueError) as exc:
+                log.warning("checkpoints of %s cannot be listed: %s", hotkey[:10], exc)
                 continue
-            log.info("starting from %s's checkpoint of window %d", hotkey[:10], model.window)
-            return model
-        return None
+            for key in sorted(keys):
+                window = checkpoint_window(key)
+                if window is not None and first < window <= target:
+                    found[window].append((hotkey, store, key))
+        return found
+
+    def tied_results(self, w: int, view: PeerView) -> set[tuple[str, str]]:
+        """(result hash, outer hash) of every aggregate of window w that passes each check that does
+        not need G_w: anchored in time, signed, weighted by its report under the run's rule, the
+        miners' own work, and the report quorum."""
+        config = self.runtime.config
+        try:
+            anchors = read_anchors(self.chain, config, w)
+            quorum = self.quorum(w, view, anchors)
+        except SyncError as exc:
+            log.warning("window %d: its aggregates cannot be read: %s", w, exc)
+            return set()
+        results = set()
+        for hotkey, url in view.validators_by_stake():
+            if hotkey not in anchors.aggregates:
+                continue
+            try:
+                store = self.stores.get(url)
+                aggregate = checked_aggregate(config, self.runtime.run_id, w, hotkey, store, anchors, quorum)
+            except (StoreError, OSError, WireError, SyncError, ValueError) as exc:
+                log.info("window %d: %s's aggregate vouches for no checkpoint: %s", w, hotkey[:10], exc)
+                continue
+            results.add((aggregate.result_hash, aggregate.outer_hash))
+        return results
+
+    def tied_checkpoint(
+        self, hotkey: str, store: Store, key: str, window: int, tied: set[tuple[str, str]]
+    ) -> GlobalModel | None:
+        """The checkpoint at `key` when it decodes to G_window with a (parameters, outer momentum)
+        pair among `tied`; None (the reason logged) when not."""
+        try:
+            data = self._counted(store.get(key, self.limits.max_checkpoint_bytes))
+            model = decode_checkpoint(data, self.runtime.shapes(), self.limits.max_checkpoint_bytes)
+        except (StoreError, WireError, SyncError, ValueError) as exc:
+            log.warning("checkpoint of %s of window %d unusable: %s", hotkey[:10], window, exc)
+            return None
+        if model.window != window:
+            log.warning(
+                "checkpoint of %s of window %d refused: it says it is G_%d", hotkey[:10], window, model.window
+            )
+            return None
+        if (model.hash, model.outer_hash) not in tied:
+            what = (
+                "its outer momentum is not the one"
+                if model.hash in {result for result, _ in tied}
+                else "its parameters are not the result"
+            )
+            log.warning(
+                "checkpoint of %s of window %d refused: %s of any aggregate of window %d that this node would follow",
+                hotkey[:10],
+                window,
+                what,
+                window - 1,
+            )
+            return None
+        log.info(
+            "starting from %s's checkpoint of window %d, the result of an aggregate of window %d",
+            hotkey[:10],
+            window,
+            window - 1,
+        )
+        return model

@@ -48,6 +48,8 @@ _SEGMENT_TAG = b"distrai/challenge-segment/v1"
 _REVEAL_TAG = b"distrai/reveal-seed/v1"
 _PIECE_TAG = b"distrai/trajectory-piece/v1"
 _VALIDATOR_TAG = b"distrai/challenge-validator/v1"
+_SCORER_TAG = b"distrai/score-validator/v1"
+_SCORED_TAG = b"distrai/score-miner/v1"
 
 
 class WindowConfig(BaseModel):
@@ -159,6 +161,22 @@ def reveal_deadline(cfg: WindowConfig, window: int) -> int:
 def aggregate_deadline(cfg: WindowConfig, window: int) -> int:
     """First block at which the leader's aggregate for `window` is late and the next validator serves."""
     return window_start(cfg, window) + cfg.aggregate_offset
+
+
+def read_patience(cfg: WindowConfig, window: int) -> int:
+    """The block until which a validator keeps asking a miner's store that did not answer for what
+    the miner committed to: the first third of the validate phase (at least one block), so the
+    checks still end before the aggregate deadline. What is still unread then is settled
+    (`validators.withheld`)."""
+    return reveal_deadline(cfg, window) + max(1, (cfg.aggregate_offset - cfg.reveal_offset) // 3)
+
+
+def score_patience(cfg: WindowConfig, window: int) -> int:
+    """The block until which a validator waits for the other validators' measurements of the
+    window's updates (`validators.shared_scoring`): the last sixth of the validate phase (at least
+    two blocks) is left to score, report and aggregate, and it ends after the read patience."""
+    span = cfg.aggregate_offset - cfg.reveal_offset
+    return max(read_patience(cfg, window) + 1, aggregate_deadline(cfg, window) - max(2, span // 6))
 
 
 def base_index(cfg: WindowConfig, window: int, first_window: int) -> int:
@@ -359,6 +377,33 @@ def replay_shares(inputs: ChallengeInputs, validator_hotkeys: Iterable[str]) -> 
     for i, miner in enumerate(challenged(inputs)):
         for j in range(replicas):
             shares[validators[(i * replicas + j) % len(validators)]].append(miner)
+    return shares
+
+
+def score_shares(
+    inputs: ChallengeInputs, validator_hotkeys: Iterable[str], replicas: int
+) -> dict[str, list[str]]:
+    """Validator → the miners whose updates it measures (`validators/usefulness.py`): every miner
+    whose commitment counts for the window, each by `replicas` of the validators (fewer when fewer
+    take part), dealt round the validators ranked by the window's seed in an order of the miners the
+    seed draws too, so no validator measures more than one miner above any other and nobody can
+    pick whom it measures."""
+    seed = reveal_seed(inputs.block_hash, inputs.run_id, inputs.window)
+    validators = sorted(
+        _hotkey_list("validator_hotkeys", validator_hotkeys),
+        key=lambda v: (_digest(_SCORER_TAG, seed, v.encode("utf-8")), v),
+    )
+    shares: dict[str, list[str]] = {v: [] for v in validators}
+    if not validators:
+        return shares
+    copies = min(_positive("replicas", replicas), len(validators))
+    miners = sorted(
+        _hotkey_list("miner_hotkeys", inputs.miner_hotkeys),
+        key=lambda m: (_digest(_SCORED_TAG, seed, m.encode("utf-8")), m),
+    )
+    for i, miner in enumerate(miners):
+        for j in range(copies):
+            shares[validators[(i * copies + j) % len(validators)]].append(miner)
     return shares
 
 

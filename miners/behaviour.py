@@ -15,6 +15,7 @@ import io
 import json
 import logging
 import secrets
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,7 +31,7 @@ from distrai.train.inner import pseudo_gradient, window_start_state
 from distrai.train.sketch import sketch
 from distrai.train.state import load_state, save_state, state_hash
 from distrai.update import encode_update
-from distrai.windows import commit_deadline, committed_in_time, reveal_deadline
+from distrai.windows import commit_deadline, committed_in_time, read_patience, reveal_deadline
 from distrai.wire import sign_document
 from distrai.wire.manifest import UpdateManifest
 
@@ -41,6 +42,8 @@ log = logging.getLogger("distrai.miner")
 
 SCALE = 10.0
 """How much the `scaled` adversary multiplies its update by."""
+POISON_SCALE = 100.0
+"""How much larger than its honest update, and turned against it, the `poison` adversary's update is."""
 
 
 class Behaviour:
@@ -71,6 +74,9 @@ class Behaviour:
         """The blob to upload at reveal (None: upload none); runs in the uploading thread, which
         reads the chain through `chain`."""
         return blob
+
+    def revealed(self, miner: Miner, w: int, challenged: bool, chain: Chain) -> None:
+        """Called in the uploading thread once window w's reveal is uploaded."""
 
 
 def honest() -> Behaviour:
@@ -113,6 +119,24 @@ class Scaled(Behaviour):
         return {name: SCALE * t for name, t in pseudo_gradient.items()}
 
 
+def poisoned(pseudo_gradient: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """An honest pseudo-gradient turned into one that undoes the training it measured, `POISON_SCALE`
+    times over: applied, it drives the model up its loss."""
+    return {name: -POISON_SCALE * t for name, t in pseudo_gradient.items()}
+
+
+class Poison(Behaviour):
+    """Trains honestly but publishes a poisoned update (`poisoned`), which it encodes, commits and
+    anchors like an honest one: nothing but its effect gives it away. On its own it is caught as
+    `scaled` is; beside a colluding leader (`validators.behaviour.Collude`), only the followers'
+    report quorum and held-out re-measurement stop it (docs/protocol.md, "Following an aggregate")."""
+
+    name = "poison"
+
+    def update(self, miner, pseudo_gradient):
+        return poisoned(pseudo_gradient)
+
+
 class Lazy(Behaviour):
     """Trains the first half of its segments and fakes the rest of its trajectory: the later
     boundaries repeat its last trained state under later step numbers."""
@@ -131,6 +155,39 @@ class Lazy(Behaviour):
             boundaries.append((step, state_hash(faked), boundaries[-1][2]))
         losses = trained.losses + [trained.losses[-1]] * (h - done)
         return dataclasses.replace(trained, losses=losses, boundaries=boundaries)
+
+
+class Withhold(Lazy):
+    """Trains half its segments like `lazy` and, when challenged, keeps the validators from reading
+    its reveal: once uploaded, its own store stops answering (a store in a folder of its own, moved
+    away, so that listing it fails; an S3 endpoint under a miner's control would answer 503) until the
+    validators' read patience for the window has run out (`windows.read_patience`), then answers
+    again, hoping they have given up. It commits nothing while its store is away."""
+
+    name = "withhold"
+
+    def __init__(self) -> None:
+        self.away = threading.Event()
+
+    def commits(self, miner):
+        return not self.away.is_set()
+
+    def revealed(self, miner, w, challenged, chain):
+        root = getattr(miner.store, "root", None)
+        if not challenged or root is None or self.away.is_set():
+            return
+        hidden = root.with_name(root.name + ".withheld")
+        root.rename(hidden)
+        self.away.set()
+        log.info("withhold: window %d's reveal is uploaded; the store stops answering", w)
+
+        def answer_again() -> None:
+            chain.connect_again().wait_for_block(read_patience(miner.windows, w) + 1)
+            hidden.rename(root)
+            self.away.clear()
+            log.info("withhold: the store answers again after window %d's read patience", w)
+
+        threading.Thread(target=answer_again, name="withhold", daemon=True).start()
 
 
 class OldBase(Behaviour):
@@ -350,10 +407,12 @@ ADVERSARIES: dict[str, type[Behaviour]] = {
         Copycat,
         Stale,
         Lazy,
+        Withhold,
         OldBase,
         WrongData,
         Forged,
         Scaled,
+        Poison,
         Nan,
         Oversize,
         Pickle,
@@ -369,10 +428,12 @@ EXPECTED_CHECK: dict[str, str] = {
     "copycat": "update",
     "stale": "update",
     "lazy": "replay",
+    "withhold": "store",
     "oldbase": "replay",
     "wrongdata": "replay",
     "forged": "states",
     "scaled": "trajectory",
+    "poison": "trajectory",
     "nan": "update",
     "oversize": "consistency",
     "pickle": "update",

@@ -6,7 +6,9 @@ nor the codec residual it committed to:
 
     reveals/w<window>/
         job.json              window, the anchored manifest's sha256, the outgoing residual's hash
-        states/<step>.safetensors   every boundary state (the challenged ones are uploaded)
+        states/<step>.safetensors   every boundary state
+        coded/<step>.safetensors    a challenged state coded against boundary 0, the window's base
+                                    (`distrai.train.coded_state`), written by the uploader and uploaded
         update.blob           the update blob
         residual_in.tensors   the residual carried into the window, as revealed when challenged
         residual_out.safetensors    the residual the manifest commits to for the next window
@@ -42,6 +44,12 @@ class RevealJob:
         if not steps:
             raise FileNotFoundError(f"window {self.window}: no boundary state in {self.states}")
         return max(steps)
+
+    def state_path(self, step: int) -> Path:
+        return self.states / f"{step:06d}.safetensors"
+
+    def coded_state_path(self, step: int) -> Path:
+        return self.folder / "coded" / f"{step:06d}.safetensors"
 
     @property
     def blob_path(self) -> Path:

@@ -4,7 +4,8 @@ Jobs (`reveal_job.py`) are taken oldest first. For each: wait for the block at t
 commit deadline (its hash draws the challenge), work out whether this miner is challenged,
 and upload through the miner's store (its bandwidth limit included): the update blob first, then,
 when challenged, the trajectory reveal (`distrai.trajectory`) and the start state of the run of
-challenged segments. A job whose reveal deadline has passed is dropped,
+challenged segments, coded losslessly against the window's base (`distrai.train.coded_state`: the
+job's boundary 0 holds that base). A job whose reveal deadline has passed is dropped,
 since nothing uploaded after it counts. While uploading, the uploader projects its finish from
 the rate it achieves and says, before the deadline, when the reveal will not make it. Every job
 ends with one metrics record (`"event": "reveal"`): seconds, bytes, rate, the rate that was
@@ -28,6 +29,7 @@ from distrai.chain.base import Chain, ChainError
 from distrai.layout import state_key, states_prefix, trajectory_key
 from distrai.run import challenge_inputs
 from distrai.store import StoreError
+from distrai.train.coded_state import encode_coded_state
 from distrai.train.state import load_state, state_digests
 from distrai.trajectory import build_trajectory, drawn_pieces, encode_trajectory
 from distrai.update import residual_digests
@@ -194,6 +196,7 @@ class Uploader:
                 result.seconds,
             )
         self._log(w, result, needed)
+        self.miner.behaviour.revealed(self.miner, w, inputs is not None, self.chain)
         return result
 
     def _wait_for(self, block: int) -> bool:
@@ -233,17 +236,30 @@ class Uploader:
                 Piece(trajectory_key(miner.rt.run_id, w, miner.hotkey), len(trajectory), data=trajectory)
             )
         for step in steps:
-            path = job.states / f"{step:06d}.safetensors"
+            path = self._coded_state(job, step)
             pieces.append(
                 Piece(state_key(miner.rt.run_id, w, miner.hotkey, step), path.stat().st_size, path=path)
             )
         return pieces
 
+    def _coded_state(self, job: RevealJob, step: int) -> Path:
+        """The boundary state at `step` coded against the window's base (the job's boundary 0), written
+        once to the job's folder, so a restarted upload resumes the same bytes."""
+        path = job.coded_state_path(step)
+        if not path.exists():
+            base = load_state(job.state_path(0)).params
+            coded = encode_coded_state(load_state(job.state_path(step)), base)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(coded)
+            tmp.replace(path)
+        return path
+
     def _trajectory(self, job: RevealJob, inputs: ChallengeInputs) -> bytes:
         """The trajectory reveal (`distrai.trajectory`) from the job's last state and residuals. Their
         digests are computed once more here, in the upload thread, and only when challenged."""
         miner = self.miner
-        last = load_state(job.states / f"{job.steps:06d}.safetensors")
+        last = load_state(job.state_path(job.steps))
         limit = miner.rt.config.limits.max_checkpoint_bytes
         residual_in = (
             decode_tensors(job.residual_in_path.read_bytes(), max_bytes=limit)[0]

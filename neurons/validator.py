@@ -30,7 +30,21 @@ def main(argv: list[str] | None = None) -> int:
         help="as the aggregating leader, try to steer the global model in one of the ways every "
         "follower must refuse, for demonstrations and tests [env DISTRAI_VALIDATOR_ADVERSARY]",
     )
+    parser.add_argument(
+        "--validator.colluder",
+        default=os.environ.get("DISTRAI_VALIDATOR_COLLUDER"),
+        metavar="HOTKEY",
+        help="with --validator.adversary collude: the ss58 hotkey of the colluding miner whose update the "
+        "report passes (distrai localnet gives the poison adversary's) [env DISTRAI_VALIDATOR_COLLUDER]",
+    )
     args = parser.parse_args(argv)
+    try:
+        behaviour = leader_behaviour(
+            getattr(args, "validator.adversary"), getattr(args, "validator.colluder")
+        )
+    except ValueError as exc:
+        print(f"validator cannot start: {exc}", file=sys.stderr)
+        return 2
     try:
         node = build_node(args, "validator")
     except (ValueError, FileNotFoundError, ChainError) as exc:
@@ -42,9 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         node.wallet,
         node.store,
         node.store_url,
-        ValidatorOptions(
-            work_dir=node.work_dir, behaviour=leader_behaviour(getattr(args, "validator.adversary"))
-        ),
+        ValidatorOptions(work_dir=node.work_dir, behaviour=behaviour),
         node.metrics,
         node.stores,
     )

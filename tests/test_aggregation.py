@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections import Counter
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distrai.aggregation import Scored, accepted_by_rule
+
+SEED = b"\x07" * 32
+
+
+def tie(seed: bytes):
+    return lambda item: hashlib.sha256(seed + item[0].encode()).digest()
 
 
 def test_the_best_passing_scores_are_taken_and_weighted_by_score():
@@ -18,11 +27,22 @@ def test_the_best_passing_scores_are_taken_and_weighted_by_score():
         "e": Scored(True, 0.5),
         "f": Scored(True, 0.25),
     }
-    assert accepted_by_rule(scored, top_n=3) == [("b", 0.5), ("a", 0.25), ("e", 0.25)]
-    assert accepted_by_rule(scored, top_n=1) == [("b", 1.0)]
-    assert accepted_by_rule({"x": Scored(False, 1.0)}, top_n=3) == []
+    chosen = accepted_by_rule(scored, 4, SEED)
+    tied = sorted(["a", "e"], key=lambda hk: tie(SEED)((hk,)))
+    assert [hk for hk, _ in chosen] == ["b", *tied, "f"]
+    assert [w for _, w in chosen] == pytest.approx([1.0 / 2.25, 0.5 / 2.25, 0.5 / 2.25, 0.25 / 2.25])
+    assert accepted_by_rule(scored, 1, SEED) == [("b", 1.0)]
+    assert accepted_by_rule({"x": Scored(False, 1.0)}, 3, SEED) == []
     with pytest.raises(ValueError, match="top_n"):
-        accepted_by_rule(scored, top_n=0)
+        accepted_by_rule(scored, 0, SEED)
+
+
+def test_ties_are_broken_by_the_window_seed_not_by_the_hotkey():
+    """A miner that grinds a hotkey sorting first gains nothing: among equal scores the order is
+    sha256(seed + hotkey), and the seed is the hash of a block nobody knows before committing."""
+    tied = {hotkey: Scored(True, 1.0) for hotkey in ("5Aaaa", "5Mmmm", "5Zzzz")}
+    firsts = Counter(accepted_by_rule(tied, 1, bytes([i]) * 32)[0][0] for i in range(90))
+    assert set(firsts) == set(tied) and min(firsts.values()) >= 15, firsts
 
 
 @given(
@@ -35,11 +55,11 @@ def test_the_best_passing_scores_are_taken_and_weighted_by_score():
 )
 @settings(max_examples=200, deadline=None)
 def test_weights_sum_to_one_and_follow_the_scores(scored, top_n):
-    chosen = accepted_by_rule(scored, top_n)
+    chosen = accepted_by_rule(scored, top_n, SEED)
     assert len(chosen) <= top_n
     assert all(scored[hk].passed and scored[hk].score > 0 for hk, _ in chosen)
     if chosen:
         assert sum(w for _, w in chosen) == pytest.approx(1.0)
         weights = [w for _, w in chosen]
         assert weights == sorted(weights, reverse=True)
-    assert accepted_by_rule(dict(reversed(list(scored.items()))), top_n) == chosen
+    assert accepted_by_rule(dict(reversed(list(scored.items()))), top_n, SEED) == chosen

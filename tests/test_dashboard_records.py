@@ -176,9 +176,12 @@ def test_a_miner_page_shows_newest_window_first_with_plain_words():
     assert "rejected it in 1" in page.summary[0]
 
 
-def test_score_words_name_both_factors_of_a_score():
-    words = score_words({"drop_assigned": 0.2, "reference_drop": 0.4, "drop_unassigned": 0.25})
-    assert "by 20.00%" in words and "this factor is 0.50" in words and "second factor is 0.80" in words
+def test_score_words_name_the_tokens_and_the_quality_of_a_score():
+    numbers = {"tokens": 30720.0, "quality": 0.5, "mark": 0.02, "mark_z": 3.5, "reference_mark": 0.08}
+    words = score_words({**numbers, "mark_judged": 1.0})
+    assert "30,720 tokens" in words and "at 0.50 of full pay" in words
+    assert "by 2.00% more" in words and "3.5 standard errors" in words and "typical mark was 8.00%" in words
+    assert "too small to measure" in score_words({**numbers, "quality": 1.0, "mark_judged": 0.0})
     assert score_words({}) == "No usefulness was measured."
     assert explain({"manifest": "pass"}) == "Every check passed."
     assert "does not describe (novel)" in explain({"novel": "no"})

@@ -41,7 +41,7 @@ def run(tmp_path):
 def publish_window(run, reason: str = "segment 1 (steps 15-30) replayed to another state") -> None:
     m0, m1 = (run.uid(m) for m in run.miners)
     hk0, hk1 = (m.hotkey.ss58_address for m in run.miners)
-    numbers = {"update_bytes": 1000.0, "drop_assigned": 0.4, "drop_unassigned": 0.3, "reference_drop": 0.5}
+    numbers = {"update_bytes": 1000.0, "tokens": 30720.0, "quality": 1.0, "mark": 0.1, "mark_z": 4.0}
     run.publish_report(run.validators[0], 0, {hk0: entry(m0, 0.8, **numbers), hk1: entry(m1, 0.9, **numbers)})
     run.publish_report(
         run.validators[1],

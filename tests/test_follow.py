@@ -22,9 +22,9 @@ from distrai.run import load_run_config
 from distrai.runtime import build_runtime, params_hash
 from distrai.store import FileStore
 from distrai.sync import StoreCache, Syncer, peer_view
-from distrai.train.outer import Contribution, OuterState, outer_step
+from distrai.train.outer import Contribution, OuterState, outer_state_hash, outer_step
 from distrai.update import encode_update
-from distrai.windows import aggregate_deadline, commit_deadline, reveal_deadline, window_start
+from distrai.windows import aggregate_deadline, commit_deadline, reveal_deadline, reveal_seed, window_start
 from distrai.wire import sign_document
 
 CONFIG = Path(__file__).parent / "support" / "adversary-localnet.toml"
@@ -61,11 +61,12 @@ class Network:
         generator = torch.Generator().manual_seed(seed)
         return {n: 1e-3 * torch.randn(p.shape, generator=generator) for n, p in self.model.params.items()}
 
-    def commit_update(self, name: str, seed: int) -> None:
-        """Encode, sign and anchor a miner's update (the chain holds the manifest's hash)."""
+    def commit_update(self, name: str, seed: int, update: dict[str, torch.Tensor] | None = None) -> None:
+        """Encode, sign and anchor a miner's update (`update`, else noise drawn from `seed`): the chain
+        holds the manifest's hash."""
         wallet, rt = self.miners[name], self.runtime
         hotkey = wallet.hotkey.ss58_address
-        encoded = rt.codec.encode(self.update(seed), None)
+        encoded = rt.codec.encode(self.update(seed) if update is None else update, None)
         blob = encode_update(encoded.payload, encoded.metadata, hotkey, WINDOW)
         shapes = {n: tuple(p.shape) for n, p in self.model.params.items()}
         self.updates[name] = rt.codec.decode(encoded.payload, encoded.metadata, shapes)
@@ -105,9 +106,13 @@ class Network:
             },
         )
         by_hotkey = {hotkeys[name]: name for name in self.miners}
+        seed = reveal_seed(
+            self.harness.local.block_hash(commit_deadline(self.cfg, WINDOW)), rt.run_id, WINDOW
+        )
         chosen = accepted_by_rule(
             {hotkeys[n]: Scored(n in scores, scores.get(n, 0.0)) for n in self.miners},
             rt.config.scoring.aggregate_top_n,
+            seed,
         )
         accepted = [
             {
@@ -135,6 +140,7 @@ class Network:
                 "report_sha256": hashlib.sha256(report).hexdigest(),
                 "accepted": accepted,
                 "result_hash": params_hash(result.params),
+                "outer_hash": outer_state_hash(result.state),
             },
         )
         self.store.put(aggregate_key(rt.run_id, WINDOW, wallet.hotkey.ss58_address), aggregate)
@@ -158,13 +164,14 @@ class Network:
         return syncer, syncer.step(self.model, peer_view(self.harness.chain))
 
 
-@pytest.fixture
-def net(runtime, tmp_path):
+def build_network(runtime, tmp_path, stakes=(3000.0, 2000.0), updates=None) -> Network:
+    """Validators with `stakes` (most first) and three miners on one chain and store, at window
+    `WINDOW`'s reveal deadline; each miner has committed its update of `updates` (by name), else noise."""
     harness = make_local_harness(tmp_path)
     store = FileStore(tmp_path / "store")
     model = GlobalModel(WINDOW, runtime.initial_params(), OuterState(momentum={}))
     network = Network(runtime, harness, store, model)
-    for i, stake in enumerate((3000.0, 2000.0)):
+    for i, stake in enumerate(stakes):
         wallet = harness.new_wallet(f"validator{i}")
         harness.chain.register(wallet)
         harness.add_stake(wallet, stake)
@@ -175,12 +182,17 @@ def net(runtime, tmp_path):
         harness.chain.register(wallet)
         network.miners[f"miner{i}"] = wallet
     network.at(window_start(network.cfg, WINDOW) + 1)
-    assert all(n.validator_permit for n in harness.chain.metagraph().neurons[:2])
+    assert all(n.validator_permit for n in harness.chain.metagraph().neurons[: len(stakes)])
     for i, name in enumerate(network.miners):
-        network.commit_update(name, seed=i)
+        network.commit_update(name, seed=i, update=(updates or {}).get(name))
         network.at(harness.local.block() + 1)
     network.at(reveal_deadline(network.cfg, WINDOW))
     return network
+
+
+@pytest.fixture
+def net(runtime, tmp_path):
+    return build_network(runtime, tmp_path)
 
 
 HONEST_SCORES = {"miner0": 1.0, "miner1": 0.8}

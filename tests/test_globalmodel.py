@@ -31,7 +31,7 @@ from distrai.globalmodel import (
 from distrai.layout import checkpoint_key, checkpoint_window
 from distrai.run import OuterConfig as RunOuterConfig
 from distrai.runtime import params_hash
-from distrai.train.outer import Contribution, OuterState, outer_step
+from distrai.train.outer import Contribution, OuterState, outer_state_hash, outer_step
 from distrai.update import decode_update, encode_update
 from distrai.wire.manifest import AggregateManifest
 
@@ -81,6 +81,7 @@ def aggregate_for(model: GlobalModel, blobs: dict[str, bytes], **overrides) -> A
             for i, sha in enumerate(blobs)
         ],
         "result_hash": params_hash(result.params),
+        "outer_hash": outer_state_hash(result.state),
     }
     body.update(overrides)
     return AggregateManifest.model_validate(body)
@@ -94,7 +95,7 @@ def test_applying_an_aggregate_reaches_its_result_and_keeps_momentum():
     assert set(following.outer.momentum) == set(model.params) and following.outer.step == 1
 
 
-@pytest.mark.parametrize("fault", ["window", "base", "result", "blob"])
+@pytest.mark.parametrize("fault", ["window", "base", "result", "outer", "blob"])
 def test_aggregates_that_cannot_be_followed_are_refused(fault):
     model = model_at(5)
     blobs = blobs_for(model, 2)
@@ -102,6 +103,7 @@ def test_aggregates_that_cannot_be_followed_are_refused(fault):
         "window": {"window": 4},
         "base": {"base_hash": "cd" * 32},
         "result": {"result_hash": "ef" * 32},
+        "outer": {"outer_hash": "ef" * 32},
     }
     aggregate = aggregate_for(model, blobs, **overrides.get(fault, {}))
     fetch = blobs.__getitem__ if fault != "blob" else (lambda sha: b"\x00" * 64)

@@ -9,12 +9,18 @@ import re
 import tomllib
 
 import pytest
+import torch
 
 from distrai import linkcheck
 from distrai.cli import main
 from distrai.run import load_run_config, parse_run_config, shipped_config_path
 from distrai.store import FileStore, StoreError
+from distrai.train.coded_state import encode_coded_state
+from distrai.train.inner import InnerConfig, inner_loop
+from distrai.train.loss import causal_lm_loss
 from distrai.train.model import ModelSpec, count_parameters, load_model
+from distrai.train.optimizer import InnerOptimizerConfig
+from distrai.train.state import encode_state
 
 TINY_PARAMS = 985_536
 GPU_PARAMS = 257_092_608
@@ -61,6 +67,24 @@ def test_state_bytes_by_dtype():
     assert linkcheck.state_bytes_per_param("float32") == 12
     with pytest.raises(ValueError, match="unknown model dtype"):
         linkcheck.state_bytes_per_param("int4")
+    # revealed: a float32 state coded against the base (measured, docs/reveal-size.md); bfloat16 raw
+    assert linkcheck.revealed_state_bytes_per_param("float32") == 10.0
+    assert linkcheck.revealed_state_bytes_per_param("bfloat16") == 6
+
+
+def test_the_coded_state_figure_covers_a_trained_state_coded_as_miners_reveal_it():
+    model = load_model(ModelSpec(preset="tiny"))
+    config = InnerConfig(
+        inner_steps=8, segment_steps=8, optimizer=InnerOptimizerConfig(lr=1e-3), base_anchor=0.01
+    )
+    generator = torch.Generator().manual_seed(0)
+    result = inner_loop(
+        model, lambda t: torch.randint(256, (2, 64), generator=generator), causal_lm_loss, config
+    )
+    base, last = result.boundaries[0].state, result.boundaries[-1].state
+    coded = len(encode_coded_state(last, base.params))
+    raw = len(encode_state(last))
+    assert coded < linkcheck.revealed_state_bytes_per_param("float32") * TINY_PARAMS < raw
 
 
 def test_reveal_bytes_of_the_tiny_cpu_config(cpu):
@@ -79,20 +103,22 @@ def test_reveal_bytes_of_the_tiny_cpu_config(cpu):
     one = linkcheck.reveal_bytes(cpu, n, validators=1)
     sampled = math.ceil(cpu.verification.trajectory_fraction * n)
     assert one.update == update and one.update_source == "codec"
-    assert one.state == 12 * n
+    state = math.ceil(10.0 * n)  # fp32 parameters and moments, coded against the base
+    assert one.state == state
     assert one.trajectory == sampled * (4 + 4)  # fp32 parameters and the fp32 residual
-    assert (one.n_states, one.states) == (1, 12 * n)
-    assert one.total == update + sampled * 8 + 12 * n
+    assert (one.n_states, one.states) == (1, state)
+    assert one.total == update + sampled * 8 + state
 
 
-def test_gpu_subnet_reveals_13_bytes_per_parameter_whatever_the_validators(gpu):
+def test_gpu_subnet_reveals_11_bytes_per_parameter_whatever_the_validators(gpu):
     assert gpu.model.dtype == "float32" and gpu.verification.challenge_segments == 1
     one = linkcheck.reveal_bytes(gpu, GPU_PARAMS, validators=1)
-    assert one.state / GPU_PARAMS == 12.0
-    # one fp32 start state (12 B/param) and the trajectory sample: (4 + 4) B/param × trajectory_fraction
-    expected = 12.0 + 8.0 * gpu.verification.trajectory_fraction
+    assert one.state / GPU_PARAMS == pytest.approx(10.0, abs=1e-8)
+    # one fp32 start state coded against the base (10.0 B/param: the largest measured, rounded up) and the trajectory sample:
+    # (4 + 4) B/param × trajectory_fraction; 13 before the coding
+    expected = 10.0 + 8.0 * gpu.verification.trajectory_fraction
     assert one.per_param(GPU_PARAMS) == pytest.approx(expected, abs=1e-6)
-    assert one.per_param(GPU_PARAMS) <= 13.0
+    assert one.per_param(GPU_PARAMS) <= 11.0
     assert one.update < 0.05 * GPU_PARAMS  # topk at 4096/64: about 0.03 bytes per parameter
     many = linkcheck.reveal_bytes(gpu, GPU_PARAMS, validators=10_000)
     assert many == one
@@ -229,10 +255,11 @@ def doctor(tmp_path, *args: str) -> int:
 
 
 def test_doctor_fails_a_throttled_link_that_cannot_fit_the_reveal(tmp_path, capsys):
-    # 7 boundary states of a 1M-parameter fp32 model (~80 MB) in 5 one-second blocks: ~16 MB/s needed
+    # a 1M-parameter fp32 model's reveal (10.9 MB: its coded start state and the trajectory sample) in
+    # 5 one-second blocks needs 2.2 MB/s; the link is throttled to 1 MB/s
     store = (tmp_path / "store").as_uri()
     code = doctor(
-        tmp_path, store, "--store.bandwidth", "2000000", "--probe-bytes", "1000000", "--block-time", "1"
+        tmp_path, store, "--store.bandwidth", "1000000", "--probe-bytes", "1000000", "--block-time", "1"
     )
     out = " ".join(capsys.readouterr().out.split())
     assert code == 1, out
@@ -242,7 +269,7 @@ def test_doctor_fails_a_throttled_link_that_cannot_fit_the_reveal(tmp_path, caps
 
 
 def test_doctor_passes_an_unthrottled_link(tmp_path, capsys):
-    # one start state and the trajectory sample (~13 MB) in twelve-second blocks: well under the disk's rate
+    # one coded start state and the trajectory sample (~11 MB) in twelve-second blocks: well under the disk's rate
     code = doctor(tmp_path, str(tmp_path / "store"), "--validators", "1", "--probe-bytes", "1048576")
     out = " ".join(capsys.readouterr().out.split())
     assert code == 0, out

@@ -131,7 +131,9 @@ def test_adversaries_join_the_network_as_extra_miners(tmp_path):
     net.setup()
     miners = [n for n in net.neurons if n.role == "miner"]
     assert [n.name for n in miners] == ["miner0", "miner1", "adversary-lazy", "adversary-scaled"]
-    assert miners[2].args[-2:] == ["--miner.adversary", "lazy"]
+    own_store = f"file://{net.work / 'stores' / 'lazy'}"
+    assert miners[2].args[-4:] == ["--miner.adversary", "lazy", "--data.store", net.store_url]
+    assert miners[2].args[miners[2].args.index("--store.url") + 1] == own_store  # a store of its own
     assert all(net.chain.metagraph().uid_of(net_hotkey(net, n.name)) is not None for n in miners)
 
 
@@ -141,8 +143,12 @@ def net_hotkey(net, name: str) -> str:
 
 def test_steering_leaders_need_known_types_and_an_honest_validator_to_follow(tmp_path):
     for flags, words in (
-        (["--leader-adversary", "bogus"], "unknown --leader-adversary bogus; known: poison, reweight"),
+        (
+            ["--leader-adversary", "bogus"],
+            "unknown --leader-adversary bogus; known: poison, reweight, collude",
+        ),
         (["--validators", "1", "--leader-adversary", "poison"], "needs an honest validator left to follow"),
+        (["--leader-adversary", "collude"], "collude needs --adversary poison (its miner)"),
     ):
         out = subprocess.run(
             [sys.executable, "-m", "distrai.cli", "localnet", "--work", str(tmp_path / "net"), *flags],
@@ -157,6 +163,21 @@ def test_steering_leaders_need_known_types_and_an_honest_validator_to_follow(tmp
     validators = [n for n in net.neurons if n.role == "validator"]
     assert validators[0].args[-2:] == ["--validator.adversary", "reweight"]
     assert "--validator.adversary" not in validators[1].args
+
+
+def test_a_colluding_leader_is_given_the_poison_miners_hotkey(tmp_path):
+    net = Localnet(
+        LocalnetOptions(
+            work=tmp_path / "net", validators=2, adversaries=("poison",), leader_adversaries=("collude",)
+        )
+    )
+    net.setup()
+    leader = net.neuron("validator0").args
+    colluder = net_hotkey(net, "adversary-poison")
+    assert leader[-4:] == ["--validator.adversary", "collude", "--validator.colluder", colluder]
+    assert net.chain.metagraph().uid_of(colluder) is not None
+    miner = net.neuron("adversary-poison").args
+    assert miner[miner.index("--miner.adversary") + 1] == "poison"
 
 
 def test_a_sharded_miner_runs_as_miner1_under_torchrun_and_needs_a_second_miner(tmp_path):

@@ -15,11 +15,11 @@ from support.tiny_models import tiny_data
 from distrai.train.assignment import (
     MIX_UNITS,
     assigned_indices,
-    assigned_sample,
     batch_indices,
     miner_slot,
     permute,
     share_size,
+    trained_sample,
     unassigned_indices,
 )
 
@@ -121,15 +121,20 @@ def test_with_units_batches_mix_units_and_runs_of_steps_stay_in_few():
     assert len({i // unit for indices in steps for i in indices}) <= MIX_UNITS * 2
 
 
-def test_assigned_sample_reads_as_few_units_as_hold_it():
-    miners = ["a", "b", "c"]
-    sample = assigned_sample("run", 1, "a", 16, 40, 8, 400 * 32, miners, 32)
-    trained = set(assigned_indices("run", 1, "a", 40, 8, 400 * 32, miners, 32))
-    assert len(sample) == 16 and set(sample) <= trained
-    assert len({i // 32 for i in sample}) == 1
-    flat = assigned_sample("run", 1, "a", 16, 40, 8, 4000, miners)
-    assert flat == assigned_indices("run", 1, "a", 2, 8, 4000, miners)
-    assert len(assigned_sample("run", 1, "a", 16, 1, 8, 4000, miners)) == 8
+def test_the_scored_sample_is_drawn_by_the_seed_from_every_step_trained():
+    miners, n, batch = ["a", "b", "c"], 400 * 32, 8
+    trained = assigned_indices("run", 1, "a", 40, batch, n, miners, 32)
+    step_of = {index: position // batch for position, index in enumerate(trained)}
+    sample = trained_sample("run", 1, b"\x01" * 32, "a", 64, 40, batch, n, miners, 32)
+    assert len(sample) == len(set(sample)) == 64 and set(sample) <= set(trained)
+    steps = sorted(step_of[i] for i in sample)
+    assert steps[0] < 10 and steps[-1] >= 30  # from the whole run, not its first steps
+    assert sample == trained_sample("run", 1, b"\x01" * 32, "a", 64, 40, batch, n, miners, 32)
+    assert sample != trained_sample("run", 1, b"\x02" * 32, "a", 64, 40, batch, n, miners, 32)
+    # a miner that trained one step is scored on that step's batch, whatever the count asked
+    assert sorted(trained_sample("run", 1, b"\x01" * 32, "a", 16, 1, batch, n, miners, 32)) == sorted(
+        trained[:batch]
+    )
 
 
 def test_slots_rotate_between_windows():

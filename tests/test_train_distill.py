@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from support.tiny_models import FAST_LR, fast_inner_config, save_tiny_teacher, tiny_data, tiny_model
 
 from distrai.train.distill import DistillationLoss, DistillConfig, teacher_kl, top_k_kl
+from distrai.train.evaluate import evaluate, sequence_losses
 from distrai.train.inner import inner_loop
 from distrai.train.loss import causal_lm_loss
 from distrai.train.model import ModelSpec, load_teacher
@@ -97,3 +98,17 @@ def test_teacher_must_be_frozen_and_share_the_vocabulary(tmp_path):
 def test_bad_distill_configs_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):
         DistillConfig(**fields)
+
+
+@pytest.mark.parametrize("kind", ["pretrain", "distill"])
+def test_per_sequence_losses_are_the_loss_row_by_row(teacher, kind):
+    student = tiny_model(init_seed=1)
+    loss_fn = causal_lm_loss if kind == "pretrain" else DistillationLoss(teacher, CONFIG)
+    sequences = DATA.train[:10]
+    batched = sequence_losses(student, sequences, loss_fn=loss_fn, batch_size=4)
+    with torch.no_grad():
+        alone = torch.tensor([float(loss_fn(student, row[None])) for row in sequences], dtype=torch.float64)
+    assert batched.shape == (10,) and torch.allclose(batched, alone, rtol=1e-6, atol=0)
+    assert float(batched.mean()) == pytest.approx(evaluate(student, sequences, loss_fn=loss_fn), rel=1e-6)
+    # a loss with no per-sequence form is evaluated one sequence at a time
+    assert torch.equal(sequence_losses(student, sequences, loss_fn=lambda m, b: loss_fn(m, b)), alone)

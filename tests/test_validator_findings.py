@@ -115,7 +115,9 @@ def test_a_catch_is_published_with_its_evidence_and_adopted_after_a_re_check(run
     assert finding.store_url == miner_store.url
     assert all(key.startswith(f"runs/{runtime.run_id[:16]}/") for key in finding.evidence)
     # the checker never replayed the miner: its own verdict holds the cheap checks only
-    result = recheck(runtime, held_window(runtime, model, miner_store, fresh(cheap), shares), finding)
+    result = recheck(
+        runtime, held_window(runtime, model, miner_store, fresh(cheap), shares), finding, StoreCache()
+    )
     assert result.outcome == ADOPTED, result
     assert result.validator == CATCHER.ss58_address and "another state" in result.reason
 
@@ -127,7 +129,9 @@ def test_a_false_finding_is_refuted_and_names_its_author(runtime, model, tmp_pat
     shares = {CATCHER.ss58_address: [MINER], CHECKER.ss58_address: []}
     published, (finding,), _ = published_findings(runtime, model, tmp_path, miner_store, accused, shares)
     assert published == 1
-    result = recheck(runtime, held_window(runtime, model, miner_store, fresh(cheap), shares), finding)
+    result = recheck(
+        runtime, held_window(runtime, model, miner_store, fresh(cheap), shares), finding, StoreCache()
+    )
     assert result.outcome == REFUTED and result.validator == CATCHER.ss58_address, result
     assert "every replay check passed" in result.reason
 
@@ -137,7 +141,9 @@ def test_a_miner_that_deletes_its_evidence_before_the_re_check_is_adopted(runtim
     shares = {CATCHER.ss58_address: [MINER], CHECKER.ss58_address: []}
     _, (finding,), _ = published_findings(runtime, model, tmp_path, miner_store, caught, shares)
     miner_store.delete(trajectory_key(runtime.run_id, WINDOW, MINER))
-    result = recheck(runtime, held_window(runtime, model, miner_store, fresh(cheap), shares), finding)
+    result = recheck(
+        runtime, held_window(runtime, model, miner_store, fresh(cheap), shares), finding, StoreCache()
+    )
     assert result.outcome == ADOPTED and "was not revealed" in result.reason, result
 
 
@@ -149,11 +155,11 @@ def test_findings_outside_the_share_or_about_another_manifest_are_not_adopted(
     body = finding_body(runtime, WINDOW, CATCHER.ss58_address, caught, miner_store.url, [0])
     finding = Finding.model_validate(body)
     held = held_window(runtime, model, miner_store, fresh(cheap), not_its_share)
-    assert recheck(runtime, held, finding).outcome == NOT_RECHECKED
+    assert recheck(runtime, held, finding, StoreCache()).outcome == NOT_RECHECKED
     shares = {CATCHER.ss58_address: [MINER]}
     other = Finding.model_validate({**body, "manifest_sha256": "00" * 32})
     held = held_window(runtime, model, miner_store, fresh(cheap), shares)
-    assert recheck(runtime, held, other).outcome == REFUTED
+    assert recheck(runtime, held, other, StoreCache()).outcome == REFUTED
     with pytest.raises(ValueError, match="failed no replay check"):
         finding_body(runtime, WINDOW, CATCHER.ss58_address, fresh(cheap), "file:///x", [0])
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from distrai.announce import Announcement
+from distrai.layout import manifest_key
 from distrai.store import FileStore
 from distrai.sync import StoreCache
 from validators.inventory import Inventory, take_inventory
 from validators.pending import PendingWindow, PendingWindows
+
+RUN = "ab" * 32
 
 
 def test_noted_miners_and_the_deadline_listing_round_trip_through_disk(tmp_path):
@@ -49,3 +52,27 @@ def test_a_store_that_cannot_be_listed_at_the_deadline_is_named_unreachable_and_
     pending = PendingWindows(tmp_path / "pending")
     pending.save(PendingWindow(window=7, miners=["5a", "5b"], noted_block=210).with_inventory(listing))
     assert pending.load(7).inventory() == listing
+
+
+def test_a_store_listed_again_after_the_deadline_keeps_the_block_it_answered_at(tmp_path):
+    """A store that did not answer at the deadline and does later is listed then: its keys count,
+    dated by that listing, and the dates survive a restart."""
+    up = FileStore(tmp_path / "up")
+    late = tmp_path / "late"
+    late_url = late.as_uri()
+    miners = {"5a": Announcement(up.url), "5b": Announcement(late_url)}
+    up.put(manifest_key(RUN, 7, "5a"), b"{}")
+    first = take_inventory(StoreCache(), RUN, 7, miners, 1 << 20, lambda: 256)
+    assert first.unreachable == frozenset({late_url})  # its folder does not exist: not listed as empty
+    FileStore(late).put(manifest_key(RUN, 7, "5b"), b"{}")
+    again = take_inventory(StoreCache(), RUN, 7, {"5b": miners["5b"]}, 1 << 20, lambda: 259)
+    merged = first.merged(again)
+    assert (
+        merged.unreachable == frozenset()
+        and merged.listed_at(late_url) == 259
+        and merged.listed_at(up.url) == 256
+    )
+    assert merged.present[late_url] == frozenset({manifest_key(RUN, 7, "5b")})
+    pending = PendingWindows(tmp_path / "pending")
+    pending.save(PendingWindow(window=7, miners=["5a", "5b"], noted_block=210).with_inventory(merged))
+    assert pending.load(7).inventory() == merged

@@ -21,6 +21,7 @@ from distrai.run import load_run_config
 from distrai.runtime import build_runtime
 from distrai.store import FileStore
 from distrai.train.assignment import batch_indices
+from distrai.train.coded_state import encode_coded_state
 from distrai.train.hashing import piece_digests
 from distrai.train.inner import inner_loop, pseudo_gradient, window_start_state
 from distrai.train.outer import OuterState
@@ -99,15 +100,16 @@ def publish(
     drawn=None,
     replay_class=None,
 ):
-    """Reveal what a challenged miner reveals (every boundary but 0 and H, and the trajectory reveal
-    with the `drawn` pieces, by default all), encode the update, and return the verdict the cheap
-    checks would pass."""
+    """Reveal what a challenged miner reveals (every boundary but 0 and H, coded against boundary 0 as
+    the uploader codes them, and the trajectory reveal with the `drawn` pieces, by default all), encode
+    the update, and return the verdict the cheap checks would pass."""
     encoded = runtime.codec.encode(update or window.pseudo_gradient, residual)
     blob = encode_update(encoded.payload, encoded.metadata, MINER, WINDOW)
     last = runtime.inner.inner_steps
     for step, state in (reveal or window.states).items():
         if step not in (0, last):
-            store.put(state_key(runtime.run_id, WINDOW, MINER, step), encode_state(state))
+            coded = encode_coded_state(state, window.states[0].params)
+            store.put(state_key(runtime.run_id, WINDOW, MINER, step), coded)
     end = window.states[last]
     revealed_residual = residual_revealed or residual
     trajectory = build_trajectory(
@@ -244,6 +246,46 @@ def test_a_state_revealed_under_another_step_fails(runtime, model, honest, tmp_p
     assert verdict.fraud and f"boundary {k} says it is step {2 * k}" in verdict.verdicts["states"]
 
 
+def test_a_state_coded_against_another_base_fails_its_hash(runtime, model, honest, tmp_path):
+    store = FileStore(tmp_path)
+    k = runtime.inner.segment_steps
+    verdict = publish(runtime, store, honest)
+    elsewhere = {name: p + 1e-3 for name, p in honest.states[0].params.items()}
+    store.put(state_key(runtime.run_id, WINDOW, MINER, k), encode_coded_state(honest.states[k], elsewhere))
+    verify(runtime, model, store, verdict, segments=(1,))
+    assert verdict.fraud and "does not hash to the committed state" in verdict.verdicts["states"]
+
+
+@pytest.mark.parametrize(
+    ("reveal", "reason"),
+    [
+        ("plain", "expected a 'distrai.coded_train_state/1' blob"),
+        ("truncated", "malformed"),
+        ("garbage", "malformed"),
+        ("corrupted", "byte plane"),
+    ],
+)
+def test_a_revealed_state_that_does_not_decode_fails_with_its_reason(
+    runtime, model, honest, tmp_path, reveal, reason
+):
+    store = FileStore(tmp_path)
+    k = runtime.inner.segment_steps
+    verdict = publish(runtime, store, honest)
+    key = state_key(runtime.run_id, WINDOW, MINER, k)
+    coded = store.get(key, 1 << 30)
+    frames_start = len(coded) - 4096  # inside the last tensors' zstd frames
+    broken = {
+        "plain": encode_state(honest.states[k]),
+        "truncated": coded[: len(coded) // 2],
+        "garbage": b"\x00" * 64,
+        "corrupted": coded[:frames_start] + bytes(b ^ 0x5A for b in coded[frames_start:]),
+    }[reveal]
+    store.put(key, broken)
+    verify(runtime, model, store, verdict, segments=(1,))
+    assert verdict.fraud and f"revealed boundary {k} is malformed" in verdict.verdicts["states"]
+    assert reason in verdict.verdicts["states"], verdict.verdicts["states"]
+
+
 @pytest.mark.parametrize("cheat", ["scaled", "noise"])
 def test_an_update_that_is_not_the_trajectorys_encoding_fails(runtime, model, honest, tmp_path, cheat):
     store = FileStore(tmp_path)
@@ -323,7 +365,7 @@ def test_a_reveal_holds_one_start_state_per_segment_and_a_sample_of_the_last_sta
         runtime, model, store, publish(runtime, store, honest, drawn=sample), segments=(1,), sample=sample
     )
     assert verdict.passed, verdict.verdicts
-    one_state = len(encode_state(honest.states[k]))
+    one_state = len(encode_coded_state(honest.states[k], honest.states[0].params))
     sampled = sum(model.params[ref.name].numel() for ref in sample) * 4
     # the start of segment 1 and the sampled parameters, plus the digests: never the end or the last state
     assert one_state + sampled < verdict.numbers["revealed_bytes"] < one_state + sampled + 64 * 1024

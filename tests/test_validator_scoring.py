@@ -6,32 +6,51 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from validators.scoring import ema_update, reference_drop, usefulness_score, weights_from_averages
+from validators.scoring import (
+    MARK_Z,
+    MarkReference,
+    break_even_margin,
+    ema_update,
+    mark_reference,
+    quality,
+    tokens_trained,
+    weights_from_averages,
+)
 
 
-def test_usefulness_rewards_own_data_and_penalizes_training_elsewhere():
-    assert usefulness_score(0.05, 0.04, scale=0.1) == pytest.approx(0.5)
-    assert usefulness_score(0.5, 0.1, scale=0.1) == 1.0
-    assert usefulness_score(0.02, 0.08, scale=0.1) == pytest.approx(0.2 * 0.25)
-    assert usefulness_score(0.0, 0.0, scale=0.1) == 0.0
-    assert usefulness_score(-0.1, 0.2, scale=0.1) == 0.0
-    assert usefulness_score(float("nan"), 0.0, scale=0.1) == 0.0
+def test_the_reference_is_the_median_mark_of_the_miners_that_show_one():
+    marks = [(0.10, 5.0), (0.30, 6.0), (0.20, 4.0), (0.001, 0.1), (-0.05, -1.0)]
+    assert mark_reference(marks) == MarkReference(pytest.approx(0.2), True)
 
 
-def test_the_reference_drop_is_the_median_of_the_positive_drops():
-    assert reference_drop([0.1, 0.3, 0.2]) == pytest.approx(0.2)
-    assert reference_drop([0.1, 0.4, 0.2, 0.3]) == pytest.approx(0.25)
-    assert reference_drop([0.2, -0.5, 0.0, float("nan"), 0.4]) == pytest.approx(0.3)
-    assert reference_drop([-0.1, 0.0]) == 0.0
-    assert reference_drop([]) == 0.0
+def test_copies_cannot_drag_the_reference_down():
+    honest = [(0.2, 5.0), (0.25, 6.0), (0.3, 7.0)]
+    copies = [(0.0, 0.1), (0.01, 0.5), (-0.01, -0.3)]
+    assert mark_reference(honest + copies).value == mark_reference(honest).value == pytest.approx(0.25)
 
 
-def test_a_score_is_proportional_to_the_work_against_the_reference():
-    reference = reference_drop([0.18, 0.2, 0.22, 0.2e-4])
-    assert usefulness_score(0.2, 0.19, reference) == 1.0
-    assert usefulness_score(0.18, 0.17, reference) == pytest.approx(0.18 / reference)
-    assert usefulness_score(0.2e-4, 0.2e-4, reference) == pytest.approx(1e-4, rel=0.2)
-    assert usefulness_score(0.2, 0.1, scale=0.0) == 0.0
+def test_marks_are_not_judged_while_few_miners_show_one():
+    assert not mark_reference([(0.01, 1.0), (0.02, 1.5), (0.03, 3.0), (0.0, 0.0)]).judged
+    assert not mark_reference([]).judged
+    assert not mark_reference([(float("nan"), 3.0)]).judged
+    # unjudged, every passing update has full quality: nobody loses its pay to noise
+    assert quality(-0.5, -3.0, MarkReference(0.0, False), share=0.5) == 1.0
+
+
+def test_quality_is_full_from_the_share_of_the_typical_mark_and_proportional_below():
+    reference = MarkReference(0.2, True)
+    assert quality(0.1, 4.0, reference, share=0.5) == 1.0
+    assert (
+        quality(0.4, 9.0, reference, share=0.5) == 1.0
+    )  # no more than full: nothing to gain beyond honest work
+    assert quality(0.05, 2.5, reference, share=0.5) == pytest.approx(0.5)
+    assert quality(0.05, MARK_Z - 0.1, reference, share=0.5) == 0.0  # a mark within noise is no mark
+    assert quality(-0.1, 3.0, reference, share=0.5) == 0.0
+    assert quality(float("inf"), 3.0, reference, share=0.5) == 0.0
+
+
+def test_pay_units_are_the_tokens_a_manifest_commits_to():
+    assert tokens_trained(1840, 32, 2048) == 1840 * 65536
 
 
 def test_ema_moves_toward_scores():
@@ -67,3 +86,23 @@ def test_an_average_decayed_to_a_subnormal_still_gets_the_payable_share():
 def test_excluded_uids_get_no_weight():
     weights = weights_from_averages([0.5, 0.5, 1.0], burn_share=0.0, owner_uid=None, exclude=[2])
     assert weights == pytest.approx([0.5, 0.5, 0.0])
+
+
+def test_faking_loses_for_every_margin_above_the_break_even_whatever_the_share_faked():
+    q, alpha, ban = 16 / 256, 0.1, 144
+    margin = break_even_margin(q, alpha, ban)
+    assert margin == pytest.approx((1 - q / alpha) / (1 + q * ban))
+
+    def cheat_per_window(f: float, mu: float) -> float:
+        """A miner faking a share f of its segments, in units of honest emission per window, from
+        the renewal cycle itself: caught with probability q·f a window, then barred `ban` windows
+        and short of 1/alpha windows of emission while its average rebuilds."""
+        caught = q * f
+        unbarred = 1 / caught
+        earned = unbarred * (1 - (1 - f) * (1 - mu)) - 1 / alpha
+        return earned / (unbarred + ban)
+
+    for f in (0.05, 0.25, 0.5, 1.0):
+        assert cheat_per_window(f, margin + 0.01) < margin + 0.01
+        assert cheat_per_window(f, margin - 0.01) > margin - 0.01
+    assert break_even_margin(0.2, 0.1, 10) == 0.0  # the rebuild alone outweighs anything a fake saves

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from distrai.run import load_run_config, shipped_config_path
 from distrai.windows import (
     ChallengeInputs,
     Phase,
@@ -27,11 +28,14 @@ from distrai.windows import (
     is_checkpoint_window,
     miner_segments,
     phase,
+    read_patience,
     replay_shares,
     replayed_by,
     reveal_deadline,
     reveal_seed,
     run_starts,
+    score_patience,
+    score_shares,
     segments_to_reveal,
     trajectory_sample,
     window_end,
@@ -340,6 +344,35 @@ def test_the_split_draw_covers_every_challenged_miner_with_balanced_shares(
     assert replayed_by(inputs, validators, "5stranger") == []
 
 
+@given(
+    st.integers(min_value=0, max_value=10**6),
+    st.integers(min_value=1, max_value=60),
+    st.integers(min_value=1, max_value=12),
+    st.integers(min_value=1, max_value=4),
+)
+@settings(max_examples=150, deadline=None)
+def test_every_miner_is_measured_by_replicas_validators_in_balanced_shares(
+    i, n_miners, n_validators, replicas
+):
+    inputs = inputs_of(i, n_miners, 1)
+    validators = hotkeys(n_validators, "val")
+    shares = score_shares(inputs, validators, replicas)
+    assert set(shares) == set(validators)
+    by_miner = Counter(m for miners in shares.values() for m in miners)
+    assert set(by_miner) == set(inputs.miner_hotkeys)
+    assert all(c == min(replicas, n_validators) for c in by_miner.values())
+    assert all(len(set(miners)) == len(miners) for miners in shares.values())
+    loads = [len(miners) for miners in shares.values()]
+    assert max(loads) - min(loads) <= 1
+    assert score_shares(inputs, list(reversed(validators)), replicas) == shares
+    assert score_shares(inputs, [], replicas) == {}
+
+
+def test_the_measured_shares_move_between_validators_from_window_to_window():
+    mine = {tuple(score_shares(inputs_of(i, 20, 1), hotkeys(4, "val"), 1)["5val0000"]) for i in range(20)}
+    assert len(mine) > 1
+
+
 def test_each_miner_is_challenged_with_the_configured_probability_over_2000_windows():
     counts = Counter(m for i in range(2000) for m in challenged(inputs_of(i, 20, 0.25)))
     assert set(counts) == set(hotkeys(20))
@@ -474,3 +507,12 @@ def test_every_pipelined_window_has_a_public_base_when_it_starts(cfg, w):
     # a validator checking window w at its reveal deadline can reach M_w, its aggregate's base
     assert aggregate_deadline(cfg, w - 1) <= reveal_deadline(cfg, w)
     assert commit_deadline(cfg, w) <= window_start(cfg, w + 1)
+
+
+@pytest.mark.parametrize("config", ["cpu-localnet", "gpu-subnet"])
+def test_the_read_and_score_patience_fall_in_order_inside_the_validate_phase(config):
+    cfg = load_run_config(shipped_config_path(config)).windows
+    for w in (0, 7):
+        reveal, aggregate = reveal_deadline(cfg, w), aggregate_deadline(cfg, w)
+        assert reveal < read_patience(cfg, w) < score_patience(cfg, w) < aggregate
+        assert aggregate - score_patience(cfg, w) >= 2  # room to score, report and aggregate

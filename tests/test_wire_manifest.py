@@ -111,6 +111,7 @@ def test_aggregate_manifest_validates_weights():
         "base_hash": H,
         "report_sha256": H,
         "result_hash": H,
+        "outer_hash": H,
         "accepted": [{"hotkey": ALICE.ss58_address, "manifest_sha256": H, "update_sha256": H, "weight": 0.5}],
     }
     assert parse_body(AggregateManifest, good).accepted[0].weight == 0.5
@@ -125,7 +126,7 @@ def test_a_report_names_every_miner_and_refuses_non_finite_numbers():
     entry = {
         "uid": 1,
         "verdicts": {"update": "pass"},
-        "numbers": {"drop_assigned": 0.1},
+        "numbers": {"mark": 0.1},
         "score": 0.5,
         "reason": None,
     }
@@ -140,7 +141,8 @@ def test_a_report_names_every_miner_and_refuses_non_finite_numbers():
     assert parse_body(WindowReport, good).miners[ALICE.ss58_address].score == 0.5
     for bad, field in (
         ({**entry, "numbers": {"x": float("inf")}}, "numbers"),
-        ({**entry, "score": 1.5}, "score"),
+        ({**entry, "score": -1.0}, "score"),
+        ({**entry, "score": float("inf")}, "score"),
     ):
         with pytest.raises(WireError, match=field):
             parse_body(WindowReport, {**good, "miners": {ALICE.ss58_address: bad}})

@@ -1,13 +1,20 @@
-"""How a validator builds its aggregate: honestly, or as a leader that tries to steer the global
-model, which every follower must refuse (`python neurons/validator.py --validator.adversary TYPE`).
+"""How a validator builds its report and its aggregate: honestly, or as a leader that tries to steer
+the global model, which every follower must refuse (`python neurons/validator.py --validator.adversary
+TYPE`).
 
-A `LeaderBehaviour` sees the aggregate the run's rule gives and may change it before the result
-hash is computed and the aggregate signed, so the aggregate is internally consistent and applies
-cleanly; only the follower's checks of `distrai.follow` can tell. The follower's refusal names:
+A `LeaderBehaviour` sees the window's verdicts before its report is signed (`judge`) and the
+aggregate the run's rule gives before the result hash is computed and the aggregate signed
+(`tamper`), so the report and the aggregate are internally consistent and apply cleanly; only the
+follower's checks of `distrai.follow` can tell. The follower's refusal names:
 - `poison`: an accepted update swapped for a blob no miner committed, labelled with that miner's
   hotkey ("not one that miner's signed manifest names");
 - `reweight`: the rule's updates with weights of the leader's choosing ("its signed report's
-  scores give" other weights).
+  scores give" other weights);
+- `collude`: a report that passes its colluding miner's poisoned update (`miners.behaviour.Poison`,
+  committed and anchored like honest work) and fails every honest one, and the aggregate that this
+  report implies. Every check of the aggregator's own word passes; the report quorum ("which the
+  signed reports of validators holding … stake failed") or, when the leader holds most of the
+  stake, the held-out re-measurement ("raises the loss on the window's held-out sample") refuses it.
 """
 
 from __future__ import annotations
@@ -20,8 +27,10 @@ import torch
 
 from distrai.train.outer import Contribution
 from distrai.update import encode_update
+from validators.checks import PASS
 
 if TYPE_CHECKING:
+    from validators.checks import MinerVerdict
     from validators.validator import Validator
 
 POISON_SCALE = 50.0
@@ -29,9 +38,12 @@ POISON_SCALE = 50.0
 
 
 class LeaderBehaviour:
-    """An honest aggregator: the aggregate is what the rule gives."""
+    """An honest validator: the report is what its checks found, the aggregate what the rule gives."""
 
     name = "honest"
+
+    def judge(self, validator: Validator, w: int, verdicts: list[MinerVerdict]) -> None:
+        """Change the window's verdicts (in place) before the report is signed."""
 
     def tamper(
         self, validator: Validator, w: int, accepted: list[dict], contributions: list[Contribution]
@@ -79,13 +91,54 @@ class Reweight(LeaderBehaviour):
         )
 
 
-LEADER_ADVERSARIES: dict[str, type[LeaderBehaviour]] = {cls.name: cls for cls in (Poison, Reweight)}
+COLLUDING_SCORE = 1.0
+"""The score the colluding leader's report gives its miner."""
 
 
-def leader_behaviour(name: str) -> LeaderBehaviour:
-    """The honest aggregator, or the adversary called `name`; ValueError lists the known ones."""
+class Collude(LeaderBehaviour):
+    """Reports its colluding miner's update as passing every check with the best score, and every
+    other miner as failing the usefulness check; the aggregate is then what the rule gives from that
+    report: the colluder's update alone. It knows its miner by hotkey (`--validator.colluder`;
+    `distrai localnet` pairs it with the `poison` adversary's). A window whose colluder published no
+    readable update is judged honestly."""
+
+    name = "collude"
+
+    def __init__(self, colluder: str):
+        self.colluder = colluder
+
+    def judge(self, validator, w, verdicts):
+        partner = next((v for v in verdicts if v.hotkey == self.colluder), None)
+        if (
+            partner is None
+            or partner.update is None
+            or partner.blob is None
+            or partner.manifest_bytes is None
+        ):
+            return
+        for v in verdicts:
+            if v is partner:
+                v.verdicts = {check: PASS for check in v.verdicts} | {"useful": PASS}
+                v.score, v.fraud = COLLUDING_SCORE, False
+            else:
+                v.verdicts["useful"] = "the update does not lower the loss of the sequences it was trained on"
+                v.score = 0.0
+
+
+LEADER_ADVERSARIES: dict[str, type[LeaderBehaviour]] = {cls.name: cls for cls in (Poison, Reweight, Collude)}
+
+
+def leader_behaviour(name: str, colluder: str | None = None) -> LeaderBehaviour:
+    """The honest aggregator, or the adversary called `name` (`collude` needs the hotkey of its
+    colluding miner); ValueError lists the known ones."""
     if name == "honest":
         return LeaderBehaviour()
     if name not in LEADER_ADVERSARIES:
         raise ValueError(f"unknown validator adversary {name!r}; known: {', '.join(LEADER_ADVERSARIES)}")
+    if name == Collude.name:
+        if not colluder:
+            raise ValueError(
+                "the collude adversary needs the hotkey of its colluding miner (--validator.colluder)"
+            )
+        return Collude(colluder)
     return LEADER_ADVERSARIES[name]()

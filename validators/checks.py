@@ -17,11 +17,11 @@ from distrai.globalmodel import GlobalModel
 from distrai.layout import manifest_key
 from distrai.runtime import Runtime
 from distrai.store import StoreError
-from distrai.store.base import IntegrityError, NotFound, TooLarge
 from distrai.update import decode_update
 from distrai.wire import WireError, open_document
 from distrai.wire.manifest import UpdateManifest, parse_body
 from validators.inventory import Reader
+from validators.refused import answered
 
 PASS = "pass"
 
@@ -42,6 +42,15 @@ class MinerVerdict:
     score: float = 0.0
     fraud: bool = False
     """A failure only a dishonest miner causes: zeroes the average and bars the hotkey."""
+    unread: bool = False
+    """A read of a committed object failed because the miner's store did not answer: tried again
+    until the validator's read patience runs out, then settled by `validators.withheld`."""
+    unmeasured: bool = False
+    """Passed every check, but nobody measured its update in time: not scored this window (its
+    moving average is left as it was, `validators.shared_scoring`)."""
+    withheld: bool = False
+    """Settled as withheld: a challenged miner's committed object stayed unread (fraud, confirmed
+    or lifted by the validator's own re-read one window later)."""
 
     @property
     def passed(self) -> bool:
@@ -61,6 +70,12 @@ class MinerVerdict:
         self.fraud = self.fraud or fraud
         return self
 
+    def unreadable(self, check: str, why: str) -> MinerVerdict:
+        """Record a read the miner's store did not answer: nothing is decided until it is settled."""
+        self.verdicts[check] = why
+        self.unread = True
+        return self
+
 
 def check_miner(
     runtime: Runtime,
@@ -77,14 +92,17 @@ def check_miner(
     """Fetch and check the miner's manifest and update; stops at the first failed check.
 
     `start_hash` is the hash of the window's starting state (G_w, no optimizer state, step 0),
-    which boundary 0 must commit to. A missing manifest is absence, not fraud; a missing update
-    is fraud only for a miner this validator challenged (it may be hiding its work)."""
+    which boundary 0 must commit to. A committed manifest or update that is missing is absence for
+    a miner nobody challenged, and fraud for a challenged one (it may be hiding its work); a read
+    the store did not answer is marked `unread`, to be tried again."""
     cfg, limits = runtime.config, runtime.config.limits
     verdict = MinerVerdict(hotkey=hotkey, uid=uid)
     try:
         data = store.get(manifest_key(runtime.run_id, window, hotkey), limits.max_manifest_bytes)
     except StoreError as exc:
-        return verdict.fail("manifest", f"not fetched: {exc}", fraud=False)
+        if not answered(exc):
+            return verdict.unreadable("manifest", f"not fetched: {exc}")
+        return verdict.fail("manifest", f"not fetched: {exc}", fraud=challenged)
     if hashlib.sha256(data).hexdigest() != announcement.manifest_sha256:
         return verdict.fail("manifest", "hash_mismatch: the manifest is not the one committed on chain")
     try:
@@ -132,9 +150,10 @@ def check_miner(
     verdict.verdicts["consistency"] = PASS
     try:
         blob = store.get_blob(manifest.update.sha256, limits.max_update_bytes)
-    except StoreError as exc:  # hiding, when challenged; a store that fails now is not the miner's doing
-        absent = isinstance(exc, NotFound | IntegrityError | TooLarge)
-        return verdict.fail("update", f"not fetched: {exc}", fraud=challenged and absent)
+    except StoreError as exc:  # hiding, when challenged; a store that does not answer is tried again
+        if not answered(exc):
+            return verdict.unreadable("update", f"not fetched: {exc}")
+        return verdict.fail("update", f"not fetched: {exc}", fraud=challenged)
     try:
         if len(blob) != manifest.update.size:
             raise StoreError(f"update is {len(blob)} bytes, the manifest says {manifest.update.size}")

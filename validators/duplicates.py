@@ -45,8 +45,8 @@ def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def fit_to_own_data(verdict: MinerVerdict) -> float:
-    """How much more the update lowers the loss on its miner's assigned data than on unassigned data."""
-    return verdict.numbers.get("drop_assigned", 0.0) - verdict.numbers.get("drop_unassigned", 0.0)
+    """The mark of the miner's own data on the update (`usefulness.Usefulness.mark`)."""
+    return verdict.numbers.get("mark", 0.0)
 
 
 def duplicate_groups(sketches: Mapping[str, torch.Tensor], threshold: float) -> list[list[str]]:

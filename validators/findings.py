@@ -43,6 +43,7 @@ from distrai.wire.signed import Signer
 from validators.checks import PASS, MinerVerdict
 from validators.inventory import Reader
 from validators.replay import verify_challenge
+from validators.withheld import reread
 
 log = logging.getLogger("distrai.validator")
 
@@ -118,6 +119,7 @@ def finding_body(
         store_url=store_url,
         segments=segments,
         evidence=evidence,
+        withheld=verdict.withheld,
     ).model_dump()
 
 
@@ -183,8 +185,9 @@ def read_findings(
     return found
 
 
-def recheck(runtime: Runtime, held: HeldWindow, finding: Finding) -> Recheck:
-    """Judge another validator's finding by replaying what it names, from this validator's own view."""
+def recheck(runtime: Runtime, held: HeldWindow, finding: Finding, stores: StoreCache) -> Recheck:
+    """Judge another validator's finding by replaying what it names, from this validator's own view
+    (a finding of withheld objects: by reading them from the miner's store as it is now)."""
     miner = finding.miner
 
     def judged(outcome: str, why: str) -> Recheck:
@@ -205,6 +208,8 @@ def recheck(runtime: Runtime, held: HeldWindow, finding: Finding) -> Recheck:
         return judged(NOT_RECHECKED, "the miner's committed manifest was not read here")
     if sha256_hex(verdict.manifest_bytes) != finding.manifest_sha256:
         return judged(REFUTED, "it names another manifest than the one the miner committed on chain")
+    if finding.withheld:
+        return recheck_withheld(runtime, held, miner, stores, judged)
     if verdict.fraud:
         return judged(ADOPTED, f"failed here too: {verdict.reason}")
     if verdict.verdicts.get("update") != PASS:
@@ -232,3 +237,23 @@ def recheck(runtime: Runtime, held: HeldWindow, finding: Finding) -> Recheck:
     if replayed.passed:
         return judged(REFUTED, "re-checked: every replay check passed")
     return judged(NOT_RECHECKED, f"the re-check could not run: {replayed.reason}")
+
+
+def recheck_withheld(
+    runtime: Runtime, held: HeldWindow, miner: str, stores: StoreCache, judged: Callable[[str, str], Recheck]
+) -> Recheck:
+    """A finding that a challenged miner withheld its reveal: read it now and judge what is there."""
+    try:
+        store = stores.get(held.announcements[miner].store_url)
+    except (StoreError, ValueError) as exc:
+        return judged(NOT_RECHECKED, f"the miner's store cannot be opened here: {exc}")
+    again = reread(runtime, held, miner, store)
+    if again.passed:
+        return judged(
+            REFUTED, "read here one window later: the withheld reveal is there and passes every check"
+        )
+    if again.unread:
+        return judged(ADOPTED, f"withheld here too, one window later: {again.reason}")
+    if again.fraud:
+        return judged(ADOPTED, f"read here one window later: {again.reason}")
+    return judged(NOT_RECHECKED, f"the re-read could not judge it: {again.reason}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from distrai.announce import Announcement
@@ -38,7 +38,22 @@ class Inventory:
     present: Mapping[str, frozenset[str]]
     """store URL → every key it held"""
     unreachable: frozenset[str] = frozenset()
-    """store URLs that could not be listed (an outage): their miners are absent, not hiding"""
+    """store URLs that could not be listed: asked again until the read patience runs out"""
+    late: Mapping[str, int] = field(default_factory=dict)
+    """store URL → the block at which it was listed, for stores that did not answer at the deadline"""
+
+    def listed_at(self, url: str) -> int:
+        return self.late.get(url, self.block)
+
+    def merged(self, again: Inventory) -> Inventory:
+        """This listing with the stores it could not list replaced by `again`'s listing of them."""
+        answered = {url: keys for url, keys in again.present.items() if url not in again.unreachable}
+        return Inventory(
+            self.block,
+            {**self.present, **answered},
+            frozenset(url for url in self.unreachable if url not in answered),
+            {**self.late, **{url: again.block for url in answered}},
+        )
 
 
 def take_inventory(
@@ -109,7 +124,7 @@ class AtDeadline:
     def __init__(self, store: Store, url: str, inventory: Inventory, deadline: int):
         self.store = store
         self.keys = inventory.present.get(url, frozenset())
-        self.observed = inventory.block
+        self.observed = inventory.listed_at(url)
         self.deadline = deadline
 
     def _require(self, key: str) -> None:

@@ -30,6 +30,8 @@ class PendingWindow(BaseModel):
     present: dict[str, list[str]] | None = None
     """store URL → keys it held at the reveal deadline"""
     unreachable: list[str] = []
+    late: dict[str, int] = {}
+    """store URL → the block of a listing taken after the deadline, the store not answering then"""
 
     def inventory(self) -> Inventory | None:
         if self.inventory_block is None or self.present is None:
@@ -38,6 +40,7 @@ class PendingWindow(BaseModel):
             self.inventory_block,
             {url: frozenset(keys) for url, keys in self.present.items()},
             frozenset(self.unreachable),
+            dict(self.late),
         )
 
     def with_inventory(self, inventory: Inventory) -> PendingWindow:
@@ -46,6 +49,7 @@ class PendingWindow(BaseModel):
                 "inventory_block": inventory.block,
                 "present": {url: sorted(keys) for url, keys in inventory.present.items()},
                 "unreachable": sorted(inventory.unreachable),
+                "late": dict(inventory.late),
             }
         )
 

@@ -34,12 +34,13 @@ from distrai.layout import state_key, trajectory_key
 from distrai.runtime import Runtime
 from distrai.store import StoreError
 from distrai.train.assignment import batch_indices
+from distrai.train.coded_state import decode_coded_state
 from distrai.train.hashing import PIECE_ELEMENTS, PieceRef
 from distrai.train.inner import float_params, window_start_state
 from distrai.train.replay import replay_segment
 from distrai.train.replay_class import Tolerance, replay_class_of, tolerance_for
 from distrai.train.sketch import sketch
-from distrai.train.state import TrainState, check_state, decode_state, state_hash
+from distrai.train.state import TrainState, check_state, state_hash
 from distrai.train.step import StepConfig
 from distrai.trajectory import TrajectoryReveal, decode_trajectory
 from distrai.windows import run_starts
@@ -83,7 +84,7 @@ class Revealed:
         key = state_key(self.rt.run_id, self.window, self.verdict.hotkey, step)
         data = self._get(key, "states", f"challenged boundary {step}")
         try:
-            state = decode_state(data)
+            state = decode_coded_state(data, self.model.params, self.rt.config.limits.max_checkpoint_bytes)
             check_state(self.rt.model, state)
         except (ValueError, WireError) as exc:
             raise Refused("states", f"revealed boundary {step} is malformed: {exc}") from exc
@@ -144,7 +145,10 @@ def verify_challenge(
         verdict.verdicts["trajectory"] = PASS
         verdict.numbers["replay_distance"] = distance
     except Refused as exc:
-        verdict.fail(exc.check, exc.why, fraud=exc.fraud)
+        if exc.unread:
+            verdict.unreadable(exc.check, exc.why)
+        else:
+            verdict.fail(exc.check, exc.why, fraud=exc.fraud)
     finally:
         runtime.load_params(model.params)
         verdict.numbers["replay_seconds"] = time.monotonic() - started

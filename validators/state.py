@@ -10,6 +10,19 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 
+class Suspension(BaseModel):
+    """A miner barred for withholding what it committed to in `window` (`validators.withheld`), and
+    what it had before, given back if this validator's own re-read one window later finds the
+    withheld objects there and sound."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    window: int
+    average: float
+    banned_until: int
+    """the bar before this one (-1: none)"""
+
+
 class ValidatorState(BaseModel):
     """Scores and averages per uid (index = uid), the last window done, and bans by hotkey."""
 
@@ -26,6 +39,10 @@ class ValidatorState(BaseModel):
     residuals: dict[str, str] = Field(default_factory=dict)
     """Hotkey → the residual_out_hash of its last manifest: the next must carry it in."""
     last_weights_block: int = -1
+    workers: list[str] = Field(default_factory=list)
+    """The validators that did their share of the last window's measurements (paid by weights)."""
+    suspended: dict[str, Suspension] = Field(default_factory=dict)
+    """Hotkey → its bar for a withheld reveal, until this validator reads the reveal again."""
 
     def aligned(self, hotkeys: list[str]) -> ValidatorState:
         """This state for the metagraph's current hotkeys (index = uid).

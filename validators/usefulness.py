@@ -1,73 +1,153 @@
-"""How much one update helps: apply it alone to G_w and measure the loss on the miner's assigned
-data and on data nobody was assigned (after Templar's Gauntlet)."""
+"""What one update did: apply it alone to G_w and measure the loss, sequence by sequence, on two
+samples drawn by the window's challenge seed, which nobody knew while training.
+
+- the miner's own: sequences of those it trained on, uniformly over the steps its manifest claims
+  (`assignment.trained_sample`);
+- the window's reserve, which no miner was assigned (`assignment.unassigned_indices`), the same
+  sequences for every miner of the window.
+
+Training leaves a mark: an update lowers the loss of the sequences it was trained on more than
+that of sequences it never saw. The mark is the difference of the two mean relative drops, with
+its standard error from the per-sequence drops. Work published under a hotkey that did not train
+it (a copy of another miner's update, however re-encoded or disguised, or an update of an earlier
+window) meets that hotkey's sequences as unseen and shows no mark; a miner that trained only part
+of the steps it claims shows part of the mark. Because the seed picks the sequences after the
+commit deadline, a miner cannot fit the score to a subset of its data.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from distrai.globalmodel import GlobalModel
 from distrai.runtime import Runtime
-from distrai.train.assignment import assigned_sample, unassigned_indices
-from distrai.train.evaluate import evaluate
+from distrai.train.assignment import reserve_size, trained_sample, unassigned_indices
+from distrai.train.evaluate import sequence_losses
+
+
+@dataclass(frozen=True)
+class Drops:
+    """Relative loss drops, sequence by sequence: (before − after) / before."""
+
+    values: torch.Tensor
+
+    @classmethod
+    def between(cls, before: torch.Tensor, after: torch.Tensor) -> Drops:
+        return cls(((before - after) / before).to(torch.float64))
+
+    @property
+    def mean(self) -> float:
+        return float(self.values.mean())
+
+    @property
+    def variance_of_mean(self) -> float:
+        n = self.values.numel()
+        return float(self.values.var()) / n if n > 1 else math.inf
 
 
 @dataclass(frozen=True)
 class Usefulness:
-    base_assigned: float
-    base_unassigned: float
-    after_assigned: float
-    after_unassigned: float
+    trained: Drops
+    """on the sequences the miner trained on"""
+    unseen: Drops
+    """on the window's reserve"""
 
     @property
-    def drop_assigned(self) -> float:
-        """Relative loss drop on the miner's own data."""
-        return (self.base_assigned - self.after_assigned) / self.base_assigned
+    def mark(self) -> float:
+        """How much more the update lowers the loss of its own sequences than of unseen ones."""
+        return self.trained.mean - self.unseen.mean
 
     @property
-    def drop_unassigned(self) -> float:
-        return (self.base_unassigned - self.after_unassigned) / self.base_unassigned
+    def mark_z(self) -> float:
+        """The mark over its standard error."""
+        error = math.sqrt(self.trained.variance_of_mean + self.unseen.variance_of_mean)
+        return 0.0 if error == 0.0 or not math.isfinite(error) else self.mark / error
 
 
-def sample_sequences(
-    runtime: Runtime, window: int, hotkey: str, miners: Sequence[str], trained_steps: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """A fixed sample of the miner's assigned sequences (of the `trained_steps` it trained, from as few
-    shards as hold them) and as many from the window's reserve."""
-    cfg, data = runtime.config, runtime.data
-    assigned = assigned_sample(
-        runtime.run_id,
-        window,
-        hotkey,
-        cfg.scoring.usefulness_sequences,
-        trained_steps,
-        cfg.train.batch_size,
-        data.n_train,
-        miners,
-        data.unit,
+@dataclass(frozen=True)
+class Samples:
+    """The window's reserve sample and G_w's losses on it, shared by every miner of the window."""
+
+    seed: bytes
+    unseen: torch.Tensor
+    unseen_before: torch.Tensor
+
+
+def window_samples(
+    runtime: Runtime, model: GlobalModel, window: int, seed: bytes, miners: Sequence[str]
+) -> Samples:
+    """The reserve sample of the window, drawn by `seed`, and G_w's losses on it."""
+    data = runtime.data
+    count = min(
+        runtime.config.scoring.usefulness_sequences, reserve_size(data.n_train, len(miners), data.unit)
     )
-    reserve = unassigned_indices(
-        runtime.run_id, window, len(assigned), data.n_train, miners, salt=hotkey, unit=data.unit
+    reserve = data.batch(
+        unassigned_indices(runtime.run_id, window, count, data.n_train, miners, seed.hex(), data.unit)
     )
-    return data.batch(assigned), data.batch(reserve)
+    runtime.load_params(model.params)
+    return Samples(seed, reserve, _losses(runtime, reserve))
 
 
 def measure(
     runtime: Runtime,
     model: GlobalModel,
+    window: int,
+    samples: Samples,
+    hotkey: str,
+    steps: int,
     update: dict[str, torch.Tensor],
-    own: torch.Tensor,
-    other: torch.Tensor,
+    miners: Sequence[str],
 ) -> Usefulness:
-    """Losses of G_w and of G_w − Δ (the update applied alone, at outer learning rate 1)."""
-    threads = runtime.config.train.cpu_threads
+    """The update alone on G_w (at outer learning rate 1), on the miner's sample and the reserve's."""
+    cfg, data = runtime.config, runtime.data
+    own = data.batch(
+        trained_sample(
+            runtime.run_id,
+            window,
+            samples.seed,
+            hotkey,
+            cfg.scoring.usefulness_sequences,
+            steps,
+            cfg.train.batch_size,
+            data.n_train,
+            miners,
+            data.unit,
+        )
+    )
     runtime.load_params(model.params)
-    base_own = evaluate(runtime.model, own, loss_fn=runtime.loss_fn, cpu_threads=threads)
-    base_other = evaluate(runtime.model, other, loss_fn=runtime.loss_fn, cpu_threads=threads)
+    own_before = _losses(runtime, own)
     runtime.load_params({name: model.params[name] - update[name] for name in model.params})
-    after_own = evaluate(runtime.model, own, loss_fn=runtime.loss_fn, cpu_threads=threads)
-    after_other = evaluate(runtime.model, other, loss_fn=runtime.loss_fn, cpu_threads=threads)
+    own_after = _losses(runtime, own)
+    unseen_after = _losses(runtime, samples.unseen)
     runtime.load_params(model.params)
-    return Usefulness(base_own, base_other, after_own, after_other)
+    return Usefulness(
+        Drops.between(own_before, own_after), Drops.between(samples.unseen_before, unseen_after)
+    )
+
+
+def _losses(runtime: Runtime, sequences: torch.Tensor) -> torch.Tensor:
+    return sequence_losses(
+        runtime.model, sequences, loss_fn=runtime.loss_fn, cpu_threads=runtime.config.train.cpu_threads
+    )
+
+
+def measure_updates(
+    runtime: Runtime,
+    model: GlobalModel,
+    window: int,
+    seed: bytes,
+    miners: Sequence[str],
+    updates: Mapping[str, tuple[int, dict[str, torch.Tensor]]],
+) -> dict[str, Usefulness]:
+    """Each of `updates` (hotkey → the steps its manifest claims and its decoded update) measured."""
+    if not updates:
+        return {}
+    samples = window_samples(runtime, model, window, seed, miners)
+    return {
+        hotkey: measure(runtime, model, window, samples, hotkey, steps, update, miners)
+        for hotkey, (steps, update) in sorted(updates.items())
+    }

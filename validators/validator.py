@@ -31,6 +31,7 @@ windows.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -41,33 +42,35 @@ from distrai.aggregation import Scored, accepted_by_rule
 from distrai.announce import Announcement, anchored_aggregates, committed_updates, sharing_validators
 from distrai.chain.base import Chain, ChainError, Commitment, Metagraph, WalletLike
 from distrai.globalmodel import GlobalModel, SyncUnavailable, encode_checkpoint, outer_config
-from distrai.layout import aggregate_key, checkpoint_key, report_key
+from distrai.layout import aggregate_key, checkpoint_key, measurements_key, report_key
 from distrai.metrics import Metrics
 from distrai.participant import Participant
 from distrai.run import challenge_inputs
 from distrai.runtime import Runtime, params_hash
 from distrai.store import Store, StoreError
-from distrai.sync import StoreCache
+from distrai.sync import StoreCache, peer_view
 from distrai.train.inner import window_start_state
-from distrai.train.outer import Contribution, outer_step
+from distrai.train.outer import Contribution, outer_state_hash, outer_step
 from distrai.train.state import state_hash
-from distrai.trajectory import drawn_pieces
 from distrai.windows import (
     aggregate_deadline,
     challenged,
     commit_deadline,
     committed_in_time,
     is_checkpoint_window,
-    miner_segments,
+    read_patience,
     replay_shares,
     reveal_deadline,
+    reveal_seed,
+    score_patience,
+    score_shares,
     window_of,
     window_start,
 )
 from distrai.wire import sha256_hex, sign_document
-from distrai.wire.manifest import Recheck, Refusal
+from distrai.wire.manifest import Measurement, Measurements, Recheck, Refusal
 from validators.behaviour import LeaderBehaviour
-from validators.checks import MinerVerdict, check_miner, flag_copies
+from validators.checks import MinerVerdict, flag_copies
 from validators.findings import (
     ADOPTED,
     REFUTED,
@@ -77,12 +80,25 @@ from validators.findings import (
     read_findings,
     recheck,
 )
-from validators.inventory import AtDeadline, Inventory, take_inventory
+from validators.inventory import Inventory, take_inventory
 from validators.pending import PendingWindow, PendingWindows
-from validators.replay import verify_challenge
 from validators.scoring import ema_update, weights_from_averages
-from validators.state import ValidatorState, load_state, save_state
+from validators.shared_scoring import (
+    CONFIRMED,
+    MEASUREMENT_TOLERANCE,
+    Pooled,
+    as_measurement,
+    pool,
+    read_measurements,
+    recheck_draw,
+    recheck_measurement,
+    signed_measurements,
+)
+from validators.state import Suspension, ValidatorState, load_state, save_state
+from validators.usefulness import measure_updates
 from validators.window_scoring import score_window
+from validators.window_view import WindowView, check_one, replay_challenge
+from validators.withheld import own_outage, reread, settle
 
 log = logging.getLogger("distrai.validator")
 
@@ -177,7 +193,7 @@ class Validator(Participant):
         idle = 0.0 if self.last_end is None else started - self.last_end
         pending = self.note_miners(w)
         miners = pending.miners
-        in_time, commit_blocks, commitments = self.committed(w)
+        in_time, commitments = self.committed(w)
         inventory = pending.inventory()
         if inventory is None:
             inventory = take_inventory(
@@ -201,6 +217,7 @@ class Validator(Participant):
             stop.wait(self.chain.block_time())
             return False
         mg = self.chain.metagraph()
+        self.reread_withheld(w - 1, mg)
         rechecks = self.recheck_findings(w - 1, mg)
         self.rt.load_params(self.base.params)
         self.start_hash = state_hash(window_start_state(self.rt.model))
@@ -208,14 +225,15 @@ class Validator(Participant):
         agreement = self.compare_with_leader(w - 1)
         if is_checkpoint_window(self.windows, w):
             self.publish(checkpoint_key(self.rt.run_id, w, self.hotkey), encode_checkpoint(self.model))
-        verdicts = self.check_window(w, mg, miners, in_time, commit_blocks, commitments, inventory)
+        verdicts, pooled = self.check_window(w, mg, miners, in_time, commitments, pending, inventory, stop)
+        self.options.behaviour.judge(self, w, verdicts)
         published = publish_findings(self.rt, self.held, self.wallet.hotkey, self.publish)
-        report = self.publish_report(w, verdicts, inventory.block, refused, rechecks)
+        report = self.publish_report(w, verdicts, inventory.block, refused, rechecks, pooled)
         accepted = self.aggregate(w, verdicts, report)
         seconds = time.monotonic() - started
         if self.chain.block() >= aggregate_deadline(self.windows, w):
             log.warning("window %d: validation finished after the aggregate deadline", w)
-        self.fold_scores(w, mg, verdicts, [r.miner for r in rechecks if r.outcome == ADOPTED])
+        self.fold_scores(w, mg, verdicts, [r.miner for r in rechecks if r.outcome == ADOPTED], pooled.workers)
         self.pending.clear_through(w)
         weights = self.set_weights(mg)
         self.last_end = time.monotonic()
@@ -251,13 +269,12 @@ class Validator(Participant):
             )
         return True
 
-    def committed(self, w: int) -> tuple[dict[str, Announcement], dict[str, int], dict[str, Commitment]]:
+    def committed(self, w: int) -> tuple[dict[str, Announcement], dict[str, Commitment]]:
         """The miners whose manifest the chain held before the commit deadline, as of that block
-        (a later re-commitment changes nothing of this window), the block of each commitment, and
-        every commitment as of that block."""
+        (a later re-commitment changes nothing of this window), and every commitment as of that block."""
         commitments = self.chain.commitments(block=commit_deadline(self.windows, w) - 1)
         in_time = committed_updates(commitments, w, lambda b: committed_in_time(self.windows, w, b))
-        return in_time, {hk: commitments[hk].block for hk in in_time}, commitments
+        return in_time, commitments
 
     def check_window(
         self,
@@ -265,18 +282,21 @@ class Validator(Participant):
         mg: Metagraph,
         miners: list[str],
         in_time: dict[str, Announcement],
-        commit_blocks: dict[str, int],
         commitments: dict[str, Commitment],
+        pending: PendingWindow,
         inventory: Inventory,
-    ) -> list[MinerVerdict]:
-        """Every miner's verdicts; the replays of this validator's share. Keeps what the next window
-        needs to re-check the other validators' findings of this one (`held`)."""
+        stop: threading.Event,
+    ) -> tuple[list[MinerVerdict], Pooled]:
+        """Every miner's verdicts, and the window's measurements as pooled here; the replays and
+        measurements of this validator's share. A miner whose store did
+        not answer is asked again until the read patience runs out, then settled
+        (`validators.withheld`). Keeps what the next window needs to re-check the other validators'
+        findings of this one and to re-read what was withheld (`held`)."""
         deadline_hash = self.chain.block_hash(commit_deadline(self.windows, w))
         inputs = challenge_inputs(self.rt.config, deadline_hash, w, in_time)
         permitted = [n.hotkey for n in mg.neurons if n.validator_permit and n.stake > 0]
-        shares = replay_shares(inputs, sharing_validators(permitted, commitments, w))
-        challenges = set(shares.get(self.hotkey, []))
-        everyone_challenged = set(challenged(inputs))
+        sharing = sharing_validators(permitted, commitments, w)
+        shares = replay_shares(inputs, sharing)
         if not shares:
             log.warning("window %d: no validator holds a permit, so nobody replays", w)
         if self.state.window != w - 1 and self.state.residuals:
@@ -284,62 +304,192 @@ class Validator(Participant):
                 "window %d: window %d was not checked here; the miners' residual chains start again", w, w - 1
             )
             self.state.residuals.clear()
-        verdicts, stores = [], {}
-        for hotkey, announcement in sorted(in_time.items()):
-            uid = mg.uid_of(hotkey)
-            if uid is None:
-                continue
-            if self.state.is_banned(hotkey, w):
-                until = self.state.banned_until[hotkey]
-                verdicts.append(
-                    MinerVerdict(hotkey, uid).fail("banned", f"barred until window {until}", fraud=False)
-                )
-                self.state.residuals.pop(hotkey, None)
-                continue
-            if announcement.store_url in inventory.unreachable:
-                verdicts.append(
-                    MinerVerdict(hotkey, uid).fail(
-                        "store", "its store could not be listed at the reveal deadline", fraud=False
-                    )
-                )
-                self.state.residuals.pop(hotkey, None)
-                continue
-            try:
-                stores[hotkey] = AtDeadline(
-                    self.stores.get(announcement.store_url),
-                    announcement.store_url,
-                    inventory,
-                    reveal_deadline(self.windows, w),
-                )
-            except (StoreError, ValueError) as exc:
-                verdicts.append(
-                    MinerVerdict(hotkey, uid).fail("store", f"unusable store URL: {exc}", fraud=False)
-                )
-                continue
-            verdict = check_miner(
-                self.rt,
-                self.base,
+        view = WindowView(
+            w,
+            self.base,
+            self.start_hash,
+            inputs,
+            frozenset(challenged(inputs)),
+            shares,
+            self.hotkey,
+            tuple(miners),
+            in_time,
+            inventory,
+            reveal_deadline(self.windows, w),
+        )
+        uids = {hk: uid for hk in sorted(in_time) if (uid := mg.uid_of(hk)) is not None}
+        checked = {hk: self.check_miner(view, hk, uid, mg, replay=False) for hk, uid in uids.items()}
+        score_share = score_shares(inputs, sharing, self.rt.config.scoring.score_replicas)
+        own = self.measure_share(view, score_share, [v for v, _ in checked.values()], {})
+        for verdict, reader in checked.values():
+            replay_challenge(self.rt, view, verdict, reader)
+        patience = read_patience(self.windows, w)
+        unread = sorted(hk for hk, (v, _) in checked.items() if v.unread)
+        if unread:
+            log.warning(
+                "window %d: %d miners' stores did not answer (%s); asking again until block %d",
                 w,
-                hotkey,
-                uid,
-                announcement,
-                stores[hotkey],
-                lambda hk: mg.uid_of(hk) is not None,
-                start_hash=self.start_hash,
-                challenged=hotkey in everyone_challenged,
+                len(unread),
+                ", ".join(hk[:10] for hk in unread),
+                patience,
             )
-            self.check_residual_chain(verdict)
-            verdicts.append(verdict)
-        flag_copies(verdicts, commit_blocks)
-        fraction = self.rt.config.verification.trajectory_fraction
+        while unread and not stop.is_set() and self.block_now() < patience:
+            stop.wait(self.chain.block_time())
+            if view.inventory.unreachable:
+                view = self.list_again(view, pending)
+            for hk in unread:
+                checked[hk] = self.check_miner(view, hk, uids[hk], mg)
+            unread = [hk for hk in unread if checked[hk][0].unread]
+        outage = own_outage(len(unread), len(uids))
+        if unread:
+            log.warning(
+                "window %d: %d miners' stores still did not answer at block %d%s",
+                w,
+                len(unread),
+                self.chain.block(),
+                "; most stores are out of reach, so this validator's own link is down: nobody is blamed"
+                if outage
+                else "",
+            )
+        verdicts = [v for v, _ in checked.values()]
         for v in verdicts:
-            if v.passed and v.hotkey in challenges:
-                sample = drawn_pieces(inputs, v.hotkey, self.base.params, fraction)
-                segments = miner_segments(inputs, v.hotkey, v.manifest.n_segments)
-                verify_challenge(self.rt, self.base, w, v, stores[v.hotkey], segments, miners, sample)
-        score_window(self.rt, self.base, w, verdicts, miners, commit_blocks)
-        self.held = held_window(w, self.base, inputs, shares, miners, verdicts, stores, in_time)
-        return verdicts
+            settle(v, challenged=v.hotkey in view.challenged, outage=outage, patience_block=patience)
+            self.check_residual_chain(v)
+        commit_blocks = {hk: commitments[hk].block for hk in in_time}
+        flag_copies(verdicts, commit_blocks)
+        own = self.measure_share(view, score_share, verdicts, own)
+        pooled = self.pool_measurements(view, verdicts, score_share, own, stop)
+        score_window(self.rt, verdicts, pooled.measurements, commit_blocks)
+        readers = {hk: reader for hk, (_, reader) in checked.items() if reader is not None}
+        self.held = held_window(w, self.base, inputs, shares, miners, verdicts, readers, in_time)
+        return verdicts, pooled
+
+    def measure_share(
+        self,
+        view: WindowView,
+        shares: dict[str, list[str]],
+        verdicts: list[MinerVerdict],
+        measured: dict[str, Measurement],
+    ) -> dict[str, Measurement]:
+        """Measure the updates of this validator's share (`windows.score_shares`) that have passed
+        their checks so far and are not yet measured, and publish every measurement of the share, so
+        the other validators can take them early (outside the sharing validators, with no permit
+        yet, it measures every passed update itself and publishes nothing)."""
+        seed = reveal_seed(view.inputs.block_hash, view.inputs.run_id, view.window)
+        passed = {v.hotkey: v for v in verdicts if v.passed}
+        share = [hk for hk in shares.get(self.hotkey, passed) if hk in passed and hk not in measured]
+        if measured and not share:
+            return measured
+        measured = {**measured, **self.measure(view, seed, {hk: passed[hk] for hk in share})}
+        if self.hotkey in shares:  # published even when empty: nobody waits for a share with nothing in it
+            document = signed_measurements(self.wallet.hotkey, self.rt.run_id, view.window, measured)
+            self.publish(measurements_key(self.rt.run_id, view.window, self.hotkey), document)
+        return measured
+
+    def pool_measurements(
+        self,
+        view: WindowView,
+        verdicts: list[MinerVerdict],
+        shares: dict[str, list[str]],
+        own: dict[str, Measurement],
+        stop: threading.Event,
+    ) -> Pooled:
+        """Take the other validators' measurements as they come until the score patience runs out,
+        re-check a drawn few, and pool them with this validator's own (`validators.shared_scoring`)."""
+        w, scoring = view.window, self.rt.config.scoring
+        seed = reveal_seed(view.inputs.block_hash, view.inputs.run_id, w)
+        passed = {v.hotkey: v for v in verdicts if v.passed}
+        published = self.collect_measurements(w, [v for v in shares if v != self.hotkey], stop)
+        pairs = recheck_draw(seed, self.hotkey, published, set(passed) - set(own), scoring.score_rechecks)
+        again = self.measure(view, seed, {miner: passed[miner] for _, miner in pairs})
+        tolerance = max(self.rt.config.verification.loss_tolerance, MEASUREMENT_TOLERANCE)
+        rechecks = [
+            recheck_measurement(v, m, w, again[m], published[v].miners[m], tolerance) for v, m in pairs
+        ]
+        for r in rechecks:
+            (log.info if r.outcome == CONFIRMED else log.warning)(
+                "window %d: %s's measurement of %s %s: %s",
+                w,
+                r.validator[:10],
+                r.miner[:10],
+                r.outcome,
+                r.reason,
+            )
+        pooled = pool(self.hotkey, shares, own, published, rechecks, set(passed))
+        unmeasured = sorted(set(passed) - set(pooled.measurements))
+        if unmeasured:
+            log.warning(
+                "window %d: %d passed updates were measured by nobody in time, so they are not scored: %s",
+                w,
+                len(unmeasured),
+                ", ".join(hk[:10] for hk in unmeasured),
+            )
+        return pooled
+
+    def measure(
+        self, view: WindowView, seed: bytes, verdicts: dict[str, MinerVerdict]
+    ) -> dict[str, Measurement]:
+        updates = {hk: (v.manifest.steps, v.update) for hk, v in verdicts.items()}
+        measured = measure_updates(self.rt, view.base, view.window, seed, view.miners, updates)
+        return {hk: as_measurement(result) for hk, result in measured.items()}
+
+    def collect_measurements(
+        self, w: int, validators: list[str], stop: threading.Event
+    ) -> dict[str, Measurements]:
+        """The other validators' measurements of window w, read until all are there or the score
+        patience (`windows.score_patience`) runs out."""
+        found: dict[str, Measurements] = {}
+        patience = score_patience(self.windows, w)
+        while not stop.is_set():
+            announced = peer_view(self.chain).announcements
+            urls = {v: announced[v].store_url for v in validators if v not in found and v in announced}
+            found |= read_measurements(
+                self.stores,
+                urls,
+                self.rt.run_id,
+                w,
+                self.rt.config.limits.max_manifest_bytes,
+                lambda hk: True,
+            )
+            if len(found) == len(validators) or self.block_now() >= patience:
+                break
+            stop.wait(self.chain.block_time())
+        late = sorted(set(validators) - set(found))
+        if late:
+            log.warning(
+                "window %d: no measurements from %s by block %d; their shares are not scored this window",
+                w,
+                ", ".join(v[:10] for v in late),
+                patience,
+            )
+        return found
+
+    def check_miner(self, view: WindowView, hotkey: str, uid: int, mg: Metagraph, replay: bool = True):
+        """One miner's verdict and its store as it stood at the deadline (`window_view.check_one`);
+        a barred miner is not read."""
+        if self.state.is_banned(hotkey, view.window):
+            until = self.state.banned_until[hotkey]
+            self.state.residuals.pop(hotkey, None)
+            return MinerVerdict(hotkey, uid).fail("banned", f"barred until window {until}", fraud=False), None
+        return check_one(
+            self.rt, self.stores, view, hotkey, uid, lambda hk: mg.uid_of(hk) is not None, replay=replay
+        )
+
+    def list_again(self, view: WindowView, pending: PendingWindow) -> WindowView:
+        """The view with the stores that could not be listed at the deadline listed again now."""
+        again = take_inventory(
+            self.stores,
+            self.rt.run_id,
+            view.window,
+            {hk: a for hk, a in view.announcements.items() if a.store_url in view.inventory.unreachable},
+            self.rt.config.limits.max_manifest_bytes,
+            self.chain.block,
+        )
+        inventory = view.inventory.merged(again)
+        for url in sorted(view.inventory.unreachable - inventory.unreachable):
+            log.info("window %d: the store %s answered at block %d", view.window, url, again.block)
+        self.pending.save(pending.with_inventory(inventory))
+        return dataclasses.replace(view, inventory=inventory)
 
     def recheck_findings(self, w: int, mg: Metagraph) -> list[Recheck]:
         """Re-check the findings the other validators published about window w, adopting the
@@ -366,7 +516,7 @@ class Validator(Participant):
             return []
         rechecks = []
         for finding in findings:
-            result = recheck(self.rt, self.held, finding)
+            result = recheck(self.rt, self.held, finding, self.stores)
             rechecks.append(result)
             if result.outcome == ADOPTED:
                 until = max(
@@ -411,8 +561,11 @@ class Validator(Participant):
         """Publish the aggregate the run's rule takes from this validator's report, with the blobs
         and manifests it names, and anchor its hash on chain."""
         by_hotkey = {v.hotkey: v for v in verdicts}
+        seed = reveal_seed(self.held.inputs.block_hash, self.rt.run_id, w)
         chosen = accepted_by_rule(
-            {v.hotkey: Scored(v.passed, v.score) for v in verdicts}, self.rt.config.scoring.aggregate_top_n
+            {v.hotkey: Scored(v.passed, v.score) for v in verdicts},
+            self.rt.config.scoring.aggregate_top_n,
+            seed,
         )
         accepted = [by_hotkey[hk] for hk, _ in chosen]
         try:
@@ -447,6 +600,7 @@ class Validator(Participant):
             "report_sha256": sha256_hex(report),
             "accepted": listed,
             "result_hash": params_hash(result.params),
+            "outer_hash": outer_state_hash(result.state),
         }
         document = sign_document(self.wallet.hotkey, body)
         if not self.publish(aggregate_key(self.rt.run_id, w, self.hotkey), document):
@@ -487,6 +641,7 @@ class Validator(Participant):
         observed_block: int,
         refused: list[Refusal],
         rechecks: list[Recheck],
+        pooled: Pooled,
     ) -> bytes:
         """Publish the signed report of window w; returns its bytes (the aggregate names its hash)."""
         body = {
@@ -507,6 +662,9 @@ class Validator(Participant):
             },
             "refused": [r.model_dump() for r in refused],
             "rechecks": [r.model_dump() for r in rechecks],
+            "measured_by": pooled.measured_by,
+            "measurement_rechecks": [r.model_dump() for r in pooled.rechecks],
+            "workers": pooled.workers,
         }
         document = sign_document(self.wallet.hotkey, body)
         self.publish(report_key(self.rt.run_id, w, self.hotkey), document)
@@ -522,18 +680,25 @@ class Validator(Participant):
 
     # -- scores and weights ---------------------------------------------------------------------
 
-    def fold_scores(self, w: int, mg: Metagraph, verdicts: list[MinerVerdict], adopted: list[str]) -> None:
+    def fold_scores(
+        self, w: int, mg: Metagraph, verdicts: list[MinerVerdict], adopted: list[str], workers: list[str]
+    ) -> None:
         """Fold the window's scores into the moving averages; a miner caught in fraud here, or by
         another validator's finding adopted here, has its average zeroed and is barred."""
         state = self.state.aligned(mg.hotkeys)
-        scores = [0.0] * mg.n
+        scores: list[float | None] = [0.0] * mg.n
         for v in verdicts:
             if v.uid < mg.n and mg.hotkeys[v.uid] == v.hotkey:
-                scores[v.uid] = v.score
+                scores[v.uid] = None if v.unmeasured else v.score
         averages = ema_update(state.averages, scores, self.rt.config.scoring.ema_alpha)
         banned = dict(state.banned_until)
+        suspended = dict(state.suspended)
         for v in verdicts:
             if v.fraud and v.uid < mg.n and mg.hotkeys[v.uid] == v.hotkey:
+                if v.withheld:
+                    suspended[v.hotkey] = Suspension(
+                        window=w, average=state.averages[v.uid], banned_until=banned.get(v.hotkey, -1)
+                    )
                 averages[v.uid] = 0.0
                 banned[v.hotkey] = w + 1 + self.rt.config.scoring.ban_windows
                 log.warning(
@@ -544,9 +709,71 @@ class Validator(Participant):
             if uid is not None:
                 averages[uid] = 0.0
         self.state = state.model_copy(
-            update={"window": w, "averages": averages, "last_scores": scores, "banned_until": banned}
+            update={
+                "window": w,
+                "averages": averages,
+                "last_scores": [0.0 if score is None else score for score in scores],
+                "banned_until": banned,
+                "suspended": suspended,
+                "workers": workers,
+            }
         )
         save_state(self.state, self.state_path)
+
+    def reread_withheld(self, w: int, mg: Metagraph) -> None:
+        """Read again what miners withheld in window w (`validators.withheld`): a miner whose reveal
+        is there now and sound has its bar lifted and its average given back, less the window it
+        lost; one whose reveal is still unread, or fails, stays barred."""
+        due = {hk: s for hk, s in self.state.suspended.items() if s.window <= w}
+        if not due:
+            return
+        state = self.state.aligned(mg.hotkeys)
+        averages, banned = list(state.averages), dict(state.banned_until)
+        for hotkey, suspension in sorted(due.items()):
+            sound, reason = self.withheld_is_sound(hotkey, suspension.window)
+            if not sound:
+                log.warning(
+                    "window %d: %s stays barred for withholding its reveal: %s",
+                    suspension.window,
+                    hotkey[:10],
+                    reason,
+                )
+                continue
+            uid = mg.uid_of(hotkey)
+            if uid is not None:
+                averages[uid] = (1.0 - self.rt.config.scoring.ema_alpha) * suspension.average
+            if suspension.banned_until < 0:
+                banned.pop(hotkey, None)
+            else:
+                banned[hotkey] = suspension.banned_until
+            log.info(
+                "window %d: %s's withheld reveal is there now and passes: bar lifted, only the window is lost",
+                suspension.window,
+                hotkey[:10],
+            )
+        self.state = state.model_copy(
+            update={
+                "averages": averages,
+                "banned_until": banned,
+                "suspended": {hk: s for hk, s in state.suspended.items() if hk not in due},
+            }
+        )
+        save_state(self.state, self.state_path)
+
+    def withheld_is_sound(self, hotkey: str, window: int) -> tuple[bool, str]:
+        """Whether what `hotkey` withheld in `window` is in its store now and passes, and why not."""
+        held = self.held
+        if held is None or held.window != window or hotkey not in held.verdicts:
+            return (
+                False,
+                "this validator did not check that window (it restarted), so it cannot read it again",
+            )
+        try:
+            store = self.stores.get(held.announcements[hotkey].store_url)
+        except (StoreError, ValueError) as exc:
+            return False, f"its store cannot be opened: {exc}"
+        again = reread(self.rt, held, hotkey, store)
+        return again.passed, again.reason or ""
 
     def set_weights(self, mg: Metagraph) -> list[float]:
         """Set weights from the averages when allowed; returns the weights set (empty if none)."""
@@ -558,8 +785,15 @@ class Validator(Participant):
             return []
         owner_hotkey = self.chain.subnet_owner_hotkey()
         owner_uid = mg.uid_of(owner_hotkey) if owner_hotkey else None
+        workers = [
+            uid for hk in self.state.workers if hk != self.hotkey and (uid := mg.uid_of(hk)) is not None
+        ]
         weights = weights_from_averages(
-            self.state.averages, burn_share=self.rt.config.scoring.burn_share, owner_uid=owner_uid
+            self.state.averages,
+            burn_share=self.rt.config.scoring.burn_share,
+            owner_uid=owner_uid,
+            workers=workers,
+            worker_share=self.rt.config.scoring.validator_share,
         )
         if sum(weights) <= 0:
             return []

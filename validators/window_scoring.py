@@ -1,62 +1,62 @@
-"""A window's scores, once every check has run: the usefulness of each passed update, one share
-per piece of work, then each score against what an honest update brought this window.
+"""A window's scores, once every check has run and the updates are measured: one share per piece
+of work, then each score: the tokens the miner verifiably trained times the quality of its update.
 
-1. Usefulness (`usefulness.py`): the update alone on G_w, its relative loss drop on the miner's
-   assigned data and on the window's reserve. An update that does not lower the loss on its own
-   data fails `useful`.
-2. Duplicates (`duplicates.py`): updates that are one piece of work under several hotkeys keep
-   one share, the one that fits its own assigned data best.
-3. Scores (`scoring.py`): the reference is the median drop of the miners still passing; each
-   passing miner scores its drop over the reference, capped at 1; every other miner scores 0.
+1. Measurements (`usefulness.py`, shared among the validators by `shared_scoring.py`): each update
+   alone on G_w, sequence by sequence, on a sample of the miner's own trained sequences and on the
+   window's reserve, both drawn by the window's challenge seed: the mark of its own data.
+2. Duplicates (`duplicates.py`): updates that are one piece of work under several hotkeys keep one
+   share, the one that bears the mark of its own data best.
+3. Scores (`scoring.py`): the window's typical mark among the miners that show one; each passing
+   miner scores its tokens times its quality (full from `mark_share` of the typical mark); every
+   other miner scores 0. In a window whose marks cannot be measured yet (early in a run, when an
+   update's generic gain swamps what it memorised) every passing update has quality 1, and one that
+   does not even lower the loss of its own sequences fails `useful`. Once marks are measured, an
+   honest update alone may raise the loss (a long inner run drifts from the base), and the mark,
+   not the drop, says whether it is the miner's own work. A passing miner whose update nobody
+   measured in time is not scored (`unmeasured`): its moving average is left as it was.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from distrai.globalmodel import GlobalModel
 from distrai.runtime import Runtime
+from distrai.wire.manifest import Measurement
 from validators.checks import PASS, MinerVerdict
 from validators.duplicates import flag_duplicates
-from validators.scoring import reference_drop, usefulness_score
-from validators.usefulness import measure, sample_sequences
+from validators.scoring import mark_reference, quality, tokens_trained
 
 
 def score_window(
     runtime: Runtime,
-    model: GlobalModel,
-    window: int,
     verdicts: Sequence[MinerVerdict],
-    miners: list[str],
+    measurements: Mapping[str, Measurement],
     commit_blocks: Mapping[str, int],
 ) -> None:
-    """Set every verdict's `score` (and the `useful` and `duplicate` verdicts where they apply)."""
+    """Set every verdict's `score` (and the `useful` and `duplicate` verdicts where they apply) from
+    the window's measurements (miner → what its update did)."""
     for v in verdicts:
-        if v.passed:
-            measure_usefulness(runtime, model, window, v, miners)
-    scoring = runtime.config.scoring
+        if v.passed and v.hotkey in measurements:
+            v.numbers.update(measurements[v.hotkey].model_dump())
+    scoring, train = runtime.config.scoring, runtime.config.train
     flag_duplicates(verdicts, commit_blocks, scoring.duplicate_cosine, f"{runtime.run_id}/duplicates")
-    reference = reference_drop([v.numbers["drop_assigned"] for v in verdicts if v.passed])
+    measured = [v for v in verdicts if v.passed and "mark" in v.numbers]
+    reference = mark_reference([(v.numbers["mark"], v.numbers["mark_z"]) for v in measured])
     for v in verdicts:
-        if not v.passed:
+        if v.passed and "mark" not in v.numbers:
+            v.unmeasured = True
+        elif v.passed and not reference.judged and not v.numbers["drop_trained"] > 0:
+            v.verdicts["useful"] = "the update does not lower the loss of the sequences it was trained on"
+        if not v.passed or v.unmeasured:
             v.score = 0.0
             continue
         v.verdicts["useful"] = PASS
-        v.numbers["reference_drop"] = reference
-        v.score = usefulness_score(v.numbers["drop_assigned"], v.numbers["drop_unassigned"], reference)
-
-
-def measure_usefulness(
-    runtime: Runtime, model: GlobalModel, window: int, verdict: MinerVerdict, miners: list[str]
-) -> None:
-    """The update alone on G_w: its loss drops on the miner's assigned data and on the reserve."""
-    own, other = sample_sequences(runtime, window, verdict.hotkey, miners, verdict.manifest.steps)
-    result = measure(runtime, model, verdict.update, own, other)
-    verdict.numbers.update(
-        loss_before=result.base_assigned,
-        loss_after=result.after_assigned,
-        drop_assigned=result.drop_assigned,
-        drop_unassigned=result.drop_unassigned,
-    )
-    if not result.drop_assigned > 0:
-        verdict.verdicts["useful"] = "the update does not lower the loss on its own data"
+        tokens = tokens_trained(v.manifest.steps, train.batch_size, runtime.config.data.seq_len)
+        factor = quality(v.numbers["mark"], v.numbers["mark_z"], reference, scoring.mark_share)
+        v.numbers.update(
+            tokens=float(tokens),
+            reference_mark=reference.value,
+            mark_judged=float(reference.judged),
+            quality=factor,
+        )
+        v.score = tokens * factor

@@ -364,8 +364,9 @@ def miner_summary(row: MinerRow, verdicts: list[Verdict]) -> list[str]:
         )
     if row.mean_score is not None:
         lines.append(
-            f"Your mean score from the leading validator is {row.mean_score:.3f} (1 is an update as useful as "
-            "the window's typical honest one); scores feed each validator's moving average, and its weights."
+            f"Your mean score from the leading validator is {row.mean_score:,.0f}: the tokens you trained "
+            "times the quality of your update (1 for an update that bears the mark of your own data like the "
+            "window's honest ones); scores feed each validator's moving average, and its weights."
         )
     lines.append(
         f"On chain now: weight {row.weight:.3f} (stake-weighted over the validators), incentive "

@@ -39,21 +39,22 @@ def explain(checks: dict[str, str]) -> str:
 
 
 def score_words(numbers: dict[str, float]) -> str:
-    """How a score came about, from the report's numbers (docs/protocol.md, "Scores"): the loss drop
-    on the miner's data against the window's typical honest drop, and against its drop on data it was
-    not given."""
-    own, ref, other = (numbers.get(k) for k in ("drop_assigned", "reference_drop", "drop_unassigned"))
-    if own is None or ref is None:
+    """How a score came about, from the report's numbers (docs/protocol.md, "Scores"): the tokens the
+    manifest commits to, times the quality factor from the mark the update leaves on the miner's own
+    sequences against the window's typical mark."""
+    tokens, factor = numbers.get("tokens"), numbers.get("quality")
+    if tokens is None or factor is None:
         return "No usefulness was measured."
-    parts = [
-        f"your update lowered the loss on your data by {own:.2%}; the window's typical honest update "
-        f"did {ref:.2%}, so this factor is {min(1.0, own / ref) if ref > 0 and own > 0 else 0.0:.2f}"
-    ]
-    if other is not None:
-        factor = own / other if other > own and other > 0 else 1.0
+    parts = [f"you trained {tokens:,.0f} tokens, paid at {factor:.2f} of full pay per token"]
+    mark, z, reference = (numbers.get(k) for k in ("mark", "mark_z", "reference_mark"))
+    if numbers.get("mark_judged") == 1.0 and None not in (mark, z, reference):
         parts.append(
-            f"on data you were not given it lowered the loss by {other:.2%}, so the second factor is "
-            f"{max(0.0, factor):.2f} (training on your own data helps it at least as much)"
+            f"your update lowered the loss of sequences you trained on by {mark:.2%} more than of unseen ones "
+            f"({z:.1f} standard errors); the window's typical mark was {reference:.2%}"
+        )
+    else:
+        parts.append(
+            "this window's marks were too small to measure yet, so every passing update is paid in full"
         )
     text = "; ".join(parts)
     return text[0].upper() + text[1:] + "."

@@ -60,8 +60,10 @@ def open_store(
     session_token: str | None = None,
     path_style: bool | None = None,
     retry: RetryPolicy | None = None,
+    create: bool = True,
 ) -> Store:
-    """The store at `url`. Keyword arguments override the same setting in an `s3://` URL's query."""
+    """The store at `url`. Keyword arguments override the same setting in an `s3://` URL's query;
+    `create=False` opens a directory store without making its folder (to read another node's store)."""
     parts = urlsplit(url)
     if parts.scheme in ("", "file"):
         s3_only = {
@@ -75,7 +77,9 @@ def open_store(
         given = sorted(name for name, value in s3_only.items() if value is not None)
         if given:
             raise StoreError(f"{', '.join(given)} apply only to s3:// stores, not to {url!r}")
-        return FileStore(file_path(url), bandwidth_bytes_per_s=bandwidth_bytes_per_s, retry=retry)
+        return FileStore(
+            file_path(url), bandwidth_bytes_per_s=bandwidth_bytes_per_s, retry=retry, create=create
+        )
     if parts.scheme == "s3":
         from distrai.store.s3 import S3Config, S3Store
 

@@ -87,10 +87,14 @@ class FileStore(Store):
         *,
         bandwidth_bytes_per_s: float | None = None,
         retry: RetryPolicy | None = None,
+        create: bool = True,
     ) -> None:
+        """`create`: make the folder now (a node's own store); a node that only reads another's store
+        leaves it alone, so that a store that is gone lists as gone, not as empty."""
         self.root = Path(root).absolute()
-        with contextlib.suppress(OSError):  # unreachable now (an outage): every operation says so
-            self.root.mkdir(parents=True, exist_ok=True)
+        if create:
+            with contextlib.suppress(OSError):  # unreachable now (an outage): every operation says so
+                self.root.mkdir(parents=True, exist_ok=True)
         self.url = self.root.as_uri()
         self._bandwidth = Bandwidth.limited(bandwidth_bytes_per_s)
         self._retry = retry or RetryPolicy()

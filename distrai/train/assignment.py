@@ -151,6 +151,12 @@ def assigned_indices(
     ]
 
 
+def reserve_size(n_sequences: int, n_miners: int, unit: int = 1) -> int:
+    """Sequences in a window's reserve: the last share and the remainder of the units."""
+    n_units = _units(n_sequences, unit)
+    return (n_units - n_miners * (n_units // (n_miners + 1))) * unit
+
+
 def unassigned_indices(
     run_id: str,
     window: int,
@@ -165,7 +171,7 @@ def unassigned_indices(
     consecutive in the reserve's order, so with units of many sequences they lie in one or two."""
     n_units = _units(n_sequences, unit)
     reserve_start = len(miners) * (n_units // (len(miners) + 1))
-    reserve = (n_units - reserve_start) * unit
+    reserve = reserve_size(n_sequences, len(miners), unit)
     if not 0 < count <= reserve:
         raise ValueError(f"count must be in [1, {reserve}] (the reserve of this window), got {count}")
     offset = int.from_bytes(_digest("reserve", run_id, window, salt)[:8], "little") % reserve
@@ -177,9 +183,10 @@ def unassigned_indices(
     return picked
 
 
-def assigned_sample(
+def trained_sample(
     run_id: str,
     window: int,
+    seed: bytes,
     hotkey: str,
     count: int,
     steps: int,
@@ -188,19 +195,20 @@ def assigned_sample(
     miners: Sequence[str],
     unit: int = 1,
 ) -> list[int]:
-    """Up to `count` of the sequences `hotkey` trained on in its first `steps` steps, from as few
-    units as hold them: the first ⌈count / unit⌉ units its batches reach, in step order. A scorer
-    then reads one shard of prepared data per miner, not one per sequence."""
-    units = -(-count // unit)
-    allowed: list[int] = []
+    """`count` distinct sequences of those `hotkey` trained on in its first `steps` steps (fewer when
+    it trained fewer), drawn by `seed` uniformly over the steps and the positions in their batches. A
+    seed nobody knew while training (the window's challenge seed) means a miner cannot know which of
+    its sequences are scored: to show the mark of training on them, it must have trained them all."""
+    if steps < 1 or count < 1:
+        raise ValueError(f"steps and count must be at least 1, got {steps} and {count}")
     picked: list[int] = []
-    for step in range(steps):
-        for index in batch_indices(run_id, window, hotkey, step, batch_size, n_sequences, miners, unit):
-            home = index // unit
-            if home not in allowed and len(allowed) < units:
-                allowed.append(home)
-            if home in allowed:
-                picked.append(index)
-                if len(picked) == count:
-                    return picked
+    for draw in range(4 * count):
+        digest = _digest("scored", run_id, window, seed.hex(), hotkey, draw)
+        step = int.from_bytes(digest[:8], "little") % steps
+        position = int.from_bytes(digest[8:16], "little") % batch_size
+        index = batch_indices(run_id, window, hotkey, step, batch_size, n_sequences, miners, unit)[position]
+        if index not in picked:
+            picked.append(index)
+            if len(picked) == count:
+                break
     return picked

@@ -57,6 +57,18 @@ class DistillationLoss:
         self.config = config
 
     def __call__(self, model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor:
+        kl, ce = self._terms(model, batch)
+        c = self.config
+        return c.alpha * c.temperature**2 * kl.mean() + (1 - c.alpha) * ce.mean()
+
+    def rows(self, model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor:
+        """Each row's loss [B] (the loss row by row)."""
+        kl, ce = self._terms(model, batch)
+        c = self.config
+        return c.alpha * c.temperature**2 * kl.mean(dim=1) + (1 - c.alpha) * ce.mean(dim=1)
+
+    def _terms(self, model: torch.nn.Module, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-position KL and cross-entropy [B, T−1]."""
         student_logits = next_token_logits(model, batch)
         teacher_logits = self.teacher_logits(batch)
         if teacher_logits.shape[-1] != student_logits.shape[-1]:
@@ -64,9 +76,8 @@ class DistillationLoss:
                 f"teacher vocabulary ({teacher_logits.shape[-1]}) differs from the student's ({student_logits.shape[-1]})"
             )
         c = self.config
-        kl = top_k_kl(teacher_logits, student_logits, c.temperature, c.top_k).mean()
-        ce = token_cross_entropy(student_logits, batch[:, 1:]).mean()
-        return c.alpha * c.temperature**2 * kl + (1 - c.alpha) * ce
+        kl = top_k_kl(teacher_logits, student_logits, c.temperature, c.top_k)
+        return kl, token_cross_entropy(student_logits, batch[:, 1:])
 
     def teacher_logits(self, batch: torch.Tensor) -> torch.Tensor:
         self.teacher.eval()

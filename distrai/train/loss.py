@@ -31,3 +31,16 @@ def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Te
 def causal_lm_loss(model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy of `model` on `batch` (pre-training)."""
     return token_cross_entropy(next_token_logits(model, batch), batch[:, 1:]).mean()
+
+
+def causal_lm_rows(model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor:
+    """Each row's mean next-token cross-entropy [B] (`causal_lm_loss` row by row)."""
+    return token_cross_entropy(next_token_logits(model, batch), batch[:, 1:]).mean(dim=1)
+
+
+def rows_of(loss_fn: LossFn):
+    """The per-sequence form of a loss function (each row's mean loss [B]), or None when it has none:
+    `causal_lm_loss`'s, or a loss object's `rows` method."""
+    if loss_fn is causal_lm_loss:
+        return causal_lm_rows
+    return getattr(loss_fn, "rows", None)

@@ -28,9 +28,11 @@ from pathlib import Path
 import torch
 
 from distrai.train.determinism import pinned_threads
+from distrai.train.hashing import hash_sections
 from distrai.train.tensorfile import decode_tensors, encode_tensors
 
 OUTER_FORMAT = "distrai.outer_state/1"
+OUTER_TAG = "outer_state"
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,13 @@ def outer_step(
     return OuterResult(
         params=params, state=OuterState(momentum=momentum, step=state.step + 1), aggregate=combined
     )
+
+
+def outer_state_hash(state: OuterState) -> str:
+    """The canonical hash of an outer state: its momentum buffer and its step count (an aggregate
+    names the one after its step, so a checkpoint's momentum is tied to the model it follows)."""
+    step = {"step": torch.tensor([state.step], dtype=torch.int64)}
+    return hash_sections(OUTER_TAG, {"momentum": state.momentum, "step": step})
 
 
 def encode_outer_state(state: OuterState) -> bytes:

@@ -6,7 +6,7 @@
   boundary, plus the hashes of the codec's error-feedback residual before and after.
 - `AggregateManifest`: what a validator publishes as its aggregate of a window: each accepted
   update with the manifest its miner signed, their weights, the hash of the validator's signed
-  report they follow from, and the hash of the next global model.
+  report they follow from, and the hashes of the next global model and of the outer momentum.
 - `WindowReport`: a validator's signed account of a window: every miner's verdicts, numbers,
   score and reason, and the aggregates of other validators it refused to follow.
 
@@ -163,6 +163,9 @@ class AggregateManifest(_Body):
     accepted: list[AcceptedUpdate]
     result_hash: Sha256
     """Hash of the global model after the outer step: anyone applying it must reach this."""
+    outer_hash: Sha256
+    """Hash of the outer optimizer's state (momentum and step count) after the outer step
+    (`distrai.train.outer.outer_state_hash`): anyone applying it must reach this too."""
 
 
 class MinerEntry(_Body):
@@ -172,7 +175,8 @@ class MinerEntry(_Body):
     uid: int = Field(ge=0)
     verdicts: dict[str, str]
     numbers: dict[str, float]
-    score: float = Field(ge=0.0, le=1.0)
+    score: float = Field(ge=0.0, allow_inf_nan=False)
+    """the window's pay units: tokens trained times the update's quality (0 when a check failed)"""
     reason: str | None
 
     @field_validator("numbers")
@@ -214,6 +218,9 @@ class Finding(_Body):
     """the challenged segments replayed"""
     evidence: list[str] = Field(max_length=64)
     """the keys in the miner's store the finding rests on: manifest, revealed states, trajectory reveal"""
+    withheld: bool = False
+    """the miner's store did not serve them (`validators.withheld`): a re-check reads them as they
+    are now, and adopts the finding when they are still unread or fail"""
 
 
 class Recheck(_Body):
@@ -225,6 +232,44 @@ class Recheck(_Body):
     miner: Hotkey
     window: int = Field(ge=0)
     outcome: Literal["adopted", "refuted", "not re-checked"]
+    reason: str = Field(min_length=1, max_length=REASON_CHARS)
+
+
+class Measurement(_Body):
+    """What one update did, as the validator that measured it publishes it
+    (`validators.usefulness.Usefulness`)."""
+
+    drop_trained: float
+    drop_unseen: float
+    mark: float
+    mark_z: float
+
+    @model_validator(mode="after")
+    def _finite(self) -> Measurement:
+        if not all(math.isfinite(v) for v in (self.drop_trained, self.drop_unseen, self.mark, self.mark_z)):
+            raise ValueError("measurements must be finite")
+        return self
+
+
+class Measurements(_Body):
+    """A validator's signed measurements of the updates of its share of a window's miners, which
+    the other validators take instead of measuring them again (`validators.shared_scoring`)."""
+
+    kind: Literal["measurements"] = "measurements"
+    run_id: Sha256
+    window: int = Field(ge=0)
+    validator: Hotkey
+    miners: dict[Hotkey, Measurement]
+
+
+class MeasurementRecheck(_Body):
+    """Another validator's measurement of one update, measured again here: confirmed, or refuted
+    (its measurements of the window are then not taken, and the report names it)."""
+
+    validator: Hotkey
+    miner: Hotkey
+    window: int = Field(ge=0)
+    outcome: Literal["confirmed", "refuted"]
     reason: str = Field(min_length=1, max_length=REASON_CHARS)
 
 
@@ -240,6 +285,11 @@ class WindowReport(_Body):
     refused: list[Refusal]
     rechecks: list[Recheck] = Field(default_factory=list)
     """the other validators' findings of the window before, re-checked while checking this one"""
+    measured_by: dict[Hotkey, Hotkey] = Field(default_factory=dict)
+    """miner → the validator whose measurement of its update the score rests on"""
+    measurement_rechecks: list[MeasurementRecheck] = Field(default_factory=list)
+    workers: list[Hotkey] = Field(default_factory=list)
+    """the validators that published the measurements of their whole share in time, none refuted here"""
 
 
 def parse_body(model: type[_Body], body: dict[str, Any]):

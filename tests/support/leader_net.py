@@ -4,11 +4,14 @@ the parallel-miner test the two-rank miners' manifests and the validators' repla
 while other tests do (`support.background`).
 
 Three honest miners, the first as two data-parallel processes (`torchrun`, gloo on CPU), the second as
-two processes that shard the model over them (FSDP2), and three validators, as separate processes: the one with the most stake poisons its aggregates, the next
-re-weights them, the third is honest (tests/support/parallel-localnet.toml: the shipped cpu-localnet
-config with SDPA attention and fused AdamW, every miner replayed in every window), for `WINDOWS`
-windows at 1 s per block, the pace the config's offsets assume: a validator checks a window in about
-3.5 s of its 12-s validate phase on 2 cores, with room to spare for the tests running beside it."""
+two processes that shard the model over them (FSDP2), a fourth miner that publishes poisoned updates
+(`poison`), and four validators, as separate processes: the one with the most stake colludes with the
+poisoning miner (its report passes that miner's update and fails the honest ones, and its aggregate is
+what that report implies), the next poisons its aggregates, the next re-weights them, the fourth is
+honest (tests/support/parallel-localnet.toml: the shipped cpu-localnet config with SDPA attention and
+fused AdamW, every miner replayed in every window), for `WINDOWS` windows at 1 s per block, the pace
+the config's offsets assume: a validator checks a window in about 3.5 s of its 12-s validate phase on
+2 cores, with room to spare for the tests running beside it."""
 
 from __future__ import annotations
 
@@ -17,9 +20,11 @@ from pathlib import Path
 from distrai.localnet import Localnet, LocalnetOptions
 from support.background import start
 
-WINDOWS = 3
+WINDOWS = 4
 CONFIG = Path(__file__).parent / "parallel-localnet.toml"
-LEADERS = ("poison", "reweight")
+LEADERS = ("collude", "poison", "reweight")
+MINER_ADVERSARIES = ("poison",)
+"""The colluding leader's miner."""
 
 
 def start_leader_net(work: Path) -> Localnet:
@@ -28,11 +33,12 @@ def start_leader_net(work: Path) -> Localnet:
             LocalnetOptions(
                 work=work,
                 miners=3,
-                validators=3,
+                validators=4,
                 windows=WINDOWS,
                 block_time=1.0,
                 miner_ranks=2,
                 sharded_miner_ranks=2,
+                adversaries=MINER_ADVERSARIES,
                 leader_adversaries=LEADERS,
                 run_config=CONFIG,
             )

@@ -21,7 +21,7 @@ function verdict(v) {
   return el("div", { class: "verdict" },
     el("span", { class: "who" }, v.validator_label),
     el("span", { class: `badge ${v.accepted ? "good" : "bad"}` }, v.accepted ? "accepted" : "rejected"),
-    ` score ${num(v.score)}`,
+    ` score ${num(v.score, 0)}`,
     v.reason ? el("p", { class: "reason" }, `Reason: ${v.reason}`) : null,
     el("p", {}, v.explanation),
     v.accepted ? el("p", { class: "note" }, v.how_scored) : null,
@@ -39,7 +39,7 @@ function render(page) {
   $("cards").replaceChildren(
     card("Accepted", r.accepted, "windows in the global model"),
     card("Rejected", r.rejected, "windows a validator turned down"),
-    card("Mean score", num(r.mean_score), `last ${num(r.last_score)}`),
+    card("Mean score", num(r.mean_score, 0), `last ${num(r.last_score, 0)}`),
     card("Weight", num(r.weight), `incentive ${num(r.incentive)}`),
     card("Earned", num(r.earned, 3), `${num(r.emission, 4)} last epoch`),
     card("Utilization", pct(r.utilization), r.utilization === null ? "from your node's metrics, when given" : "training time over wall time"),

@@ -1,0 +1,40 @@
+"""Smoke test of bench/reveal_size.py: a `--quick` run (the tiny preset, a few steps on a CPU) codes
+its boundary states, checks that each decodes to the same bits and state hash (the script exits
+otherwise), and writes a section whose parts add up, keeping the report's notes and other sections."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MARKER = "<!-- Notes below this line are kept when the benchmark rewrites this file. -->"
+
+
+def test_a_quick_run_writes_a_consistent_section_and_keeps_the_rest(tmp_path):
+    output = tmp_path / "reveal-size.md"
+    other = "<!-- run: 150m cuda 32x2048 steps 40-80 -->\n## an earlier run\n"
+    output.write_text(f"# old\n\n{other}\n{MARKER}\nHand-written notes.\n")
+    run = subprocess.run(
+        [sys.executable, "bench/reveal_size.py", "--quick", "--output", str(output)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    text = output.read_text()
+    assert text.endswith(f"{MARKER}\nHand-written notes.\n")
+    assert "## an earlier run" in text and "# old" not in text
+    assert "`python bench/reveal_size.py --quick --output" in text
+    rows = [line for line in text.splitlines() if re.match(r"\| \d+ \| ", line)]
+    assert [row.split("|")[1].strip() for row in rows] == ["4", "8"]
+    for row in rows:
+        cells = [float(c.strip().rstrip("%")) for c in row.strip("|").split("|")]
+        parameters, exp_avg, exp_avg_sq, rest, coded, raw = cells[2:8]
+        assert abs(parameters + exp_avg + exp_avg_sq + rest - coded) < 0.005
+        assert raw == 12.0 and 0 < coded < raw
+    compressors = re.findall(r"^\| (zstd level 1|zlib level 6|lzma preset 1) \|", text, re.MULTILINE)
+    assert compressors == ["zstd level 1", "zlib level 6", "lzma preset 1"]

@@ -1,0 +1,127 @@
+"""A leader that lies consistently cannot steer the model. Its signed report passes its colluding
+miner's poisoned update (committed and anchored like honest work) and fails the honest ones, and its
+aggregate is exactly what that report implies, so every check of the aggregator's own word passes.
+The report quorum refuses it while the validators whose reports failed the poison hold at least as
+much stake as it does; the held-out re-measurement refuses it when it holds most of the stake. Both
+name the leader.
+
+In one process, as tests/test_follow.py: the run's codec, honest updates trained on the run's data,
+the poison made by the `poison` miner adversary's own function, reports and aggregates signed by
+their hotkeys, and the project's `Syncer`."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_follow import CONFIG, WINDOW, build_network
+
+from distrai.globalmodel import SyncUnavailable
+from distrai.run import load_run_config
+from distrai.runtime import build_runtime, model_spec
+from distrai.store import FileStore
+from distrai.sync import StoreCache, Syncer, peer_view
+from distrai.train.evaluate import evaluate
+from distrai.train.model import load_model
+from distrai.windows import aggregate_deadline
+from miners.behaviour import poisoned
+
+HONEST = {"miner0": 1.0, "miner1": 0.8}
+COLLUDING = {"miner2": 1.0}
+"""The colluding leader's report: its miner passes, the honest ones fail a check."""
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    return build_runtime(load_run_config(CONFIG))
+
+
+def trained(runtime, seed: int, steps: int = 8) -> dict[str, torch.Tensor]:
+    """The pseudo-gradient (start − end) of `steps` AdamW steps from the run's initial model on
+    training sequences drawn by `seed`."""
+    model = load_model(model_spec(runtime.config.model), tokenizer=runtime.tokenizer)
+    start = {n: p.detach().clone() for n, p in model.named_parameters()}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        batch = runtime.data.batch(torch.randint(runtime.data.n_train, (8,), generator=generator).tolist())
+        loss = runtime.loss_fn(model, batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return {n: start[n] - p.detach() for n, p in model.named_parameters()}
+
+
+@pytest.fixture(scope="module")
+def updates(runtime):
+    """Two honest miners' updates and the colluding miner's poisoned one."""
+    return {
+        "miner0": trained(runtime, 0),
+        "miner1": trained(runtime, 1),
+        "miner2": poisoned(trained(runtime, 2)),
+    }
+
+
+def hotkey(net, name: str) -> str:
+    return net.validators[name].hotkey.ss58_address
+
+
+def heldout_loss(runtime, params) -> float:
+    runtime.load_params(params)
+    return evaluate(runtime.model, runtime.data.heldout, loss_fn=runtime.loss_fn)
+
+
+def test_a_liar_holding_most_of_the_stake_is_refused_by_the_heldout_remeasurement(runtime, updates, tmp_path):
+    net = build_network(runtime, tmp_path, stakes=(3000.0, 2000.0), updates=updates)
+    net.publish_aggregate("validator0", COLLUDING)
+    net.publish_aggregate("validator1", HONEST)
+    syncer, following = net.follow()
+    refusals = {r.validator: r.reason for r in syncer.take_refusals()}
+    assert hotkey(net, "validator0") in refusals, syncer.followed
+    liar = refusals[hotkey(net, "validator0")]
+    assert "raises the loss on the window's held-out sample" in liar, liar
+    assert "more than the run's tolerance of 1.00%" in liar, liar
+    # The liar's report fails the honest updates with more stake than the honest report passes them:
+    # no aggregate of the window is followed, and the model stays as it was.
+    honest = refusals[hotkey(net, "validator1")]
+    assert "which the signed reports of validators holding 3000 stake failed" in honest, honest
+    assert WINDOW not in syncer.followed and following.hash == net.model.hash
+
+
+def test_a_liar_holding_less_stake_than_the_reports_failing_its_miner_is_refused_by_the_quorum(
+    runtime, updates, tmp_path
+):
+    net = build_network(runtime, tmp_path, stakes=(3000.0, 2000.0, 2000.0), updates=updates)
+    net.publish_aggregate("validator0", COLLUDING)
+    net.publish_aggregate("validator1", HONEST)
+    net.publish_aggregate("validator2", HONEST)
+    syncer, following = net.follow()
+    (refusal,) = syncer.take_refusals()
+    assert refusal.validator == hotkey(net, "validator0")
+    assert "which the signed reports of validators holding 4000 stake failed" in refusal.reason
+    assert "against 3000 that passed it" in refusal.reason
+    assert syncer.followed[WINDOW][0] == hotkey(net, "validator1")
+    assert heldout_loss(runtime, following.params) < heldout_loss(runtime, net.model.params)
+
+
+def test_a_report_out_of_reach_that_could_decide_the_quorum_is_waited_for(runtime, updates, tmp_path):
+    net = build_network(runtime, tmp_path, stakes=(3000.0, 2000.0, 2000.0), updates=updates)
+    net.publish_aggregate("validator0", COLLUDING)
+    net.publish_aggregate("validator1", HONEST)
+    shared, away = net.store, FileStore(tmp_path / "validator2-store")
+    net.store = away
+    net.publish_aggregate("validator2", HONEST)
+    net.store = shared
+    root = away.root
+    root.rename(root.with_name("validator2-away"))
+    root.symlink_to(root)  # validator2's store is down: every read fails (ELOOP), nothing is missing
+    net.at(aggregate_deadline(net.cfg, WINDOW))
+    syncer = Syncer(net.runtime, net.harness.chain, StoreCache())
+    with pytest.raises(SyncUnavailable, match="could decide whether the quorum passes its update"):
+        syncer.step(net.model, peer_view(net.harness.chain))
+
+    root.unlink()
+    root.with_name("validator2-away").rename(root)
+    syncer.step(net.model, peer_view(net.harness.chain))
+    (refusal,) = syncer.take_refusals()
+    assert refusal.validator == hotkey(net, "validator0") and "4000 stake failed" in refusal.reason
+    assert syncer.followed[WINDOW][0] == hotkey(net, "validator1")

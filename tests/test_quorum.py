@@ -1,0 +1,103 @@
+"""The report quorum weighs the signed reports of a window by stake: an update is refused when the
+reports that fail it hold at least as much stake as those that pass it; silence abstains; a report
+out of reach that could tip the decision makes it wait."""
+
+from __future__ import annotations
+
+import pytest
+
+from distrai.globalmodel import SyncError, SyncUnavailable
+from distrai.quorum import Quorum, passes
+from distrai.wire.manifest import MinerEntry, WindowReport
+
+RUN = "ab" * 32
+MINER, OTHER = "5" + "M" * 47, "5" + "N" * 47
+A, B, C = ("5" + c * 47 for c in "ABC")
+
+
+def entry(score: float, reason: str | None = None) -> MinerEntry:
+    return MinerEntry(uid=1, verdicts={}, numbers={}, score=score, reason=reason)
+
+
+PASS, FAIL = entry(0.9), entry(0.0, "useful: the update does not lower the loss on its own data")
+
+
+def report(validator: str, lines: dict[str, MinerEntry]) -> WindowReport:
+    return WindowReport(
+        run_id=RUN, window=3, validator=validator, observed_block=100, miners=lines, refused=[]
+    )
+
+
+def quorum(stake: dict[str, float], lines: dict[str, MinerEntry | None], pending=()) -> Quorum:
+    """Each validator's report with its line on MINER (None: a report without one)."""
+    return Quorum(
+        stake=stake,
+        reports={v: report(v, {} if line is None else {MINER: line}) for v, line in lines.items()},
+        pending=frozenset(pending),
+    )
+
+
+def test_a_line_passes_when_the_rule_would_take_it_alone():
+    assert passes(PASS)
+    assert not passes(FAIL)
+    assert not passes(entry(0.0))  # every check passed, but nothing to weigh
+    assert not passes(entry(0.5, "replay: differs"))
+
+
+@pytest.mark.parametrize(
+    ("stake", "lines", "refused"),
+    [
+        ({A: 3.0, B: 2.0}, {A: PASS, B: FAIL}, False),
+        ({A: 2.0, B: 3.0}, {A: PASS, B: FAIL}, True),
+        ({A: 2.0, B: 2.0}, {A: PASS, B: FAIL}, True),  # ties refuse
+        ({A: 2.0, B: 1.5, C: 1.5}, {A: PASS, B: FAIL, C: FAIL}, True),
+        ({A: 2.0, B: 3.0}, {A: PASS}, False),  # B published no report: it abstains
+        ({A: 2.0, B: 3.0}, {A: PASS, B: None}, False),  # B has no line for the miner: it abstains
+        ({A: 0.0}, {A: PASS}, False),  # nobody failed it
+    ],
+)
+def test_the_failing_stake_must_stay_below_the_passing_stake(stake, lines, refused):
+    q = quorum(stake, lines)
+    if refused:
+        with pytest.raises(SyncError, match="which the signed reports of validators holding") as caught:
+            q.check([MINER])
+        assert not isinstance(caught.value, SyncUnavailable)
+    else:
+        q.check([MINER])
+
+
+def test_the_refusal_names_the_failing_validators_and_both_stakes():
+    q = quorum({A: 3000.0, B: 2000.0, C: 2000.0}, {A: PASS, B: FAIL, C: FAIL})
+    with pytest.raises(SyncError) as caught:
+        q.check([MINER])
+    assert f"{MINER[:10]}…" in str(caught.value)
+    assert f"holding 4000 stake failed ({B[:10]}…, {C[:10]}…) against 3000 that passed it" in str(
+        caught.value
+    )
+
+
+def test_every_accepted_update_is_weighed():
+    q = Quorum(
+        stake={A: 3.0, B: 2.0},
+        reports={A: report(A, {MINER: PASS, OTHER: PASS}), B: report(B, {MINER: PASS, OTHER: FAIL})},
+    )
+    q.check([MINER])
+    q.check([MINER, OTHER])
+    q = Quorum(stake={A: 2.0, B: 3.0}, reports=q.reports)
+    with pytest.raises(SyncError, match=OTHER[:10]):
+        q.check([MINER, OTHER])
+
+
+def test_a_report_out_of_reach_is_waited_for_only_when_it_could_tip_the_decision():
+    with pytest.raises(SyncUnavailable, match=C[:10]):
+        quorum({A: 3.0, B: 2.0, C: 2.0}, {A: PASS, B: FAIL}, pending=[C]).check([MINER])
+    quorum({A: 5.0, B: 1.0, C: 2.0}, {A: PASS, B: FAIL}, pending=[C]).check([MINER])
+    with pytest.raises(SyncError) as caught:
+        quorum({A: 1.0, B: 5.0, C: 2.0}, {A: PASS, B: FAIL}, pending=[C]).check([MINER])
+    assert not isinstance(caught.value, SyncUnavailable)
+
+
+def test_stake_without_a_permit_does_not_count():
+    q = Quorum(stake={A: 3.0}, reports={A: report(A, {MINER: PASS}), B: report(B, {MINER: FAIL})})
+    assert q.tally(MINER).failed == 0.0
+    q.check([MINER])

@@ -1,0 +1,186 @@
+"""Withheld reveals (validators/withheld.py): a challenged miner whose store will not serve what it
+committed to gains nothing by it. The miner's side is the project's own inner loop and reveal
+(tests/test_validator_replay.py); its store is a real file store that answers the reads of the
+challenged reveal with a service error, as an S3 endpoint under a miner's control can (a 503).
+
+- Unread after the validator's patience, a challenged miner's reveal is withheld: fraud, published
+  as a finding, and adopted by a validator that cannot read it either.
+- Read one window later, what is there is judged on its content: an honest reveal lifts the bar (the
+  window's pay is all an honest miner whose store was down loses), a cheat's fails its replay.
+- A miner nobody challenged is only absent, and a validator that hears from most miners' stores
+  nothing blames its own link, not them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from bittensor.keyfiles import Keypair
+from test_validator_replay import CONFIG, MINER, MINERS, OTHER, WINDOW, Window, publish, train
+
+from distrai.announce import Announcement
+from distrai.globalmodel import GlobalModel
+from distrai.layout import manifest_key, states_prefix, trajectory_key
+from distrai.run import challenge_inputs, load_run_config
+from distrai.runtime import build_runtime
+from distrai.store import FileStore, StoreError
+from distrai.sync import StoreCache
+from distrai.train.inner import window_start_state
+from distrai.train.outer import OuterState
+from distrai.train.state import state_hash
+from distrai.trajectory import drawn_pieces
+from distrai.windows import miner_segments
+from distrai.wire import sha256_hex, sign_document
+from distrai.wire.manifest import Finding
+from validators import findings
+from validators.checks import check_miner
+from validators.findings import ADOPTED, REFUTED, finding_body, recheck
+from validators.replay import verify_challenge
+from validators.withheld import own_outage, reread, settle
+
+CATCHER = Keypair.create_from_uri("//Catcher")
+BLOCK_HASH = "0x" + "77" * 32
+
+
+class RefusingStore(FileStore):
+    """A miner's own store that answers reads of chosen keys with a service error while `refusing`."""
+
+    def __init__(self, root, prefixes: tuple[str, ...]):
+        super().__init__(root)
+        self.prefixes = prefixes
+        self.refusing = True
+
+    def get(self, key: str, max_bytes: int) -> bytes:
+        if self.refusing and key.startswith(self.prefixes):
+            raise StoreError(f"s3 get {key!r} failed: 503 Service Unavailable (SlowDown)")
+        return super().get(key, max_bytes)
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    return build_runtime(load_run_config(CONFIG))
+
+
+@pytest.fixture(scope="module")
+def model(runtime):
+    return GlobalModel(WINDOW, runtime.initial_params(), OuterState(momentum={}))
+
+
+def published(runtime, model, store, window: Window) -> Announcement:
+    """Everything a challenged miner publishes: its signed manifest (anchored: the announcement
+    names its hash), its update blob, its revealed states and trajectory reveal."""
+    verdict = publish(runtime, store, window)
+    body = verdict.manifest.model_copy(update={"base_hash": model.hash}).model_dump()
+    manifest = sign_document(Keypair.create_from_uri("//ReplayMiner"), body)
+    store.put(manifest_key(runtime.run_id, WINDOW, MINER), manifest)
+    store.put_blob(verdict.blob)
+    return Announcement(store.url, WINDOW, manifest_sha256=sha256_hex(manifest))
+
+
+def first_look(runtime, model, store, announcement):
+    """The validator of the miner's share: cheap checks, then the challenged segments."""
+    runtime.load_params(model.params)
+    start = state_hash(window_start_state(runtime.model))
+    verdict = check_miner(
+        runtime,
+        model,
+        WINDOW,
+        MINER,
+        1,
+        announcement,
+        store,
+        lambda hk: True,
+        start_hash=start,
+        challenged=True,
+    )
+    assert verdict.passed, verdict.verdicts
+    inputs = challenge_inputs(runtime.config, BLOCK_HASH, WINDOW, MINERS)
+    sample = drawn_pieces(inputs, MINER, model.params, runtime.config.verification.trajectory_fraction)
+    segments = miner_segments(inputs, MINER, verdict.manifest.n_segments)
+    verify_challenge(runtime, model, WINDOW, verdict, store, segments, MINERS, sample)
+    return verdict, inputs
+
+
+def held(model, inputs, verdict, store, announcement, shares):
+    return findings.held_window(
+        WINDOW, model, inputs, shares, MINERS, [verdict], {MINER: store}, {MINER: announcement}
+    )
+
+
+def withheld_window(runtime, model, tmp_path, window: Window):
+    store = RefusingStore(
+        tmp_path / "miner",
+        (states_prefix(runtime.run_id, WINDOW, MINER), trajectory_key(runtime.run_id, WINDOW, MINER)),
+    )
+    announcement = published(runtime, model, store, window)
+    verdict, inputs = first_look(runtime, model, store, announcement)
+    return store, announcement, verdict, inputs
+
+
+def test_a_challenged_reveal_its_store_will_not_serve_is_withheld(runtime, model, tmp_path):
+    store, announcement, verdict, inputs = withheld_window(runtime, model, tmp_path, train(runtime, model))
+    assert verdict.unread and not verdict.fraud, verdict.verdicts  # not decided before the patience ends
+    assert "503" in verdict.verdicts["states"]
+    settle(verdict, challenged=True, outage=False, patience_block=123)
+    assert verdict.withheld and verdict.fraud and not verdict.unread
+    assert verdict.reason.startswith("states: withheld:") and "block 123" in verdict.reason
+    body = finding_body(runtime, WINDOW, CATCHER.ss58_address, verdict, store.url, [0, 1, 2, 3])
+    finding = Finding.model_validate(body)
+    assert finding.withheld
+    shares = {CATCHER.ss58_address: [MINER]}
+    # another validator, one window later, cannot read it either: it adopts the finding
+    checker = held(
+        model, inputs, dataclasses.replace(verdict, fraud=False, withheld=False), store, announcement, shares
+    )
+    stores = StoreCache(lambda url: store)
+    result = recheck(runtime, checker, finding, stores)
+    assert result.outcome == ADOPTED and "withheld here too" in result.reason, result
+
+
+def test_an_honest_reveal_read_a_window_late_lifts_the_bar(runtime, model, tmp_path):
+    store, announcement, verdict, inputs = withheld_window(runtime, model, tmp_path, train(runtime, model))
+    settle(verdict, challenged=True, outage=False, patience_block=123)
+    store.refusing = False  # the store is back
+    window = held(model, inputs, verdict, store, announcement, {CATCHER.ss58_address: [MINER]})
+    again = reread(runtime, window, MINER, store)
+    assert again.passed, again.verdicts
+    finding = Finding.model_validate(
+        finding_body(runtime, WINDOW, CATCHER.ss58_address, verdict, store.url, [0, 1, 2, 3])
+    )
+    result = recheck(runtime, window, finding, StoreCache(lambda url: store))
+    assert result.outcome == REFUTED and "is there and passes" in result.reason, result
+
+
+def test_a_cheat_that_withholds_and_reveals_later_still_fails(runtime, model, tmp_path):
+    cheat = train(runtime, model, data_of=OTHER)  # trained on another miner's data
+    store, announcement, verdict, inputs = withheld_window(runtime, model, tmp_path, cheat)
+    settle(verdict, challenged=True, outage=False, patience_block=123)
+    store.refusing = False
+    window = held(model, inputs, verdict, store, announcement, {CATCHER.ss58_address: [MINER]})
+    again = reread(runtime, window, MINER, store)
+    assert again.fraud and "replay" in again.verdicts, again.verdicts
+    finding = Finding.model_validate(
+        finding_body(runtime, WINDOW, CATCHER.ss58_address, verdict, store.url, [0, 1, 2, 3])
+    )
+    result = recheck(runtime, window, finding, StoreCache(lambda url: store))
+    assert result.outcome == ADOPTED and "replay" in result.reason, result
+
+
+def test_unread_is_absent_when_nobody_challenged_and_nothing_when_the_validator_is_cut_off(
+    runtime, model, tmp_path
+):
+    _, _, verdict, _ = withheld_window(runtime, model, tmp_path, train(runtime, model))
+    absent = dataclasses.replace(verdict, verdicts=dict(verdict.verdicts))
+    settle(absent, challenged=False, outage=False, patience_block=9)
+    assert not absent.fraud and not absent.withheld and "unanswered at block 9" in absent.verdicts["states"]
+    cut_off = dataclasses.replace(verdict, verdicts=dict(verdict.verdicts))
+    settle(cut_off, challenged=True, outage=True, patience_block=9)
+    assert not cut_off.fraud and not cut_off.withheld and "not counted against" in cut_off.verdicts["states"]
+
+
+@pytest.mark.parametrize(
+    ("unheard", "announced", "outage"),
+    [(0, 5, False), (2, 5, False), (3, 5, True), (1, 1, True), (0, 0, False)],
+)
+def test_a_validator_blames_its_own_link_when_most_stores_are_silent(unheard, announced, outage):
+    assert own_outage(unheard, announced) is outage

@@ -1,0 +1,180 @@
+"""Validators share the scoring as they share the replays.
+
+Measuring an update (`usefulness.py`: the update alone on G_w, on the miner's trained sequences
+and on the window's reserve) costs three forward passes over `usefulness_sequences` sequences; at
+256 miners that is more than a validator should spend on every update. So the window's seed deals
+the miners out to the validators taking part (`windows.score_shares`, `score_replicas` each), and
+each validator:
+
+1. measures the updates of its share that passed its checks and publishes them, signed
+   (`Measurements`, at `layout.measurements_key`);
+2. reads the other validators' measurements until all are there or its score patience runs out
+   (`score_patience`: two thirds into the validate phase);
+3. measures again `score_rechecks` of them, drawn by the seed and its own hotkey, and compares: a
+   validator whose measurement it cannot reproduce (within the run's loss tolerance) is refuted,
+   named in the report, and none of its measurements of the window are taken;
+4. scores every miner from the pooled measurements (its own first): a miner whose update nobody
+   measured in time is not scored this window (its moving average is left as it was), never zeroed.
+
+The validators that published the measurements of their whole share in time, none refuted, are the
+window's workers; `scoring.validator_share` of each honest validator's weight pays them
+(`scoring.weights_from_averages`). A validator that skips its share and copies the others' scores
+sets the same weights on the miners, and so earns the same dividends, but no share of the workers'
+pay: under Yuma Consensus only a payment for the work itself tells a worker from a copier, since a
+copier's weights agree with the consensus by construction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from distrai.layout import measurements_key
+from distrai.store import StoreError
+from distrai.sync import StoreCache
+from distrai.wire import WireError, open_document, sign_document
+from distrai.wire.manifest import REASON_CHARS, Measurement, MeasurementRecheck, Measurements, parse_body
+from distrai.wire.signed import Signer
+from validators.usefulness import Usefulness
+
+log = logging.getLogger("distrai.validator")
+
+CONFIRMED, REFUTED = "confirmed", "refuted"
+MEASUREMENT_TOLERANCE = 1e-4
+"""The least relative difference of two measurements of one update that refutes one of them: on a
+CPU the same evaluation repeats bit for bit, but other CPUs may sum in another order; a lie this
+small changes no score. Between GPU classes the run's loss tolerance applies when it is larger."""
+
+
+def as_measurement(result: Usefulness) -> Measurement:
+    return Measurement(
+        drop_trained=result.trained.mean,
+        drop_unseen=result.unseen.mean,
+        mark=result.mark,
+        mark_z=result.mark_z,
+    )
+
+
+def signed_measurements(
+    keypair: Signer, run_id: str, window: int, measured: Mapping[str, Measurement]
+) -> bytes:
+    body = Measurements(
+        run_id=run_id, window=window, validator=keypair.ss58_address, miners=dict(sorted(measured.items()))
+    )
+    return sign_document(keypair, body.model_dump())
+
+
+def read_measurements(
+    stores: StoreCache,
+    urls: Mapping[str, str],
+    run_id: str,
+    window: int,
+    max_bytes: int,
+    is_registered: Callable[[str], bool],
+) -> dict[str, Measurements]:
+    """The measurements of `window` each validator of `urls` (validator → its store) has published so
+    far; a missing, unreadable or forged document is left out."""
+    found = {}
+    for validator, url in sorted(urls.items()):
+        try:
+            data = stores.get(url).get(measurements_key(run_id, window, validator), max_bytes)
+            doc = open_document(
+                data,
+                max_bytes=max_bytes,
+                is_registered=is_registered,
+                run_id=run_id,
+                window=window,
+                signer=validator,
+            )
+            measurements = parse_body(Measurements, doc.body)
+        except (StoreError, WireError, ValueError):
+            continue
+        if measurements.validator == validator:
+            found[validator] = measurements
+    return found
+
+
+def recheck_draw(
+    seed: bytes, me: str, published: Mapping[str, Measurements], eligible: set[str], count: int
+) -> list[tuple[str, str]]:
+    """The (validator, miner) measurements this validator measures again: `count` of the others'
+    measurements of `eligible` miners, drawn by the window's seed and this validator's hotkey."""
+    pairs = sorted(
+        (validator, miner)
+        for validator, doc in published.items()
+        if validator != me
+        for miner in doc.miners
+        if miner in eligible
+    )
+    ranked = sorted(
+        pairs,
+        key=lambda pair: hashlib.sha256(b"|".join([seed, me.encode(), *(p.encode() for p in pair)])).digest(),
+    )
+    return ranked[:count]
+
+
+def agrees(mine: Measurement, theirs: Measurement, tolerance: float) -> bool:
+    """Whether two measurements of one update are the same within `tolerance` (relative)."""
+    return all(
+        abs(a - b) <= tolerance * max(abs(a), abs(b)) + 1e-12
+        for a, b in ((mine.drop_trained, theirs.drop_trained), (mine.drop_unseen, theirs.drop_unseen))
+    )
+
+
+def recheck_measurement(
+    validator: str, miner: str, window: int, mine: Measurement, theirs: Measurement, tolerance: float
+) -> MeasurementRecheck:
+    """The re-check of one published measurement against this validator's own."""
+    if agrees(mine, theirs, tolerance):
+        outcome, why = CONFIRMED, "measured here to the same drops"
+    else:
+        outcome = REFUTED
+        why = (
+            f"measured here: drops {mine.drop_trained:.6g} (trained) and {mine.drop_unseen:.6g} (unseen); "
+            f"it published {theirs.drop_trained:.6g} and {theirs.drop_unseen:.6g} (tolerance {tolerance:g})"
+        )
+    return MeasurementRecheck(
+        validator=validator, miner=miner, window=window, outcome=outcome, reason=why[:REASON_CHARS]
+    )
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """The window's measurements as this validator takes them."""
+
+    measurements: dict[str, Measurement]
+    measured_by: dict[str, str]
+    rechecks: list[MeasurementRecheck] = field(default_factory=list)
+    workers: list[str] = field(default_factory=list)
+
+
+def pool(
+    me: str,
+    shares: Mapping[str, Sequence[str]],
+    own: Mapping[str, Measurement],
+    published: Mapping[str, Measurements],
+    rechecks: Sequence[MeasurementRecheck],
+    scored: set[str],
+) -> Pooled:
+    """Every measurement to score `scored` (the miners that passed this validator's checks) with:
+    this validator's own first, then those of the validators whose share holds the miner, in share
+    order, unless refuted. Workers: the validators (this one included) that measured every scored
+    miner of their share, none refuted."""
+    refuted = {r.validator for r in rechecks if r.outcome == REFUTED}
+    taken = {me: dict(own)} | {
+        v: dict(doc.miners) for v, doc in published.items() if v != me and v not in refuted
+    }
+    measurements, measured_by = {}, {}
+    for miner in sorted(scored):
+        holders = [me] + [v for v, miners in shares.items() if miner in miners and v != me]
+        for validator in holders:
+            if miner in taken.get(validator, {}):
+                measurements[miner] = taken[validator][miner]
+                measured_by[miner] = validator
+                break
+    workers = sorted(
+        v for v, miners in shares.items() if v in taken and all(m in taken[v] for m in miners if m in scored)
+    )
+    return Pooled(measurements, measured_by, list(rechecks), workers)

@@ -1,0 +1,92 @@
+"""Withheld reveals: what a challenged miner committed to and its store would not serve.
+
+A miner learns it is challenged one block after the commit deadline. If an unanswered read cost
+it nothing, every cheat caught by a challenge would answer the challenge's reads with store errors
+(a 503, say) or refuse to list its store. So a read the store does not answer is tried again until
+the validator's read patience runs out (`windows.read_patience`), and what is still unread then is
+settled here:
+
+- a challenged miner: **withheld**, treated as fraud: the window scores 0, the moving average is
+  zeroed and the hotkey barred, and a validator whose share held the miner publishes a finding that
+  the others re-check by reading the same objects themselves (they adopt it when they cannot read
+  them either, or when what they read fails its replay). One window later the validator reads them
+  again itself (`validators.state.Suspension`): if they are there and pass, the bar is lifted and the average given
+  back, so an honest miner whose store was down loses that window's pay, nothing more; if they are
+  still unread, or fail, the bar stands.
+- a miner nobody challenged: absent, like a miner that published nothing: the window scores 0.
+- a validator that could not reach most of the stores it listed (`own_outage`): its own link is
+  down, not the miners', and nothing is counted against anyone.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from distrai.runtime import Runtime
+from distrai.train.inner import window_start_state
+from distrai.train.state import state_hash
+from distrai.trajectory import drawn_pieces
+from distrai.windows import miner_segments
+from validators.checks import PASS, MinerVerdict, check_miner
+from validators.inventory import Reader
+from validators.replay import verify_challenge
+
+if TYPE_CHECKING:
+    from validators.findings import HeldWindow
+
+
+def own_outage(unheard: int, announced: int) -> bool:
+    """Whether the validator, not the miners, was cut off: it could not hear from more than half of
+    the miners whose commitments count for the window (every miner, when they all share one store)."""
+    return announced > 0 and 2 * unheard > announced
+
+
+def settle(verdict: MinerVerdict, *, challenged: bool, outage: bool, patience_block: int) -> None:
+    """Decide a verdict whose reads the miner's store still did not answer at `patience_block`."""
+    if not verdict.unread:
+        return
+    check, why = next((c, v) for c, v in verdict.verdicts.items() if v != PASS)
+    verdict.unread = False
+    if outage:
+        verdict.fail(
+            check,
+            f"{why}; not counted against the miner: this validator could not reach most miners' stores",
+            fraud=False,
+        )
+    elif challenged:
+        verdict.fail(
+            check,
+            f"withheld: {why}; still unanswered at block {patience_block}, when the validator stopped "
+            "trying, from a challenged miner",
+        )
+        verdict.withheld = True
+    else:
+        verdict.fail(check, f"{why}; still unanswered at block {patience_block}", fraud=False)
+
+
+def reread(runtime: Runtime, held: HeldWindow, hotkey: str, store: Reader) -> MinerVerdict:
+    """A second look, one window later, at what a challenged miner withheld in `held.window`: its
+    manifest and update read from its store as it is now (each object must hash to what the miner
+    committed before the commit deadline, so when it arrived does not matter) and its challenged
+    segments replayed against the window's base. Passing means the reveal is there and sound."""
+    base = held.base
+    runtime.load_params(base.params)
+    start = state_hash(window_start_state(runtime.model))
+    verdict = check_miner(
+        runtime,
+        base,
+        held.window,
+        hotkey,
+        held.verdicts[hotkey].uid,
+        held.announcements[hotkey],
+        store,
+        lambda _hotkey: True,  # signed while registered: the manifest's anchor on chain vouches for it
+        start_hash=start,
+        challenged=True,
+    )
+    if verdict.passed:
+        fraction = runtime.config.verification.trajectory_fraction
+        sample = drawn_pieces(held.inputs, hotkey, base.params, fraction)
+        segments = miner_segments(held.inputs, hotkey, verdict.manifest.n_segments)
+        verify_challenge(runtime, base, held.window, verdict, store, segments, held.miners, sample)
+    return verdict

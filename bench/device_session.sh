@@ -5,8 +5,8 @@
 #   bash bench/device_session.sh --dry-run   # on a CPU, tiny sizes: every stage's code path (docs/gpu.md)
 #
 # The device has Python 3.12 with torch, transformers 5.17, tokenizers, safetensors, numpy and rich, but not
-# bittensor or pydantic: their wheels travel in .whl (name it in `carry`) and go to $SITE first, with
-# transformers 5.24 (the nodes use `activation_checkpointing_enable`, which 5.17 does not have).
+# bittensor, pydantic or zstandard: their wheels travel in .whl (name it in `carry`) and go to $SITE first,
+# with transformers 5.24 (the nodes use `activation_checkpointing_enable`, which 5.17 does not have).
 # Stages run in priority order, each under `timeout` (SIGTERM first: the local network stops its nodes, a
 # benchmark keeps the rows it wrote) and each within what is left of BUDGET_S, so one failing or slow
 # stage does not stop the next; a stage that cannot get its least time is skipped and the summary says so.
@@ -19,13 +19,14 @@
 #   2. steps: `bench/gpu.py --step-table` on 150m: the GPU config's step, its atomic-free forms (eager;
 #      compiled with and without deterministic algorithms) and the target, each repeated, and whether the
 #      fresh processes' compiles gave the same bits.
-#   3. reveal (optional slot): `bench/reveal_size.py --device cuda --preset 150m`, only if that file exists.
+#   3. reveal (optional slot): `bench/reveal_size.py --device cuda --preset 150m` (its table to reveal.md),
+#      only if that file exists (it came from another branch).
 #   4. profile: `bench/gpu.py --profile --profiled-only` on 150m: where each step's time goes.
 #   5. 1b: the same loops' throughput on the 1b preset.
 #
 # What comes back under $OUT (at most 6 files): summary.md (the machine, and each stage's exit code,
 # seconds and cap), smoke.md (the smoke window's report: docs/gpu.md's table), steps.md (the step table),
-# reveal.md (the optional stage's output), throughput.md (profile and 1b tables), logs.txt (each stage's
+# reveal.md (the optional stage's table), throughput.md (profile and 1b tables), logs.txt (each stage's
 # log trimmed, and the tail of every node's log).
 set -u
 
@@ -49,7 +50,7 @@ if [ "$DRY" = 1 ]; then
   BLOCK_TIME=0.5
   SIZES=(--quick --device cpu)
   BIG=(--device cpu --presets tiny --rows 4 --seq-len 32 --micro-batches 2 --steps 2)
-  REVEAL=(--device cpu --preset tiny)
+  REVEAL=(--quick --device cpu)
 else
   SCALE=${CAP_SCALE:-1}
   DEVICE=cuda
@@ -147,7 +148,7 @@ finish() {
 trap finish EXIT
 
 # 0. wheels (bittensor, pydantic and what they need), unless this Python has them already
-if "$PY" -c 'import bittensor, pydantic' 2>/dev/null; then
+if "$PY" -c 'import bittensor, pydantic, zstandard' 2>/dev/null; then
   echo "| wheels | already installed | 0 | – |" >> "$SUMMARY"
 else
   stage wheels 90 10 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -190,8 +191,7 @@ for f in "$WORK"/fresh/*.txt "$WORK"/fresh/*.out; do [ -f "$f" ] && cp "$f" "$WO
 
 # 3. optional slot: the lean reveal's sizes, from another branch (runs only once bench/reveal_size.py exists)
 if [ -f bench/reveal_size.py ]; then
-  stage reveal 120 45 "$PY" bench/reveal_size.py "${REVEAL[@]}"
-  cp "$WORK/logs/reveal.log" "$OUT/reveal.md" 2>/dev/null
+  stage reveal 120 45 "$PY" bench/reveal_size.py "${REVEAL[@]}" --output "$OUT/reveal.md"
 else
   echo "| reveal (optional) | not run: no bench/reveal_size.py in this tree | – | – |" >> "$SUMMARY"
 fi

@@ -29,7 +29,7 @@ from distrai.train.kernels import (
     one_hot_cross_entropy,
     padded_vocab,
 )
-from distrai.train.loss import causal_lm_loss, token_cross_entropy
+from distrai.train.loss import causal_lm_loss, next_token_logits, rows_of, token_cross_entropy
 from distrai.train.model import ModelSpec, load_model
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer
 from distrai.train.replay_class import replay_class_of
@@ -184,3 +184,13 @@ def test_the_run_config_turns_them_on_and_the_replay_class_records_it():
         )
     with pytest.raises(ValueError, match="unknown kernels"):
         ModelSpec(preset="tiny", kernels="fast")
+
+
+def test_evaluations_read_the_one_hot_loss_row_by_row_with_the_same_values():
+    model = load_model(ModelSpec(preset="tiny", kernels="atomic_free"))
+    batch = torch.randint(260, (3, 17), generator=torch.Generator().manual_seed(6))
+    rows = rows_of(one_hot_causal_lm_loss)
+    assert rows is not None
+    with torch.no_grad():
+        one_hot_rows = one_hot_cross_entropy(next_token_logits(model, batch), batch[:, 1:]).mean(dim=1)
+        assert torch.equal(rows(model, batch), one_hot_rows)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from distrai.train.loss import next_token_logits
+from distrai.train.loss import causal_lm_rows, next_token_logits
 
 KERNELS = ("aten", "atomic_free")
 """aten: PyTorch's embedding and a gathered loss; atomic_free: the forms above."""
@@ -156,6 +156,15 @@ def kernels_of(model: torch.nn.Module) -> str:
     return "atomic_free" if get is not None and isinstance(get(), AtomicFreeEmbedding) else "aten"
 
 
-def one_hot_causal_lm_loss(model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor:
-    """`loss.causal_lm_loss` with `one_hot_cross_entropy`: the same value, a backward without scatter."""
-    return one_hot_cross_entropy(next_token_logits(model, batch), batch[:, 1:]).mean()
+class OneHotCausalLMLoss:
+    """`loss.causal_lm_loss` with `one_hot_cross_entropy`: the same value, a backward without scatter.
+    Its per-sequence form (`rows`, for evaluations, which run no backward) is `loss.causal_lm_rows`:
+    the gather's values, the same bits as the one-hot form's."""
+
+    rows = staticmethod(causal_lm_rows)
+
+    def __call__(self, model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor:
+        return one_hot_cross_entropy(next_token_logits(model, batch), batch[:, 1:]).mean()
+
+
+one_hot_causal_lm_loss = OneHotCausalLMLoss()

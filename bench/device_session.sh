@@ -191,7 +191,7 @@ for f in "$WORK"/fresh/*.txt "$WORK"/fresh/*.out; do [ -f "$f" ] && cp "$f" "$WO
 
 # 3. optional slot: the lean reveal's sizes, from another branch (runs only once bench/reveal_size.py exists)
 if [ -f bench/reveal_size.py ]; then
-  stage reveal 120 45 "$PY" bench/reveal_size.py "${REVEAL[@]}" --output "$OUT/reveal.md"
+  stage reveal 120 90 "$PY" bench/reveal_size.py "${REVEAL[@]}" --output "$OUT/reveal.md"
 else
   echo "| reveal (optional) | not run: no bench/reveal_size.py in this tree | – | – |" >> "$SUMMARY"
 fi

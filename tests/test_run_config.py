@@ -7,6 +7,7 @@ import json
 import tomllib
 
 import pytest
+from bittensor.keyfiles import Keypair
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
@@ -28,6 +29,8 @@ from distrai.run import (
     shipped_config_path,
 )
 from distrai.windows import challenge_count, challenged, miner_segments
+from distrai.wire import sign_document
+from distrai.wire.manifest import Boundary, UpdateBlob, UpdateManifest
 
 MINIMAL_TOML = """\
 name = "test-run"
@@ -144,7 +147,10 @@ def test_gpu_example_is_a_real_run():
     assert config.model.preset == "150m" and config.data.source == "prepared"
     assert config.tokenizer == "data" and config.data.vocab_size == 50257  # GPT-2's BPE
     assert config.data.manifest is None  # a template until the owner prepares the data
-    assert 100 <= config.train.inner_steps <= 4000  # the cap: a miner trains until its commit deadline
+    # the cap: a miner trains until its commit deadline, and H leaves room for an 8-GPU miner of H100s
+    # (8 x 1,840 steps a window at the measured pace, docs/protocol.md "How long a miner trains")
+    assert 8 * 1840 <= config.train.inner_steps <= 20_000
+    assert full_manifest_bytes(config) <= config.limits.max_manifest_bytes
     # the fast step (docs/gpu.md): fp32 master weights, bf16 compute, flash attention, fused AdamW
     assert (config.model.dtype, config.model.attention) == ("float32", "sdpa")
     assert (config.train.autocast, config.train.adamw) == ("bfloat16", "fused")
@@ -153,6 +159,29 @@ def test_gpu_example_is_a_real_run():
     assert (
         config.verification.challenge_segments * config.train.segment_steps / config.train.inner_steps <= 0.1
     )
+
+
+def full_manifest_bytes(config) -> int:
+    """The size of a signed manifest of H steps: every loss and every boundary's hash and sketch."""
+    h, k = config.train.inner_steps, config.train.segment_steps
+    body = UpdateManifest(
+        run_id="ab" * 32,
+        window=10**6,
+        hotkey="5" + "x" * 47,
+        base_hash="cd" * 32,
+        update=UpdateBlob(
+            sha256="ef" * 32, size=10**8, codec="topk", codec_metadata={"chunk": "4096", "k": "64"}
+        ),
+        micro_batches=32,
+        losses=[2.345678901234567] * h,
+        boundaries=[
+            Boundary(step=s, state_hash="01" * 32, sketch=[-1.2345678901234567e-05] * 64)
+            for s in range(0, h + 1, k)
+        ],
+        residual_in_hash="23" * 32,
+        residual_out_hash="45" * 32,
+    )
+    return len(sign_document(Keypair.create_from_uri("//Miner"), body.model_dump()))
 
 
 def test_unknown_shipped_config_is_refused():

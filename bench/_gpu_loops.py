@@ -1,5 +1,6 @@
 """The loops bench/gpu.py times and replays: the project's inner loop (`run_steps`, the step every
-miner and validator runs) in the previous and the fast GPU config, without and with the pull toward
+miner and validator runs) in the previous and the fast GPU config, and with the atomic-free kernels
+and a padded vocabulary (`distrai.train.kernels`), eager and compiled, without and with the pull toward
 the window's base that the GPU config sets (the base on the device, or in host memory as a card
 without room for it keeps it), the same step with the model under `torch.compile`, and a bare
 PyTorch loop with the fast config's settings, plain and compiled; and the target, the compiled bare
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from tokenizers import Tokenizer
@@ -21,6 +22,7 @@ from tokenizers.models import WordLevel
 from transformers import PreTrainedTokenizerFast
 
 from distrai.train.inner import InnerConfig, own_anchor, run_steps
+from distrai.train.kernels import PaddedHead, one_hot_causal_lm_loss
 from distrai.train.loss import causal_lm_loss
 from distrai.train.model import ModelSpec, load_model
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer
@@ -28,6 +30,7 @@ from distrai.train.step import Anchor, StepConfig
 from distrai.train.tokenizer import byte_tokenizer
 
 Step = Callable[[torch.nn.Module, torch.optim.Optimizer, torch.Tensor], None]
+SETTINGS = ("deterministic", "fastest", "inductor")
 
 
 @dataclass(frozen=True)
@@ -44,8 +47,19 @@ class Loop:
     compiled: bool = False
     anchor: str | None = None
     """where the window's base lies for the step's pull toward it: "device", "host" or None (no pull)"""
-    deterministic: bool = True
-    """False: the loop runs with a PyTorch user's fastest settings instead of deterministic ones"""
+    settings: str = "deterministic"
+    """deterministic: the project's switches (`configure_determinism`); fastest: a PyTorch user's
+    fastest settings (no deterministic algorithms, TF32, cuDNN autotuning); inductor: the project's
+    switches but deterministic algorithms off and inductor's own deterministic mode on (no on-device
+    benchmarking that changes numerics), so a compiled graph keeps every kernel it can emit"""
+    kernels: str = "aten"
+    """the model's embedding and the loss: "aten" or "atomic_free" (`distrai.train.kernels`)"""
+    pad_vocab_to: int = 1
+    """the model's embedding and output layer rows, rounded up to a multiple of this"""
+
+    def __post_init__(self) -> None:
+        if self.settings not in SETTINGS:
+            raise ValueError(f"unknown settings {self.settings!r}; choose one of {SETTINGS}")
 
 
 PREVIOUS = Loop(
@@ -90,14 +104,43 @@ BEST = Loop(
     "bfloat16",
     False,
     True,
-    deterministic=False,
+    settings="fastest",
 )
 """The issue's best-practice loop: what a PyTorch user's fastest settings give, replays or not."""
-THROUGHPUT = (PREVIOUS, FAST, ANCHORED, HOST_BASE, FAST_COMPILED, BARE, BARE_COMPILED, BEST)
+KERNELS = Loop(
+    "GPU config's step, atomic-free kernels, vocabulary padded to 64",
+    "float32",
+    "sdpa",
+    "fused",
+    "bfloat16",
+    True,
+    anchor="device",
+    kernels="atomic_free",
+    pad_vocab_to=64,
+)
+KERNELS_COMPILED = replace(
+    KERNELS,
+    name="GPU config's step, atomic-free kernels, padded to 64, under torch.compile, deterministic algorithms",
+    compiled=True,
+)
+KERNELS_INDUCTOR = replace(
+    KERNELS_COMPILED,
+    name="the same without deterministic algorithms (inductor's deterministic mode)",
+    settings="inductor",
+)
+THROUGHPUT = (PREVIOUS, FAST, ANCHORED, HOST_BASE, FAST_COMPILED, KERNELS_COMPILED, BARE, BARE_COMPILED, BEST)
 SHIPPED = ANCHORED
 """The GPU config's step (`gpu-subnet.toml`: fast config, base_anchor 0.01, no compile)."""
-PROFILED = {SHIPPED: "GPU config's step", BARE_COMPILED: "compiled, deterministic", BEST: "target"}
+PROFILED = {
+    SHIPPED: "GPU config's step",
+    BARE_COMPILED: "compiled, deterministic",
+    KERNELS_COMPILED: "compiled, atomic-free",
+    BEST: "target",
+}
 """The loops `bench/gpu.py --profile` profiles, by the short names its table gives them."""
+
+STEPS = (SHIPPED, KERNELS, KERNELS_COMPILED, KERNELS_INDUCTOR, BEST)
+"""`bench/gpu.py --step-table`: the GPU config's step beside its atomic-free forms and the target."""
 
 REFERENCE = Loop("reference: fp32, eager, AdamW", "float32", "eager", "single", None, True)
 PIECES = (
@@ -113,6 +156,8 @@ PIECES = (
 )
 """The target among them: whether its kernels, once compiled, repeat bit for bit without deterministic
 algorithms is what kernels compiled once per run and published would need."""
+EVERY_LOOP = PIECES + tuple(loop for loop in (*THROUGHPUT, *STEPS) if loop not in PIECES)
+"""Every loop, in a fixed order: `bench/gpu.py --end-hash` names one by its index here."""
 LR = 4e-4
 ANCHOR_STRENGTH = 0.01
 """the GPU config's `base_anchor`"""
@@ -120,10 +165,11 @@ ANCHOR_STRENGTH = 0.01
 
 @contextmanager
 def settings_of(loop: Loop) -> Iterator[None]:
-    """Run the body under `loop`'s settings: a nondeterministic loop turns deterministic algorithms
-    off and TF32 and cuDNN autotuning on, then puts every switch back. Compiled graphs are dropped on
-    the way in and out, so no loop runs kernels compiled under the other's settings."""
-    if loop.deterministic:
+    """Run the body under `loop`'s settings: the fastest turn deterministic algorithms off and TF32
+    and cuDNN autotuning on; inductor's turn deterministic algorithms off and inductor's deterministic
+    mode on; then every switch goes back. Compiled graphs are dropped on the way in and out, so no loop
+    runs kernels compiled under another's settings."""
+    if loop.settings == "deterministic":
         yield
         return
     matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
@@ -133,17 +179,22 @@ def settings_of(loop: Loop) -> Iterator[None]:
         cudnn.allow_tf32,
         cudnn.benchmark,
         cudnn.deterministic,
+        torch._inductor.config.deterministic,
     )
     torch._dynamo.reset()
     torch.use_deterministic_algorithms(False)
-    matmul.allow_tf32 = cudnn.allow_tf32 = cudnn.benchmark = True
-    cudnn.deterministic = False
+    if loop.settings == "fastest":
+        matmul.allow_tf32 = cudnn.allow_tf32 = cudnn.benchmark = True
+        cudnn.deterministic = False
+    else:
+        torch._inductor.config.deterministic = True
     try:
         yield
     finally:
         torch._dynamo.reset()
         torch.use_deterministic_algorithms(saved[0])
-        matmul.allow_tf32, cudnn.allow_tf32, cudnn.benchmark, cudnn.deterministic = saved[1:]
+        matmul.allow_tf32, cudnn.allow_tf32, cudnn.benchmark, cudnn.deterministic = saved[1:5]
+        torch._inductor.config.deterministic = saved[5]
 
 
 def sized_tokenizer(vocab: int | None) -> PreTrainedTokenizerFast:
@@ -163,15 +214,28 @@ def sized_tokenizer(vocab: int | None) -> PreTrainedTokenizerFast:
 def build(
     loop: Loop, preset: str, device: torch.device, vocab: int | None = None
 ) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-    model = load_model(
-        ModelSpec(preset=preset, dtype=loop.dtype, attention=loop.attention),
-        tokenizer=sized_tokenizer(vocab),
-        device=str(device),
+    spec = ModelSpec(
+        preset=preset,
+        dtype=loop.dtype,
+        attention=loop.attention,
+        kernels=loop.kernels,
+        pad_vocab_to=loop.pad_vocab_to,
     )
-    optimizer = make_inner_optimizer(model, InnerOptimizerConfig(lr=LR, implementation=loop.adamw))
+    model = load_model(spec, tokenizer=sized_tokenizer(vocab), device=str(device))
     if loop.compiled:
         model.compile()
-    return model, optimizer
+    return model, optimizer_of(loop, model)
+
+
+def optimizer_of(loop: Loop, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """A fresh inner optimizer of `loop`'s AdamW implementation (no state)."""
+    return make_inner_optimizer(model, InnerOptimizerConfig(lr=LR, implementation=loop.adamw))
+
+
+def token_vocab(model: torch.nn.Module) -> int:
+    """The tokenizer's vocabulary the model's logits cover (below a padded output layer's rows)."""
+    head = model.get_output_embeddings()
+    return head.vocab if isinstance(head, PaddedHead) else model.config.vocab_size
 
 
 def step_of(loop: Loop, micro_batches: int) -> Step:
@@ -188,11 +252,12 @@ def step_of(loop: Loop, micro_batches: int) -> Step:
         base_on_host=loop.anchor == "host",
     )
     anchors: dict[int, Anchor | None] = {}
+    loss = one_hot_causal_lm_loss if loop.kernels == "atomic_free" else causal_lm_loss
 
     def project_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: torch.Tensor) -> None:
         if id(model) not in anchors:  # the base is the model a loop starts from, as in a window
             anchors[id(model)] = own_anchor(model, config)
-        run_steps(model, optimizer, [batch], causal_lm_loss, config, 0, anchors[id(model)])
+        run_steps(model, optimizer, [batch], loss, config, 0, anchors[id(model)])
 
     return project_step
 

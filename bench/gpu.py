@@ -6,18 +6,20 @@ writes docs/gpu.md.
     python bench/gpu.py --device cpu --presets tiny --rows 8 --seq-len 128 --micro-batches 2 --steps 8
     python bench/gpu.py --quick              # seconds on a CPU; every code path, for the smoke test
     python bench/gpu.py --presets 150m --throughput-only --profile   # where the step's time goes
+    python bench/gpu.py --presets 150m --step-table   # the step that replays against the target (issue 33)
 
 Four parts, each on the same device in one run:
 
 1. Throughput of the loops in `_gpu_loops.py`: the project's step in the previous GPU config and in
-   the fast one (plain and with the model under `torch.compile`), against a bare loop with the fast
+   the fast one (plain and with the model under `torch.compile`, and compiled with the atomic-free
+   kernels of `distrai.train.kernels`), against a bare loop with the fast
    config's settings, plain and compiled, and against the target: the compiled bare loop with a
    PyTorch user's fastest settings (no deterministic algorithms), run in the same process. Tokens per
    second from the median step time after two warm-up steps (compilation happens there); MFU against
    the card's dense bf16 peak (`--peak-tflops`, known for H100 and H200); peak memory on a GPU, beside
    the estimate of `distrai.train.memory` for the fast config. With `--profile`, one more step of the
-   GPU config's step, the deterministic compiled loop and the target under `torch.profiler`: time by
-   kind of kernel and the longest kernels (`_gpu_profile.py`).
+   GPU config's step, the deterministic compiled loops and the target under `torch.profiler`: time by
+   kind of kernel and the longest kernels (`_gpu_profile.py`); `--profiled-only` times only those.
 2. Which pieces repeat bit for bit: each trains `--replay-steps` steps twice from the same start;
    and whether each gives the reference's bits.
 3. Data-parallel ranks: torchrun runs `_gpu_ranks.py` on W processes (NCCL over W GPUs, gloo on a
@@ -26,6 +28,9 @@ Four parts, each on the same device in one run:
    bit, the relative distance ‖replay − ranks‖ / ‖ranks − start‖ and the largest per-step loss drift
    |loss_replay − loss_ranks| / |loss_ranks| (as validators compare them), the ranks' tokens per
    second against W times one process's (scaling efficiency), and on a GPU rank 0's peak memory.
+4. The step table (`--step-table` alone, or at the end of `--quick`; `_gpu_steps.py`): the GPU
+   config's step beside its atomic-free forms and the target, each repeated, each compiled one
+   compiled again in a fresh process.
 """
 
 from __future__ import annotations
@@ -46,12 +51,14 @@ from pathlib import Path
 import torch
 from _gpu_loops import (
     BEST,
+    EVERY_LOOP,
     FAST,
     FAST_COMPILED,
     PIECES,
     PROFILED,
     REFERENCE,
     SHIPPED,
+    STEPS,
     THROUGHPUT,
     Loop,
     batches,
@@ -60,8 +67,10 @@ from _gpu_loops import (
     settings_of,
     sized_tokenizer,
     step_of,
+    token_vocab,
 )
 from _gpu_profile import Profile, profile_section, profile_step
+from _gpu_steps import fresh_compiles, measure, steps_section
 from _report import NOTES_MARKER, Machine, kept_notes
 from rich.console import Console
 from rich.markdown import Markdown
@@ -80,6 +89,8 @@ PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0}
 """Dense bf16 tensor-core peak of the SXM parts, TFLOP/s."""
 TARGET = 0.90
 """The GPU config's step must reach this share of the target loop's tokens per second."""
+FRESH_TIMEOUT_S = 600.0
+"""How long the step table waits for its fresh processes' compiles and steps."""
 
 
 @dataclass(frozen=True)
@@ -128,7 +139,7 @@ def time_loop(loop: Loop, preset: str, device: torch.device, args: argparse.Name
             model, optimizer = build(loop, preset, device, args.vocab)
             step = step_of(loop, args.micro_batches)
             times = []
-            work = batches(model.config.vocab_size, args.rows, args.seq_len, args.steps + 2)
+            work = batches(token_vocab(model), args.rows, args.seq_len, args.steps + 2)
             for i, batch in enumerate(work):
                 sync(device)
                 start = time.perf_counter()
@@ -150,7 +161,7 @@ def end_hash(loop: Loop, preset: str, device: torch.device, args: argparse.Names
     with settings_of(loop):
         model, optimizer = build(loop, preset, device, args.vocab)
         step = step_of(loop, args.micro_batches)
-        work = batches(model.config.vocab_size, args.rows, args.seq_len, args.replay_steps)
+        work = batches(token_vocab(model), args.rows, args.seq_len, args.replay_steps)
         for batch in work:
             step(model, optimizer, batch)
     return state_hash(capture_state(model, optimizer, len(work)))
@@ -182,7 +193,7 @@ def fresh_process_row(
     kernel whose source comes out the same is not compiled again); "repeats bit for bit" compares
     its end with this process's."""
     name = f"{loop.name}, compiled again in a fresh process"
-    command = [sys.executable, str(Path(__file__).resolve()), "--end-hash", str(PIECES.index(loop))]
+    command = [sys.executable, str(Path(__file__).resolve()), "--end-hash", str(EVERY_LOOP.index(loop))]
     command += ["--presets", preset, "--device", args.device, "--rows", str(args.rows)]
     command += ["--seq-len", str(args.seq_len), "--micro-batches", str(args.micro_batches)]
     command += ["--replay-steps", str(args.replay_steps)]
@@ -404,9 +415,29 @@ def main(argv: list[str] | None = None) -> int:
         "--end-hash",
         type=int,
         default=None,
-        metavar="PIECE",
-        help="print the end state's hash of the PIECE-th piece on the first preset, compiled without "
-        "inductor's caches, and stop (what the pieces table runs in a fresh process)",
+        metavar="LOOP",
+        help="print the end state's hash of the LOOP-th loop (`_gpu_loops.EVERY_LOOP`) on the first preset, "
+        "compiled without inductor's caches, and stop (what the pieces and step tables run in a fresh process)",
+    )
+    parser.add_argument(
+        "--fresh-hashes",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the step table reads a compiled step's fresh-process output from DIR/<loop index>.txt when there "
+        "(`--end-hash` run ahead, as bench/device_session.sh does) instead of starting the process",
+    )
+    parser.add_argument(
+        "--profiled-only",
+        action="store_true",
+        help="time only the loops --profile profiles (the GPU config's step, the compiled loops, the target)",
+    )
+    parser.add_argument(
+        "--step-table",
+        action="store_true",
+        help="only the step table on the first preset: the GPU config's step beside its atomic-free forms, "
+        "eager and compiled with and without deterministic algorithms, and the target; each repeated, and "
+        "each compiled one compiled again in a fresh process",
     )
     args = parser.parse_args(argv)
     if args.quick:
@@ -422,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         configure_determinism(device)
     if args.end_hash is not None:
         compile_afresh()
-        print(end_hash(PIECES[args.end_hash], args.presets[0], device, args))
+        print(end_hash(EVERY_LOOP[args.end_hash], args.presets[0], device, args))
         return 0
     console = Console()
     machine = Machine.here()
@@ -440,15 +471,25 @@ def main(argv: list[str] | None = None) -> int:
     notes = kept_notes(args.output)
     sections: list[str] = []
 
-    def add(section: str) -> None:
-        """Print a section and rewrite the page with it, so a run cut short keeps what it measured."""
-        sections.append(section)
-        console.print(Markdown(section))
+    def add(section: str, replacing: bool = False, show: bool = True) -> None:
+        """Print a section and rewrite the page with it, so a run cut short keeps what it measured; a
+        section `replacing` the last one is a later form of it."""
+        if replacing:
+            sections[-1] = section
+        else:
+            sections.append(section)
+        if show:
+            console.print(Markdown(section))
         args.output.write_text("\n\n".join(["\n".join(header), *sections]) + f"\n\n{NOTES_MARKER}\n{notes}")
 
+    if args.step_table:
+        step_table(args.presets[0], device, args, add, console)
+        console.print(f"wrote {args.output}")
+        return 0
     for i, preset in enumerate(args.presets):
         with console.status(f"timing the loops on preset {preset}"):
-            speeds = [time_loop(loop, preset, device, args) for loop in THROUGHPUT]
+            loops = [loop for loop in THROUGHPUT if loop in PROFILED or not args.profiled_only]
+            speeds = [time_loop(loop, preset, device, args) for loop in loops]
         add(throughput_section(preset, speeds, device, args))
         profiles = {PROFILED[s.loop]: s.profile for s in speeds if s.profile is not None}
         if profiles:
@@ -463,8 +504,34 @@ def main(argv: list[str] | None = None) -> int:
             rows = [ranks_row(w, mode, preset, device, args) for mode in args.modes for w in args.ranks]
         single = next(s.tokens_per_s for s in speeds if s.loop == FAST)
         add(ranks_section(preset, rows, single, device, args))
+    if args.quick and not args.throughput_only:
+        step_table(args.presets[0], device, args, add, console)
     console.print(f"wrote {args.output}")
     return 0
+
+
+def step_table(preset: str, device: torch.device, args: argparse.Namespace, add, console: Console) -> None:
+    """The step table (`_gpu_steps.py`), its section rewritten after every row, so a run cut short
+    keeps the rows it measured."""
+    rows = []
+    for loop in STEPS:
+        with console.status(f"repeating and timing “{loop.name}” on preset {preset}"):
+            rows.append(measure(loop, preset, device, args))
+        add(steps_section(preset, rows, device, args), replacing=len(rows) > 1, show=False)
+        r = rows[-1]
+        console.print(f"{loop.name}: {fmt(r.tokens_per_s, ',.0f') if r.tokens_per_s else r.note} tokens/s")
+    release(device)
+    with console.status("compiling the compiled steps again in fresh processes"):
+        rows = fresh_compiles(
+            rows,
+            preset,
+            args,
+            failure,
+            FRESH_TIMEOUT_S,
+            most=1 if args.quick else None,
+            ahead=args.fresh_hashes,
+        )
+    add(steps_section(preset, rows, device, args), replacing=True)
 
 
 if __name__ == "__main__":

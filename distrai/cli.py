@@ -142,6 +142,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--run.config", dest="run_config", default=None, help="run config (default: the shipped CPU one)"
     )
     net.add_argument(
+        "--device",
+        default="cpu",
+        help="every node's torch device: cpu, or cuda (the miners and validators then share the GPU)",
+    )
+    net.add_argument(
+        "--data.files",
+        dest="data_files",
+        nargs="+",
+        default=[],
+        metavar="PATH",
+        help="local text files to prepare the run's data from, when the run config's data is a template "
+        "(no data.manifest): each file a document, tokenized by a BPE of data.vocab_size tokens trained on them",
+    )
+    net.add_argument(
+        "--report",
+        default=None,
+        metavar="WORK",
+        help="print the markdown report of the finished network in folder WORK (and write WORK/report.md); "
+        "runs nothing",
+    )
+    net.add_argument(
         "--dashboard",
         action="store_true",
         help="serve the live dashboard (distrai dashboard) beside the network and print its address",

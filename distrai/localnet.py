@@ -19,6 +19,7 @@ from distrai.chain.local import LocalChain
 from distrai.data.access import DataAccess, open_data_access
 from distrai.data.prepare import PrepareOptions, prepare
 from distrai.data.texts import TextSource, read_texts
+from distrai.localnet_data import needs_local_data, prepare_local_data
 from distrai.run import RunConfig, load_run_config, run_commitment, shipped_config_path
 from distrai.runtime import Runtime, build_runtime
 from distrai.store import open_store
@@ -27,6 +28,9 @@ from distrai.train.tokenizer import byte_tokenizer
 from distrai.wallets import create_dev_wallet
 
 MARKER = ".distrai-localnet"
+RUN_CONFIG = "run.toml"
+"""The run config the network ran, in its folder: the one given, or the template given with the
+manifest of the data the network prepared from local files (`localnet_data.py`)."""
 REPO = Path(__file__).resolve().parents[1]
 BUILTIN_TEXT = TextSource("builtin", builtin_documents=1000)
 BUILTIN_PREPARE = PrepareOptions(shard_tokens=2048, heldout_fraction=0.1)
@@ -104,6 +108,10 @@ class LocalnetOptions:
     run_config: Path = field(default_factory=lambda: shipped_config_path("cpu-localnet"))
     miner_bandwidth: float | None = None
     """Bytes per second each miner's store traffic is limited to (`--store.bandwidth`): a link."""
+    device: str = "cpu"
+    """Every node's torch device (`--device`): on "cuda" the miners and validators share the GPU."""
+    data_files: tuple[str, ...] = ()
+    """Local text the network prepares its data from, when the run config's data is a template."""
 
 
 @dataclass
@@ -148,6 +156,13 @@ class Neuron:
             self.process.wait()
 
 
+def _setup_order(name: str) -> tuple[int, int, str]:
+    """Where `setup` adds node `name`: validators, then miners, then adversaries, each by number."""
+    kind = 0 if name.startswith("validator") else 2 if name.startswith("adversary-") else 1
+    digits = name.removeprefix("validator").removeprefix("miner")
+    return kind, int(digits) if digits.isdigit() else 0, name
+
+
 def prepare_work_dir(work: Path) -> None:
     """Make `work` an empty localnet folder; refuse to clear a folder localnet did not make."""
     if work.exists() and any(work.iterdir()):
@@ -190,6 +205,24 @@ class Localnet:
         self.started_env: dict[str, str] | None = None
         """the environment the nodes started in; a restarted node gets it again"""
 
+    @classmethod
+    def reopen(cls, work: Path) -> Localnet:
+        """The network that ran in folder `work`, for reading what it left: the run config it ran,
+        its chain and its nodes (none started), validators first, in the order `setup` adds them."""
+        work = work.resolve()
+        if not (work / MARKER).exists() or not (work / RUN_CONFIG).exists():
+            raise ValueError(
+                f"{work} holds no network run by `distrai localnet` (no {MARKER} or {RUN_CONFIG})"
+            )
+        net = cls(LocalnetOptions(work=work, run_config=work / RUN_CONFIG))
+        net.chain = LocalChain(work / "chain.db", net.config.netuid)
+        folders = [p for p in (work / "nodes").iterdir() if p.is_dir()]
+        for folder in sorted(folders, key=lambda p: _setup_order(p.name)):
+            role = "validator" if folder.name.startswith("validator") else "miner"
+            log = work / "logs" / f"{folder.name}.log"
+            net.neurons.append(Neuron(folder.name, role, folder.name, folder, log, []))
+        return net
+
     @property
     def wallet_path(self) -> Path:
         return self.work / "wallets"
@@ -206,7 +239,7 @@ class Localnet:
                 "run from a checkout installed with `pip install -e .`"
             )
         prepare_work_dir(self.work)
-        publish_builtin_data(self.config, self.store_url)
+        self._settle_run_config()
         o = self.options
         owner, _ = create_dev_wallet("owner", "default", str(self.wallet_path))
         chain = LocalChain.create(
@@ -247,6 +280,23 @@ class Localnet:
         chain.advance(chain.hyperparameters().tempo + 2)
         self.started_block = chain.block()
 
+    @property
+    def run_config(self) -> Path:
+        """The run config the nodes run (in the network's folder once set up)."""
+        return self.work / RUN_CONFIG
+
+    def _settle_run_config(self) -> None:
+        """Put the run's data in the store (the built-in corpus, or the local files a template's data
+        is prepared from) and the run config the nodes run in the network's folder."""
+        o = self.options
+        if needs_local_data(self.config):
+            self.config = prepare_local_data(o.run_config, o.data_files, self.store_url, self.run_config)
+            return
+        if o.data_files:
+            raise ValueError(f"{o.run_config} names its data already; --data.files applies to a template")
+        publish_builtin_data(self.config, self.store_url)
+        shutil.copyfile(o.run_config, self.run_config)
+
     def _leader_args(self, steer: str | None) -> list[str]:
         """A validator's flags for the leader adversary `steer` (None: honest); a colluding leader is
         told the hotkey of the `poison` adversary, its colluding miner."""
@@ -284,7 +334,7 @@ class Localnet:
             *launcher,
             script,
             "--run.config",
-            str(self.options.run_config),
+            str(self.run_config),
             "--netuid",
             str(self.config.netuid),
             "--wallet.name",
@@ -303,6 +353,8 @@ class Localnet:
             str(work_dir),
             "--max.windows",
             str(self.options.windows),
+            "--device",
+            self.options.device,
             *extra,
         ]
         self.neurons.append(Neuron(name, role, name, work_dir, self.work / "logs" / f"{name}.log", args))

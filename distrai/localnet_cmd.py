@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
 import time
 from pathlib import Path
 
@@ -11,7 +13,15 @@ from rich.live import Live
 
 from distrai.dashboard.cli import check_port_free
 from distrai.localnet import COLLUDING_LEADER, COLLUDING_MINER, Localnet, LocalnetOptions, Neuron
-from distrai.localnet_view import heldout_losses, live_table, miner_results, processed_windows, results_table
+from distrai.localnet_report import REPORT
+from distrai.localnet_view import (
+    live_table,
+    miner_results,
+    network_report,
+    processed_windows,
+    results_table,
+    summarize,
+)
 from distrai.run import shipped_config_path
 from miners.behaviour import ADVERSARIES
 from validators.behaviour import LEADER_ADVERSARIES
@@ -31,7 +41,21 @@ def parse_adversaries(text: str, known=ADVERSARIES, flag: str = "--adversary") -
     return names
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def stop_on_signals() -> None:
+    """SIGINT and SIGTERM stop the network as Ctrl-C does, whatever this process started with: a job
+    a script starts in the background may start with SIGINT ignored, and `timeout` sends SIGTERM."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
 def run_localnet(args: argparse.Namespace, console: Console) -> None:
+    if args.report:
+        sys.stdout.write(network_report(Localnet.reopen(Path(args.report))))
+        return
     options = LocalnetOptions(
         work=Path(args.work),
         miners=args.miners,
@@ -44,6 +68,8 @@ def run_localnet(args: argparse.Namespace, console: Console) -> None:
         adversaries=parse_adversaries(args.adversary),
         leader_adversaries=parse_adversaries(args.leader_adversary, LEADER_ADVERSARIES, "--leader-adversary"),
         run_config=Path(args.run_config) if args.run_config else shipped_config_path("cpu-localnet"),
+        device=args.device,
+        data_files=tuple(args.data_files),
     )
     if options.miners < 1 or options.validators < 1 or options.windows < 1:
         raise ValueError("--miners, --validators and --windows must each be at least 1")
@@ -61,6 +87,7 @@ def run_localnet(args: argparse.Namespace, console: Console) -> None:
         )
     if args.dashboard:
         check_port_free(DASHBOARD_HOST, args.dashboard_port)
+    stop_on_signals()
     net = Localnet(options)
     console.print(f"setting up in {net.work}: {options.miners} miners, {options.validators} validators")
     net.setup()
@@ -99,9 +126,14 @@ def watch(net: Localnet, options: LocalnetOptions, console: Console, timeout: fl
         console.print("no window was validated; see the logs")
         return True
     console.print(results_table(miner_results(net, windows)))
-    first, last = heldout_losses(net, windows[0], windows[-1])
+    losses = summarize(net, windows)["losses"]
     console.print(
-        f"held-out loss of the global model: {first:.3f} at window {windows[0]} → {last:.3f} after window {windows[-1]}"
+        f"held-out loss of the global model: {losses[0]:.3f} at window {windows[0]} → {losses[-1]:.3f} after "
+        f"window {windows[-1]}"
+    )
+    network_report(net)
+    console.print(
+        f"the run in numbers: {net.work / REPORT} (again with `distrai localnet --report {net.work}`)"
     )
     return True
 
@@ -114,7 +146,7 @@ def start_dashboard(net: Localnet, port: int) -> Neuron:
     """`distrai dashboard` over the network's chain, store, nodes and wallets, as its own process."""
     args = [
         "-m", "distrai.cli", "dashboard", "--host", DASHBOARD_HOST, "--port", str(port),
-        "--run.config", str(net.options.run_config), "--netuid", str(net.config.netuid),
+        "--run.config", str(net.run_config), "--netuid", str(net.config.netuid),
         "--subtensor.network", "embedded", "--chain.path", str(net.work / "chain.db"),
         "--store.url", net.store_url, "--metrics", str(net.work / "nodes"), "--wallet.path", str(net.wallet_path),
         "--work.dir", str(net.work / "dashboard"),

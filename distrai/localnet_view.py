@@ -11,11 +11,14 @@ from distrai.chain.local import LocalChain
 from distrai.heldout import HeldoutCurve
 from distrai.layout import report_key
 from distrai.localnet import Localnet
+from distrai.localnet_report import REPORT, node_metrics, read_summary, report_markdown, write_summary
 from distrai.metrics import node_records, read_metrics, utilization
 from distrai.run import run_id
-from distrai.runtime import build_runtime
+from distrai.runtime import Runtime, build_runtime
 from distrai.store import StoreError, open_store
 from distrai.sync import StoreCache
+from distrai.train.model import count_parameters
+from distrai.train.replay_class import device_name
 from distrai.wallets import open_wallet
 from distrai.windows import activities, aggregate_deadline
 from distrai.wire import WireError, open_document
@@ -181,20 +184,59 @@ def signed_reports(net: Localnet, windows: list[int]) -> list[dict]:
 
 
 def heldout_curve(net: Localnet, windows: list[int]) -> list[float]:
-    """Held-out loss of the global model at the start of `windows[0]`, then after each of `windows`.
-    Waits for the last window's aggregate deadline: until then its aggregates are not final."""
-    cfg = net.config.windows
-    net.chain.wait_for_block(
-        aggregate_deadline(cfg, windows[-1]), timeout=2 * cfg.blocks_per_window * net.chain.block_time()
-    )
-    curve = HeldoutCurve(build_runtime(net.config, data_access=net.data_access()), net.chain, StoreCache())
-    return [curve.loss(target) for target in [windows[0], *(w + 1 for w in windows)]]
+    """Held-out loss of the global model at the start of `windows[0]`, then after each of `windows`,
+    evaluated on the network's device. Waits for the last window's aggregate deadline: until then
+    its aggregates are not final."""
+    return _heldout(net, windows)[0]
 
 
 def heldout_losses(net: Localnet, first: int, last: int) -> tuple[float, float]:
     """Held-out loss of the global model at the start of window `first` and after window `last`."""
     curve = heldout_curve(net, sorted({first, last}))
     return curve[0], curve[-1]
+
+
+def _heldout(net: Localnet, windows: list[int]) -> tuple[list[float], Runtime]:
+    cfg = net.config.windows
+    net.chain.wait_for_block(
+        aggregate_deadline(cfg, windows[-1]), timeout=2 * cfg.blocks_per_window * net.chain.block_time()
+    )
+    runtime = build_runtime(net.config, net.options.device, data_access=net.data_access())
+    curve = HeldoutCurve(runtime, net.chain, StoreCache())
+    return [curve.loss(target) for target in [windows[0], *(w + 1 for w in windows)]], runtime
+
+
+def summarize(net: Localnet, windows: list[int]) -> dict:
+    """What the run's end measures for its report (`localnet_report.py`): the held-out curve over
+    `windows`, the device and the model's size; written to the network's folder."""
+    losses, runtime = _heldout(net, windows)
+    summary = {
+        "windows": windows,
+        "losses": losses,
+        "sequences": int(runtime.data.heldout.shape[0]),
+        "device": device_name(runtime.device),
+        "parameters": count_parameters(runtime.model),
+    }
+    write_summary(net.work, summary)
+    return summary
+
+
+def network_report(net: Localnet) -> str:
+    """The network's report (`localnet_report.py`) from its folder, written there as report.md."""
+    summary = read_summary(net.work) or {}
+    cfg = net.config
+    miners = sum(n.role == "miner" for n in net.neurons)
+    validators = sum(n.role == "validator" for n in net.neurons)
+    size = f", {summary['parameters']:,} parameters" if "parameters" in summary else ""
+    title = (
+        f"Smoke window: {miners} miners and {validators} validator(s) on {summary.get('device', 'a device not recorded')}, "
+        f"run config {cfg.name} (preset {cfg.model.preset}{size}, vocabulary {cfg.data.vocab_size or 'of the tokenizer'}, "
+        f"{cfg.train.batch_size} × {cfg.data.seq_len} tokens a step)"
+    )
+    reports = signed_reports(net, processed_windows(net))
+    text = report_markdown(title, node_metrics(net.neurons), reports, summary)
+    (net.work / REPORT).write_text(text)
+    return text
 
 
 def processed_windows(net: Localnet) -> list[int]:

@@ -1,11 +1,15 @@
 """Metrics of a node: one JSON line per record in a local file (the dashboard's source), and the
-same numbers to wandb (offline unless an API key is set)."""
+same numbers to wandb (offline unless an API key is set). Every record carries the process's peak
+memory so far: its resident set (`peak_rss_bytes`) and, once the process uses a GPU, the most
+device memory torch has held at once (`cuda_peak_bytes`, `torch.cuda.max_memory_allocated`)."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import resource
+import sys
 import threading
 import time
 from pathlib import Path
@@ -48,7 +52,7 @@ class Metrics:
         """Append one record; non-finite numbers are written as null (JSON has no NaN). Safe to call
         from several threads (a miner logs its uploads from the uploading thread)."""
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in values.items()}
-        record = {"time": time.time(), "window": window, **self.base, **clean}
+        record = {"time": time.time(), "window": window, **self.base, **process_peaks(), **clean}
         numbers = {k: v for k, v in clean.items() if isinstance(v, int | float) and not isinstance(v, bool)}
         with self._lock:
             self._file.write(json.dumps(record, sort_keys=True) + "\n")
@@ -60,6 +64,16 @@ class Metrics:
         self._file.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def process_peaks() -> dict[str, int]:
+    """This process's peak memory so far: resident set, and GPU memory once CUDA is in use (torch
+    is not imported for it: a process that never imported torch used no GPU)."""
+    peaks = {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        peaks["cuda_peak_bytes"] = int(torch.cuda.max_memory_allocated())
+    return peaks
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

@@ -88,6 +88,18 @@ class ModelSource(_Section):
         description="attention kernel: sdpa (fused, flash on GPUs) or eager (matmul and softmax); replays follow it",
     )
     init_seed: int = Field(default=0, ge=0, description="seed of a preset model's initial weights")
+    kernels: Literal["aten", "atomic_free"] = Field(
+        default="aten",
+        description="aten: PyTorch's embedding and a gathered loss; atomic_free: an embedding and a loss whose "
+        "backward writes without atomics or scatter, so a compiled step stays whole under deterministic "
+        "algorithms (distrai/train/kernels.py); replays follow it",
+    )
+    pad_vocab_to: int = Field(
+        default=1,
+        ge=1,
+        description="a preset's embedding and output layer get a multiple of this many rows (64 aligns the "
+        "output layer's matmul); the extra rows are ids no tokenizer produces, cut off before the loss",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelSource:
@@ -101,6 +113,8 @@ class ModelSource(_Section):
             raise ValueError("revision applies only to path_or_id, not to a preset")
         if self.path_or_id is not None and self.init_seed != 0:
             raise ValueError("init_seed applies only to a preset, not to path_or_id")
+        if self.path_or_id is not None and self.pad_vocab_to != 1:
+            raise ValueError("pad_vocab_to applies only to a preset: a path_or_id model brings its own shape")
         return self
 
 
@@ -496,6 +510,11 @@ class RunConfig(_Section):
         if self.tokenizer == "model" and self.model.path_or_id is None:
             raise ValueError(
                 "tokenizer 'model' needs model.path_or_id: a preset model has no tokenizer of its own"
+            )
+        if self.model.kernels == "atomic_free" and self.task.kind == "distill":
+            raise ValueError(
+                "model.kernels 'atomic_free' has the pre-training loss only: the distillation loss gathers the "
+                "teacher's top logits, whose backward scatters"
             )
         teacher = self.task.teacher
         if teacher is not None and (teacher.preset is not None) != (self.tokenizer in ("byte", "data")):

@@ -17,6 +17,7 @@ from distrai.train.data import DataSpec, TrainingData, build_token_data
 from distrai.train.distill import DistillationLoss, DistillConfig
 from distrai.train.hashing import hash_tensors
 from distrai.train.inner import InnerConfig
+from distrai.train.kernels import one_hot_causal_lm_loss
 from distrai.train.loss import LossFn, causal_lm_loss
 from distrai.train.memory import MemoryPlan, ModelShape, plan_memory, set_checkpointing
 from distrai.train.model import ModelSpec, load_model, load_teacher, load_tokenizer
@@ -35,6 +36,8 @@ def model_spec(source: ModelSource) -> ModelSpec:
         dtype=source.dtype,
         attention=source.attention,
         init_seed=source.init_seed if source.preset is not None else 0,
+        kernels=source.kernels,
+        pad_vocab_to=source.pad_vocab_to,
     )
 
 
@@ -203,7 +206,7 @@ def build_runtime(config: RunConfig, device: str = "cpu", data_access: DataAcces
     model = load_model(spec, tokenizer=tokenizer, device=device)
     if config.train.compile:
         model.compile()  # in place: the module, its parameters and their names stay as they are
-    loss_fn: LossFn = causal_lm_loss
+    loss_fn: LossFn = causal_lm_loss if spec.kernels == "aten" else one_hot_causal_lm_loss
     if config.task.kind == "distill":
         teacher = load_teacher(model_spec(config.task.teacher), tokenizer=tokenizer, device=device)
         loss_fn = DistillationLoss(

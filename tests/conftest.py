@@ -1,8 +1,8 @@
 """Fixtures shared by several test files, and the session's background local networks.
 
 The networks that tests only read once they have ended (`support.adversary_net`,
-`support.leader_net`, `support.findings_net`, `support.restart_net`) run one after another while the other tests do
-(`support.background`): each starts between two tests once the one before has ended. The tests
+`support.leader_net`, `support.findings_net`, `support.restart_net`, `support.smoke_net`) run one
+after another while the other tests do (`support.background`): each starts between two tests once the one before has ended. The tests
 that read them run after every other test, in the order the networks run, and wait for theirs.
 Tests marked `localnet` run a network of their own while they run; they come last, once every
 background network has ended, so that no two networks share the cores."""
@@ -15,12 +15,14 @@ from support.background import FinishedNet, Networks
 from support.findings_net import start_findings_net
 from support.leader_net import start_leader_net
 from support.restart_net import start_restart_net
+from support.smoke_net import start_smoke_net
 
 NETWORKS = {
     "adversary_net": start_adversary_net,
     "leader_net": start_leader_net,
     "findings_net": start_findings_net,
     "restart_net": start_restart_net,
+    "smoke_net": start_smoke_net,
 }
 """The background networks, by the name of the fixture that gives each, in the order they run."""
 
@@ -88,3 +90,9 @@ def findings_net(networks) -> FinishedNet:
 def restart_net(networks) -> FinishedNet:
     """The local network of `support.restart_net`, run to its end."""
     return networks.result("restart_net")
+
+
+@pytest.fixture(scope="session")
+def smoke_net(networks) -> FinishedNet:
+    """The GPU smoke window's command on a CPU (`support.smoke_net`), run to its end."""
+    return networks.result("smoke_net")

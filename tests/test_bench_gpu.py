@@ -1,7 +1,10 @@
 """Smoke test of bench/gpu.py: a `--quick` run on the CPU writes every table, every loop runs (the
-target among them, with its verdict), the profiled loops' time is split by kind, every piece repeats
-bit for bit (the compiled step also in a fresh process that reuses no compile decision), and two gloo ranks, under DDP and sharded (FSDP2), agree with a one-process replay of
-their split."""
+target among them, with its verdict), the profiled loops' time is split by kind (the compiled step
+with the atomic-free kernels runs no sort, scatter or index_put under deterministic algorithms, where
+the plain compiled loop falls back to them), every piece repeats bit for bit (the compiled step also
+in a fresh process that reuses no compile decision), two gloo ranks, under DDP and sharded (FSDP2),
+agree with a one-process replay of their split, and the step table repeats every project step and
+compiles the compiled one again in a fresh process to the same bits."""
 
 from __future__ import annotations
 
@@ -11,6 +14,9 @@ import sys
 from pathlib import Path
 
 from test_bench_smoke import MARKER, table_after
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from _gpu_loops import BEST, KERNELS_COMPILED, STEPS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +36,7 @@ def test_quick_run_writes_every_table(tmp_path):
     assert "`python bench/gpu.py --quick --device cpu --output" in text and text.endswith("notes kept\n")
 
     speeds = table_after(text, "## Throughput: preset tiny")
-    assert len(speeds) == 1 + 8
+    assert len(speeds) == 1 + 9
     for loop, tokens, ratio, *_ in speeds[1:]:
         assert float(tokens.replace(",", "")) > 0, (loop, tokens)
         assert ratio.endswith("×")
@@ -42,7 +48,7 @@ def test_quick_run_writes_every_table(tmp_path):
     assert (verdict.group(2) == "met") == (float(verdict.group(1)) >= 0.9)
 
     kinds = profile_by_kind(text)
-    assert kinds[0][1:] == ["GPU config's step", "compiled, deterministic", "target"]
+    assert kinds[0][1:] == ["GPU config's step", "compiled, atomic-free", "compiled, deterministic", "target"]
     by_kind = {row[0]: row[1:] for row in kinds[1:]}
     assert all(float(ms.replace(",", "")) > 0 for ms in by_kind["**sum of kernels**"]), by_kind
     assert all(ms.startswith("0.0 ") for ms in by_kind["compiled (inductor)"][:1]), (
@@ -50,7 +56,14 @@ def test_quick_run_writes_every_table(tmp_path):
     )
     assert all(not ms.startswith("0.0 ") for ms in by_kind["compiled (inductor)"][1:]), by_kind
     assert all(not ms.startswith("0.0 ") for ms in by_kind["matmul"]), by_kind
-    assert by_kind["distinct compiled graphs run"] == ["0", "2", "2"], "forward and backward, no graph break"
+    fallbacks = by_kind["sort, scatter, index_put"]
+    assert fallbacks[1] == "0.0 (0%)" and fallbacks[2] != "0.0 (0%)", (
+        "under deterministic algorithms the plain compiled loop falls back to eager scatter and index_put; "
+        "the atomic-free one has none left"
+    )
+    assert by_kind["distinct compiled graphs run"] == ["0", "2", "2", "2"], (
+        "forward and backward, no graph break"
+    )
 
     pieces = table_after(text, "## What repeats bit for bit")
     assert len(pieces) == 1 + 10 and all(row[1] == "yes" for row in pieces[1:]), pieces
@@ -61,6 +74,15 @@ def test_quick_run_writes_every_table(tmp_path):
     )
     assert by_piece["reference: fp32, eager, AdamW"][2] == "yes"
     assert by_piece["foreach AdamW"][2] == "yes", "foreach AdamW gives the single-tensor bits"
+
+    steps = table_after(text, "## The step side by side: preset tiny")
+    assert [row[0] for row in steps[1:]] == [loop.name for loop in STEPS]
+    for name, tokens, ratio, repeats, fresh, _ in steps[1:]:
+        assert float(tokens.replace(",", "")) > 0 and ratio.endswith("×"), steps
+        # the target (no deterministic algorithms) may or may not: its compiled CPU kernels add with atomics
+        assert repeats == "yes" or name == BEST.name, (name, repeats)
+        assert fresh == ("yes" if name == KERNELS_COMPILED.name else "–"), (name, fresh)
+    assert "The fastest step that replays bit for bit" in text.split("## The step side by side", 1)[1]
 
     ranks = table_after(text, "## Data-parallel ranks")
     assert [row[:5] for row in ranks[1:]] == [

@@ -162,6 +162,22 @@ def test_a_text_file_can_be_one_document(tmp_path):
     assert len(list(read_texts(TextSource("files", paths=(str(path),))))) == 2
 
 
+def test_whole_text_files_are_read_without_datasets_as_datasets_reads_them(tmp_path):
+    import datasets
+
+    texts = ["  first line\r\nsecond line\r\n\r\n", "héllo — wörld\n\n\nend\t \n", " \n\t\n", "x"]
+    paths = []
+    for i, text in enumerate(texts):
+        paths.append(tmp_path / f"doc{i}.txt")
+        paths[-1].write_bytes(text.encode())
+    rows = datasets.load_dataset(
+        "text", data_files=[str(p) for p in paths], split="train", streaming=True, sample_by="document"
+    )
+    expected = [row["text"].strip() for row in rows if row["text"].strip()]
+    source = TextSource("files", paths=tuple(str(p) for p in paths), sample_by="document")
+    assert list(read_texts(source)) == expected == ["first line\nsecond line", "héllo — wörld\n\n\nend", "x"]
+
+
 def test_the_command_prepares_local_files_and_prints_the_hash(tmp_path, capsys):
     files = write_corpus_files(tmp_path / "text", offline_documents(60))
     code = distrai_main(

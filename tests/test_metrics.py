@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from distrai.metrics import Metrics, read_metrics
 
@@ -31,3 +32,22 @@ def test_wandb_runs_offline_without_an_api_key(tmp_path, monkeypatch):
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and any(runs[0].rglob("*.wandb"))
     assert read_metrics(tmp_path / "metrics.jsonl")[0]["score/0"] == 0.5
+
+
+def high_water_bytes() -> int:
+    """The process's peak resident set as the kernel counts it (VmHWM)."""
+    line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
+
+
+def test_every_record_carries_the_process_peak_memory(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    metrics = Metrics(path, role="miner", hotkey="5abc", run_id="r")
+    before = high_water_bytes()
+    metrics.log(1, {"loss": 2.0})
+    after = high_water_bytes()
+    metrics.close()
+    (record,) = read_metrics(path)
+    # getrusage and /proc count pages at slightly different moments: within 1% of each other
+    assert 0.99 * before <= record["peak_rss_bytes"] <= 1.01 * after
+    assert "cuda_peak_bytes" not in record, "a process that used no GPU records no GPU peak"

@@ -1,7 +1,8 @@
 """The text `distrai data prepare` reads: the built-in corpus, local files, or a hub dataset.
 
-Every source is read through a streaming `datasets` iterator in file / row order, so the same
-source gives the same documents everywhere and nothing is held in memory but the current rows.
+Every source is read in file / row order (through a streaming `datasets` iterator, or directly for
+whole text files and the built-in corpus), so the same source gives the same documents everywhere and
+nothing is held in memory but the current rows.
 Each document is stripped of surrounding whitespace, and empty ones are dropped.
 """
 
@@ -84,19 +85,26 @@ def file_format(paths: Sequence[str]) -> str:
 
 
 def read_texts(source: TextSource) -> Iterator[str]:
-    """The documents of `source`, in order."""
-    import datasets  # only here: the reader of files and hub datasets is slow to import
-
+    """The documents of `source`, in order. Whole text files (`sample_by` "document") and the
+    built-in corpus are read directly; other files and hub datasets through `datasets`, imported
+    only then (it is slow to import, and a machine that prepares whole files needs none)."""
     if source.kind == "builtin":
         texts = offline_documents(source.builtin_documents, source.builtin_seed)
         rows: Iterable = ({source.text_field: text} for text in texts)
     elif source.kind == "files":
         builder = file_format(source.paths)
-        options = {"sample_by": source.sample_by} if builder == "text" else {}
-        rows = datasets.load_dataset(
-            builder, data_files=list(source.paths), split="train", streaming=True, **options
-        )
+        if builder == "text" and source.sample_by == "document":
+            rows = ({source.text_field: Path(path).read_text(encoding="utf-8")} for path in source.paths)
+        else:
+            import datasets
+
+            options = {"sample_by": source.sample_by} if builder == "text" else {}
+            rows = datasets.load_dataset(
+                builder, data_files=list(source.paths), split="train", streaming=True, **options
+            )
     else:
+        import datasets
+
         rows = datasets.load_dataset(
             source.hub_id, source.hub_config, split=source.split, revision=source.hub_revision, streaming=True
         )

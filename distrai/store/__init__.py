@@ -4,6 +4,9 @@
 - `file:///abs/path` or a plain path: a `FileStore` in that directory;
 - `s3://bucket/prefix`: an `S3Store`; the endpoint, region and path-style addressing may come as
   keyword arguments or in the URL's query (`?endpoint=https://host&region=auto&path_style=true`).
+
+`distrai.store.s3` (and boto3 with it) is imported only when an S3 store is opened or named: a node
+on file stores runs without boto3 installed (as on a lent GPU machine, `bench/device_session.sh`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from distrai.store.base import (
 )
 from distrai.store.file import FileStore
 from distrai.store.retry import RetryPolicy
-from distrai.store.s3 import S3Config, S3Store
 
 __all__ = [
     "BLOB_PREFIX",
@@ -79,6 +81,8 @@ def open_store(
             file_path(url), bandwidth_bytes_per_s=bandwidth_bytes_per_s, retry=retry, create=create
         )
     if parts.scheme == "s3":
+        from distrai.store.s3 import S3Config, S3Store
+
         query = s3_query(url)
         config = S3Config(
             bucket=parts.netloc,
@@ -94,6 +98,14 @@ def open_store(
     raise StoreError(
         f"unsupported store URL {url!r}: use file:///absolute/path, a plain path, or s3://bucket/prefix"
     )
+
+
+def __getattr__(name: str):
+    if name in ("S3Config", "S3Store"):
+        from distrai.store import s3
+
+        return getattr(s3, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def file_path(url: str) -> str:

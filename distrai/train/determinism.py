@@ -52,9 +52,11 @@ the deterministic switches slow the eager step by a few percent but the compiled
 kernels by heuristic rather than by benchmarking, and falls back to eager index_put and scatter;
 which costs most is not yet profiled on a GPU: `bench/gpu.py --profile` splits a step's time by
 kind of kernel), so a deterministic step runs at about half the tokens per second of
-the compiled nondeterministic best-practice loop. Not yet measured on GPUs: data-parallel and
-sharded ranks over NCCL (their sums are rank-ordered by construction, as over gloo);
-`bench/gpu.py --ranks 2 4` measures both on a machine with that many GPUs.
+the compiled nondeterministic best-practice loop. `kernels.py` gives the embedding and the loss
+backward passes without scatter (`model.kernels = "atomic_free"`), so a compiled step has no eager
+fallback left (on a CPU; on a GPU `bench/gpu.py --step-table` measures it). Not yet measured on
+GPUs: data-parallel and sharded ranks over NCCL (their sums are rank-ordered by construction, as
+over gloo); `bench/gpu.py --ranks 2 4` measures both on a machine with that many GPUs.
 
 `configure_determinism` also stops deterministic mode from filling every new tensor's memory (NaN
 for floats): the fills guard against a kernel that reads memory it never wrote, which no kernel of

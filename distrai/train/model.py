@@ -10,6 +10,10 @@ Attention is the spec's: "eager" (matmul and softmax, the default) or "sdpa" (to
 kernels, flash attention on GPUs, 3.2x the tokens/s of eager on an H100 at 150M); see
 `determinism.py` for when each replays bit for bit. Every dropout probability in a loaded config is set to zero, so a step is a pure
 function of its inputs. Remote code is never trusted (`trust_remote_code` stays False).
+
+The spec's `kernels` puts an input embedding whose backward is a matmul in the model ("atomic_free",
+`kernels.py`), and a preset's `pad_vocab_to` rounds its embedding and output layer up to a multiple
+of rows, the output layer cutting its logits back to the tokenizer's size.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from distrai.train.kernels import KERNELS, PaddedHead, padded_vocab, use_kernels
 from distrai.train.tokenizer import byte_tokenizer
 
 ATTENTIONS = ("eager", "sdpa")
@@ -68,6 +73,9 @@ class ModelSpec:
     dtype: str = "float32"
     attention: str = "eager"
     init_seed: int = 0
+    kernels: str = "aten"
+    pad_vocab_to: int = 1
+    """a preset's embedding and output layer get a multiple of this many rows (1: the tokenizer's)"""
 
     def __post_init__(self) -> None:
         if (self.preset is None) == (self.path_or_id is None):
@@ -82,19 +90,28 @@ class ModelSpec:
             raise ValueError(f"unknown dtype {self.dtype!r}; choose one of {sorted(DTYPES)}")
         if self.attention not in ATTENTIONS:
             raise ValueError(f"unknown attention {self.attention!r}; choose one of {ATTENTIONS}")
+        if self.kernels not in KERNELS:
+            raise ValueError(f"unknown kernels {self.kernels!r}; choose one of {KERNELS}")
+        if self.pad_vocab_to < 1 or (self.preset is None and self.pad_vocab_to != 1):
+            raise ValueError(
+                f"pad_vocab_to must be at least 1, and 1 for a path_or_id model, got {self.pad_vocab_to}"
+            )
 
     @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
 
 
-def preset_config(name: str, tokenizer: PreTrainedTokenizerBase, attention: str = "eager") -> LlamaConfig:
-    """The Llama config of preset `name`, sized to `tokenizer`, with `attention`'s kernel."""
+def preset_config(
+    name: str, tokenizer: PreTrainedTokenizerBase, attention: str = "eager", pad_vocab_to: int = 1
+) -> LlamaConfig:
+    """The Llama config of preset `name`, sized to `tokenizer` (its rows rounded up to a multiple of
+    `pad_vocab_to`), with `attention`'s kernel."""
     if name not in PRESETS:
         raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
     preset = PRESETS[name]
     return LlamaConfig(
-        vocab_size=len(tokenizer),
+        vocab_size=padded_vocab(len(tokenizer), pad_vocab_to),
         hidden_size=preset.hidden_size,
         intermediate_size=preset.intermediate_size,
         num_hidden_layers=preset.num_layers,
@@ -138,14 +155,17 @@ once would interleave their draws and build other weights than the seed's."""
 def load_model(
     spec: ModelSpec, *, tokenizer: PreTrainedTokenizerBase | None = None, device: torch.device | str = "cpu"
 ) -> PreTrainedModel:
-    """Build a preset or load a checkpoint, dropout-free, with the spec's attention, on `device`."""
+    """Build a preset or load a checkpoint, dropout-free, with the spec's attention and kernels, on
+    `device`."""
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(spec)
     if spec.preset is not None:
-        config = preset_config(spec.preset, tokenizer, spec.attention)
+        config = preset_config(spec.preset, tokenizer, spec.attention, spec.pad_vocab_to)
         with _INIT_LOCK, torch.random.fork_rng(devices=[]):
             torch.manual_seed(spec.init_seed)
             model = LlamaForCausalLM(config)
         model = model.to(dtype=spec.torch_dtype)
+        if config.vocab_size > len(tokenizer):
+            model.set_output_embeddings(PaddedHead.of(model.get_output_embeddings(), len(tokenizer)))
     else:
         config = AutoConfig.from_pretrained(spec.path_or_id, revision=spec.revision)
         _zero_dropout(config)
@@ -157,6 +177,7 @@ def load_model(
             dtype=spec.torch_dtype,
             attn_implementation=spec.attention,
         )
+    use_kernels(model, spec.kernels)
     _check_fits(model, tokenizer)
     _check_no_dropout(model)
     return model.to(device)

@@ -2,7 +2,7 @@
 
 A segment replays bit for bit when the replaying node runs the same kernels on the same hardware
 as the miner did: same device model, torch, CUDA, parameter dtype, autocast, attention kernel,
-AdamW implementation and compilation (a validator always replays with the miner's split over ranks and
+AdamW implementation, compilation and the embedding's and loss's kernels (a validator always replays with the miner's split over ranks and
 micro-batches, and its sharding, which the manifest records). Measured on 150M
 parameters (`../shared/measurements/gpu-2026-11-23.md`): bit-exact on one GPU model with
 deterministic algorithms, SDPA included; H100 against H200 in bfloat16 0.0095 (eager) to 0.0113
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from distrai.train.kernels import kernels_of
 from distrai.train.step import StepConfig
 from distrai.wire.manifest import ReplayClass
 
@@ -72,7 +73,8 @@ def replay_class_of(
     compiled: bool = False,
 ) -> ReplayClass:
     """The replay class of training `model` on `device` with this process's torch, with `step`'s
-    split and autocast, the `adamw` implementation, and the model under `torch.compile` or not."""
+    split and autocast, the `adamw` implementation, the model under `torch.compile` or not, and the
+    kernels its embedding runs (`kernels.kernels_of`: the run's loss follows the same setting)."""
     dtype = next(model.parameters()).dtype
     return ReplayClass(
         device=device_name(device),
@@ -86,6 +88,7 @@ def replay_class_of(
         autocast=step.autocast,
         adamw=adamw,
         compiled=compiled,
+        kernels=kernels_of(model),
     )
 
 

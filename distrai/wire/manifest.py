@@ -65,6 +65,8 @@ class ReplayClass(_Body):
     autocast: str | None = Field(default=None, max_length=32)
     adamw: str = Field(default="single", min_length=1, max_length=32)
     compiled: bool = False
+    kernels: str = Field(default="aten", min_length=1, max_length=32)
+    """the embedding's and the loss's backward: PyTorch's, or without atomics (`distrai.train.kernels`)"""
 
 
 class UpdateManifest(_Body):

@@ -47,6 +47,9 @@ def sketch(params: Mapping[str, torch.Tensor], seed: str, size: int = 64) -> tor
         for start in range(0, flat.numel(), CHUNK):
             values = flat[start : start + CHUNK].to(torch.float64)
             index = torch.arange(start, start + values.numel(), dtype=torch.int64)
+            nonzero = values != 0
+            if int(nonzero.sum()) * 2 < values.numel():  # a sparse update: zeros add nothing to any bucket
+                values, index = values[nonzero], index[nonzero]
             hashed = _mix32((index + key) & MASK32)
             signs = (hashed >> 31).to(torch.float64) * 2 - 1
             buckets = (hashed & 0xFFFF) % size

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 
 import torch
 
 from distrai.wire import Reason, WireError
 from distrai.wire import decode_tensors as decode_wire_tensors
 from distrai.wire import encode_tensors as encode_wire_tensors
+from distrai.wire.tensors import save_tensors_file
 
 META_KEY = "distrai"
 
@@ -24,6 +26,14 @@ def encode_tensors(tensors: Mapping[str, torch.Tensor], record: Mapping[str, obj
     """Safetensors bytes of `tensors` (CPU, contiguous) with `record` and `fmt` in the header."""
     meta = json.dumps({**record, "format": fmt}, sort_keys=True)
     return encode_wire_tensors(dict(tensors), metadata={META_KEY: meta})
+
+
+def save_tensors(
+    tensors: Mapping[str, torch.Tensor], record: Mapping[str, object], fmt: str, path: Path
+) -> None:
+    """Write `encode_tensors(tensors, record, fmt)` to `path`, streamed (`wire.tensors.save_tensors_file`)."""
+    meta = json.dumps({**record, "format": fmt}, sort_keys=True)
+    save_tensors_file(dict(tensors), path, {META_KEY: meta})
 
 
 def decode_tensors(

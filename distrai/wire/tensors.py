@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import safetensors.torch
@@ -64,6 +66,34 @@ def encode_tensors(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | 
 
     The bytes depend only on the names, dtypes, shapes and values, not on insertion order, so equal
     updates get equal content addresses."""
+    prepared = prepared_tensors(tensors)
+    if metadata is None:
+        return safetensors.torch.save(prepared)
+    _check_metadata(metadata)
+    return _sorted_metadata(safetensors.torch.save(prepared, metadata=metadata))
+
+
+def save_tensors_file(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None:
+    """Write `tensors` with one metadata entry to `path` as `encode_tensors` would, streamed from the
+    tensors rather than built in memory (a 150m training state is 3.1 GB: building its bytes took 10
+    times as long as writing them), through a temporary file renamed into place."""
+    if len(metadata) != 1:
+        raise WireError(
+            Reason.BAD_FIELD, "a streamed file carries exactly one metadata entry (one canonical order)"
+        )
+    _check_metadata(metadata)
+    prepared = prepared_tensors(tensors)
+    temp = path.with_name(f".{path.name}.tmp")
+    try:
+        safetensors.torch.save_file(prepared, str(temp), metadata=metadata)
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def prepared_tensors(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`tensors` checked and made contiguous CPU tensors that share no storage, ready to serialize."""
     prepared: dict[str, torch.Tensor] = {}
     storages: set[int] = set()
     for name, tensor in tensors.items():
@@ -82,10 +112,7 @@ def encode_tensors(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | 
             cpu = cpu.clone()
         storages.add(cpu.untyped_storage().data_ptr())
         prepared[name] = cpu
-    if metadata is None:
-        return safetensors.torch.save(prepared)
-    _check_metadata(metadata)
-    return _sorted_metadata(safetensors.torch.save(prepared, metadata=metadata))
+    return prepared
 
 
 def _sorted_metadata(data: bytes) -> bytes:

@@ -19,7 +19,7 @@ e. the aggregation weights (equal, by tokens, by score) with and without the med
 The pay per token is judged only in windows whose marks are measurable (`scoring.MARK_Z`), which
 they are not from the initial model, so the base is pre-trained for a few windows first.
 
-    python bench/incentives.py            # about 20 minutes on 2 shared cores
+    python bench/incentives.py            # about 12 minutes on 2 shared cores (726 s measured)
     python bench/incentives.py --quick    # every code path in well under a minute; numbers mean nothing
 """
 

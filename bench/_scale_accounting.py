@@ -4,9 +4,12 @@ size: arithmetic from the config and the reveal sizes of `distrai.linkcheck`, no
 - Replays: the window's seed challenges ⌈p · M⌉ of M miners, each replayed by r validators; the
   shares differ by at most one miner, so a validator replays at most ⌈⌈p · M⌉ · r / V⌉ miners, each
   s segments of k steps. Its compute, as a share of one miner's window of h steps on the same GPU.
-- Scoring: every validator applies every update alone and evaluates it (`validators/usefulness.py`):
-  3 forward passes over `usefulness_sequences` sequences per miner; a forward pass costs about a
-  third of a training step's FLOPs per token.
+- Scoring: the validators share the usefulness measurements (`validators/shared_scoring.py`): the
+  window's seed deals each update to `score_replicas` of them, so a validator measures at most
+  ⌈M · score_replicas / V⌉ updates and re-measures `score_rechecks` of the others' (M at most),
+  each 3 forward passes over `usefulness_sequences` sequences (`validators/usefulness.py`), and
+  evaluates G_w on the window's reserve once; a forward pass costs about a third of a training
+  step's FLOPs per token.
 - Download per validator: every update, and the state and trajectory sample of each miner it replays.
 - Traffic per miner: its update up and the accepted updates down (`aggregate_top_n` of them, from
   the aggregate), its reveal with probability p; the validators' downloads of its update (V of them)
@@ -25,8 +28,9 @@ from distrai.windows import challenge_count
 
 FORWARD_SHARE_OF_STEP = 1 / 3
 USEFULNESS_PASSES = 3
-"""G_w and G_w − Δ on the miner's trained sequences, G_w − Δ on the window's reserve (G_w on the
-reserve is evaluated once per window)"""
+"""G_w and G_w − Δ on the miner's trained sequences, G_w − Δ on the window's reserve"""
+RESERVE_PASSES = 1
+"""G_w on the window's reserve, once per window"""
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,8 @@ class ScaleAccounting:
     replay_steps: int
     replay_share: float
     """a validator's replayed steps over a miner's h"""
+    measured_per_validator: int
+    """the updates a validator measures: its share of the window's measurements and its re-checks"""
     scoring_share: float
     """a validator's usefulness evaluations, in training-step FLOPs, over a miner's window"""
     update_bytes: int
@@ -77,7 +83,10 @@ def account(
     per_validator = math.ceil(challenged * replicas / validators)
     replay_steps = per_validator * v.challenge_segments * train.segment_steps
     window_tokens = steps_per_window * train.batch_size * config.data.seq_len
-    scoring_tokens = miners * USEFULNESS_PASSES * scoring.usefulness_sequences * config.data.seq_len
+    measured = min(miners, math.ceil(miners * min(scoring.score_replicas, validators) / validators))
+    measured = min(miners, measured + scoring.score_rechecks)
+    passes = measured * USEFULNESS_PASSES + RESERVE_PASSES
+    scoring_tokens = passes * scoring.usefulness_sequences * config.data.seq_len
     reveal = linkcheck.reveal_bytes(config, n, 1)
     beyond = reveal.total - reveal.update
     p = challenged / miners
@@ -92,6 +101,7 @@ def account(
         replays_per_validator=per_validator,
         replay_steps=replay_steps,
         replay_share=replay_steps / steps_per_window,
+        measured_per_validator=measured,
         scoring_share=scoring_tokens * FORWARD_SHARE_OF_STEP / window_tokens,
         update_bytes=reveal.update,
         reveal_bytes=beyond,

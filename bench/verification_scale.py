@@ -336,7 +336,7 @@ def gpu_rows(a: ScaleAccounting, config) -> list[list[str]]:
             "met" if a.replay_share <= 0.05 else "MISSED",
         ],
         [
-            "usefulness scoring per validator (every update)",
+            f"usefulness scoring per validator ({a.measured_per_validator} updates: its share and re-checks)",
             f"{a.scoring_share:.1%} of a miner's compute",
             "(outside the target)",
             "",

@@ -1,4 +1,6 @@
-"""Smoke test of bench/convergence.py: a `--quick` run on both corpora (the templated built-in one and
+"""Smoke tests of bench/convergence.py and bench/incentives.py.
+
+bench/convergence.py: a `--quick` run on both corpora (the templated built-in one and
 real text from the Python standard library) writes a well-formed, self-consistent report.
 
 The numbers of a quick run mean nothing; what is checked is the report's shape and the accounting
@@ -7,6 +9,10 @@ per step, an uncompressed DiLoCo upload is 4 bytes per parameter per round, and 
 nats per token over bytes per token. Then, in this process: the real-text corpus is a fixed list
 pinned by its hash, a run does not replace numbers measured on another corpus, and a run keeps the
 sections of the corpora it did not run.
+
+bench/incentives.py: a `--quick` run writes every table of docs/incentives.md, each target's verdict
+follows from its numbers, and the validator's cost adds up from its parts with the GPU config's
+arithmetic.
 """
 
 from __future__ import annotations
@@ -193,3 +199,134 @@ def test_a_run_on_another_corpus_is_refused_and_other_sections_are_kept(tmp_path
     assert old_templated in text and new_real in text and "0" * 64 not in text
     assert text.endswith(f"{MARKER}\n{KEPT}")
     assert text.startswith(report.INTRO)
+
+
+# -- bench/incentives.py -----------------------------------------------------------------------------
+
+INCENTIVES = ROOT / "bench" / "incentives.py"
+
+
+@pytest.fixture(scope="module")
+def incentives(tmp_path_factory) -> str:
+    output = tmp_path_factory.mktemp("incentives") / "incentives.md"
+    output.write_text(f"# old report\n{MARKER}\n{KEPT}")
+    run = subprocess.run(
+        [sys.executable, str(INCENTIVES), "--quick", "--output", str(output)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "Targets" in run.stdout
+    return output.read_text()
+
+
+def test_incentives_report_names_its_command_and_keeps_notes(incentives):
+    assert "python bench/incentives.py --quick --output" in incentives
+    assert "- date: " in incentives and "- machine: " in incentives
+    assert "# old report" not in incentives and incentives.endswith(f"{MARKER}\n{KEPT}")
+
+
+def test_incentives_targets_follow_from_their_numbers(incentives):
+    header, *rows = table_after(incentives, "## Targets")
+    assert header == ["row", "measured", "target", "verdict"]
+    assert [row[0][:2] for row in rows] == ["a.", "b.", "c.", "d.", "e."]
+    verdicts = {row[0][:1]: row[3] for row in rows}
+    _, *speeds = table_after(incentives, "## a. Pay per token by speed")
+    per_token = {row[0]: number(row[8]) for row in speeds}
+    for row in speeds:
+        pay_share, token_share = number(row[6]), number(row[7])
+        one_pay, one_tokens = number(speeds[1][6]), number(speeds[1][7])
+        assert per_token[row[0]] == pytest.approx(pay_share / token_share / (one_pay / one_tokens), abs=0.03)
+    four = [per_token[label] for label in ("¼×", "1×", "4×", "2 ranks")]
+    assert per_token["1×"] == 1.0
+    assert verdicts["a"] == ("MET" if min(four) > 0 and max(four) / min(four) <= 1.10 else "MISSED")
+    _, *splits = table_after(incentives, "## b. Splitting")
+    assert [row[1] for row in splits] == ["1", "2", "4"] and len({row[3] for row in splits}) == 1
+    ratios = [number(row[5]) for row in splits]
+    assert ratios[0] == 1.0
+    assert verdicts["b"] == ("MET" if all(abs(r - 1) <= 0.10 for r in ratios) else "MISSED")
+
+
+def test_incentives_noise_table_is_the_scores_of_every_window(incentives):
+    header, *rows = table_after(incentives, "## c. Score noise")
+    windows = [h for h in header if h.startswith("window ")]
+    assert len(windows) >= 2
+    for row in rows[:-1]:
+        qualities = [float(cell.split(" (z ")[0]) for cell in row[1 : 1 + len(windows)]]
+        assert all(0.0 <= q <= 1.0 for q in qualities)
+        assert number(row[-3]) == pytest.approx(sum(qualities) / len(qualities), abs=0.006)
+        assert int(row[-1]) == sum(q == 0 for q in qualities)
+    assert rows[-1][0] == "marks judged"
+
+
+def test_incentives_validator_cost_adds_up_from_its_parts(incentives):
+    _, *rows = table_after(incentives, "## d. A validator's cost per window")
+    parts = {row[0]: row for row in rows}
+    share = {name: number(row[4]) / 100 for name, row in parts.items()}
+    assert share["replays"] == pytest.approx(40 / 1840, abs=5e-5)
+    measured = -(-256 * 1 // 16) + 1
+    useful_tokens = (measured * 3 + 1) * 16 * 2048 / 3
+    assert share["usefulness measurements"] == pytest.approx(useful_tokens / (1840 * 65536), abs=5e-5)
+    gigabytes = float(re.search(r"= ([\d.]+) GB at 100 Mbit/s", parts["downloads"][2]).group(1))
+    assert number(parts["downloads"][3]) == pytest.approx(gigabytes * 8e9 / 100e6, rel=0.01)
+    assert share["downloads"] == pytest.approx(number(parts["downloads"][3]) / 1200, abs=1e-4)
+    kinds = ("GPU compute", "CPU time (one core)", "link time")
+    for kind in kinds:
+        chosen = [s for name, s in share.items() if parts[name][1] == kind and not name.startswith("all ")]
+        assert share[f"all {kind}"] == pytest.approx(sum(chosen), abs=2e-4)
+    assert share["total"] == pytest.approx(sum(share[f"all {kind}"] for kind in kinds), abs=2e-4)
+    verdict = "MET" if share["total"] <= 0.05 else "MISSED"
+    assert parts["total"][2] == f"target ≤ 5%: {verdict}"
+
+
+def test_incentives_aggregation_table_compares_every_variant_with_equal_weights(incentives):
+    header, *rows = table_after(incentives, "## e. Aggregation weights")
+    assert [(row[0], row[1]) for row in rows] == [
+        (weights, clip) for weights in ("equal", "tokens", "score") for clip in ("yes", "no")
+    ]
+    baseline = float(rows[0][-2])
+    for row in rows:
+        assert math.isfinite(float(row[-2])) and float(row[-2]) > 0
+        assert float(row[-1]) == pytest.approx(float(row[-2]) - baseline, abs=2e-4)
+
+
+def test_pay_follows_the_scores_whatever_the_split():
+    windows, pay = bench_module("_incentive_windows"), bench_module("_incentive_pay")
+    miners = [
+        windows.Miner(label, f"hotkey-{label}", steps) for label, steps in (("a", 10), ("b", 40), ("c", 20))
+    ]
+
+    def record(window: int, quality: dict[str, float]):
+        return windows.WindowRecord(
+            window=window,
+            miners={
+                m.hotkey: windows.MinerWindow(
+                    m.steps, m.steps * 512, m.steps * 512 * quality.get(m.label, 1.0), {}, 0
+                )
+                for m in miners
+            },
+            heldout=None,
+            clip_factors={},
+        )
+
+    full = pay.miner_pay([record(w, {}) for w in (1, 2, 3)], miners, alpha=0.3)
+    per_token = [full[m.label].pay_per_token for m in miners]
+    assert max(per_token) / min(per_token) == pytest.approx(1.0)
+    assert pay.spread(per_token) == pytest.approx(0.0, abs=1e-12)
+    unpaid = pay.miner_pay([record(1, {"b": 0.0}), record(2, {})], miners, alpha=0.3)
+    assert unpaid["b"].unpaid_windows == 1 and unpaid["b"].pay_per_token < unpaid["a"].pay_per_token
+    assert pay.spread([1.0, 0.0]) == math.inf
+
+
+def test_scale_accounting_counts_a_validators_share_of_the_measurements():
+    accounting = bench_module("_scale_accounting")
+    from distrai.run import load_run_config, shipped_config_path
+
+    gpu = load_run_config(shipped_config_path("gpu-subnet"))
+    shared = accounting.account(gpu, 256, 16, 1840, params=257_092_608)
+    assert shared.measured_per_validator == 256 // 16 + gpu.scoring.score_rechecks
+    alone = accounting.account(gpu, 256, 1, 1840, params=257_092_608)
+    assert alone.measured_per_validator == 256
+    assert alone.scoring_share > 10 * shared.scoring_share

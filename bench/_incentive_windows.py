@@ -1,0 +1,272 @@
+"""Windows of a run in one process, paid by the project's own scoring: each miner trains its own
+number of steps on its assigned data with the project's inner loop (a data-parallel miner's step
+split over its ranks, replayed in one process as `distrai/train/step.py` does), its update goes
+through the run's codec with the miner's error feedback, the validator's `measure_updates` and
+`score_window` score the window, and `outer_step` applies the accepted updates under one of the
+aggregation weightings. Windows are sequential: window w trains from the model the last outer step
+produced (a pipelined run trains from the one before it; that moves every miner's base, not how
+they are paid).
+
+Nothing is challenged or replayed: every update passes the checks, so the scores alone are
+measured. Training is deterministic on the CPU, so a miner whose base and residual are bit for bit
+those of another run's window trains the same update: `Trainer` reuses it within the window.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from bittensor.keyfiles import Keypair
+
+from distrai.aggregation import Scored, accepted_by_rule
+from distrai.globalmodel import GlobalModel
+from distrai.runtime import Runtime, params_hash
+from distrai.train.assignment import batch_indices
+from distrai.train.evaluate import evaluate
+from distrai.train.inner import inner_loop
+from distrai.train.outer import Contribution, OuterConfig, outer_step
+from distrai.train.step import over_ranks
+from distrai.windows import reveal_seed
+from distrai.wire.manifest import Boundary, UpdateBlob, UpdateManifest
+from distrai.wire.tensors import encode_tensors
+from validators.checks import PASS, MinerVerdict
+from validators.scoring import tokens_trained
+from validators.shared_scoring import as_measurement
+from validators.usefulness import measure_updates
+from validators.window_scoring import score_window
+
+WEIGHTINGS = ("equal", "tokens", "score")
+"""How the outer step weighs the accepted updates: 1/n each; by the tokens each manifest commits to;
+by window score, tokens × quality (`aggregation.accepted_by_rule`, the run's rule)."""
+
+Residual = dict[str, torch.Tensor] | None
+
+
+def hotkey(name: str) -> str:
+    return Keypair.create_from_uri(f"//Incentives{name}").ss58_address
+
+
+@dataclass(frozen=True)
+class Miner:
+    label: str
+    hotkey: str
+    steps: int
+    """inner steps it trains in a window"""
+    ranks: int = 1
+    """data-parallel processes its step is split over"""
+
+
+@dataclass(frozen=True)
+class Trained:
+    update: dict[str, torch.Tensor]
+    """the update as a validator decodes it from the miner's blob"""
+    residual: Residual
+    manifest: UpdateManifest
+
+
+@dataclass
+class Run:
+    """One run's state: the global model and every miner's codec residual."""
+
+    model: GlobalModel
+    residuals: dict[str, Residual] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MinerWindow:
+    """One miner's window as the validator scored it."""
+
+    steps: int
+    tokens: int
+    """the tokens its manifest commits to"""
+    score: float
+    numbers: dict[str, float]
+    """the validator's numbers: mark, mark_z, reference_mark, mark_judged, quality, …"""
+    weight: float
+    """its weight in the outer step (0 when the aggregate did not take it)"""
+
+    @property
+    def pay_per_token(self) -> float:
+        """The window score over the tokens: the quality factor of a passing update, in [0, 1]."""
+        return self.score / self.tokens
+
+
+@dataclass(frozen=True)
+class WindowRecord:
+    window: int
+    miners: dict[str, MinerWindow]
+    """hotkey → its window"""
+    heldout: float | None
+    """the held-out loss of the model the window's outer step produced (None: not evaluated)"""
+    clip_factors: dict[str, float]
+    """hotkey → the factor the outer step's median-norm clip scaled its update by (1: not clipped)"""
+
+
+def _digest(tensors: Residual) -> str:
+    return "none" if tensors is None else params_hash(tensors)
+
+
+class Trainer:
+    """Trains miners' windows; within one window, the same inputs give the same update once."""
+
+    def __init__(self, runtime: Runtime):
+        self.rt = runtime
+        self.window = -1
+        self.done: dict[tuple, Trained] = {}
+
+    def train(self, run: Run, miner: Miner, miners: Sequence[str]) -> Trained:
+        model = run.model
+        if model.window != self.window:
+            self.window, self.done = model.window, {}
+        residual = run.residuals.get(miner.hotkey)
+        key = (miner, tuple(miners), model.hash, _digest(residual))
+        if key not in self.done:
+            self.done[key] = self._train(model, miner, miners, residual)
+        return self.done[key]
+
+    def _train(self, model: GlobalModel, miner: Miner, miners: Sequence[str], residual: Residual) -> Trained:
+        rt, cfg = self.rt, self.rt.config.train
+        step = over_ranks(rt.inner.step, cfg.batch_size, miner.ranks) if miner.ranks > 1 else rt.inner.step
+        inner = dataclasses.replace(rt.inner, inner_steps=miner.steps, step=step)
+
+        def batch(t: int) -> torch.Tensor:
+            indices = batch_indices(
+                rt.run_id,
+                model.window,
+                miner.hotkey,
+                t,
+                cfg.batch_size,
+                rt.data.n_train,
+                miners,
+                rt.data.unit,
+            )
+            return rt.data.batch(indices)
+
+        rt.load_params(model.params)
+        result = inner_loop(rt.model, batch, rt.loss_fn, inner, keep_states=False)
+        rt.load_params(model.params)
+        encoded = rt.codec.encode(result.pseudo_gradient, residual)
+        blob = encode_tensors(encoded.payload, encoded.metadata)
+        manifest = UpdateManifest(
+            run_id=rt.run_id,
+            window=model.window,
+            hotkey=miner.hotkey,
+            base_hash=model.hash,
+            update=UpdateBlob(
+                sha256=hashlib.sha256(blob).hexdigest(),
+                size=len(blob),
+                codec=rt.config.codec.name,
+                codec_metadata=encoded.metadata,
+            ),
+            micro_batches=cfg.micro_batches,
+            ranks=miner.ranks,
+            losses=result.losses,
+            boundaries=[
+                Boundary(step=b.step, state_hash=b.state_hash, sketch=b.sketch) for b in result.boundaries
+            ],
+            residual_in_hash=None,
+            residual_out_hash=None,
+        )
+        update = rt.codec.decode(encoded.payload, encoded.metadata, rt.shapes())
+        return Trained(update, encoded.residual, manifest)
+
+
+def window_seed(runtime: Runtime, window: int) -> bytes:
+    """The window's challenge seed, from a block hash the bench makes up for it."""
+    block = hashlib.sha256(f"distrai.bench.incentives/{window}".encode()).hexdigest()
+    return reveal_seed("0x" + block, runtime.run_id, window)
+
+
+def passed_verdicts(trained: Mapping[str, Trained], miners: Sequence[str]) -> dict[str, MinerVerdict]:
+    """Every miner's verdict with its checks passed (nothing is challenged), before scoring."""
+    verdicts = {}
+    for uid, hk in enumerate(miners):
+        verdict = MinerVerdict(hk, uid, {"manifest": PASS, "consistency": PASS, "update": PASS})
+        verdict.manifest, verdict.update = trained[hk].manifest, trained[hk].update
+        verdicts[hk] = verdict
+    return verdicts
+
+
+def score(runtime: Runtime, model: GlobalModel, verdicts: Mapping[str, MinerVerdict]) -> None:
+    """The validator's measurement and scoring of the window: sets every verdict's score."""
+    miners = list(verdicts)
+    updates = {hk: (v.manifest.steps, v.update) for hk, v in verdicts.items()}
+    measured = measure_updates(
+        runtime, model, model.window, window_seed(runtime, model.window), miners, updates
+    )
+    measurements = {hk: as_measurement(result) for hk, result in measured.items()}
+    score_window(runtime, list(verdicts.values()), measurements, dict.fromkeys(miners, 1))
+
+
+def aggregation_weights(
+    weighting: str, verdicts: Mapping[str, MinerVerdict], tokens: Mapping[str, int], top_n: int
+) -> list[tuple[str, float]]:
+    """(hotkey, weight) of the updates the outer step takes under `weighting`."""
+    if weighting == "score":
+        return accepted_by_rule({hk: Scored(v.passed, v.score) for hk, v in verdicts.items()}, top_n)
+    passed = sorted(hk for hk, v in verdicts.items() if v.passed)
+    if weighting == "tokens":
+        total = sum(tokens[hk] for hk in passed)
+        return [(hk, tokens[hk] / total) for hk in passed]
+    if weighting == "equal":
+        return [(hk, 1.0 / len(passed)) for hk in passed]
+    raise ValueError(f"unknown weighting {weighting!r}; choose one of {WEIGHTINGS}")
+
+
+def heldout_loss(runtime: Runtime, params: dict[str, torch.Tensor]) -> float:
+    runtime.load_params(params)
+    return evaluate(runtime.model, runtime.data.heldout, loss_fn=runtime.loss_fn)
+
+
+def advance(
+    runtime: Runtime,
+    trainer: Trainer,
+    run: Run,
+    miners: Sequence[Miner],
+    weighting: str,
+    clip: bool,
+    *,
+    scored: bool,
+    evaluated: bool,
+) -> tuple[Run, WindowRecord]:
+    """One window: every miner trains from the run's model, the window is scored (when `scored` or
+    the weights need the scores), and the outer step applies the accepted updates weighted by
+    `weighting`, clipped to the median norm or not; the new model's held-out loss when `evaluated`."""
+    hotkeys = sorted(m.hotkey for m in miners)
+    trained = {m.hotkey: trainer.train(run, m, hotkeys) for m in miners}
+    verdicts = passed_verdicts(trained, hotkeys)
+    if scored or weighting == "score":
+        score(runtime, run.model, verdicts)
+    cfg = runtime.config
+    tokens = {m.hotkey: tokens_trained(m.steps, cfg.train.batch_size, cfg.data.seq_len) for m in miners}
+    weights = dict(aggregation_weights(weighting, verdicts, tokens, cfg.scoring.aggregate_top_n))
+    outer = cfg.outer
+    config = OuterConfig(
+        lr=outer.lr, momentum=outer.momentum, nesterov=outer.nesterov, clip_to_median_norm=clip
+    )
+    contributions = [Contribution(hk, trained[hk].update, w) for hk, w in sorted(weights.items())]
+    stepped = outer_step(run.model.params, contributions, run.model.outer, config)
+    record = WindowRecord(
+        window=run.model.window,
+        miners={
+            m.hotkey: MinerWindow(
+                m.steps,
+                tokens[m.hotkey],
+                verdicts[m.hotkey].score,
+                dict(verdicts[m.hotkey].numbers),
+                weights.get(m.hotkey, 0.0),
+            )
+            for m in miners
+        },
+        heldout=heldout_loss(runtime, stepped.params) if evaluated else None,
+        clip_factors=dict(stepped.aggregate.clip_factors),
+    )
+    following = Run(
+        GlobalModel(run.model.window + 1, stepped.params, stepped.state),
+        {**run.residuals, **{m.hotkey: trained[m.hotkey].residual for m in miners}},
+    )
+    return following, record

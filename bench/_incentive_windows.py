@@ -85,7 +85,7 @@ class MinerWindow:
     """the tokens its manifest commits to"""
     score: float
     numbers: dict[str, float]
-    """the validator's numbers: mark, mark_z, reference_mark, mark_judged, quality, …"""
+    """the validator's numbers: mark, mark_z, mark_judged, quality, …"""
     weight: float
     """its weight in the outer step (0 when the aggregate did not take it)"""
 
@@ -203,11 +203,11 @@ def score(runtime: Runtime, model: GlobalModel, verdicts: Mapping[str, MinerVerd
 
 
 def aggregation_weights(
-    weighting: str, verdicts: Mapping[str, MinerVerdict], tokens: Mapping[str, int], top_n: int
+    weighting: str, verdicts: Mapping[str, MinerVerdict], tokens: Mapping[str, int], top_n: int, seed: bytes
 ) -> list[tuple[str, float]]:
     """(hotkey, weight) of the updates the outer step takes under `weighting`."""
     if weighting == "score":
-        return accepted_by_rule({hk: Scored(v.passed, v.score) for hk, v in verdicts.items()}, top_n)
+        return accepted_by_rule({hk: Scored(v.passed, v.score) for hk, v in verdicts.items()}, top_n, seed)
     passed = sorted(hk for hk, v in verdicts.items() if v.passed)
     if weighting == "tokens":
         total = sum(tokens[hk] for hk in passed)
@@ -243,7 +243,8 @@ def advance(
         score(runtime, run.model, verdicts)
     cfg = runtime.config
     tokens = {m.hotkey: tokens_trained(m.steps, cfg.train.batch_size, cfg.data.seq_len) for m in miners}
-    weights = dict(aggregation_weights(weighting, verdicts, tokens, cfg.scoring.aggregate_top_n))
+    seed = window_seed(runtime, run.model.window)
+    weights = dict(aggregation_weights(weighting, verdicts, tokens, cfg.scoring.aggregate_top_n, seed))
     outer = cfg.outer
     config = OuterConfig(
         lr=outer.lr, momentum=outer.momentum, nesterov=outer.nesterov, clip_to_median_norm=clip

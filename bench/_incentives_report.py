@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from distrai.run import RunConfig
-from validators.scoring import MARK_Z
+from validators.scoring import MARK_Z_FULL, MARK_Z_NONE
 
 COST_TARGET = 0.05
 BASELINE = ("equal", True)
@@ -361,9 +361,9 @@ def setup_lines(r: Results) -> list[str]:
         f"corpus under the byte tokenizer, sequences of {c.data.seq_len} tokens, batch {c.train.batch_size}, "
         f"segments of {c.train.segment_steps} steps; codec `{c.codec.name}` {dict(c.codec.options)} with each "
         f"miner's error feedback; outer Nesterov SGD lr {c.outer.lr}, momentum {c.outer.momentum}; scoring: "
-        f"{c.scoring.usefulness_sequences} sequences measured per update, full pay from `mark_share` "
-        f"{c.scoring.mark_share} of the window's typical mark, 0 below {MARK_Z:g} standard errors; moving "
-        f"average rate {c.scoring.ema_alpha}",
+        f"{c.scoring.usefulness_sequences} sequences of each miner's last segment and of the reserve measured "
+        f"per update, quality 0 up to a mark {MARK_Z_NONE:g} standard errors above 0 and 1 from {MARK_Z_FULL:g}; "
+        f"moving average rate {c.scoring.ema_alpha}",
         f"- base: the initial model (held-out loss {r.heldout_initial:.4f}) pre-trained {p.pretrain_windows} "
         f"windows by three 1× miners (equal weights, the outer step) to {r.heldout_base:.4f}: from the initial "
         "model no update's mark of its own data can be measured, and a window whose marks cannot be measured "
@@ -427,9 +427,9 @@ def markdown(r: Results, path) -> str:
         "",
         t[1].markdown(),
         "",
-        "Quality: a window score over its tokens, min(1, mark / (mark_share × the window's typical mark)) "
-        f"for a mark at least {MARK_Z:g} standard errors above 0, else 0 (`validators/scoring.py`). Pay per "
-        "token: a miner's pay over its tokens, over the 1× miner's.",
+        "Quality: a window score over its tokens: 0 for a mark of the miner's last segment up to "
+        f"{MARK_Z_NONE:g} standard errors above 0, 1 from {MARK_Z_FULL:g}, in proportion between "
+        "(`validators/scoring.py`). Pay per token: a miner's pay over its tokens, over the 1× miner's.",
         "",
         "## b. Splitting",
         "",

@@ -16,7 +16,7 @@ d. the validator's total cost per window at 256 miners on `distrai/configs/gpu-s
 e. the aggregation weights (equal, by tokens, by score) with and without the median-norm clip, the
    same ¼×, 1×, 4× miners and windows from the same base: the held-out loss after the last window.
 
-The pay per token is judged only in windows whose marks are measurable (`scoring.MARK_Z`), which
+The pay per token is judged only in windows whose marks are measurable (`scoring.marks_judged`), which
 they are not from the initial model, so the base is pre-trained for a few windows first.
 
     python bench/incentives.py            # about 12 minutes on 2 shared cores (726 s measured)

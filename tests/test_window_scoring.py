@@ -12,7 +12,7 @@ challenged, so the scores alone must hold:
 - an update nobody measured in time is not scored, neither paid nor zeroed.
 
 The base is the tiny model after two windows of training, when an update's memorisation of its own
-data can be measured (from the initial model it cannot: `scoring.MARK_Z`)."""
+data can be measured (from the initial model it cannot: `scoring.marks_judged`)."""
 
 from __future__ import annotations
 

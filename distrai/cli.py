@@ -125,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--adversary",
         default="",
         metavar="TYPE[,TYPE…]",
-        help="add one cheating miner per type beside the honest ones (idle, noise, copycat, stale, lazy, "
+        help="add one cheating miner per type beside the honest ones (idle, noise, copycat, stale, lazy, withhold, "
         "oldbase, wrongdata, forged, scaled, poison, nan, oversize, pickle, badsig, unregistered, replay)",
     )
     net.add_argument(

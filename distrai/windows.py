@@ -366,18 +366,7 @@ def replay_shares(inputs: ChallengeInputs, validator_hotkeys: Iterable[str]) -> 
     (modulo their number): every challenged miner is replayed by min(replicas, V) distinct
     validators, and no validator replays more than one miner above any other."""
     seed = reveal_seed(inputs.block_hash, inputs.run_id, inputs.window)
-    validators = sorted(
-        _hotkey_list("validator_hotkeys", validator_hotkeys),
-        key=lambda v: (_digest(_VALIDATOR_TAG, seed, v.encode("utf-8")), v),
-    )
-    shares: dict[str, list[str]] = {v: [] for v in validators}
-    if not validators:
-        return shares
-    replicas = min(_positive("replicas", inputs.replicas), len(validators))
-    for i, miner in enumerate(challenged(inputs)):
-        for j in range(replicas):
-            shares[validators[(i * replicas + j) % len(validators)]].append(miner)
-    return shares
+    return _dealt(seed, _VALIDATOR_TAG, validator_hotkeys, challenged(inputs), inputs.replicas)
 
 
 def score_shares(
@@ -389,18 +378,26 @@ def score_shares(
     seed draws too, so no validator measures more than one miner above any other and nobody can
     pick whom it measures."""
     seed = reveal_seed(inputs.block_hash, inputs.run_id, inputs.window)
+    miners = sorted(
+        _hotkey_list("miner_hotkeys", inputs.miner_hotkeys),
+        key=lambda m: (_digest(_SCORED_TAG, seed, m.encode("utf-8")), m),
+    )
+    return _dealt(seed, _SCORER_TAG, validator_hotkeys, miners, replicas)
+
+
+def _dealt(
+    seed: bytes, tag: bytes, validator_hotkeys: Iterable[str], miners: list[str], replicas: int
+) -> dict[str, list[str]]:
+    """`miners` dealt in order round the validators ranked by the seed under `tag`, each to `replicas`
+    of them (all of them when fewer)."""
     validators = sorted(
         _hotkey_list("validator_hotkeys", validator_hotkeys),
-        key=lambda v: (_digest(_SCORER_TAG, seed, v.encode("utf-8")), v),
+        key=lambda v: (_digest(tag, seed, v.encode("utf-8")), v),
     )
     shares: dict[str, list[str]] = {v: [] for v in validators}
     if not validators:
         return shares
     copies = min(_positive("replicas", replicas), len(validators))
-    miners = sorted(
-        _hotkey_list("miner_hotkeys", inputs.miner_hotkeys),
-        key=lambda m: (_digest(_SCORED_TAG, seed, m.encode("utf-8")), m),
-    )
     for i, miner in enumerate(miners):
         for j in range(copies):
             shares[validators[(i * copies + j) % len(validators)]].append(miner)

@@ -42,13 +42,13 @@ from distrai.aggregation import Scored, accepted_by_rule
 from distrai.announce import Announcement, anchored_aggregates, committed_updates, sharing_validators
 from distrai.chain.base import Chain, ChainError, Commitment, Metagraph, WalletLike
 from distrai.globalmodel import GlobalModel, SyncUnavailable, encode_checkpoint, outer_config
-from distrai.layout import aggregate_key, checkpoint_key, measurements_key, report_key
+from distrai.layout import aggregate_key, checkpoint_key, report_key
 from distrai.metrics import Metrics
 from distrai.participant import Participant
 from distrai.run import challenge_inputs
 from distrai.runtime import Runtime, params_hash
 from distrai.store import Store, StoreError
-from distrai.sync import StoreCache, peer_view
+from distrai.sync import StoreCache
 from distrai.train.inner import window_start_state
 from distrai.train.outer import Contribution, outer_state_hash, outer_step
 from distrai.train.state import state_hash
@@ -62,13 +62,12 @@ from distrai.windows import (
     replay_shares,
     reveal_deadline,
     reveal_seed,
-    score_patience,
     score_shares,
     window_of,
     window_start,
 )
 from distrai.wire import sha256_hex, sign_document
-from distrai.wire.manifest import Measurement, Measurements, Recheck, Refusal
+from distrai.wire.manifest import Recheck, Refusal
 from validators.behaviour import LeaderBehaviour
 from validators.checks import MinerVerdict, flag_copies
 from validators.findings import (
@@ -81,21 +80,13 @@ from validators.findings import (
     recheck,
 )
 from validators.inventory import Inventory, take_inventory
+from validators.measuring import WindowMeasuring
 from validators.pending import PendingWindow, PendingWindows
 from validators.scoring import ema_update, weights_from_averages
 from validators.shared_scoring import (
-    CONFIRMED,
-    MEASUREMENT_TOLERANCE,
     Pooled,
-    as_measurement,
-    pool,
-    read_measurements,
-    recheck_draw,
-    recheck_measurement,
-    signed_measurements,
 )
 from validators.state import Suspension, ValidatorState, load_state, save_state
-from validators.usefulness import measure_updates
 from validators.window_scoring import score_window
 from validators.window_view import WindowView, check_one, replay_challenge
 from validators.withheld import own_outage, reread, settle
@@ -319,8 +310,10 @@ class Validator(Participant):
         )
         uids = {hk: uid for hk in sorted(in_time) if (uid := mg.uid_of(hk)) is not None}
         checked = {hk: self.check_miner(view, hk, uid, mg, replay=False) for hk, uid in uids.items()}
-        score_share = score_shares(inputs, sharing, self.rt.config.scoring.score_replicas)
-        own = self.measure_share(view, score_share, [v for v, _ in checked.values()], {})
+        measuring = WindowMeasuring(
+            self, view, score_shares(inputs, sharing, self.rt.config.scoring.score_replicas)
+        )
+        measuring.measure_share([v for v, _ in checked.values()])
         for verdict, reader in checked.values():
             replay_challenge(self.rt, view, verdict, reader)
         patience = read_patience(self.windows, w)
@@ -357,112 +350,12 @@ class Validator(Participant):
             self.check_residual_chain(v)
         commit_blocks = {hk: commitments[hk].block for hk in in_time}
         flag_copies(verdicts, commit_blocks)
-        own = self.measure_share(view, score_share, verdicts, own)
-        pooled = self.pool_measurements(view, verdicts, score_share, own, stop)
+        measuring.measure_share(verdicts)
+        pooled = measuring.pool(verdicts, stop)
         score_window(self.rt, verdicts, pooled.measurements, commit_blocks)
         readers = {hk: reader for hk, (_, reader) in checked.items() if reader is not None}
         self.held = held_window(w, self.base, inputs, shares, miners, verdicts, readers, in_time)
         return verdicts, pooled
-
-    def measure_share(
-        self,
-        view: WindowView,
-        shares: dict[str, list[str]],
-        verdicts: list[MinerVerdict],
-        measured: dict[str, Measurement],
-    ) -> dict[str, Measurement]:
-        """Measure the updates of this validator's share (`windows.score_shares`) that have passed
-        their checks so far and are not yet measured, and publish every measurement of the share, so
-        the other validators can take them early (outside the sharing validators, with no permit
-        yet, it measures every passed update itself and publishes nothing)."""
-        seed = reveal_seed(view.inputs.block_hash, view.inputs.run_id, view.window)
-        passed = {v.hotkey: v for v in verdicts if v.passed}
-        share = [hk for hk in shares.get(self.hotkey, passed) if hk in passed and hk not in measured]
-        if measured and not share:
-            return measured
-        measured = {**measured, **self.measure(view, seed, {hk: passed[hk] for hk in share})}
-        if self.hotkey in shares:  # published even when empty: nobody waits for a share with nothing in it
-            document = signed_measurements(self.wallet.hotkey, self.rt.run_id, view.window, measured)
-            self.publish(measurements_key(self.rt.run_id, view.window, self.hotkey), document)
-        return measured
-
-    def pool_measurements(
-        self,
-        view: WindowView,
-        verdicts: list[MinerVerdict],
-        shares: dict[str, list[str]],
-        own: dict[str, Measurement],
-        stop: threading.Event,
-    ) -> Pooled:
-        """Take the other validators' measurements as they come until the score patience runs out,
-        re-check a drawn few, and pool them with this validator's own (`validators.shared_scoring`)."""
-        w, scoring = view.window, self.rt.config.scoring
-        seed = reveal_seed(view.inputs.block_hash, view.inputs.run_id, w)
-        passed = {v.hotkey: v for v in verdicts if v.passed}
-        published = self.collect_measurements(w, [v for v in shares if v != self.hotkey], stop)
-        pairs = recheck_draw(seed, self.hotkey, published, set(passed) - set(own), scoring.score_rechecks)
-        again = self.measure(view, seed, {miner: passed[miner] for _, miner in pairs})
-        tolerance = max(self.rt.config.verification.loss_tolerance, MEASUREMENT_TOLERANCE)
-        rechecks = [
-            recheck_measurement(v, m, w, again[m], published[v].miners[m], tolerance) for v, m in pairs
-        ]
-        for r in rechecks:
-            (log.info if r.outcome == CONFIRMED else log.warning)(
-                "window %d: %s's measurement of %s %s: %s",
-                w,
-                r.validator[:10],
-                r.miner[:10],
-                r.outcome,
-                r.reason,
-            )
-        pooled = pool(self.hotkey, shares, own, published, rechecks, set(passed))
-        unmeasured = sorted(set(passed) - set(pooled.measurements))
-        if unmeasured:
-            log.warning(
-                "window %d: %d passed updates were measured by nobody in time, so they are not scored: %s",
-                w,
-                len(unmeasured),
-                ", ".join(hk[:10] for hk in unmeasured),
-            )
-        return pooled
-
-    def measure(
-        self, view: WindowView, seed: bytes, verdicts: dict[str, MinerVerdict]
-    ) -> dict[str, Measurement]:
-        updates = {hk: (v.manifest.steps, v.update) for hk, v in verdicts.items()}
-        measured = measure_updates(self.rt, view.base, view.window, seed, view.miners, updates)
-        return {hk: as_measurement(result) for hk, result in measured.items()}
-
-    def collect_measurements(
-        self, w: int, validators: list[str], stop: threading.Event
-    ) -> dict[str, Measurements]:
-        """The other validators' measurements of window w, read until all are there or the score
-        patience (`windows.score_patience`) runs out."""
-        found: dict[str, Measurements] = {}
-        patience = score_patience(self.windows, w)
-        while not stop.is_set():
-            announced = peer_view(self.chain).announcements
-            urls = {v: announced[v].store_url for v in validators if v not in found and v in announced}
-            found |= read_measurements(
-                self.stores,
-                urls,
-                self.rt.run_id,
-                w,
-                self.rt.config.limits.max_manifest_bytes,
-                lambda hk: True,
-            )
-            if len(found) == len(validators) or self.block_now() >= patience:
-                break
-            stop.wait(self.chain.block_time())
-        late = sorted(set(validators) - set(found))
-        if late:
-            log.warning(
-                "window %d: no measurements from %s by block %d; their shares are not scored this window",
-                w,
-                ", ".join(v[:10] for v in late),
-                patience,
-            )
-        return found
 
     def check_miner(self, view: WindowView, hotkey: str, uid: int, mg: Metagraph, replay: bool = True):
         """One miner's verdict and its store as it stood at the deadline (`window_view.check_one`);

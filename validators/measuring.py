@@ -1,0 +1,123 @@
+"""A validator's part in the shared scoring of one window (the rules are `shared_scoring.py`'s):
+measure its share of the passed updates and publish the measurements at once, take the other
+validators' until the score patience, re-check a drawn few, and pool them."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from distrai.layout import measurements_key
+from distrai.sync import peer_view
+from distrai.windows import reveal_seed, score_patience
+from distrai.wire.manifest import Measurement, Measurements
+from validators.checks import MinerVerdict
+from validators.shared_scoring import (
+    CONFIRMED,
+    MEASUREMENT_TOLERANCE,
+    Pooled,
+    as_measurement,
+    pool,
+    read_measurements,
+    recheck_draw,
+    recheck_measurement,
+    signed_measurements,
+)
+from validators.usefulness import measure_updates
+from validators.window_view import WindowView
+
+if TYPE_CHECKING:
+    from validators.validator import Validator
+
+log = logging.getLogger("distrai.validator")
+
+
+class WindowMeasuring:
+    """The measuring of window `view.window` by one validator, whose share is `shares[its hotkey]`."""
+
+    def __init__(self, validator: Validator, view: WindowView, shares: dict[str, list[str]]):
+        self.validator = validator
+        self.rt = validator.rt
+        self.view = view
+        self.shares = shares
+        self.seed = reveal_seed(view.inputs.block_hash, view.inputs.run_id, view.window)
+        self.own: dict[str, Measurement] = {}
+
+    def measure_share(self, verdicts: list[MinerVerdict]) -> None:
+        """Measure the updates of this validator's share (`windows.score_shares`) that have passed
+        their checks so far and are not yet measured, and publish every measurement of the share, so
+        the other validators can take them early (outside the sharing validators, with no permit
+        yet, it measures every passed update itself and publishes nothing)."""
+        me, w = self.validator.hotkey, self.view.window
+        passed = {v.hotkey: v for v in verdicts if v.passed}
+        share = [hk for hk in self.shares.get(me, passed) if hk in passed and hk not in self.own]
+        if self.own and not share:
+            return
+        self.own |= self.measure({hk: passed[hk] for hk in share})
+        if me in self.shares:  # published even when empty: nobody waits for a share with nothing in it
+            document = signed_measurements(self.validator.wallet.hotkey, self.rt.run_id, w, self.own)
+            self.validator.publish(measurements_key(self.rt.run_id, w, me), document)
+
+    def pool(self, verdicts: list[MinerVerdict], stop: threading.Event) -> Pooled:
+        """Take the other validators' measurements as they come until the score patience runs out,
+        re-check a drawn few, and pool them with this validator's own (`shared_scoring.pool`)."""
+        me, w, scoring = self.validator.hotkey, self.view.window, self.rt.config.scoring
+        passed = {v.hotkey: v for v in verdicts if v.passed}
+        published = self.collect([v for v in self.shares if v != me], stop)
+        pairs = recheck_draw(self.seed, me, published, set(passed) - set(self.own), scoring.score_rechecks)
+        again = self.measure({miner: passed[miner] for _, miner in pairs})
+        tolerance = max(self.rt.config.verification.loss_tolerance, MEASUREMENT_TOLERANCE)
+        rechecks = [
+            recheck_measurement(v, m, w, again[m], published[v].miners[m], tolerance) for v, m in pairs
+        ]
+        for r in rechecks:
+            (log.info if r.outcome == CONFIRMED else log.warning)(
+                "window %d: %s's measurement of %s %s: %s",
+                w,
+                r.validator[:10],
+                r.miner[:10],
+                r.outcome,
+                r.reason,
+            )
+        pooled = pool(me, self.shares, self.own, published, rechecks, set(passed))
+        unmeasured = sorted(set(passed) - set(pooled.measurements))
+        if unmeasured:
+            log.warning(
+                "window %d: %d passed updates were measured by nobody in time, so they are not scored: %s",
+                w,
+                len(unmeasured),
+                ", ".join(hk[:10] for hk in unmeasured),
+            )
+        return pooled
+
+    def measure(self, verdicts: dict[str, MinerVerdict]) -> dict[str, Measurement]:
+        updates = {hk: (v.manifest.steps, v.update) for hk, v in verdicts.items()}
+        measured = measure_updates(
+            self.rt, self.view.base, self.view.window, self.seed, self.view.miners, updates
+        )
+        return {hk: as_measurement(result) for hk, result in measured.items()}
+
+    def collect(self, validators: list[str], stop: threading.Event) -> dict[str, Measurements]:
+        """The other validators' measurements of the window, read until all are there or the score
+        patience (`windows.score_patience`) runs out."""
+        v, w = self.validator, self.view.window
+        found: dict[str, Measurements] = {}
+        patience = score_patience(v.windows, w)
+        while not stop.is_set():
+            announced = peer_view(v.chain).announcements
+            urls = {h: announced[h].store_url for h in validators if h not in found and h in announced}
+            limit = self.rt.config.limits.max_manifest_bytes
+            found |= read_measurements(v.stores, urls, self.rt.run_id, w, limit, lambda hk: True)
+            if len(found) == len(validators) or v.block_now() >= patience:
+                break
+            stop.wait(v.chain.block_time())
+        late = sorted(set(validators) - set(found))
+        if late:
+            log.warning(
+                "window %d: no measurements from %s by block %d; their shares are not scored this window",
+                w,
+                ", ".join(h[:10] for h in late),
+                patience,
+            )
+        return found

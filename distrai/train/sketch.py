@@ -45,11 +45,13 @@ def sketch(params: Mapping[str, torch.Tensor], seed: str, size: int = 64) -> tor
         flat = params[name].detach().to("cpu").reshape(-1)
         key = _name_key(seed, name)
         for start in range(0, flat.numel(), CHUNK):
-            values = flat[start : start + CHUNK].to(torch.float64)
-            index = torch.arange(start, start + values.numel(), dtype=torch.int64)
-            nonzero = values != 0
-            if int(nonzero.sum()) * 2 < values.numel():  # a sparse update: zeros add nothing to any bucket
-                values, index = values[nonzero], index[nonzero]
+            chunk = flat[start : start + CHUNK]
+            where = (chunk != 0).nonzero().squeeze(1)
+            if where.numel() * 2 < chunk.numel():  # a sparse update: zeros add nothing to any bucket
+                values, index = chunk[where].to(torch.float64), where + start
+            else:
+                values = chunk.to(torch.float64)
+                index = torch.arange(start, start + values.numel(), dtype=torch.int64)
             hashed = _mix32((index + key) & MASK32)
             signs = (hashed >> 31).to(torch.float64) * 2 - 1
             buckets = (hashed & 0xFFFF) % size

@@ -65,7 +65,9 @@ from distrai.localnet_view import signed_reports
 from distrai.metrics import read_metrics
 from distrai.run import run_id
 from distrai.store.file import TEMP_SUFFIX
+from distrai.train.coded_state import CODED_STATE_FORMAT, check_coded_state
 from distrai.train.state import load_state as load_train_state
+from distrai.train.tensorfile import blob_format
 from distrai.train.tensorfile import decode_tensors as decode_record_tensors
 from distrai.trajectory import decode_trajectory
 from distrai.wallets import open_wallet
@@ -826,13 +828,17 @@ def ema_from_records(
 ) -> tuple[list[float], list[int]]:
     """The moving average the validator's metrics imply (first record of each window), as
     tests/test_localnet_e2e.py recomputes it, with the average of a uid the validator barred in a
-    window (`barred`: (window, uid), from its log) reset to 0 as `fold_scores` does."""
+    window (`barred`: (window, uid), from its log) reset to 0 as `fold_scores` does, and that of a
+uid no validator measured (`unmeasured/uid`) kept."""
     windows = sorted({r["window"] for r in records})
     averages = [0.0] * n
     for w in windows:
         record = next(r for r in records if r["window"] == w)
         scores = [record.get(f"score/{uid}", 0.0) for uid in range(n)]
-        averages = [alpha * s + (1 - alpha) * a for a, s in zip(averages, scores, strict=True)]
+        averages = [
+            a if f"unmeasured/{uid}" in record else alpha * s + (1 - alpha) * a
+            for uid, (a, s) in enumerate(zip(averages, scores, strict=True))
+        ]
         averages = [0.0 if (w, uid) in barred else a for uid, a in enumerate(averages)]
     return averages, windows
 
@@ -1306,6 +1312,8 @@ def check_store(h: Harness) -> list[Check]:
                     raise ValueError("does not hash to its name")
             elif key.endswith(".json"):
                 json.loads(data)
+            elif "/states/" in key and blob_format(data) == CODED_STATE_FORMAT:
+                check_coded_state(data, limit)
             elif "/states/" in key:
                 load_train_state(path)
             elif "/trajectories/" in key:

@@ -7,7 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from distrai.train.coded_state import CODED_STATE_FORMAT, decode_coded_state, encode_coded_state
+from distrai.train.coded_state import (
+    CODED_STATE_FORMAT,
+    check_coded_state,
+    decode_coded_state,
+    encode_coded_state,
+)
 from distrai.train.inner import InnerConfig, inner_loop
 from distrai.train.loss import causal_lm_loss
 from distrai.train.lossless import (
@@ -23,7 +28,7 @@ from distrai.train.lossless import (
 from distrai.train.model import ModelSpec, load_model
 from distrai.train.optimizer import InnerOptimizerConfig
 from distrai.train.state import encode_state, state_hash, states_equal
-from distrai.train.tensorfile import decode_tensors, encode_tensors
+from distrai.train.tensorfile import blob_format, decode_tensors, encode_tensors
 
 LIMIT = 1 << 30
 
@@ -220,6 +225,24 @@ def test_a_corrupted_frame_is_refused_by_its_checksum(boundaries, coded):
 
     with pytest.raises(CodingError, match="byte plane .*: the frame does not decompress"):
         decode_coded_state(rebuilt(coded, flip), base_of(boundaries), LIMIT)
+
+
+def test_a_store_audit_checks_every_frame_without_the_base(boundaries, coded):
+    def flip(tensors, record):
+        key = first_param(record)
+        raw = bytearray(tensors[key].numpy().tobytes())
+        raw[len(raw) // 2] ^= 0xFF
+        tensors[key] = torch.tensor(raw, dtype=torch.uint8)
+
+    assert blob_format(coded) == CODED_STATE_FORMAT
+    assert blob_format(encode_state(boundaries[1].state)) == "distrai.train_state/1"
+    assert blob_format(b"not a blob") is None
+    state = boundaries[1].state
+    assert check_coded_state(coded, LIMIT) == len(state.params) + len(state.optimizer)
+    with pytest.raises(CodingError, match="byte plane .*: the frame does not decompress"):
+        check_coded_state(rebuilt(coded, flip), LIMIT)
+    with pytest.raises(ValueError):
+        check_coded_state(coded[: len(coded) // 2], LIMIT)
 
 
 def test_the_cap_covers_the_file_and_what_it_decodes_to(boundaries, coded):

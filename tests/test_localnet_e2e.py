@@ -63,8 +63,12 @@ def test_localnet_trains_pays_honest_miners_and_survives_a_validator_restart(res
     alpha = net.config.scoring.ema_alpha
     for w in windows:
         record = next(r for r in records if r["window"] == w)
+        kept = [f"unmeasured/{uid}" in record for uid in range(mg.n)]
         scores = [record.get(f"score/{uid}", 0.0) for uid in range(mg.n)]
-        averages = [alpha * s + (1 - alpha) * a for a, s in zip(averages, scores, strict=True)]
+        averages = [
+            a if keep else alpha * s + (1 - alpha) * a
+            for a, s, keep in zip(averages, scores, kept, strict=True)
+        ]
     assert final.averages == pytest.approx(averages, abs=1e-12)
 
     agreement = [

@@ -76,15 +76,16 @@ class Poison(LeaderBehaviour):
 
 
 class Reweight(LeaderBehaviour):
-    """Keeps the rule's updates but puts nine tenths of the weight on the first."""
+    """Keeps the rule's updates but puts nine tenths of the weight on the first; a lone update gets
+    half the weight the rule gives it (the model is the same, the aggregate is still a lie)."""
 
     name = "reweight"
 
     def tamper(self, validator, w, accepted, contributions):
-        if len(contributions) < 2:
+        if not contributions:
             return accepted, contributions
-        rest = 0.1 / (len(contributions) - 1)
-        weights = [0.9] + [rest] * (len(contributions) - 1)
+        rest = 0.1 / max(1, len(contributions) - 1)
+        weights = [0.9 if len(contributions) > 1 else 0.5] + [rest] * (len(contributions) - 1)
         return (
             [{**a, "weight": x} for a, x in zip(accepted, weights, strict=True)],
             [replace(c, weight=x) for c, x in zip(contributions, weights, strict=True)],

@@ -254,7 +254,8 @@ class Validator(Participant):
                     + sum(int(v.numbers.get("update_bytes", 0)) for v in verdicts),
                     "emission": mg.neuron(self.hotkey).total_emission if mg.neuron(self.hotkey) else 0.0,
                     **{f"weight/{uid}": x for uid, x in enumerate(weights)},
-                    **{f"score/{v.uid}": v.score for v in verdicts},
+                    **{f"score/{v.uid}": v.score for v in verdicts if not v.unmeasured},
+                    **{f"unmeasured/{v.uid}": 1 for v in verdicts if v.unmeasured},
                     **{f"average/{uid}": a for uid, a in enumerate(self.state.averages)},
                 },
             )

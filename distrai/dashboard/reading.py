@@ -13,9 +13,17 @@ from collections.abc import Callable
 from distrai.announce import parse_announcement
 from distrai.chain.base import Chain, ChainError
 from distrai.dashboard.records import AggregateCheck, ChainState, Problem, WindowDocs, clip
-from distrai.follow import WindowAnchors, checked_aggregate, checked_manifest, read_anchors, signed_body
+from distrai.follow import (
+    WindowAnchors,
+    checked_aggregate,
+    checked_manifest,
+    read_anchors,
+    signed_body,
+    window_quorum,
+)
 from distrai.globalmodel import SyncError, SyncUnavailable, unreachable
 from distrai.layout import report_key
+from distrai.quorum import Quorum
 from distrai.run import RunConfig, run_id
 from distrai.store import NotFound, RetryPolicy, Store, StoreError, open_store
 from distrai.sync import StoreCache, run_start_block
@@ -146,7 +154,7 @@ class RunReader:
                 continue
             reports[validator] = report
         settled = state.block >= aggregate_deadline(self.config.windows, w)
-        aggregates, leader, tokens = self.followed(w, stores) if settled else ({}, None, None)
+        aggregates, leader, tokens = self.followed(w, state, stores) if settled else ({}, None, None)
         problems += [
             Problem(w, v, f"followers refuse its aggregate: {a.problem}")
             for v, a in aggregates.items()
@@ -155,7 +163,7 @@ class RunReader:
         return WindowDocs(w, reports, aggregates, leader, tokens, tuple(problems), settled)
 
     def followed(
-        self, w: int, stores: dict[str, str]
+        self, w: int, state: ChainState, stores: dict[str, str]
     ) -> tuple[dict[str, AggregateCheck], str | None, int | None]:
         """Window `w`'s anchored aggregates as a follower checks them, the one followed (the first
         that passes, by stake) and the tokens in it; read once, after the aggregate deadline, since
@@ -165,7 +173,7 @@ class RunReader:
                 anchors = read_anchors(self.chain, self.config, w)
             except SyncUnavailable as exc:
                 raise Unreachable(f"the anchors of window {w} cannot be read: {clip(str(exc))}") from exc
-            aggregates = self.aggregates(w, stores, anchors)
+            aggregates = self.aggregates(w, stores, anchors, self.quorum(w, state, stores, anchors))
             leader = next((v for v, a in aggregates.items() if a.problem is None), None)
             tokens = self.tokens(w, aggregates[leader], stores[leader], anchors) if leader else None
             self._followed[w] = (aggregates, leader, tokens)
@@ -194,7 +202,21 @@ class RunReader:
             self._opened[key] = report
         return self._opened[key]
 
-    def aggregates(self, w: int, stores: dict[str, str], anchors: WindowAnchors) -> dict[str, AggregateCheck]:
+    def quorum(self, w: int, state: ChainState, stores: dict[str, str], anchors: WindowAnchors) -> Quorum:
+        """The signed reports of window `w` the quorum weighs, as a follower weighs them
+        (`distrai.quorum`); one out of reach stays pending, so the page says so rather than guess."""
+        stake = {n.hotkey: n.stake for n in state.metagraph.neurons if n.validator_permit}
+
+        def store_of(validator: str) -> Store:
+            if validator not in stores:
+                raise SyncError("it announces no store")
+            return self._store(stores[validator])
+
+        return window_quorum(self.config, self.run_id, w, anchors, stake, store_of, lambda *_: True)
+
+    def aggregates(
+        self, w: int, stores: dict[str, str], anchors: WindowAnchors, quorum: Quorum
+    ) -> dict[str, AggregateCheck]:
         """The aggregates of window `w` the validators anchored on chain, each as a follower checks
         it, most stake first."""
         out = {}
@@ -203,7 +225,7 @@ class RunReader:
                 continue
             try:
                 aggregate = checked_aggregate(
-                    self.config, self.run_id, w, validator, self._store(url), anchors
+                    self.config, self.run_id, w, validator, self._store(url), anchors, quorum
                 )
             except SyncUnavailable as exc:
                 raise Unreachable(

@@ -106,6 +106,28 @@ def decode_coded_state(data: bytes, base: Mapping[str, torch.Tensor], max_bytes:
     return TrainState(params=params, optimizer=optim, step=step)
 
 
+def check_coded_state(data: bytes, max_bytes: int) -> int:
+    """Check a coded state where the base is not at hand (a store audit): every field, and every
+    frame decompressing to exactly its plane's size, against a zero base of the shapes it lists.
+    Returns the tensors it holds; raises `CodingError` (or `WireError`) naming what is wrong."""
+    _, record = decode_tensors(data, CODED_STATE_FORMAT, max_bytes=max_bytes)
+    entries = record.get("tensors")
+    if not isinstance(entries, dict):
+        raise CodingError("the coded state's record lists no tensors")
+    shapes = {}
+    for key, entry in entries.items():
+        if isinstance(key, str) and key.startswith(PARAM_PREFIX) and isinstance(entry, dict):
+            shape = entry.get("shape")
+            if not isinstance(shape, list) or not all(type(s) is int and 0 <= s < 1 << 32 for s in shape[:8]):
+                raise CodingError(f"{key}: shape {shape!r:.80} is not a list of at most 8 sizes")
+            shapes[key.removeprefix(PARAM_PREFIX)] = tuple(shape)
+    if sum(math.prod(shape) for shape in shapes.values()) * 4 > max_bytes:
+        raise CodingError(f"the coded state's parameters exceed {max_bytes} bytes")
+    base = {name: torch.zeros(shape) for name, shape in shapes.items()}
+    state = decode_coded_state(data, base, max_bytes)
+    return len(state.params) + len(state.optimizer)
+
+
 def _layout(
     key: str, entry: object, base: Mapping[str, torch.Tensor], stored: torch.Tensor
 ) -> tuple[torch.dtype, tuple[int, ...], bool, list[int]]:

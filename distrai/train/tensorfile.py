@@ -9,6 +9,7 @@ its `WireError` is a `ValueError`.
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -54,3 +55,17 @@ def decode_tensors(
     if record.get("format") != fmt:
         raise ValueError(f"expected a {fmt!r} blob, found format {record.get('format')!r}")
     return tensors, record
+
+
+def blob_format(data: bytes) -> str | None:
+    """The format a blob written by `encode_tensors` declares, read from its header alone; None when
+    the header is not safetensors JSON carrying a record with a format."""
+    if len(data) < 8:
+        return None
+    (size,) = struct.unpack("<Q", data[:8])
+    try:
+        header = json.loads(data[8 : 8 + size])
+        fmt = json.loads(header["__metadata__"][META_KEY]).get("format")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return fmt if isinstance(fmt, str) else None

@@ -20,7 +20,7 @@ from pathlib import Path
 from distrai.localnet import Localnet, LocalnetOptions
 from support.background import start
 
-WINDOWS = 4
+WINDOWS = 5
 CONFIG = Path(__file__).parent / "parallel-localnet.toml"
 LEADERS = ("collude", "poison", "reweight")
 MINER_ADVERSARIES = ("poison",)

@@ -829,7 +829,7 @@ def ema_from_records(
     """The moving average the validator's metrics imply (first record of each window), as
     tests/test_localnet_e2e.py recomputes it, with the average of a uid the validator barred in a
     window (`barred`: (window, uid), from its log) reset to 0 as `fold_scores` does, and that of a
-uid no validator measured (`unmeasured/uid`) kept."""
+    uid no validator measured (`unmeasured/uid`) kept."""
     windows = sorted({r["window"] for r in records})
     averages = [0.0] * n
     for w in windows:

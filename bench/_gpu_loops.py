@@ -12,13 +12,13 @@ the replay code treat them alike."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import torch
-from tokenizers import Tokenizer
-from tokenizers.models import WordLevel
+from _word_vocab import word_tokenizer
 from transformers import PreTrainedTokenizerFast
 
 from distrai.train.inner import InnerConfig, own_anchor, run_steps
@@ -200,15 +200,7 @@ def settings_of(loop: Loop) -> Iterator[None]:
 def sized_tokenizer(vocab: int | None) -> PreTrainedTokenizerFast:
     """The byte tokenizer (`vocab` None), or a word-level one of `vocab` tokens: the model's shape is
     what a run's tokenizer sets (50,257 for the GPU config's GPT-2 BPE), the batches are random ids."""
-    if vocab is None:
-        return byte_tokenizer()
-    words = {"<pad>": 0, "<s>": 1, "</s>": 2} | {f"t{i}": i for i in range(3, vocab)}
-    return PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer(WordLevel(words, unk_token="<pad>")),
-        pad_token="<pad>",
-        bos_token="<s>",
-        eos_token="</s>",
-    )
+    return byte_tokenizer() if vocab is None else word_tokenizer(vocab)
 
 
 def build(
@@ -260,6 +252,32 @@ def step_of(loop: Loop, micro_batches: int) -> Step:
         run_steps(model, optimizer, [batch], loss, config, 0, anchors[id(model)])
 
     return project_step
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def step_seconds(
+    step: Step,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    work: list[torch.Tensor],
+    device: torch.device,
+    warmup: int,
+) -> list[float]:
+    """Run `step` on each batch of `work`; the wall seconds of each step after the first `warmup`,
+    the device synchronized around each."""
+    times = []
+    for i, batch in enumerate(work):
+        sync(device)
+        began = time.perf_counter()
+        step(model, optimizer, batch)
+        sync(device)
+        if i >= warmup:
+            times.append(time.perf_counter() - began)
+    return times
 
 
 def batches(vocab: int, rows: int, seq_len: int, count: int, seed: int = 0) -> list[torch.Tensor]:

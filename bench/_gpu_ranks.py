@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import torch
-from _gpu_loops import FAST, LR, batches, build
+from _gpu_loops import FAST, LR, batches, build, sync
 from safetensors.torch import save_file
 from torch.distributed.tensor import DTensor
 
@@ -27,11 +27,6 @@ from distrai.train.memory import GIB
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer
 from distrai.train.parallel import DataParallel, FullyShardedParallel, Launch, join, launched, leave
 from distrai.train.step import StepConfig, step_with
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def train(

@@ -24,7 +24,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
-from _gpu_loops import BEST, EVERY_LOOP, Loop, batches, build, optimizer_of, settings_of, step_of, token_vocab
+from _gpu_loops import (
+    BEST,
+    EVERY_LOOP,
+    Loop,
+    batches,
+    build,
+    optimizer_of,
+    settings_of,
+    step_of,
+    step_seconds,
+    token_vocab,
+)
 
 from distrai.train.memory import GIB
 from distrai.train.state import capture_state, state_hash
@@ -44,11 +55,6 @@ class StepRow:
     fresh: str = "–"
     """whether a fresh process's compile and steps reached `end_hash`"""
     note: str = ""
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _restore(model: torch.nn.Module, start: dict[str, torch.Tensor]) -> None:
@@ -76,14 +82,7 @@ def measure(loop: Loop, preset: str, device: torch.device, args) -> StepRow:
                     step(model, optimizer, batch)
                 hashes.append(state_hash(capture_state(model, optimizer, len(work))))
             timed = batches(token_vocab(model), args.rows, args.seq_len, args.steps + 1, seed=1)
-            times = []
-            for i, batch in enumerate(timed):
-                _sync(device)
-                began = time.perf_counter()
-                step(model, optimizer, batch)
-                _sync(device)
-                if i >= 1:
-                    times.append(time.perf_counter() - began)
+            times = step_seconds(step, model, optimizer, timed, device, warmup=1)
             peak = torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None
     except Exception as exc:  # a loop that cannot run here (no compiler, out of memory) is a row, not a crash
         return StepRow(loop, note=f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")

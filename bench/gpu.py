@@ -43,7 +43,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -67,6 +66,7 @@ from _gpu_loops import (
     settings_of,
     sized_tokenizer,
     step_of,
+    step_seconds,
     token_vocab,
 )
 from _gpu_profile import Profile, profile_section, profile_step
@@ -119,11 +119,6 @@ GPU_CONFIG_VOCAB = 50257
 MODES = {"ddp": "DDP", "fsdp": "FSDP2 (sharded)"}
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def release(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -138,15 +133,8 @@ def time_loop(loop: Loop, preset: str, device: torch.device, args: argparse.Name
         with settings_of(loop):
             model, optimizer = build(loop, preset, device, args.vocab)
             step = step_of(loop, args.micro_batches)
-            times = []
             work = batches(token_vocab(model), args.rows, args.seq_len, args.steps + 2)
-            for i, batch in enumerate(work):
-                sync(device)
-                start = time.perf_counter()
-                step(model, optimizer, batch)
-                sync(device)
-                if i >= 2:
-                    times.append(time.perf_counter() - start)
+            times = step_seconds(step, model, optimizer, work, device, warmup=2)
             peak = torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None
             profiled = None
             if args.profile and loop in PROFILED:

@@ -34,9 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer
-from tokenizers.models import WordLevel
-from transformers import PreTrainedTokenizerFast
+from _word_vocab import word_tokenizer
 
 from distrai.train.determinism import configure_determinism, pinned_threads
 from distrai.train.evaluate import COMPARED_BATCH, evaluate
@@ -50,19 +48,6 @@ SAMPLES = 2000
 MINERS = ("5miner0" + "x" * 40, "5miner1" + "x" * 40, "5miner2" + "x" * 40)
 GPU_VOCAB, GPU_SEQ_LEN, GPU_SEQUENCES = 50257, 2048, 16
 SECTION = re.compile(r"<!-- section: (\w+) -->")
-
-
-def vocabulary(size: int) -> PreTrainedTokenizerFast:
-    """A word-level tokenizer of `size` tokens, to size the model as the GPU config's GPT-2 BPE does
-    (the vocabulary of bench/_gpu_loops.sized_tokenizer, built here so that the GPU rows need only
-    torch and transformers, which the GPU machine's image has, and not the node's dependencies)."""
-    words = {"<pad>": 0, "<s>": 1, "</s>": 2} | {f"t{i}": i for i in range(3, size)}
-    return PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer(WordLevel(words, unk_token="<pad>")),
-        pad_token="<pad>",
-        bos_token="<s>",
-        eos_token="</s>",
-    )
 
 
 def per_sequence_losses(model: torch.nn.Module, sequences: torch.Tensor, threads: int, dtype=torch.float32):
@@ -210,7 +195,7 @@ def cpu_run_rows(lines: list[str]) -> None:
 
 
 def gpu_shape_rows(lines: list[str], device: torch.device, cpu_threads: list[int], sequences: int) -> None:
-    tokenizer = vocabulary(GPU_VOCAB)
+    tokenizer = word_tokenizer(GPU_VOCAB)
     spec = ModelSpec(preset="150m", dtype="float32", attention="sdpa")
     generator = torch.Generator().manual_seed(0)
     batch = torch.randint(3, GPU_VOCAB, (sequences, GPU_SEQ_LEN), generator=generator)

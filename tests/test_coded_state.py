@@ -216,31 +216,27 @@ def test_a_malformed_coded_state_is_refused_with_its_reason(boundaries, coded, c
     assert (reason or "expected a 'distrai.coded_train_state/1' blob") in str(refused.value)
 
 
-def test_a_corrupted_frame_is_refused_by_its_checksum(boundaries, coded):
-    def flip(tensors, record):
-        key = first_param(record)
-        raw = bytearray(tensors[key].numpy().tobytes())
-        raw[len(raw) // 2] ^= 0xFF
-        tensors[key] = torch.tensor(raw, dtype=torch.uint8)
+def flip_a_frame_byte(tensors, record):
+    """Flip one byte in the middle of the first parameter's frames."""
+    key = first_param(record)
+    raw = bytearray(tensors[key].numpy().tobytes())
+    raw[len(raw) // 2] ^= 0xFF
+    tensors[key] = torch.tensor(raw, dtype=torch.uint8)
 
+
+def test_a_corrupted_frame_is_refused_by_its_checksum(boundaries, coded):
     with pytest.raises(CodingError, match="byte plane .*: the frame does not decompress"):
-        decode_coded_state(rebuilt(coded, flip), base_of(boundaries), LIMIT)
+        decode_coded_state(rebuilt(coded, flip_a_frame_byte), base_of(boundaries), LIMIT)
 
 
 def test_a_store_audit_checks_every_frame_without_the_base(boundaries, coded):
-    def flip(tensors, record):
-        key = first_param(record)
-        raw = bytearray(tensors[key].numpy().tobytes())
-        raw[len(raw) // 2] ^= 0xFF
-        tensors[key] = torch.tensor(raw, dtype=torch.uint8)
-
     assert blob_format(coded) == CODED_STATE_FORMAT
     assert blob_format(encode_state(boundaries[1].state)) == "distrai.train_state/1"
     assert blob_format(b"not a blob") is None
     state = boundaries[1].state
     assert check_coded_state(coded, LIMIT) == len(state.params) + len(state.optimizer)
     with pytest.raises(CodingError, match="byte plane .*: the frame does not decompress"):
-        check_coded_state(rebuilt(coded, flip), LIMIT)
+        check_coded_state(rebuilt(coded, flip_a_frame_byte), LIMIT)
     with pytest.raises(ValueError):
         check_coded_state(coded[: len(coded) // 2], LIMIT)
 

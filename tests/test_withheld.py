@@ -36,7 +36,8 @@ from validators import findings
 from validators.checks import check_miner
 from validators.findings import ADOPTED, REFUTED, finding_body, recheck
 from validators.replay import verify_challenge
-from validators.withheld import own_outage, reread, settle
+from validators.state import Suspension, ValidatorState
+from validators.withheld import after_reread, own_outage, reread, settle
 
 CATCHER = Keypair.create_from_uri("//Catcher")
 BLOCK_HASH = "0x" + "77" * 32
@@ -184,3 +185,24 @@ def test_unread_is_absent_when_nobody_challenged_and_nothing_when_the_validator_
 )
 def test_a_validator_blames_its_own_link_when_most_stores_are_silent(unheard, announced, outage):
     assert own_outage(unheard, announced) is outage
+
+
+def test_the_reread_gives_back_a_sound_miners_bar_and_average_and_keeps_the_others():
+    hotkeys = ["honest", "cheat", "bystander"]
+    state = ValidatorState(
+        run_id="run",
+        hotkeys=hotkeys,
+        averages=[0.0, 0.0, 5.0],
+        banned_until={"honest": 20, "cheat": 20, "bystander": 9},
+        suspended={
+            "honest": Suspension(window=6, average=10.0, banned_until=-1),
+            "cheat": Suspension(window=6, average=8.0, banned_until=-1),
+            "bystander": Suspension(window=7, average=3.0, banned_until=4),
+        },
+    )
+    after = after_reread(state, hotkeys, due=["honest", "cheat"], sound=["honest"], alpha=0.25)
+    assert after.averages == [7.5, 0.0, 5.0], "the sound miner loses one window of decay, nothing more"
+    assert after.banned_until == {"cheat": 20, "bystander": 9}
+    assert set(after.suspended) == {"bystander"}, "a suspension not yet due stays"
+    earlier = after_reread(state, hotkeys, due=["bystander"], sound=["bystander"], alpha=0.25)
+    assert earlier.banned_until["bystander"] == 4 and earlier.averages[2] == 0.75 * 3.0

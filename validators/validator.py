@@ -89,7 +89,7 @@ from validators.shared_scoring import (
 from validators.state import Suspension, ValidatorState, load_state, save_state
 from validators.window_scoring import score_window
 from validators.window_view import WindowView, check_one, replay_challenge
-from validators.withheld import own_outage, reread, settle
+from validators.withheld import after_reread, own_outage, reread, settle
 
 log = logging.getLogger("distrai.validator")
 
@@ -618,39 +618,26 @@ class Validator(Participant):
         """Read again what miners withheld in window w (`validators.withheld`): a miner whose reveal
         is there now and sound has its bar lifted and its average given back, less the window it
         lost; one whose reveal is still unread, or fails, stays barred."""
-        due = {hk: s for hk, s in self.state.suspended.items() if s.window <= w}
+        due = sorted(hk for hk, s in self.state.suspended.items() if s.window <= w)
         if not due:
             return
-        state = self.state.aligned(mg.hotkeys)
-        averages, banned = list(state.averages), dict(state.banned_until)
-        for hotkey, suspension in sorted(due.items()):
-            sound, reason = self.withheld_is_sound(hotkey, suspension.window)
-            if not sound:
-                log.warning(
-                    "window %d: %s stays barred for withholding its reveal: %s",
-                    suspension.window,
+        sound = []
+        for hotkey in due:
+            window = self.state.suspended[hotkey].window
+            passes, reason = self.withheld_is_sound(hotkey, window)
+            if passes:
+                sound.append(hotkey)
+                log.info(
+                    "window %d: %s's withheld reveal is there now and passes: bar lifted, only the window is lost",
+                    window,
                     hotkey[:10],
-                    reason,
                 )
-                continue
-            uid = mg.uid_of(hotkey)
-            if uid is not None:
-                averages[uid] = (1.0 - self.rt.config.scoring.ema_alpha) * suspension.average
-            if suspension.banned_until < 0:
-                banned.pop(hotkey, None)
             else:
-                banned[hotkey] = suspension.banned_until
-            log.info(
-                "window %d: %s's withheld reveal is there now and passes: bar lifted, only the window is lost",
-                suspension.window,
-                hotkey[:10],
-            )
-        self.state = state.model_copy(
-            update={
-                "averages": averages,
-                "banned_until": banned,
-                "suspended": {hk: s for hk, s in state.suspended.items() if hk not in due},
-            }
+                log.warning(
+                    "window %d: %s stays barred for withholding its reveal: %s", window, hotkey[:10], reason
+                )
+        self.state = after_reread(
+            self.state.aligned(mg.hotkeys), mg.hotkeys, due, sound, self.rt.config.scoring.ema_alpha
         )
         save_state(self.state, self.state_path)
 

@@ -20,6 +20,7 @@ settled here:
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from distrai.runtime import Runtime
@@ -30,6 +31,7 @@ from distrai.windows import miner_segments
 from validators.checks import PASS, MinerVerdict, check_miner
 from validators.inventory import Reader
 from validators.replay import verify_challenge
+from validators.state import ValidatorState
 
 if TYPE_CHECKING:
     from validators.findings import HeldWindow
@@ -90,3 +92,28 @@ def reread(runtime: Runtime, held: HeldWindow, hotkey: str, store: Reader) -> Mi
         segments = miner_segments(held.inputs, hotkey, verdict.manifest.n_segments)
         verify_challenge(runtime, base, held.window, verdict, store, segments, held.miners, sample)
     return verdict
+
+
+def after_reread(
+    state: ValidatorState, hotkeys: Sequence[str], due: Collection[str], sound: Collection[str], alpha: float
+) -> ValidatorState:
+    """`state` (aligned with the metagraph's `hotkeys`) once the suspensions of `due` are settled:
+    those whose withheld objects were `sound` on the re-read get their bar before this one back and
+    their average as if the window had scored 0 (a window of decay, `alpha` the moving average's
+    rate); the others keep the bar. Every settled suspension is dropped."""
+    averages, banned = list(state.averages), dict(state.banned_until)
+    for hotkey in sorted(set(due) & set(sound)):
+        suspension = state.suspended[hotkey]
+        if hotkey in hotkeys:
+            averages[hotkeys.index(hotkey)] = (1.0 - alpha) * suspension.average
+        if suspension.banned_until < 0:
+            banned.pop(hotkey, None)
+        else:
+            banned[hotkey] = suspension.banned_until
+    return state.model_copy(
+        update={
+            "averages": averages,
+            "banned_until": banned,
+            "suspended": {hk: s for hk, s in state.suspended.items() if hk not in due},
+        }
+    )

@@ -1,49 +1,26 @@
-"""The `distrai` command: development wallets, the embedded chain, the local network, and the link check."""
+"""The `distrai` command: development wallets, the embedded chain, the owner's run commitment, the local
+network, and the link check."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
+from functools import partial
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from distrai.chain.base import ChainError, Hyperparameters
-from distrai.chain.local import LocalChain
+from distrai.chain.base import ChainError
+from distrai.chain_cmd import CHAIN_COMMANDS, add_chain_commands, wallet_args
 from distrai.dashboard.cli import DEFAULT_PORT as DASHBOARD_PORT
 from distrai.dashboard.cli import add_dashboard_parser, run_dashboard
 from distrai.data.cli import add_data_commands, cmd_data_prepare
-from distrai.wallets import DEFAULT_WALLET_PATH, create_dev_wallet, open_wallet
+from distrai.run_cmd import add_run_commands, cmd_run_publish
+from distrai.wallets import create_dev_wallet
 
 console = Console()
-DEFAULT_CHAIN = os.environ.get("DISTRAI_CHAIN", "distrai-chain.db")
-COMMIT_REVEAL_FIELDS = ("commit_reveal_weights", "commit_reveal_period")
-"""Hyperparameters `chain init` takes as `--commit-reveal` and `--reveal-period`, not by field name."""
-FIELD_HELP = {
-    "stake_threshold": "alpha a hotkey needs to set weights and to count in Yuma (default 0)",
-}
-
-
-def _wallet_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--wallet.name", dest="wallet_name", default=os.environ.get("BT_WALLET_NAME", "default")
-    )
-    parser.add_argument(
-        "--wallet.hotkey", dest="wallet_hotkey", default=os.environ.get("BT_WALLET_HOTKEY", "default")
-    )
-    parser.add_argument(
-        "--wallet.path", dest="wallet_path", default=os.environ.get("BT_WALLET_PATH", DEFAULT_WALLET_PATH)
-    )
-
-
-def _chain_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--chain", dest="chain", default=DEFAULT_CHAIN, help="embedded chain file (env DISTRAI_CHAIN)"
-    )
-    parser.add_argument("--netuid", type=int, default=int(os.environ.get("DISTRAI_NETUID", "1")))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,54 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", required=True
     )
     create = wallet.add_parser("create", help="create an unencrypted coldkey and hotkey where missing")
-    _wallet_args(create)
+    wallet_args(create, name_default="default")
 
-    chain = groups.add_parser("chain", help="the embedded chain").add_subparsers(
-        dest="command", required=True
-    )
-    init = chain.add_parser("init", help="create a chain file and a subnet on it")
-    _chain_args(init)
-    defaults = Hyperparameters()
-    init.add_argument("--block-time", type=float, default=12.0, help="seconds per block (default 12)")
-    init.add_argument("--emission-per-block", type=float, default=1.0)
-    init.add_argument("--owner-cut", type=float, default=0.18)
-    init.add_argument("--owner-coldkey", default="", help="ss58 address of the subnet owner's coldkey")
-    init.add_argument(
-        "--owner-hotkey", default="", help="ss58 address of the subnet owner's hotkey (Yuma's owner uid)"
-    )
-    init.add_argument(
-        "--commit-reveal",
-        dest="commit_reveal_weights",
-        action="store_true",
-        help="validators commit weights sealed; the chain reveals them --reveal-period epochs later",
-    )
-    init.add_argument(
-        "--reveal-period",
-        dest="commit_reveal_period",
-        type=int,
-        default=defaults.commit_reveal_period,
-        metavar="EPOCHS",
-        help=f"epochs from a weights commit to its reveal (default {defaults.commit_reveal_period})",
-    )
-    for field, value in vars(defaults).items():
-        if field in COMMIT_REVEAL_FIELDS:
-            continue
-        flag = "--" + field.replace("_", "-")
-        if isinstance(value, bool):
-            init.add_argument(
-                flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=value, metavar="BOOL"
-            )
-        else:
-            init.add_argument(flag, type=type(value), default=value, help=FIELD_HELP.get(field))
-    for name, text in (("status", "block, subnet and epoch"), ("metagraph", "every neuron of the subnet")):
-        _chain_args(chain.add_parser(name, help=text))
-    register = chain.add_parser("register", help="register a wallet's hotkey on the subnet")
-    _chain_args(register)
-    _wallet_args(register)
-    stake = chain.add_parser("stake", help="add stake to a wallet's hotkey (signed by its coldkey)")
-    _chain_args(stake)
-    _wallet_args(stake)
-    stake.add_argument("--amount", type=float, required=True)
+    add_chain_commands(groups)
+    add_run_commands(groups)
     net = groups.add_parser(
         "localnet", help="run a whole subnet on this machine (chain, store, miners, validators)"
     )
@@ -215,111 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _open_chain(args: argparse.Namespace) -> LocalChain:
-    return LocalChain(Path(args.chain), args.netuid)
-
-
 def cmd_wallet_create(args: argparse.Namespace) -> None:
     wallet, created = create_dev_wallet(args.wallet_name, args.wallet_hotkey, args.wallet_path)
     verb = "created" if created else "exists:"
     console.print(f"wallet {verb} {wallet.name}/{wallet.hotkey_str} at {wallet.path}")
     console.print(f"  coldkey {wallet.coldkeypub.ss58_address}\n  hotkey  {wallet.hotkey.ss58_address}")
-
-
-def cmd_chain_init(args: argparse.Namespace) -> None:
-    hp = Hyperparameters(**{k: getattr(args, k) for k in vars(Hyperparameters())})
-    chain = LocalChain.create(
-        Path(args.chain),
-        netuid=args.netuid,
-        block_time=args.block_time,
-        hyperparameters=hp,
-        emission_per_block=args.emission_per_block,
-        owner_cut=args.owner_cut,
-        owner_coldkey=args.owner_coldkey,
-        owner_hotkey=args.owner_hotkey,
-    )
-    console.print(
-        f"chain at {chain.path}: subnet {chain.netuid}, block {chain.block()}, genesis {chain.genesis[:18]}…"
-    )
-
-
-def cmd_chain_status(args: argparse.Namespace) -> None:
-    chain = _open_chain(args)
-    hp = chain.hyperparameters()
-    info = chain.subnet_info()
-    block = chain.block()
-    table = Table(title=f"embedded chain {chain.path}", show_header=False)
-    rows = [
-        ("block", str(block)),
-        ("block hash", chain.block_hash(block)),
-        ("block time", f"{chain.block_time():g} s"),
-        ("subnet", str(chain.netuid)),
-        ("neurons", f"{chain.metagraph().n} / {hp.max_uids}"),
-        ("tempo", str(hp.tempo)),
-        (
-            "weights",
-            f"commit-reveal, revealed after {hp.commit_reveal_period} epoch(s)"
-            if hp.commit_reveal_weights
-            else "set directly",
-        ),
-        ("stake threshold", f"{hp.stake_threshold:g}"),
-        ("owner hotkey", info["owner_hotkey"] or "none"),
-        ("last epoch", str(info["last_epoch_block"])),
-        ("emission per block", f"{info['emission_per_block']:g}"),
-        ("owner emission", f"{info['owner_emission']:.4f}"),
-    ]
-    for key, value in rows:
-        table.add_row(key, value)
-    console.print(table)
-
-
-def cmd_chain_metagraph(args: argparse.Namespace) -> None:
-    chain = _open_chain(args)
-    mg = chain.metagraph()
-    table = Table(title=f"subnet {mg.netuid} at block {mg.block}")
-    for col in (
-        "uid",
-        "hotkey",
-        "stake",
-        "permit",
-        "trust",
-        "incentive",
-        "dividends",
-        "emission",
-        "earned",
-        "updated",
-    ):
-        table.add_column(col, justify="right" if col not in ("hotkey",) else "left")
-    for n in mg.neurons:
-        table.add_row(
-            str(n.uid),
-            n.hotkey[:10] + "…",
-            f"{n.stake:.2f}",
-            "✓" if n.validator_permit else "",
-            f"{n.trust:.3f}",
-            f"{n.incentive:.3f}",
-            f"{n.dividends:.3f}",
-            f"{n.emission:.4f}",
-            f"{n.total_emission:.4f}",
-            str(n.last_update),
-        )
-    console.print(table)
-
-
-def cmd_chain_register(args: argparse.Namespace) -> None:
-    chain = _open_chain(args)
-    wallet = open_wallet(args.wallet_name, args.wallet_hotkey, args.wallet_path)
-    uid = chain.register(wallet)
-    console.print(f"{args.wallet_name}/{args.wallet_hotkey} ({wallet.hotkey.ss58_address}) is uid {uid}")
-
-
-def cmd_chain_stake(args: argparse.Namespace) -> None:
-    chain = _open_chain(args)
-    wallet = open_wallet(args.wallet_name, args.wallet_hotkey, args.wallet_path)
-    chain.add_stake(wallet, args.amount)
-    neuron = chain.metagraph().neuron(wallet.hotkey.ss58_address)
-    total = neuron.stake if neuron else args.amount
-    console.print(f"staked {args.amount:g} to {wallet.hotkey.ss58_address}; stake now {total:g}")
 
 
 def cmd_localnet(args: argparse.Namespace) -> None:
@@ -396,11 +229,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     ("wallet", "create"): cmd_wallet_create,
-    ("chain", "init"): cmd_chain_init,
-    ("chain", "status"): cmd_chain_status,
-    ("chain", "metagraph"): cmd_chain_metagraph,
-    ("chain", "register"): cmd_chain_register,
-    ("chain", "stake"): cmd_chain_stake,
+    **{("chain", name): partial(command, console=console) for name, command in CHAIN_COMMANDS.items()},
+    ("run", "publish"): lambda args: cmd_run_publish(args, console),
     ("localnet", None): cmd_localnet,
     ("doctor", None): cmd_doctor,
     ("dashboard", None): lambda args: run_dashboard(args, console),
@@ -413,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code = COMMANDS[(args.group, getattr(args, "command", None))](args)
     except (ChainError, FileNotFoundError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 1
     return code or 0
 

@@ -1,8 +1,8 @@
 """What `neurons/miner.py` and `neurons/validator.py` share: flags in the style Bittensor operators
 know (each with an environment variable), and building a node from them.
 
-A node refuses to start, saying why, when its wallet is missing, its hotkey is not registered, or
-its run config is not the one the subnet owner published on chain.
+A node refuses to start, saying why, when its wallet is missing, its hotkey is not registered (naming
+the command that registers it), or its run config is not the one the subnet owner published on chain.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from distrai.chain.subtensor import SubtensorChain
 from distrai.data.access import DataAccess, open_data_access
 from distrai.flags import FLAGS
 from distrai.metrics import Metrics
+from distrai.registration import require_registered
 from distrai.run import RUN_COMMITMENT_PREFIX, RunConfig, check_run_matches, load_run_config
 from distrai.runtime import Runtime, build_runtime, fit_memory, run_on_ranks
 from distrai.store import Store, open_store
@@ -93,10 +94,7 @@ def build_node(
     wallet = open_wallet(
         getattr(args, "wallet.name"), getattr(args, "wallet.hotkey"), getattr(args, "wallet.path")
     )
-    if chain.metagraph().uid_of(wallet.hotkey.ss58_address) is None:
-        raise ValueError(
-            f"hotkey {wallet.hotkey.ss58_address} is not registered on subnet {chain.netuid}; register it first"
-        )
+    require_registered(chain, wallet.hotkey.ss58_address, args)
     check_run_matches(config, published_run(chain))
     store_url = getattr(args, "store.url")
     if not store_url:

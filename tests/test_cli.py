@@ -8,6 +8,8 @@ import sys
 
 import bittensor as bt
 
+from distrai.wallets import create_dev_wallet
+
 
 def distrai(tmp_path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HOME": str(tmp_path), "COLUMNS": "200", "DISTRAI_CHAIN": str(tmp_path / "chain.db")}
@@ -48,8 +50,12 @@ def test_wallet_chain_register_stake_metagraph(tmp_path):
         and bt.Wallet("alice", "h0", path=wallets).hotkey.ss58_address == wallet.hotkey.ss58_address
     )
 
-    init = distrai(tmp_path, "chain", "init", "--block-time", "0.2", "--tempo", "5")
+    init = distrai(
+        tmp_path, "chain", "init", "--block-time", "0.2", "--tempo", "5", "--wallet.name", "alice", "--wallet.path", wallets,
+        "--wallet.hotkey", "h0",
+    )  # fmt: skip
     assert init.returncode == 0, init.stderr
+    assert wallet.coldkeypub.ss58_address in " ".join(init.stdout.split())
     reg = distrai(
         tmp_path,
         "chain",
@@ -87,7 +93,8 @@ def test_errors_are_one_clear_line(tmp_path):
     assert missing_chain.returncode == 1
     assert missing_chain.stdout.strip().count("\n") == 0
     assert "no embedded chain" in missing_chain.stdout and "distrai chain init" in missing_chain.stdout
-    distrai(tmp_path, "chain", "init")
+    owner, _ = create_dev_wallet("owner", "default", str(tmp_path / "w"))
+    distrai(tmp_path, "chain", "init", "--owner-coldkey", owner.coldkeypub.ss58_address)
     missing_wallet = distrai(
         tmp_path, "chain", "register", "--wallet.name", "ghost", "--wallet.path", str(tmp_path / "w")
     )
@@ -127,7 +134,9 @@ def test_chain_init_takes_commit_reveal_stake_threshold_and_owner_hotkey(tmp_pat
         "commit-reveal, revealed after 3 epoch(s)" in status.stdout
         and owner.hotkey.ss58_address in status.stdout
     )
-    plain = distrai(tmp_path, "chain", "init", "--chain", str(tmp_path / "plain.db"))
+    plain = distrai(
+        tmp_path, "chain", "init", "--chain", str(tmp_path / "plain.db"), "--owner-coldkey", owner.coldkeypub.ss58_address
+    )  # fmt: skip
     assert (
         plain.returncode == 0
         and not LocalChain(tmp_path / "plain.db").hyperparameters().commit_reveal_weights
@@ -141,5 +150,7 @@ def test_chain_init_takes_commit_reveal_stake_threshold_and_owner_hotkey(tmp_pat
         "--commit-reveal",
         "--reveal-period",
         "101",
+        "--owner-coldkey",
+        owner.coldkeypub.ss58_address,
     )
     assert too_long.returncode == 1 and "RevealPeriodTooLarge" in too_long.stdout

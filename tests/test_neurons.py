@@ -4,6 +4,7 @@ start on a wrong run config, an unregistered hotkey, or a run the owner never pu
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from distrai.chain.base import Hyperparameters
 from distrai.chain.local import LocalChain
+from distrai.cli import main as distrai_main
 from distrai.localnet import publish_builtin_data
 from distrai.node import FLAGS
 from distrai.run import load_run_config, run_commitment, shipped_config_path
@@ -19,7 +21,7 @@ from distrai.runtime import model_spec
 from distrai.train.memory import GIB, ModelShape
 from distrai.train.model import load_model
 from distrai.train.tokenizer import byte_tokenizer
-from distrai.wallets import create_dev_wallet
+from distrai.wallets import create_dev_wallet, open_wallet
 
 REPO = Path(__file__).resolve().parents[1]
 CPU = shipped_config_path("cpu-localnet")
@@ -103,7 +105,16 @@ def test_a_node_refuses_an_unregistered_hotkey(subnet):
     chain, owner, wallets, tmp_path = subnet
     create_dev_wallet("stranger", "default", wallets)
     out = neuron("miner", *common(chain, wallets, tmp_path, CPU, name="stranger"))
-    assert out.returncode == 2 and "is not registered" in out.stderr
+    assert out.returncode == 2 and "is not registered on subnet 1; register it with: " in out.stderr
+    command = out.stderr.split("register it with: ")[1].strip()
+    assert command == (
+        f"distrai chain register --chain.path {chain.path} --netuid 1 --wallet.name stranger "
+        f"--wallet.hotkey default --wallet.path {wallets}"
+    )
+    assert distrai_main(shlex.split(command)[1:]) == 0
+    assert (
+        chain.metagraph().uid_of(open_wallet("stranger", "default", wallets).hotkey.ss58_address) is not None
+    )
 
 
 def test_flags_come_from_the_environment(subnet):

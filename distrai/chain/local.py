@@ -33,6 +33,7 @@ from distrai.chain.local_calls import CALLS, check_ss58
 from distrai.chain.local_db import connect, get_meta, migrate, write_transaction
 from distrai.chain.local_epoch import run_subnet_epoch
 from distrai.chain.local_reveal import SealedCommit, reveal_weight_commits, sealed_commits
+from distrai.chain.local_settings import SubnetSettings, check_same_settings
 from distrai.chain.signing import SignedExtrinsic, sign_extrinsic, verify_extrinsic
 
 
@@ -68,7 +69,8 @@ class LocalChain(Chain):
         owner_coldkey: str = "",
         owner_hotkey: str = "",
     ) -> LocalChain:
-        """Create the chain file if it does not exist, and subnet `netuid` on it if it is missing.
+        """Create the chain file if it does not exist, and subnet `netuid` on it if it is missing; a
+        subnet (or chain) that exists with other settings is refused (`AlreadyInitialised`).
 
         `owner_hotkey` is the subnet owner's hotkey (subtensor sets it when the subnet is
         registered); its coldkey can change it later with `set_subnet_owner_hotkey`."""
@@ -84,22 +86,17 @@ class LocalChain(Chain):
         commit_reveal.check_reveal_period(hp.commit_reveal_period)
         if owner_hotkey:
             check_ss58(owner_hotkey, "BadHotkey")
+        asked = SubnetSettings(block_time, hp, emission_per_block, owner_cut, owner_coldkey, owner_hotkey)
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         conn = connect(path)
-        migrate(conn)
-        with write_transaction(conn):
-            genesis = hashlib.sha256(secrets.token_bytes(32)).hexdigest()
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('genesis_hash', ?)", ("0x" + genesis,))
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('genesis_time', ?)", (repr(time.time()),))
-            conn.execute("INSERT OR IGNORE INTO meta VALUES ('block_time', ?)", (repr(block_time),))
-            conn.execute("INSERT OR IGNORE INTO blocks VALUES (0, ?)", ("0x" + genesis,))
-            conn.execute(
-                "INSERT OR IGNORE INTO subnets (netuid, hyperparameters, owner_coldkey, owner_hotkey,"
-                " emission_per_block, owner_cut, last_epoch_block) VALUES (?, ?, ?, ?, ?, ?, 0)",
-                (netuid, json.dumps(asdict(hp)), owner_coldkey, owner_hotkey, emission_per_block, owner_cut),
-            )
-        conn.close()
+        try:
+            migrate(conn)
+            with write_transaction(conn):
+                check_same_settings(conn, str(path), netuid, asked)
+                _insert_genesis(conn, netuid, asked)
+        finally:
+            conn.close()
         return cls(path, netuid)
 
     # -- time ---------------------------------------------------------------------------------
@@ -374,3 +371,24 @@ class LocalChain(Chain):
         """Name `hotkey` the subnet owner's hotkey (signed by the owner's coldkey, as subtensor's
         `sudo_set_sn_owner_hotkey`; once per `SN_OWNER_HOTKEY_RATE_LIMIT` blocks)."""
         self.submit(wallet.coldkey, "sudo_set_sn_owner_hotkey", hotkey=hotkey)
+
+
+def _insert_genesis(conn: sqlite3.Connection, netuid: int, settings: SubnetSettings) -> None:
+    """The chain's first block and clock where the file has none, and subnet `netuid` where missing."""
+    genesis = hashlib.sha256(secrets.token_bytes(32)).hexdigest()
+    conn.execute("INSERT OR IGNORE INTO meta VALUES ('genesis_hash', ?)", ("0x" + genesis,))
+    conn.execute("INSERT OR IGNORE INTO meta VALUES ('genesis_time', ?)", (repr(time.time()),))
+    conn.execute("INSERT OR IGNORE INTO meta VALUES ('block_time', ?)", (repr(settings.block_time),))
+    conn.execute("INSERT OR IGNORE INTO blocks VALUES (0, ?)", ("0x" + genesis,))
+    conn.execute(
+        "INSERT OR IGNORE INTO subnets (netuid, hyperparameters, owner_coldkey, owner_hotkey,"
+        " emission_per_block, owner_cut, last_epoch_block) VALUES (?, ?, ?, ?, ?, ?, 0)",
+        (
+            netuid,
+            json.dumps(asdict(settings.hyperparameters)),
+            settings.owner_coldkey,
+            settings.owner_hotkey,
+            settings.emission_per_block,
+            settings.owner_cut,
+        ),
+    )

@@ -1,0 +1,87 @@
+"""What an embedded chain's subnet is created with, and how a second creation compares with it.
+
+Creating a subnet that exists already is fine when it asks for the settings the file holds; asked
+for others, it is refused, naming each setting that differs, rather than silently keeping the old.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import asdict, dataclass, fields
+
+from distrai.chain.base import ChainError, Hyperparameters
+
+
+@dataclass(frozen=True)
+class SubnetSettings:
+    block_time: float
+    """seconds per block: the whole chain's, not the subnet's"""
+    hyperparameters: Hyperparameters
+    emission_per_block: float
+    owner_cut: float
+    owner_coldkey: str
+    owner_hotkey: str
+
+
+def stored_block_time(conn: sqlite3.Connection) -> float | None:
+    """The chain's block time, or None for a file with no chain in it yet."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'block_time'").fetchone()
+    return None if row is None else float(row[0])
+
+
+def stored_settings(conn: sqlite3.Connection, netuid: int) -> SubnetSettings | None:
+    """Subnet `netuid`'s settings as the file holds them (the owner hotkey as it stands now), or None."""
+    row = conn.execute(
+        "SELECT hyperparameters, emission_per_block, owner_cut, owner_coldkey, owner_hotkey"
+        " FROM subnets WHERE netuid = ?",
+        (netuid,),
+    ).fetchone()
+    if row is None:
+        return None
+    return SubnetSettings(
+        block_time=stored_block_time(conn),
+        hyperparameters=Hyperparameters(**json.loads(row[0])),
+        emission_per_block=row[1],
+        owner_cut=row[2],
+        owner_coldkey=row[3],
+        owner_hotkey=row[4],
+    )
+
+
+def differences(stored: SubnetSettings, asked: SubnetSettings) -> list[str]:
+    """One `name stored (asked value)` entry per setting that differs, hyperparameters by field."""
+    found = []
+    for field in fields(SubnetSettings):
+        if field.name == "hyperparameters":
+            continue
+        have, want = getattr(stored, field.name), getattr(asked, field.name)
+        if have != want:
+            found.append(f"{field.name} {have!r} (asked {want!r})")
+    have_hp, want_hp = asdict(stored.hyperparameters), asdict(asked.hyperparameters)
+    found += [
+        f"{name} {have_hp[name]!r} (asked {want!r})"
+        for name, want in want_hp.items()
+        if have_hp[name] != want
+    ]
+    return found
+
+
+def check_same_settings(conn: sqlite3.Connection, path: str, netuid: int, asked: SubnetSettings) -> None:
+    """Refuse (`AlreadyInitialised`) to create subnet `netuid` in a file that holds it, or the chain,
+    with other settings."""
+    stored = stored_settings(conn, netuid)
+    if stored is not None:
+        found, held = differences(stored, asked), f"subnet {netuid}"
+    else:
+        have = stored_block_time(conn)
+        found = (
+            [] if have in (None, asked.block_time) else [f"block_time {have!r} (asked {asked.block_time!r})"]
+        )
+        held = "a chain"
+    if found:
+        raise ChainError(
+            "AlreadyInitialised",
+            f"{path} already holds {held} with other settings, and nothing was changed: {'; '.join(found)}. "
+            "Ask for the settings it holds, or create the chain in another file",
+        )

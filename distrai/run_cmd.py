@@ -1,0 +1,77 @@
+"""`distrai run publish`: the subnet owner publishes its run config's run id on chain, as the nodes read it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from rich.console import Console
+
+from distrai.flags import FLAGS
+
+PUBLISH_FLAGS = {
+    "--netuid": None,
+    "--wallet.name": "the subnet owner's wallet (coldkey) name",
+    "--wallet.hotkey": "the owner's hotkey that publishes the commitment (registered on the subnet)",
+    "--wallet.path": None,
+    "--subtensor.network": None,
+    "--chain.path": None,
+    "--run.config": "the run config to publish (TOML): every miner and validator runs this file",
+}
+"""The nodes' flags `run publish` takes, with its own help where their meaning differs."""
+
+
+def add_run_commands(groups: argparse._SubParsersAction) -> None:
+    run = groups.add_parser("run", help="the subnet owner's run").add_subparsers(
+        dest="command", required=True
+    )
+    publish = run.add_parser(
+        "publish",
+        help="publish the run config's run id as the commitment of the subnet owner's hotkey",
+        description="Publish 'distrai-run:<run id>' as the commitment of the owner's hotkey, the run id "
+        "computed as every node computes it from the same file, then read it back as the nodes read it. "
+        "Refused unless the wallet's coldkey owns the subnet and its hotkey is registered on it.",
+    )
+    for flag, env, default, text in FLAGS:
+        if flag in PUBLISH_FLAGS:
+            publish.add_argument(
+                flag, default=os.environ.get(env, default), help=f"{PUBLISH_FLAGS[flag] or text} [env {env}]"
+            )
+
+
+def cmd_run_publish(args: argparse.Namespace, console: Console) -> None:
+    from distrai.node import open_chain, published_run
+    from distrai.registration import require_registered
+    from distrai.run import check_run_matches, load_run_config, run_commitment, run_id
+    from distrai.wallets import open_wallet
+
+    path = getattr(args, "run.config")
+    if not path:
+        raise ValueError("no run config: pass --run.config PATH (the TOML every node will run)")
+    config = load_run_config(path)
+    chain = open_chain(args)
+    wallet = open_wallet(
+        getattr(args, "wallet.name"), getattr(args, "wallet.hotkey"), getattr(args, "wallet.path")
+    )
+    owner = chain.subnet_owner()
+    coldkey = wallet.coldkeypub.ss58_address
+    if coldkey != owner:
+        raise ValueError(
+            f"wallet {getattr(args, 'wallet.name')} (coldkey {coldkey}) does not own subnet {chain.netuid} "
+            f"(its owner is {owner or 'nobody'}): the nodes read the run commitment of the owner's hotkeys only"
+        )
+    hotkey = wallet.hotkey.ss58_address
+    require_registered(chain, hotkey, args)
+    commitment = run_commitment(config)
+    if published_run(chain) == commitment:
+        console.print(
+            f"run {run_id(config)} ({config.name}) is published already; nothing changed", highlight=False
+        )
+        return
+    chain.commit(wallet, commitment)
+    check_run_matches(config, published_run(chain))
+    console.print(
+        f"published run {run_id(config)} ({config.name}) as the commitment of hotkey {hotkey} on subnet "
+        f"{chain.netuid}: nodes started with --run.config {path} run it",
+        highlight=False,
+    )

@@ -1,0 +1,127 @@
+"""The subnet owner on the command line: `distrai chain init` with an owner and settings it keeps, and
+`distrai run publish`, whose commitment the nodes' own check accepts."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+import pytest
+
+from distrai.chain.local import LocalChain
+from distrai.cli import main
+from distrai.node import published_run
+from distrai.registration import register_command
+from distrai.run import RunMismatch, check_run_matches, load_run_config, run_id, shipped_config_path
+from distrai.wallets import DEFAULT_WALLET_PATH, create_dev_wallet
+
+CPU = shipped_config_path("cpu-localnet")
+
+
+def said(capsys) -> str:
+    return " ".join(capsys.readouterr().out.split())
+
+
+@pytest.fixture
+def wallets(tmp_path):
+    path = str(tmp_path / "wallets")
+    return {name: create_dev_wallet(name, "default", path)[0] for name in ("owner", "stranger")}, path
+
+
+def test_chain_init_needs_an_owner_and_refuses_other_settings_for_a_subnet_it_holds(
+    tmp_path, capsys, wallets
+):
+    (made, path), db = wallets, str(tmp_path / "chain.db")
+    assert main(["chain", "init", "--chain", db]) == 1
+    assert "a subnet needs an owner" in said(capsys)
+    owner = ["--wallet.name", "owner", "--wallet.path", path]
+    assert main(["chain", "init", "--chain", db, "--block-time", "1", *owner]) == 0
+    assert made["owner"].coldkeypub.ss58_address in said(capsys)
+    chain = LocalChain(db)
+    assert chain.subnet_owner() == made["owner"].coldkeypub.ss58_address
+    assert chain.subnet_owner_hotkey() == made["owner"].hotkey.ss58_address
+
+    assert main(["chain", "init", "--chain", db, "--block-time", "1", *owner]) == 0
+    assert "already holds subnet 1 with these settings; nothing changed" in said(capsys)
+    stranger = made["stranger"].coldkeypub.ss58_address
+    assert (
+        main(
+            [
+                "chain",
+                "init",
+                "--chain",
+                db,
+                "--block-time",
+                "12",
+                "--tempo",
+                "7",
+                "--owner-coldkey",
+                stranger,
+            ]
+        )
+        == 1
+    )
+    out = said(capsys)
+    assert "already holds subnet 1 with other settings, and nothing was changed" in out
+    assert "block_time 1.0 (asked 12.0)" in out and "tempo 360 (asked 7)" in out
+    assert f"owner_coldkey '{made['owner'].coldkeypub.ss58_address}' (asked '{stranger}')" in out
+    assert (chain.block_time(), chain.hyperparameters().tempo) == (1.0, 360)
+    assert chain.subnet_owner() == made["owner"].coldkeypub.ss58_address
+    assert main(["chain", "init", "--chain", db, "--netuid", "2", "--block-time", "2", *owner]) == 1
+    assert "already holds a chain with other settings" in said(capsys)
+
+
+def test_the_owner_publishes_the_run_that_the_nodes_check(tmp_path, capsys, wallets):
+    (made, path), db = wallets, str(tmp_path / "chain.db")
+    init = ["chain", "init", "--chain", db, "--block-time", "1000", "--max-registrations-per-block", "8"]
+    assert main([*init, "--wallet.name", "owner", "--wallet.path", path]) == 0
+    chain = LocalChain(db)
+    flags = ["--subtensor.network", "embedded", "--chain.path", db, "--wallet.path", path]
+    publish = ["run", "publish", "--run.config", str(CPU), *flags]
+    capsys.readouterr()
+
+    assert main([*publish, "--wallet.name", "owner"]) == 1
+    out = capsys.readouterr().out
+    assert "is not registered on subnet 1" in out
+    command = out.split("register it with: ")[1].strip()
+    assert command.startswith("distrai chain register ")
+    assert main(shlex.split(command)[1:]) == 0
+    assert chain.metagraph().uid_of(made["owner"].hotkey.ss58_address) is not None
+
+    chain.register(made["stranger"])
+    assert main([*publish, "--wallet.name", "stranger"]) == 1
+    assert "does not own subnet 1" in said(capsys)
+    assert published_run(chain) is None
+
+    config = load_run_config(CPU)
+    assert main([*publish, "--wallet.name", "owner"]) == 0
+    assert f"published run {run_id(config)}" in said(capsys)
+    check_run_matches(config, published_run(chain))  # what every node checks at start-up
+    changed = tmp_path / "changed.toml"
+    changed.write_text(CPU.read_text().replace("lr = 1e-3", "lr = 2e-3"))
+    with pytest.raises(RunMismatch):
+        check_run_matches(load_run_config(changed), published_run(chain))
+    assert main([*publish, "--wallet.name", "owner"]) == 0
+    assert "is published already; nothing changed" in said(capsys)
+
+
+def test_the_register_command_fits_the_network():
+    def flags(network: str, path: str) -> argparse.Namespace:
+        args = argparse.Namespace(netuid="7")
+        for name, value in (
+            ("wallet.name", "cold"),
+            ("wallet.hotkey", "hot"),
+            ("wallet.path", path),
+            ("subtensor.network", network),
+            ("chain.path", "my chain.db"),
+        ):
+            setattr(args, name, value)
+        return args
+
+    assert register_command(flags("embedded", "/w")) == (
+        "distrai chain register --chain.path 'my chain.db' --netuid 7 --wallet.name cold --wallet.hotkey hot "
+        "--wallet.path /w"
+    )
+    assert register_command(flags("finney", DEFAULT_WALLET_PATH)) == (
+        "btcli subnet register --netuid 7 --wallet.name cold --wallet.hotkey hot --network finney"
+    )

@@ -4,6 +4,7 @@ network, and the link check."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from functools import partial
@@ -17,10 +18,13 @@ from distrai.chain_cmd import CHAIN_COMMANDS, add_chain_commands, wallet_args
 from distrai.dashboard.cli import DEFAULT_PORT as DASHBOARD_PORT
 from distrai.dashboard.cli import add_dashboard_parser, run_dashboard
 from distrai.data.cli import add_data_commands, cmd_data_prepare
+from distrai.flags import FLAGS
 from distrai.run_cmd import add_run_commands, cmd_run_publish
 from distrai.wallets import create_dev_wallet
 
 console = Console()
+DOCTOR_CHAIN_FLAGS = ("--netuid", "--subtensor.network", "--chain.path")
+"""The nodes' flags `distrai doctor` reads the chain's block time with."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,8 +132,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES_PER_S",
         help="pace the probe to this many bytes per second, as the miner's own --store.bandwidth would",
     )
+    for flag, env, default, text in FLAGS:
+        if flag in DOCTOR_CHAIN_FLAGS:
+            doctor.add_argument(flag, default=os.environ.get(env, default), help=f"{text} [env {env}]")
     doctor.add_argument(
-        "--block-time", dest="block_time", type=float, default=12.0, help="seconds per block (default 12)"
+        "--block-time",
+        dest="block_time",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds per block (default: the chain's, read from --subtensor.network)",
     )
     doctor.add_argument(
         "--validators",
@@ -161,15 +173,27 @@ def cmd_localnet(args: argparse.Namespace) -> None:
     run_localnet(args, console)
 
 
+def doctor_block_time(args: argparse.Namespace) -> tuple[float, str]:
+    """Seconds per block, and where they come from: --block-time, else the chain's own."""
+    if args.block_time is not None:
+        return args.block_time, "--block-time"
+    from distrai.node import open_chain
+
+    network = getattr(args, "subtensor.network")
+    where = f"the embedded chain {getattr(args, 'chain.path')}" if network == "embedded" else network
+    return open_chain(args).block_time(), f"the block time of {where}"
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from distrai import linkcheck
     from distrai.run import load_run_config
     from distrai.store import StoreError, open_store
 
     config = load_run_config(args.run_config)
+    block_time, clock = doctor_block_time(args)
     n_params = linkcheck.parameter_count(config)
     parts = linkcheck.reveal_bytes(config, n_params, args.validators)
-    seconds = linkcheck.reveal_seconds(config, args.block_time)
+    seconds = linkcheck.reveal_seconds(config, block_time)
     try:
         store = open_store(
             args.store_url, endpoint=args.store_endpoint, bandwidth_bytes_per_s=args.store_bandwidth
@@ -208,7 +232,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         (
             "time to reveal",
             linkcheck.format_duration(seconds),
-            f"{linkcheck.reveal_blocks(config)} blocks × {args.block_time:g} s",
+            f"{linkcheck.reveal_blocks(config)} blocks × {block_time:g} s ({clock})",
         ),
         ("rate needed", linkcheck.format_rate(verdict.required_rate), "reveal / time to reveal"),
         (

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from distrai import linkcheck
+from distrai.chain.local import LocalChain
 from distrai.cli import main
 from distrai.run import load_run_config, parse_run_config, shipped_config_path
 from distrai.store import FileStore, StoreError
@@ -270,13 +271,53 @@ def test_doctor_fails_a_throttled_link_that_cannot_fit_the_reveal(tmp_path, caps
 
 def test_doctor_passes_an_unthrottled_link(tmp_path, capsys):
     # one coded start state and the trajectory sample (~11 MB) in twelve-second blocks: well under the disk's rate
-    code = doctor(tmp_path, str(tmp_path / "store"), "--validators", "1", "--probe-bytes", "1048576")
+    code = doctor(
+        tmp_path,
+        str(tmp_path / "store"),
+        "--validators",
+        "1",
+        "--probe-bytes",
+        "1048576",
+        "--block-time",
+        "12",
+    )
     out = " ".join(capsys.readouterr().out.split())
     assert code == 0, out
     assert "OK" in out and "in time" in out
 
 
 def test_doctor_reports_a_store_it_cannot_use(tmp_path, capsys):
-    code = doctor(tmp_path, str(tmp_path / "store"), "--store.endpoint", "http://localhost:9")
+    code = doctor(
+        tmp_path, str(tmp_path / "store"), "--store.endpoint", "http://localhost:9", "--block-time", "1"
+    )
     assert code == 1
     assert "cannot measure" in capsys.readouterr().out
+
+
+def test_doctor_reads_the_block_time_of_the_chain(tmp_path, capsys, cpu):
+    # the local network's config on its 1-s blocks: the reveal phase is seconds, not minutes of 12-s blocks
+    chain = LocalChain.create(tmp_path / "chain.db", block_time=1.0)
+    code = main(
+        [
+            "doctor",
+            "--run.config",
+            str(shipped_config_path("cpu-localnet")),
+            "--store.url",
+            str(tmp_path / "store"),
+        ]
+        + ["--subtensor.network", "embedded", "--chain.path", str(chain.path), "--probe-bytes", "65536"]
+    )
+    out = " ".join(capsys.readouterr().out.split())
+    assert code in (0, 1), out
+    blocks = linkcheck.reveal_blocks(cpu)
+    seconds = linkcheck.format_duration(blocks * 1.0)
+    assert f"time to reveal │ {seconds} │ {blocks} blocks × 1 s (the block time of the" in out
+    assert f"of the {seconds} it has" in out
+    assert (
+        main(
+            ["doctor", "--run.config", str(shipped_config_path("cpu-localnet")), "--store.url", str(tmp_path)]
+            + ["--subtensor.network", "embedded", "--chain.path", str(tmp_path / "none.db")]
+        )
+        == 1
+    )
+    assert "no embedded chain" in capsys.readouterr().out

@@ -19,6 +19,7 @@ from distrai.chain.local import LocalChain
 from distrai.data.access import DataAccess, open_data_access
 from distrai.data.prepare import PrepareOptions, prepare
 from distrai.data.texts import TextSource, read_texts
+from distrai.folders import unwritable, writable_folder
 from distrai.localnet_data import needs_local_data, prepare_local_data
 from distrai.run import RunConfig, load_run_config, run_commitment, shipped_config_path
 from distrai.runtime import Runtime, build_runtime
@@ -164,15 +165,19 @@ def _setup_order(name: str) -> tuple[int, int, str]:
 
 
 def prepare_work_dir(work: Path) -> None:
-    """Make `work` an empty localnet folder; refuse to clear a folder localnet did not make."""
-    if work.exists() and any(work.iterdir()):
-        if not (work / MARKER).exists():
-            raise ValueError(
-                f"{work} is not empty and was not made by `distrai localnet`; choose another --work"
-            )
-        shutil.rmtree(work)
-    work.mkdir(parents=True, exist_ok=True)
-    (work / MARKER).write_text("made by distrai localnet; cleared by the next run\n")
+    """Make `work` an empty localnet folder; refuse to clear a folder localnet did not make, and say
+    which folder and flag when it cannot be written in."""
+    try:
+        if work.exists() and any(work.iterdir()):
+            if not (work / MARKER).exists():
+                raise ValueError(
+                    f"{work} is not empty and was not made by `distrai localnet`; choose another --work"
+                )
+            shutil.rmtree(work)
+        writable_folder(work, "--work")
+        (work / MARKER).write_text("made by distrai localnet; cleared by the next run\n")
+    except OSError as exc:
+        raise unwritable(work, "--work", exc) from None
 
 
 def chain_hyperparameters(config: RunConfig, neurons: int = 0) -> Hyperparameters:

@@ -1,8 +1,9 @@
 """What `neurons/miner.py` and `neurons/validator.py` share: flags in the style Bittensor operators
 know (each with an environment variable), and building a node from them.
 
-A node refuses to start, saying why, when its wallet is missing, its hotkey is not registered (naming
-the command that registers it), or its run config is not the one the subnet owner published on chain.
+A node refuses to start, saying why, when its work folder cannot be written in, its wallet is missing,
+its hotkey is not registered (naming the command that registers it), or its run config is not the one
+the subnet owner published on chain.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from distrai.chain.local import LocalChain
 from distrai.chain.subtensor import SubtensorChain
 from distrai.data.access import DataAccess, open_data_access
 from distrai.flags import FLAGS
+from distrai.folders import writable_folder
 from distrai.metrics import Metrics
 from distrai.registration import require_registered
 from distrai.run import RUN_COMMITMENT_PREFIX, RunConfig, check_run_matches, load_run_config
@@ -90,6 +92,7 @@ def build_node(
     if not run_path:
         raise ValueError("no run config: pass --run.config PATH (the subnet owner's TOML)")
     config: RunConfig = load_run_config(run_path)
+    work_dir = node_work_dir(args)
     chain = open_chain(args)
     wallet = open_wallet(
         getattr(args, "wallet.name"), getattr(args, "wallet.hotkey"), getattr(args, "wallet.path")
@@ -105,7 +108,6 @@ def build_node(
         endpoint=getattr(args, "store.endpoint"),
         bandwidth_bytes_per_s=float(bandwidth) if bandwidth else None,
     )
-    work_dir = node_work_dir(args)
     configure_determinism(args.device)
     if launch is None:
         budget = memory_budget(args)
@@ -134,14 +136,12 @@ def build_node(
 
 
 def node_work_dir(args: argparse.Namespace) -> Path:
-    """This node's folder (created): `--work.dir`, else ~/.distrai/<wallet>-<hotkey>."""
+    """This node's folder (made, and checked writable): `--work.dir`, else ~/.distrai/<wallet>-<hotkey>."""
     work = (
         getattr(args, "work.dir")
         or f"~/.distrai/{getattr(args, 'wallet.name')}-{getattr(args, 'wallet.hotkey')}"
     )
-    work_dir = Path(work).expanduser()
-    work_dir.mkdir(parents=True, exist_ok=True)
-    return work_dir
+    return writable_folder(Path(work).expanduser(), "--work.dir")
 
 
 def data_access(args: argparse.Namespace, config: RunConfig) -> DataAccess | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -14,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from distrai.localnet import Localnet, LocalnetOptions, Neuron
+from distrai.localnet import Localnet, LocalnetOptions, Neuron, prepare_work_dir
 from distrai.localnet_cmd import parse_adversaries
 from distrai.wallets import open_wallet
 
@@ -219,3 +220,26 @@ def test_a_restarted_node_gets_the_environment_the_network_started_in(tmp_path, 
     net.restart("probe")
     net.neuron("probe").process.wait(30)
     assert seen.read_text() == "started"
+
+
+def test_a_work_folder_that_cannot_be_written_is_refused_naming_the_flag(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for work in (blocker / "net", blocker):  # cannot be made; is not a folder to clear
+        with pytest.raises(
+            ValueError,
+            match=f"cannot write in the work folder {re.escape(str(work))} .*choose another with --work$",
+        ):
+            prepare_work_dir(work)
+    out = subprocess.run(
+        [sys.executable, "-m", "distrai.cli", "localnet", "--work", str(blocker / "net")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert (
+        f"error: cannot write in the work folder {blocker / 'net'}" in out.stdout
+        and "Traceback" not in out.stderr
+    )

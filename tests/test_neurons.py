@@ -117,6 +117,17 @@ def test_a_node_refuses_an_unregistered_hotkey(subnet):
     )
 
 
+@pytest.mark.parametrize("role", ["miner", "validator"])
+def test_a_node_refuses_a_work_folder_it_cannot_write_in_naming_the_flag(tmp_path, role):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    work = blocker / "work"  # cannot be made, whoever runs the test (root writes in read-only folders)
+    out = neuron(role, "--run.config", str(CPU), "--work.dir", str(work))
+    assert out.returncode == 2, out.stderr
+    assert f"{role} cannot start: cannot write in the work folder {work}" in out.stderr
+    assert "choose another with --work.dir" in out.stderr and "Traceback" not in out.stderr
+
+
 def test_flags_come_from_the_environment(subnet):
     chain, owner, wallets, tmp_path = subnet
     chain.commit(owner, run_commitment(load_run_config(CPU)))

@@ -4,6 +4,7 @@ fixed-size shards in a store, the held-out split, and a manifest whose hash pins
 from __future__ import annotations
 
 import json
+import tomllib
 
 import numpy as np
 import pytest
@@ -20,6 +21,8 @@ from distrai.store import open_store
 from distrai.store.base import blob_key
 from distrai.train.corpus import offline_documents
 from distrai.train.tokenizer import byte_tokenizer
+
+pytest_plugins = ["tests.support.s3server"]
 
 TOKENIZER = byte_tokenizer()
 EOS = TOKENIZER.eos_token_id
@@ -218,3 +221,33 @@ def test_the_command_prepares_local_files_and_prints_the_hash(tmp_path, capsys):
         )
         == 1
     )
+
+
+def test_the_command_names_an_s3_store_and_its_endpoint_once_and_says_the_run_id_changes(
+    tmp_path, capsys, monkeypatch, s3_endpoint, s3_bucket, s3_credentials
+):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_credentials["access_key_id"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_credentials["secret_access_key"])
+    url = f"s3://{s3_bucket}/data"
+    argv = [
+        "data",
+        "prepare",
+        "--builtin",
+        "60",
+        "--tokenizer",
+        "byte",
+        "--shard-tokens",
+        "2048",
+        "--heldout-fraction",
+        "0.1",
+    ]
+    assert distrai_main([*argv, "--store.url", url, "--store.endpoint", s3_endpoint]) == 0
+    out = capsys.readouterr().out
+    digest = out.split()[-1]
+    lines = out.split("in the run config:\n")[1].split("\n\n[data]\n")[1].split("\nadding these lines")[0]
+    assert lines.count(s3_endpoint) == 1, lines
+    assert lines == f'source = "prepared"\nmanifest = "{digest}"\nstore = "{url}/"\nendpoint = "{s3_endpoint}"'
+    assert "changes its run id" in " ".join(out.split()) and "distrai run publish" in out
+    data = tomllib.loads(lines)
+    store = open_store(data["store"], endpoint=data["endpoint"], **s3_credentials)
+    assert parse_manifest(store.get_blob(digest, 1 << 20), digest).shard_tokens == 2048

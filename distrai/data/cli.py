@@ -5,12 +5,18 @@ from __future__ import annotations
 import argparse
 import time
 from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress as Bar
 from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+RUN_ID_NOTE = (
+    "adding these lines to the run config changes its run id: publish the finished file with "
+    "`distrai run publish --run.config FILE` (the nodes refuse a run id the owner has not published)"
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -110,6 +116,25 @@ def text_source(args: argparse.Namespace) -> TextSource:
     return TextSource("builtin", builtin_documents=args.builtin, builtin_seed=args.builtin_seed)
 
 
+def run_config_lines(store_url: str, digest: str) -> str:
+    """The run config lines that name the prepared data: the store's URL, its endpoint (taken out of
+    the URL's query, where the store keeps it) on a line of its own."""
+    parts = urlsplit(store_url)
+    query = parse_qsl(parts.query)
+    endpoint = [value for name, value in query if name == "endpoint"]
+    rest = urlencode([(name, value) for name, value in query if name != "endpoint"], safe=":/")
+    lines = [
+        'tokenizer = "data"',
+        "",
+        "[data]",
+        'source = "prepared"',
+        f'manifest = "{digest}"',
+        f'store = "{urlunsplit(parts._replace(query=rest))}"',
+        *(f'endpoint = "{value}"' for value in endpoint),
+    ]
+    return "\n".join(lines)
+
+
 def cmd_data_prepare(args: argparse.Namespace, console: Console) -> None:
     from distrai.data.prepare import PrepareOptions, Progress, prepare
     from distrai.data.texts import read_texts
@@ -159,10 +184,6 @@ def cmd_data_prepare(args: argparse.Namespace, console: Console) -> None:
     ):
         table.add_row(label, value)
     console.print(table)
-    snippet = (
-        f'tokenizer = "data"\n\n[data]\nsource = "prepared"\nmanifest = "{digest}"\nstore = "{store.url}"'
-    )
-    if args.store_endpoint:
-        snippet += f'\nendpoint = "{args.store_endpoint}"'
-    console.print("in the run config:\n" + escape(snippet), highlight=False)
+    console.print("in the run config:\n" + escape(run_config_lines(store.url, digest)), highlight=False)
+    console.print(RUN_ID_NOTE, highlight=False)
     print(digest)

@@ -39,77 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_chain_commands(groups)
     add_run_commands(groups)
-    net = groups.add_parser(
-        "localnet", help="run a whole subnet on this machine (chain, store, miners, validators)"
-    )
-    net.add_argument("--miners", type=int, default=3)
-    net.add_argument("--validators", type=int, default=2)
-    net.add_argument("--windows", type=int, default=5, help="windows each neuron runs before it stops")
-    net.add_argument("--idle-miners", type=int, default=0, help="how many of the miners publish zero updates")
-    net.add_argument(
-        "--miner-ranks",
-        type=int,
-        default=1,
-        help="run miner0 as this many data-parallel processes (torchrun; gloo on CPU), the others as one",
-    )
-    net.add_argument(
-        "--sharded-miner-ranks",
-        type=int,
-        default=1,
-        help="run miner1 as this many processes that shard the model over them (FSDP2, torchrun; gloo on CPU)",
-    )
-    net.add_argument(
-        "--adversary",
-        default="",
-        metavar="TYPE[,TYPE…]",
-        help="add one cheating miner per type beside the honest ones (idle, noise, copycat, stale, lazy, withhold, "
-        "oldbase, wrongdata, forged, scaled, poison, nan, oversize, pickle, badsig, unregistered, replay)",
-    )
-    net.add_argument(
-        "--leader-adversary",
-        default="",
-        metavar="TYPE[,TYPE…]",
-        help="make the validators with the most stake try to steer the global model, one per type "
-        "(poison, reweight, collude: with the poison miner of --adversary poison), and watch every "
-        "follower refuse them and name them in its report",
-    )
-    net.add_argument("--block-time", type=float, default=1.0, help="seconds per block of the embedded chain")
-    net.add_argument("--work", default="localnet", help="scratch folder for chain, store, wallets and logs")
-    net.add_argument(
-        "--run.config", dest="run_config", default=None, help="run config (default: the shipped CPU one)"
-    )
-    net.add_argument(
-        "--device",
-        default="cpu",
-        help="every node's torch device: cpu, or cuda (the miners and validators then share the GPU)",
-    )
-    net.add_argument(
-        "--data.files",
-        dest="data_files",
-        nargs="+",
-        default=[],
-        metavar="PATH",
-        help="local text files to prepare the run's data from, when the run config's data is a template "
-        "(no data.manifest): each file a document, tokenized by a BPE of data.vocab_size tokens trained on them",
-    )
-    net.add_argument(
-        "--report",
-        default=None,
-        metavar="WORK",
-        help="print the markdown report of the finished network in folder WORK (and write WORK/report.md); "
-        "runs nothing",
-    )
-    net.add_argument(
-        "--dashboard",
-        action="store_true",
-        help="serve the live dashboard (distrai dashboard) beside the network and print its address",
-    )
-    net.add_argument(
-        "--dashboard-port",
-        type=int,
-        default=DASHBOARD_PORT,
-        help=f"the dashboard's port (default {DASHBOARD_PORT})",
-    )
+    add_localnet_parser(groups)
     add_data_commands(groups)
     add_dashboard_parser(groups)
     doctor = groups.add_parser(
@@ -158,6 +88,115 @@ def build_parser() -> argparse.ArgumentParser:
         help="bytes uploaded to measure the link (default 8 MiB)",
     )
     return parser
+
+
+def add_localnet_parser(groups: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """`distrai localnet`'s flags; every flag's help ends with its default."""
+    net = groups.add_parser(
+        "localnet",
+        help="run a whole subnet on this machine (chain, store, miners, validators)",
+        description="Run a whole subnet on this machine: an embedded chain, a file store, and every miner "
+        "and validator as its own process; a live table while it runs, each miner's results at the end.",
+    )
+    net.add_argument(
+        "--miners", type=int, default=3, help="miners, the idle ones included (default %(default)s)"
+    )
+    net.add_argument("--validators", type=int, default=2, help="validators (default %(default)s)")
+    net.add_argument(
+        "--windows",
+        type=int,
+        default=5,
+        help="windows each neuron runs before it stops (default %(default)s)",
+    )
+    net.add_argument(
+        "--idle-miners",
+        type=int,
+        default=0,
+        help="how many of the miners publish zero updates (default %(default)s)",
+    )
+    net.add_argument(
+        "--miner-ranks",
+        type=int,
+        default=1,
+        help="run miner0 as this many data-parallel processes (torchrun; gloo on CPU), the others as one "
+        "(default %(default)s)",
+    )
+    net.add_argument(
+        "--sharded-miner-ranks",
+        type=int,
+        default=1,
+        help="run miner1 as this many processes that shard the model over them (FSDP2, torchrun; gloo on CPU) "
+        "(default %(default)s)",
+    )
+    net.add_argument(
+        "--adversary",
+        default="",
+        metavar="TYPE[,TYPE…]",
+        help="add one cheating miner per type beside the honest ones (idle, noise, copycat, stale, lazy, withhold, "
+        "oldbase, wrongdata, forged, scaled, poison, nan, oversize, pickle, badsig, unregistered, replay) "
+        "(default: none)",
+    )
+    net.add_argument(
+        "--leader-adversary",
+        default="",
+        metavar="TYPE[,TYPE…]",
+        help="make the validators with the most stake try to steer the global model, one per type "
+        "(poison, reweight, collude: with the poison miner of --adversary poison), and watch every "
+        "follower refuse them and name them in its report (default: none)",
+    )
+    net.add_argument(
+        "--block-time",
+        type=float,
+        default=1.0,
+        help="seconds per block of the embedded chain (default %(default)s)",
+    )
+    net.add_argument(
+        "--work",
+        default="localnet",
+        help="scratch folder for chain, store, wallets and logs (default ./%(default)s)",
+    )
+    net.add_argument(
+        "--run.config",
+        dest="run_config",
+        default=None,
+        help="run config (default: the shipped CPU one, distrai/configs/cpu-localnet.toml)",
+    )
+    net.add_argument(
+        "--device",
+        default="cpu",
+        help="every node's torch device: cpu, or cuda (the miners and validators then share the GPU) "
+        "(default %(default)s)",
+    )
+    net.add_argument(
+        "--data.files",
+        dest="data_files",
+        nargs="+",
+        default=[],
+        metavar="PATH",
+        help="local text files to prepare the run's data from, when the run config's data is a template "
+        "(no data.manifest): each file a document, tokenized by a BPE of data.vocab_size tokens trained on "
+        "them (default: none)",
+    )
+    net.add_argument(
+        "--report",
+        default=None,
+        metavar="WORK",
+        help="print the markdown report of the finished network in folder WORK (and write WORK/report.md); "
+        "runs nothing (default: run a network)",
+    )
+    net.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="serve the live dashboard (distrai dashboard) beside the network and print its address "
+        "(default: off)",
+    )
+    net.add_argument(
+        "--dashboard-port",
+        type=int,
+        default=DASHBOARD_PORT,
+        help="the dashboard's port (default %(default)s)",
+    )
+    return net
 
 
 def cmd_wallet_create(args: argparse.Namespace) -> None:

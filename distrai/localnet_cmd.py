@@ -15,12 +15,14 @@ from distrai.dashboard.cli import check_port_free
 from distrai.localnet import COLLUDING_LEADER, COLLUDING_MINER, Localnet, LocalnetOptions, Neuron
 from distrai.localnet_report import REPORT
 from distrai.localnet_view import (
+    accepted_note,
     live_table,
     miner_results,
     network_report,
     processed_windows,
     results_table,
     summarize,
+    trained_windows,
 )
 from distrai.run import shipped_config_path
 from miners.behaviour import ADVERSARIES
@@ -125,7 +127,8 @@ def watch(net: Localnet, options: LocalnetOptions, console: Console, timeout: fl
     if not windows:
         console.print("no window was validated; see the logs")
         return True
-    console.print(results_table(miner_results(net, windows)))
+    note = accepted_note(windows, trained_windows(net), options.windows)
+    console.print(results_table(miner_results(net, windows), note))
     losses = summarize(net, windows)["losses"]
     console.print(
         f"held-out loss of the global model: {losses[0]:.3f} at window {windows[0]} → {losses[-1]:.3f} after "

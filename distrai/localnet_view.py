@@ -126,8 +126,9 @@ def miner_results(net: Localnet, windows: list[int]) -> list[MinerResult]:
     return results
 
 
-def results_table(results: list[MinerResult]) -> Table:
-    table = Table(title="miners")
+def results_table(results: list[MinerResult], note: str = "") -> Table:
+    """The miners' results, with `note` (`accepted_note`) under them."""
+    table = Table(title="miners", caption=note or None, caption_justify="left")
     table.add_column("miner", no_wrap=True)
     for col in (
         "uid",
@@ -157,6 +158,46 @@ def results_table(results: list[MinerResult]) -> Table:
             *([r.last_rejection or "—"] if rejections else []),
         )
     return table
+
+
+def trained_windows(net: Localnet) -> list[int]:
+    """The windows any miner trained, in order."""
+    windows = set()
+    for neuron in net.neurons:
+        if neuron.role == "miner":
+            records = node_records(neuron.work_dir / "metrics.jsonl")
+            windows.update(r["window"] for r in records if r.get("event") == "train")
+    return sorted(windows)
+
+
+def _windows(numbers: list[int]) -> str:
+    return ("window " if len(numbers) == 1 else "windows ") + ", ".join(map(str, numbers))
+
+
+def accepted_note(checked: list[int], trained: list[int], windows: int) -> str:
+    """Why "windows accepted" can fall short of --windows: of the windows the validators checked,
+    those no miner trained, and the windows miners trained that no validator checked."""
+    lines = [
+        f"windows accepted: of the {len(checked)} windows the validators checked, as the leading one reported"
+    ]
+    unmined = [w for w in checked if w not in trained]
+    before = [w for w in unmined if trained and w < trained[0]]
+    if before:
+        lines.append(
+            f"{_windows(before)}: checked, but trained by no miner: the miners started too late in it to "
+            f"train it before its commit deadline, and began with window {trained[0]}"
+        )
+    if rest := [w for w in unmined if w not in before]:
+        lines.append(f"{_windows(rest)}: checked, but trained by no miner")
+    after = [w for w in trained if checked and w > checked[-1]]
+    if after:
+        lines.append(
+            f"{_windows(after)}: trained, but not checked: each validator stops after its {windows} windows "
+            f"(--windows), and theirs ended with window {checked[-1]}"
+        )
+    if missed := [w for w in trained if w not in checked and w not in after]:
+        lines.append(f"{_windows(missed)}: trained, but checked by no validator")
+    return "\n".join(lines)
 
 
 def signed_reports(net: Localnet, windows: list[int]) -> list[dict]:

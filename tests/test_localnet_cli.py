@@ -15,8 +15,10 @@ import urllib.request
 
 import pytest
 
+from distrai.cli import main as distrai_main
 from distrai.localnet import Localnet, LocalnetOptions, Neuron, prepare_work_dir
 from distrai.localnet_cmd import parse_adversaries
+from distrai.localnet_view import MinerResult, accepted_note, results_table
 from distrai.wallets import open_wallet
 
 
@@ -243,3 +245,41 @@ def test_a_work_folder_that_cannot_be_written_is_refused_naming_the_flag(tmp_pat
         f"error: cannot write in the work folder {blocker / 'net'}" in out.stdout
         and "Traceback" not in out.stderr
     )
+
+
+def test_help_gives_every_flag_its_default(capsys):
+    with pytest.raises(SystemExit) as done:
+        distrai_main(["localnet", "--help"])
+    assert done.value.code == 0
+    flags: list[str] = []
+    for line in capsys.readouterr().out.split("options:")[1].splitlines():
+        if line.startswith("  --"):
+            flags.append(line.strip())
+        elif line.startswith("   ") and flags:
+            flags[-1] += " " + line.strip()
+    assert len(flags) == 16, flags
+    for text in flags:
+        assert "(default" in text, text
+    assert any(text.startswith("--windows WINDOWS") and text.endswith("(default 5)") for text in flags)
+
+
+def test_the_results_say_why_windows_accepted_falls_short_of_windows():
+    # as a network of --windows 5 runs: the validators check window 0, which started before the miners
+    # could train it, and stop after window 4, before checking the miners' last window, 5
+    note = accepted_note([0, 1, 2, 3, 4], [1, 2, 3, 4, 5], 5)
+    assert note.splitlines() == [
+        "windows accepted: of the 5 windows the validators checked, as the leading one reported",
+        "window 0: checked, but trained by no miner: the miners started too late in it to train it before its "
+        "commit deadline, and began with window 1",
+        "window 5: trained, but not checked: each validator stops after its 5 windows (--windows), and theirs "
+        "ended with window 4",
+    ]
+    gaps = accepted_note([1, 2, 3, 4], [1, 3, 4, 6], 4).splitlines()
+    assert gaps[1:] == [
+        "window 2: checked, but trained by no miner",
+        "window 6: trained, but not checked: each "
+        "validator stops after its 4 windows (--windows), and theirs ended with window 4",
+    ]
+    assert accepted_note([1, 2], [1, 2], 2).count("\n") == 0
+    result = MinerResult("miner0", 1, 4, 1.0, 0.5, 0.5, 1.0, None, 0, "")
+    assert results_table([result], note).caption == note

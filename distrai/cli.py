@@ -125,8 +125,8 @@ def add_localnet_parser(groups: argparse._SubParsersAction) -> argparse.Argument
         "--sharded-miner-ranks",
         type=int,
         default=1,
-        help="run miner1 as this many processes that shard the model over them (FSDP2, torchrun; gloo on CPU) "
-        "(default %(default)s)",
+        help="run miner1 as this many processes that shard the model over them (FSDP2, torchrun; gloo on "
+        "CPU) (default %(default)s)",
     )
     net.add_argument(
         "--adversary",

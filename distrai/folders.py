@@ -1,4 +1,4 @@
-"""Work folders a command writes in: made and checked before any work, refused naming the flag that moves them."""
+"""Work folders: made and checked writable before any work, refused naming the flag that moves them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`distrai run publish`: the subnet owner publishes its run config's run id on chain, as the nodes read it."""
+"""`distrai run publish`: the subnet owner publishes its run config's run id, as the nodes read it."""
 
 from __future__ import annotations
 
@@ -58,7 +58,8 @@ def cmd_run_publish(args: argparse.Namespace, console: Console) -> None:
     if coldkey != owner:
         raise ValueError(
             f"wallet {getattr(args, 'wallet.name')} (coldkey {coldkey}) does not own subnet {chain.netuid} "
-            f"(its owner is {owner or 'nobody'}): the nodes read the run commitment of the owner's hotkeys only"
+            f"(its owner is {owner or 'nobody'}): the nodes read the run commitment of the owner's "
+            "hotkeys only"
         )
     hotkey = wallet.hotkey.ss58_address
     require_registered(chain, hotkey, args)

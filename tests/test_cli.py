@@ -50,10 +50,8 @@ def test_wallet_chain_register_stake_metagraph(tmp_path):
         and bt.Wallet("alice", "h0", path=wallets).hotkey.ss58_address == wallet.hotkey.ss58_address
     )
 
-    init = distrai(
-        tmp_path, "chain", "init", "--block-time", "0.2", "--tempo", "5", "--wallet.name", "alice", "--wallet.path", wallets,
-        "--wallet.hotkey", "h0",
-    )  # fmt: skip
+    owner = ("--wallet.name", "alice", "--wallet.hotkey", "h0", "--wallet.path", wallets)
+    init = distrai(tmp_path, "chain", "init", "--block-time", "0.2", "--tempo", "5", *owner)
     assert init.returncode == 0, init.stderr
     assert wallet.coldkeypub.ss58_address in " ".join(init.stdout.split())
     reg = distrai(
@@ -134,9 +132,8 @@ def test_chain_init_takes_commit_reveal_stake_threshold_and_owner_hotkey(tmp_pat
         "commit-reveal, revealed after 3 epoch(s)" in status.stdout
         and owner.hotkey.ss58_address in status.stdout
     )
-    plain = distrai(
-        tmp_path, "chain", "init", "--chain", str(tmp_path / "plain.db"), "--owner-coldkey", owner.coldkeypub.ss58_address
-    )  # fmt: skip
+    owned = ("--owner-coldkey", owner.coldkeypub.ss58_address)
+    plain = distrai(tmp_path, "chain", "init", "--chain", str(tmp_path / "plain.db"), *owned)
     assert (
         plain.returncode == 0
         and not LocalChain(tmp_path / "plain.db").hyperparameters().commit_reveal_weights

@@ -18,7 +18,13 @@ import pytest
 from distrai.cli import main as distrai_main
 from distrai.localnet import Localnet, LocalnetOptions, Neuron, prepare_work_dir
 from distrai.localnet_cmd import parse_adversaries
-from distrai.localnet_view import MinerResult, accepted_note, results_table
+from distrai.localnet_view import (
+    MinerResult,
+    accepted_note,
+    processed_windows,
+    results_table,
+    trained_windows,
+)
 from distrai.wallets import open_wallet
 
 
@@ -263,16 +269,25 @@ def test_help_gives_every_flag_its_default(capsys):
     assert any(text.startswith("--windows WINDOWS") and text.endswith("(default 5)") for text in flags)
 
 
-def test_the_results_say_why_windows_accepted_falls_short_of_windows():
+def test_the_results_say_why_windows_accepted_falls_short_of_windows(tmp_path):
     # as a network of --windows 5 runs: the validators check window 0, which started before the miners
     # could train it, and stop after window 4, before checking the miners' last window, 5
-    note = accepted_note([0, 1, 2, 3, 4], [1, 2, 3, 4, 5], 5)
+    net = Localnet(LocalnetOptions(work=tmp_path))
+    for name, role, records in (
+        ("validator0", "validator", [{"window": w, "accepted": 1} for w in range(5)]),
+        ("miner0", "miner", [{"window": w, "event": e} for w in range(1, 6) for e in ("train", "reveal")]),
+    ):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        net.neurons.append(Neuron(name, role, name, tmp_path / name, tmp_path / f"{name}.log", []))
+    assert (processed_windows(net), trained_windows(net)) == ([0, 1, 2, 3, 4], [1, 2, 3, 4, 5])
+    note = accepted_note(processed_windows(net), trained_windows(net), 5)
     assert note.splitlines() == [
         "windows accepted: of the 5 windows the validators checked, as the leading one reported",
-        "window 0: checked, but trained by no miner: the miners started too late in it to train it before its "
-        "commit deadline, and began with window 1",
-        "window 5: trained, but not checked: each validator stops after its 5 windows (--windows), and theirs "
-        "ended with window 4",
+        "window 0: checked, but trained by no miner: the miners started too late in it to train it "
+        "before its commit deadline, and began with window 1",
+        "window 5: trained, but not checked: each validator stops after its 5 windows (--windows), and "
+        "theirs ended with window 4",
     ]
     gaps = accepted_note([1, 2, 3, 4], [1, 3, 4, 6], 4).splitlines()
     assert gaps[1:] == [

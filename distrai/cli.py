@@ -220,7 +220,13 @@ def doctor_block_time(args: argparse.Namespace) -> tuple[float, str]:
 
     network = getattr(args, "subtensor.network")
     where = f"the embedded chain {getattr(args, 'chain.path')}" if network == "embedded" else network
-    return open_chain(args).block_time(), f"the block time of {where}"
+    try:
+        return open_chain(args).block_time(), f"the block time of {where}"
+    except ChainError as exc:
+        raise ValueError(
+            f"cannot read the seconds per block of {where} ({exc}): name the run's chain with "
+            "--subtensor.network (and --chain.path), or give them with --block-time"
+        ) from None
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

@@ -320,4 +320,9 @@ def test_doctor_reads_the_block_time_of_the_chain(tmp_path, capsys, cpu):
         )
         == 1
     )
-    assert "no embedded chain" in capsys.readouterr().out
+    refused = " ".join(capsys.readouterr().out.split())
+    assert (
+        "cannot read the seconds per block of the embedded chain" in refused
+        and "no embedded chain" in refused
+    )
+    assert "--subtensor.network" in refused and "--block-time" in refused

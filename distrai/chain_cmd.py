@@ -26,11 +26,13 @@ NO_OWNER = (
 )
 
 
-def wallet_args(parser: argparse.ArgumentParser, name_default: str | None = None) -> None:
+def wallet_args(
+    parser: argparse.ArgumentParser, name_default: str | None, name_help: str | None = None
+) -> None:
     """The wallet flags; `name_default` None leaves --wallet.name unset unless given."""
     if name_default is not None:
         name_default = os.environ.get("BT_WALLET_NAME", name_default)
-    parser.add_argument("--wallet.name", dest="wallet_name", default=name_default)
+    parser.add_argument("--wallet.name", dest="wallet_name", default=name_default, help=name_help)
     parser.add_argument(
         "--wallet.hotkey", dest="wallet_hotkey", default=os.environ.get("BT_WALLET_HOTKEY", "default")
     )
@@ -63,7 +65,11 @@ def add_chain_commands(groups: argparse._SubParsersAction) -> None:
         "that is said, with others the command refuses, naming them.",
     )
     chain_args(init)
-    wallet_args(init, name_default=None)
+    wallet_args(
+        init,
+        name_default=None,
+        name_help="the subnet owner's wallet: its coldkey owns the subnet, its hotkey is the owner hotkey",
+    )
     defaults = Hyperparameters()
     init.add_argument("--block-time", type=float, default=12.0, help="seconds per block (default 12)")
     init.add_argument("--emission-per-block", type=float, default=1.0)

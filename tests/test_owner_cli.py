@@ -67,6 +67,10 @@ def test_chain_init_needs_an_owner_and_refuses_other_settings_for_a_subnet_it_ho
     assert f"owner_coldkey '{made['owner'].coldkeypub.ss58_address}' (asked '{stranger}')" in out
     assert (chain.block_time(), chain.hyperparameters().tempo) == (1.0, 360)
     assert chain.subnet_owner() == made["owner"].coldkeypub.ss58_address
+    assert (
+        main(["chain", "init", "--chain", db, "--block-time", "1", *owner, "--owner-coldkey", stranger]) == 1
+    )
+    assert "name the owner once" in said(capsys)
     assert main(["chain", "init", "--chain", db, "--netuid", "2", "--block-time", "2", *owner]) == 1
     assert "already holds a chain with other settings" in said(capsys)
 

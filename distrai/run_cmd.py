@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from distrai.chain.base import Chain
 from distrai.flags import FLAGS
+from distrai.registration import require_registered
+
+if TYPE_CHECKING:
+    from distrai.run import RunConfig
 
 PUBLISH_FLAGS = {
     "--netuid": None,
@@ -39,10 +45,32 @@ def add_run_commands(groups: argparse._SubParsersAction) -> None:
             )
 
 
+def publish_run(chain: Chain, wallet, config: RunConfig, flags: argparse.Namespace) -> bool:
+    """Publish `config`'s run commitment with `wallet`'s hotkey, then check it as every node does at
+    start-up; False when it was published already. ValueError, saying why, for a wallet that does not
+    own the subnet or a hotkey not registered on it (naming the command that registers it, from `flags`)."""
+    from distrai.node import published_run
+    from distrai.run import check_run_matches, run_commitment
+
+    owner = chain.subnet_owner()
+    coldkey = wallet.coldkeypub.ss58_address
+    if coldkey != owner:
+        raise ValueError(
+            f"wallet {wallet.name} (coldkey {coldkey}) does not own subnet {chain.netuid} (its owner is "
+            f"{owner or 'nobody'}): the nodes read the run commitment of the owner's hotkeys only"
+        )
+    require_registered(chain, wallet.hotkey.ss58_address, flags)
+    commitment = run_commitment(config)
+    if published_run(chain) == commitment:
+        return False
+    chain.commit(wallet, commitment)
+    check_run_matches(config, published_run(chain))
+    return True
+
+
 def cmd_run_publish(args: argparse.Namespace, console: Console) -> None:
-    from distrai.node import open_chain, published_run
-    from distrai.registration import require_registered
-    from distrai.run import check_run_matches, load_run_config, run_commitment, run_id
+    from distrai.node import open_chain
+    from distrai.run import load_run_config, run_id
     from distrai.wallets import open_wallet
 
     path = getattr(args, "run.config")
@@ -53,26 +81,13 @@ def cmd_run_publish(args: argparse.Namespace, console: Console) -> None:
     wallet = open_wallet(
         getattr(args, "wallet.name"), getattr(args, "wallet.hotkey"), getattr(args, "wallet.path")
     )
-    owner = chain.subnet_owner()
-    coldkey = wallet.coldkeypub.ss58_address
-    if coldkey != owner:
-        raise ValueError(
-            f"wallet {getattr(args, 'wallet.name')} (coldkey {coldkey}) does not own subnet {chain.netuid} "
-            f"(its owner is {owner or 'nobody'}): the nodes read the run commitment of the owner's "
-            "hotkeys only"
-        )
-    hotkey = wallet.hotkey.ss58_address
-    require_registered(chain, hotkey, args)
-    commitment = run_commitment(config)
-    if published_run(chain) == commitment:
+    if not publish_run(chain, wallet, config, args):
         console.print(
             f"run {run_id(config)} ({config.name}) is published already; nothing changed", highlight=False
         )
         return
-    chain.commit(wallet, commitment)
-    check_run_matches(config, published_run(chain))
     console.print(
-        f"published run {run_id(config)} ({config.name}) as the commitment of hotkey {hotkey} on subnet "
-        f"{chain.netuid}: nodes started with --run.config {path} run it",
+        f"published run {run_id(config)} ({config.name}) as the commitment of hotkey {wallet.hotkey.ss58_address} "
+        f"on subnet {chain.netuid}: nodes started with --run.config {path} run it",
         highlight=False,
     )

@@ -7,12 +7,15 @@ import argparse
 import shlex
 
 import pytest
+from support.local_harness import make_local_harness
+from support.subtensor_harness import make_subtensor_harness
 
 from distrai.chain.local import LocalChain
 from distrai.cli import main
 from distrai.node import published_run
 from distrai.registration import register_command
 from distrai.run import RunMismatch, check_run_matches, load_run_config, run_id, shipped_config_path
+from distrai.run_cmd import publish_run
 from distrai.wallets import DEFAULT_WALLET_PATH, create_dev_wallet
 
 CPU = shipped_config_path("cpu-localnet")
@@ -129,3 +132,19 @@ def test_the_register_command_fits_the_network():
     assert register_command(flags("finney", DEFAULT_WALLET_PATH)) == (
         "btcli subnet register --netuid 7 --wallet.name cold --wallet.hotkey hot --network finney"
     )
+
+
+@pytest.mark.parametrize("make", [make_local_harness, make_subtensor_harness], ids=["embedded", "subtensor"])
+def test_the_published_run_reads_back_through_either_chain(tmp_path, make):
+    # the publishing step of `distrai run publish`, over the embedded chain and over the SDK adapter
+    h = make(tmp_path)
+    owner, config = h.owner(), load_run_config(CPU)
+    flags = argparse.Namespace(netuid="1", **{"subtensor.network": "finney", "wallet.name": owner.name})
+    for name, value in (("wallet.hotkey", "default"), ("wallet.path", DEFAULT_WALLET_PATH)):
+        setattr(flags, name, value)
+    with pytest.raises(ValueError, match="register it with: btcli subnet register --netuid 1 --wallet.name"):
+        publish_run(h.chain, owner, config, flags)
+    h.chain.register(owner)
+    assert publish_run(h.chain, owner, config, flags) is True
+    check_run_matches(config, published_run(h.chain))
+    assert publish_run(h.chain, owner, config, flags) is False

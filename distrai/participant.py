@@ -14,7 +14,7 @@ from distrai.metrics import Metrics
 from distrai.runtime import Runtime
 from distrai.store import Store
 from distrai.sync import StoreCache, Syncer
-from distrai.windows import base_index
+from distrai.windows import base_index, roster_block
 
 log = logging.getLogger("distrai.node")
 
@@ -57,6 +57,12 @@ class Participant:
     def base_index(self, window: int) -> int:
         """Which global model `window` trains from (`distrai.windows.base_index`)."""
         return base_index(self.windows, window, self.syncer.first_window())
+
+    def window_miners(self, window: int) -> list[str]:
+        """`window`'s miner list, sorted: every hotkey registered at `distrai.windows.roster_block`.
+        Data assignment and challenges are dealt over it, so every node reads the same list, whenever
+        in the window it reads it."""
+        return sorted(self.chain.registrations(roster_block(self.windows, window)))
 
     def block_now(self) -> int:
         """The chain's current block; a chain that takes seconds to answer is said so in the log."""

@@ -148,6 +148,13 @@ def window_end(cfg: WindowConfig, window: int) -> int:
     return window_start(cfg, window) + cfg.blocks_per_window
 
 
+def roster_block(cfg: WindowConfig, window: int) -> int:
+    """The block whose registered hotkeys are `window`'s miner list for data assignment and
+    challenges: the last block before the window starts (block 0 for window 0), complete by the
+    time the window begins, so every node reads the same list whenever it reads it."""
+    return max(window_start(cfg, window) - 1, 0)
+
+
 def commit_deadline(cfg: WindowConfig, window: int) -> int:
     """First block at which a commitment for `window` is late; its hash seeds the challenge."""
     return window_start(cfg, window) + cfg.commit_offset

@@ -264,7 +264,7 @@ class Miner(Participant):
         because its base model was out of reach (it does not count towards `max_windows`)."""
         started = time.monotonic()
         idle = 0.0 if self.last_end is None else started - self.last_end
-        miners = sorted(self.chain.metagraph().hotkeys)
+        miners = self.window_miners(w)
         try:
             self.model = self.syncer.catch_up(self.model, self.base_index(w))
         except SyncUnavailable as exc:

@@ -180,6 +180,23 @@ def test_commitments_at_a_block_are_those_of_hotkeys_registered_then(make_harnes
     assert {c.data for c in h.chain.commitments().values()} == {"still here"}
 
 
+def test_registrations_read_as_they_stood_at_a_past_block(make_harness, tmp_path):
+    h = make_harness(tmp_path, replace(TEST_HYPERPARAMETERS, max_uids=2, immunity_period=1))
+    pruned, kept, newcomer = (h.new_wallet(n) for n in ("pruned", "kept", "newcomer"))
+    h.chain.register(pruned)
+    h.chain.register(kept)
+    h.advance(2)
+    before = h.chain.block()
+    h.advance(1)
+    assert h.chain.register(newcomer) == 0
+    hk = {w: w.hotkey.ss58_address for w in (pruned, kept, newcomer)}
+    assert h.chain.registrations(before) == {hk[pruned]: 0, hk[kept]: 1}
+    assert h.chain.registrations() == h.chain.registrations(h.chain.block()) == {hk[newcomer]: 0, hk[kept]: 1}
+    with pytest.raises(ChainError) as future:
+        h.chain.registrations(h.chain.block() + 1)
+    assert future.value.reason == "BlockNotYetProduced"
+
+
 def test_all_zero_weights_are_refused_by_name(harness):
     validator, miner = harness.new_wallet("val"), harness.new_wallet("miner")
     v_uid, m_uid = harness.chain.register(validator), harness.chain.register(miner)

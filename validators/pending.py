@@ -24,7 +24,7 @@ class PendingWindow(BaseModel):
 
     window: int
     miners: list[str]
-    """hotkeys of the metagraph when the window started (or when first noted)"""
+    """the hotkeys registered at the window's roster block (`distrai.windows.roster_block`)"""
     noted_block: int
     inventory_block: int | None = None
     present: dict[str, list[str]] | None = None

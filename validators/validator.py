@@ -1,8 +1,8 @@
 """The validator's loop, window after window: gather → check → score → aggregate → set weights.
 
 For window w:
-1. At the start, note the miners (`pending.py`: on pipelined windows this happens while window
-   w − 1 is still being checked).
+1. At the start, note the miners registered at the window's roster block (`pending.py`: on pipelined
+   windows this happens while window w − 1 is still being checked).
 2. At the reveal deadline, reach the window's base and the model its aggregate applies to
    (the same model on sequential windows; on pipelined ones the base is one aggregate behind),
    following the published aggregates that pass `distrai.follow`'s checks. List what the miners
@@ -153,12 +153,10 @@ class Validator(Participant):
         return max(first, current + 1)
 
     def note_miners(self, w: int) -> PendingWindow:
-        """The miners of window w as noted at its start (noted now if they were not)."""
+        """The miners of window w (`Participant.window_miners`), noted at its start (now if they were not)."""
         pending = self.pending.load(w)
         if pending is None:
-            pending = PendingWindow(
-                window=w, miners=sorted(self.chain.metagraph().hotkeys), noted_block=self.chain.block()
-            )
+            pending = PendingWindow(window=w, miners=self.window_miners(w), noted_block=self.chain.block())
             self.pending.save(pending)
         return pending
 

@@ -174,6 +174,13 @@ class Chain(ABC):
         future and `ChainError("BlockUnavailable")` for one whose state the node no longer serves."""
 
     @abstractmethod
+    def registrations(self, block: int | None = None) -> dict[str, int]:
+        """Each hotkey registered at the end of `block` (now by default), with its uid then.
+
+        Raises `ChainError("BlockNotYetProduced")` for a block in the future and
+        `ChainError("BlockUnavailable")` for one whose state the node no longer serves."""
+
+    @abstractmethod
     def weights(self) -> dict[int, dict[int, float]]:
         """Every uid's weights as they stand on chain (revealed, for commit-reveal subnets), by
         destination uid, normalized to sum to 1; uids that set none are absent."""

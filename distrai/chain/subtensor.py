@@ -340,6 +340,19 @@ class SubtensorChain(Chain):
             every = self._sdk.subnets.commitments(self.netuid, block=block)
         return readable_commitments({hotkey: c for hotkey, c in every.items() if c.uid is not None})
 
+    def registrations(self, block: int | None = None) -> dict[str, int]:
+        """The subnet's `Uids` map (hotkey → uid), pinned to `block`."""
+        if block is not None:
+            head = self.block()
+            if block < 0 or block > head:
+                raise ChainError(
+                    "BadBlock" if block < 0 else "BlockNotYetProduced",
+                    f"block {block} is not on chain (now {head})",
+                )
+        with sdk_refusals(), pinned_refusals(block):
+            rows = self._sdk.query_map(bt.storage.SubtensorModule.Uids, [self.netuid], block=block)
+        return {str(hotkey): int(uid) for hotkey, uid in rows}
+
     def weights(self) -> dict[int, dict[int, float]]:
         """The subnet's `Weights` map: per setter uid, (destination uid, u16 weight) pairs."""
         with sdk_refusals():

@@ -11,8 +11,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,11 +189,3 @@ def memory_budget(args: argparse.Namespace) -> int | None:
     if not value > 0:
         raise ValueError(f"--device.memory_gib must be positive, got {raw!r}")
     return int(value * GIB)
-
-
-def stop_on_signals() -> threading.Event:
-    """An event set by SIGINT or SIGTERM, so a node finishes its current step and exits cleanly."""
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    return stop

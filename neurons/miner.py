@@ -17,9 +17,15 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from distrai.stopping import stop_on_signals  # noqa: E402
+
+if __name__ == "__main__":
+    STOP = stop_on_signals()  # before the imports below: a Ctrl-C while they load stops cleanly too
 
 from distrai.chain.base import ChainError  # noqa: E402
 from distrai.data.cache import ShardError  # noqa: E402
@@ -29,7 +35,6 @@ from distrai.node import (  # noqa: E402
     configure_logging,
     memory_budget,
     prepare_runtime,
-    stop_on_signals,
 )
 from distrai.run import load_run_config  # noqa: E402
 from distrai.train import parallel  # noqa: E402
@@ -39,7 +44,10 @@ from miners.behaviour import ADVERSARIES  # noqa: E402
 from miners.miner import Miner  # noqa: E402
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> int:
+    """Run a miner until `stop` (by default, set by SIGINT or SIGTERM from here on). Ranks other than
+    0 stop when rank 0 does."""
+    stop = stop or stop_on_signals()
     parser = build_parser("neurons/miner.py", __doc__)
     parser.add_argument(
         "--miner.idle",
@@ -66,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     adversary = "idle" if getattr(args, "miner.idle") else getattr(args, "miner.adversary")
     launch = parallel.launched()
     if launch is None:
-        return run_miner(args, adversary)
+        return run_miner(args, adversary, stop)
     device = launch.device(args.device)
     args.device = str(device)
     try:
@@ -78,13 +86,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         budget = parallel.smallest(own, device)
         if launch.rank == 0:
-            return run_miner(args, adversary, launch, budget)
+            return run_miner(args, adversary, stop, launch, budget)
         return run_follower(args, launch, budget)
     finally:
         parallel.leave()
 
 
-def run_miner(args, adversary: str, launch: parallel.Launch | None = None, budget: int | None = None) -> int:
+def run_miner(
+    args,
+    adversary: str,
+    stop: threading.Event,
+    launch: parallel.Launch | None = None,
+    budget: int | None = None,
+) -> int:
     """The miner (on rank 0 when torchrun started several processes, whose ranks agreed on the
     memory `budget`)."""
     try:
@@ -112,7 +126,7 @@ def run_miner(args, adversary: str, launch: parallel.Launch | None = None, budge
         node.runtime.run_id[:12],
     )
     try:
-        miner.run(stop_on_signals(), node.max_windows)
+        miner.run(stop, node.max_windows)
     except ShardError as exc:
         print(f"miner stopped: the run's data cannot be read: {exc}", file=sys.stderr)
         return 1
@@ -143,4 +157,4 @@ def run_follower(args, launch: parallel.Launch, budget: int | None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(stop=STOP))

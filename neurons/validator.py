@@ -10,18 +10,26 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from distrai.stopping import stop_on_signals  # noqa: E402
+
+if __name__ == "__main__":
+    STOP = stop_on_signals()  # before the imports below: a Ctrl-C while they load stops cleanly too
+
 from distrai.chain.base import ChainError  # noqa: E402
 from distrai.data.cache import ShardError  # noqa: E402
-from distrai.node import build_node, build_parser, stop_on_signals  # noqa: E402
+from distrai.node import build_node, build_parser  # noqa: E402
 from validators.behaviour import LEADER_ADVERSARIES, leader_behaviour  # noqa: E402
 from validators.validator import Validator, ValidatorOptions  # noqa: E402
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> int:
+    """Run a validator until `stop` (by default, set by SIGINT or SIGTERM from here on)."""
+    stop = stop or stop_on_signals()
     parser = build_parser("neurons/validator.py", __doc__)
     parser.add_argument(
         "--validator.adversary",
@@ -50,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, ChainError) as exc:
         print(f"validator cannot start: {exc}", file=sys.stderr)
         return 2
+    if stop.is_set():
+        node.metrics.close()
+        return 0
     validator = Validator(
         node.runtime,
         node.chain,
@@ -68,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         validator.state.window,
     )
     try:
-        validator.run(stop_on_signals(), node.max_windows)
+        validator.run(stop, node.max_windows)
     except ShardError as exc:
         print(f"validator stopped: the run's data cannot be read: {exc}", file=sys.stderr)
         return 1
@@ -78,4 +89,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(stop=STOP))

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
+import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -46,6 +49,17 @@ def test_help_lists_every_flag_with_its_environment_variable(role):
         assert flag in text and f"env {env}" in text
     assert ("--miner.idle" in text) == (role == "miner")
     assert ("--miner.adversary" in text and "env DISTRAI_MINER_ADVERSARY" in text) == (role == "miner")
+
+
+def open_files(pid: int) -> set[str]:
+    """The paths a process has open now."""
+    paths = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            paths.add(os.readlink(fd))
+        except FileNotFoundError:  # closed while listed
+            continue
+    return paths
 
 
 @pytest.fixture
@@ -115,6 +129,35 @@ def test_a_node_refuses_an_unregistered_hotkey(subnet):
     assert (
         chain.metagraph().uid_of(open_wallet("stranger", "default", wallets).hotkey.ss58_address) is not None
     )
+
+
+@pytest.mark.parametrize("role", ["miner", "validator"])
+def test_a_ctrl_c_while_a_node_starts_up_is_a_clean_exit(subnet, role):
+    chain, owner, wallets, tmp_path = subnet
+    chain.commit(owner, run_commitment(load_run_config(CPU)))
+    create_dev_wallet("validator", "default", wallets)
+    chain.register(open_wallet("validator", "default", wallets))
+    name = "miner" if role == "miner" else "validator"
+    # the chain's write lock held here keeps the node in its start-up, at its first write to the chain
+    lock = sqlite3.connect(str(chain.path), isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")
+    process = subprocess.Popen(
+        [sys.executable, str(REPO / "neurons" / f"{role}.py"), *common(chain, wallets, tmp_path, CPU, name)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    try:
+        while process.poll() is None and str(chain.path.resolve()) not in open_files(process.pid):
+            time.sleep(0.01)  # until the node has opened the chain
+        process.send_signal(signal.SIGINT)
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    out, err = process.communicate(timeout=180)
+    assert process.returncode == 0, err
+    assert "KeyboardInterrupt" not in err
 
 
 @pytest.mark.parametrize("role", ["miner", "validator"])

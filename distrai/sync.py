@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from distrai.announce import Announcement, parse_announcement
@@ -35,7 +35,7 @@ from distrai.store import Store, StoreError, open_store
 from distrai.train.outer import OuterState
 from distrai.windows import aggregate_deadline, window_of
 from distrai.wire import WireError
-from distrai.wire.manifest import REASON_CHARS, AggregateManifest, Refusal
+from distrai.wire.manifest import REASON_CHARS, AggregateManifest, Refusal, WindowReport
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,22 @@ def _run_of(data: str) -> str | None:
         return None
 
 
+SETTLED_KEPT = 4
+"""Windows whose `Settled` a node that never takes them keeps (a validator's)."""
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What a node saw of a window when it stepped over it: the validator whose aggregate it
+    followed (None when none), that aggregate's (hotkey, weight) pairs, and the signed reports the
+    quorum weighed."""
+
+    window: int
+    leader: str | None
+    accepted: tuple[tuple[str, float], ...]
+    reports: Mapping[str, WindowReport]
+
+
 class Syncer:
     """Moves a node's copy of the global model forward to the window it needs."""
 
@@ -119,6 +135,8 @@ class Syncer:
         self.followed: dict[int, tuple[str, AggregateManifest]] = {}
         """Window → (validator hotkey, aggregate) this node followed."""
         self.refusals: list[Refusal] = []
+        self.settled: dict[int, Settled] = {}
+        """The windows stepped over since `take_settled` last took them (at most `SETTLED_KEPT`)."""
         self._first_window: int | None = None
         self.unreachable_since: dict[tuple[int, str], int] = {}
         """(window, validator) → the block at which its aggregate or report was first out of reach"""
@@ -198,9 +216,23 @@ class Syncer:
                 "window %d: applied %s's aggregate of %d updates", w, hotkey[:10], len(aggregate.accepted)
             )
             self.followed[w] = (hotkey, aggregate)
+            self.settle(
+                Settled(w, hotkey, tuple((a.hotkey, a.weight) for a in aggregate.accepted), quorum.reports)
+            )
             return following
         log.info("window %d: no aggregate anchored and verifiable; the global model stays", w)
+        self.settle(Settled(w, None, (), quorum.reports))
         return skip_window(model)
+
+    def settle(self, settled: Settled) -> None:
+        self.settled[settled.window] = settled
+        for w in sorted(self.settled)[:-SETTLED_KEPT]:
+            del self.settled[w]
+
+    def take_settled(self) -> list[Settled]:
+        """The windows stepped over since the last call, oldest first."""
+        taken, self.settled = self.settled, {}
+        return [taken[w] for w in sorted(taken)]
 
     def patience(self, w: int) -> int:
         """The block until which an out-of-reach aggregate or report of window w is waited for.

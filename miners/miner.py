@@ -46,6 +46,7 @@ from distrai.metrics import Metrics
 from distrai.node import Node
 from distrai.participant import Participant
 from distrai.runtime import Runtime
+from distrai.standing import standing_lines
 from distrai.store import Store, StoreError
 from distrai.sync import StoreCache
 from distrai.train.assignment import batch_indices
@@ -273,6 +274,10 @@ class Miner(Participant):
             )
             self.last_end = time.monotonic()
             return False
+        for line in standing_lines(
+            self.hotkey, self.syncer.take_settled(), self.rt.config.scoring.aggregate_top_n
+        ):
+            log.info(line)
         self.rt.load_params(self.model.params)
         folder = job_folder(self.options.work_dir, w)
         shutil.rmtree(folder, ignore_errors=True)

@@ -4,6 +4,7 @@ what it reads of the operator's own machine (metrics files, public wallet keys).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from distrai.chain.base import Metagraph, Neuron
 from distrai.dashboard.nodes import NodeMetrics, wallet_labels
@@ -22,6 +23,7 @@ from distrai.dashboard.records import (
 )
 from distrai.dashboard.words import CHECKS, explain, score_words
 from distrai.metrics import Metrics
+from distrai.standing import NO_AGGREGATE, standing
 from distrai.wallets import create_dev_wallet
 from distrai.wire.manifest import WindowReport
 
@@ -168,12 +170,34 @@ def test_the_run_view_lists_miners_and_validators_but_not_the_owner():
 
 def test_a_miner_page_shows_newest_window_first_with_plain_words():
     docs = two_windows()
-    page = miner_page(miner_row(M1, docs, chain_state(), LABELS, {}), docs, LABELS, [])
+    page = miner_page(miner_row(M1, docs, chain_state(), LABELS, {}), docs, LABELS, [], 3)
     assert [w.window for w in page.windows] == [6, 5] and page.windows[0].in_global_model
-    assert all(w.aggregate_followed for w in page.windows)
+    assert all(w.aggregate_followed for w in page.windows) and all(w.why_not is None for w in page.windows)
     rejected = [v for v in page.windows[0].verdicts if not v.accepted]
     assert rejected[0].explanation == f"The “replay” check failed. It passes when {CHECKS['replay']}."
     assert "rejected it in 1" in page.summary[0]
+
+
+def test_not_in_the_global_model_says_why_as_the_miners_log_does():
+    w5, w6 = two_windows()
+    below = replace(w5, aggregates={V0: AggregateCheck(V0, ((M0, 1.0),), "h5")})
+    rejected = replace(w6, aggregates={V1: w6.aggregates[V1]}, leader=V1)
+    none = replace(w6, window=7, aggregates={}, leader=None)
+    open_ = replace(w6, window=8, aggregates={}, leader=None, settled=False)
+    docs = [below, rejected, none, open_]
+    page = miner_page(miner_row(M1, docs, chain_state(), LABELS, {}), docs, LABELS, [], 1)
+    assert [w.in_global_model for w in page.windows] == [False] * 4
+    assert [w.why_not for w in reversed(page.windows)] == [
+        "ranked 2 of 2 passing updates by score, below aggregate_top_n = 1 (the aggregate takes the best only)",
+        "the followed validator rejected it: replay: segment 2 differs",
+        NO_AGGREGATE,
+        "the window's aggregate deadline has not passed yet",
+    ]
+    # the miner's log line gives the same reason, with every validator's score
+    line = standing(M1, 5, below.reports, V0, ((M0, 1.0),), 1).line()
+    assert line == (
+        f"window 5: not in the global model: {page.windows[-1].why_not}; scores: {V0[:8]}… 0, {V1[:8]}… 0"
+    )
 
 
 def test_score_words_name_the_tokens_and_the_quality_of_a_score():

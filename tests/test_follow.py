@@ -20,6 +20,7 @@ from distrai.globalmodel import GlobalModel, SyncUnavailable, outer_config
 from distrai.layout import aggregate_key, manifest_key, report_key
 from distrai.run import load_run_config
 from distrai.runtime import build_runtime, params_hash
+from distrai.standing import standing_lines
 from distrai.store import FileStore
 from distrai.sync import StoreCache, Syncer, peer_view
 from distrai.train.outer import Contribution, OuterState, outer_state_hash, outer_step
@@ -251,6 +252,16 @@ def test_an_honest_leaders_aggregate_is_followed(net):
     assert syncer.followed[WINDOW][0] == leader
     assert following.window == WINDOW + 1 and following.hash != net.model.hash
     assert syncer.take_refusals() == []
+    # what each miner's log says of the window, from the reports the follower weighed
+    settled = syncer.take_settled()
+    assert [s.window for s in settled] == [WINDOW] and syncer.take_settled() == []
+    top_n = net.runtime.config.scoring.aggregate_top_n
+    taken, _, copied = (standing_lines(m.hotkey.ss58_address, settled, top_n)[0] for m in net.miners.values())
+    assert taken.startswith(f"window {WINDOW}: taken into the global model, weight 0.556; scores: ")
+    assert copied.startswith(
+        f"window {WINDOW}: not in the global model: the followed validator rejected it: "
+        "update: wrong_owner: copied; scores: "
+    )
 
 
 @pytest.mark.parametrize(

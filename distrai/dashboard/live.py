@@ -152,7 +152,13 @@ class Live:
             time.time(),
         )
         self.pages = {
-            row.hotkey: miner_page(row, self.docs, self.labels, self.history.get(row.hotkey, []))
+            row.hotkey: miner_page(
+                row,
+                self.docs,
+                self.labels,
+                self.history.get(row.hotkey, []),
+                self.reader.config.scoring.aggregate_top_n,
+            )
             for row in view.miners
         }
         self.view = view

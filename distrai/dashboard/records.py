@@ -12,6 +12,7 @@ from statistics import mean
 
 from distrai.chain.base import Metagraph
 from distrai.dashboard.words import explain, score_words
+from distrai.standing import standing
 from distrai.wire.manifest import WindowReport
 
 TEXT_CHARS = 400
@@ -136,6 +137,8 @@ class MinerWindow:
     aggregate_followed: bool
     """whether nodes followed an aggregate of this window at all (none, when every one came late or
     was refused)"""
+    why_not: str | None
+    """why its update is not in the global model (`distrai.standing`); None when it is"""
 
 
 @dataclass(frozen=True)
@@ -333,16 +336,39 @@ def miner_row(
     )
 
 
+NOT_SETTLED = "the window's aggregate deadline has not passed yet"
+
+
+def why_not_taken(d: WindowDocs, hotkey: str, top_n: int) -> str | None:
+    """Why `hotkey`'s update of window `d` is not in the global model, as the miner's log says it
+    (`distrai.standing`); None when it is."""
+    if not d.settled:
+        return NOT_SETTLED
+    accepted = d.aggregates[d.leader].accepted if d.leader else ()
+    reason = standing(hotkey, d.window, d.reports, d.leader, accepted, top_n).reason
+    return None if reason is None else clip(reason)
+
+
 def miner_page(
-    row: MinerRow, docs: list[WindowDocs], labels: dict[str, str], history: list[Sample]
+    row: MinerRow, docs: list[WindowDocs], labels: dict[str, str], history: list[Sample], top_n: int
 ) -> MinerPage:
+    """`top_n`: the run's `scoring.aggregate_top_n`."""
     verdicts = verdicts_of(docs, row.hotkey, labels)
     windows = []
     for d in reversed(docs):
         mine = [v for v in verdicts if v.window == d.window]
         weight = d.in_leader_aggregate(row.hotkey)
         if mine or weight is not None:
-            windows.append(MinerWindow(d.window, weight is not None, weight, mine, d.leader is not None))
+            windows.append(
+                MinerWindow(
+                    d.window,
+                    weight is not None,
+                    weight,
+                    mine,
+                    d.leader is not None,
+                    why_not_taken(d, row.hotkey, top_n),
+                )
+            )
     return MinerPage(row=row, summary=miner_summary(row, verdicts), windows=windows, history=history)
 
 

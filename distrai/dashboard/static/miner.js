@@ -68,9 +68,7 @@ function render(page) {
     ...(page.windows.length ? page.windows.map((w) => el("div", { class: "window" },
       el("h3", {}, `Window ${w.window}`, w.in_global_model
         ? el("span", { class: "badge good" }, `in the global model, weight ${num(w.aggregate_weight)}`)
-        : el("span", { class: "badge neutral" }, w.aggregate_followed
-          ? "not in the global model"
-          : "not in the global model: no aggregate of this window was followed (each came late or was refused)")),
+        : el("span", { class: "badge neutral" }, `not in the global model: ${w.why_not}`)),
       w.verdicts.length ? w.verdicts.map(verdict) : el("p", { class: "note" }, "No validator report names this miner in this window."),
     )) : [el("p", { class: "empty" }, "No window names this miner yet.")]),
   );

@@ -118,7 +118,9 @@ def watch(net: Localnet, options: LocalnetOptions, console: Console, timeout: fl
         return False
     finally:
         net.stop()
+    stopped = net.chain.metagraph()  # at once: the embedded chain goes on paying on the last weights
     console.print()
+    console.print(f"the network stopped at block {stopped.block}")
     if not finished:
         console.print(
             f"[yellow]the network did not finish {options.windows} windows in {timeout:.0f}s; stopped it[/]"
@@ -128,7 +130,7 @@ def watch(net: Localnet, options: LocalnetOptions, console: Console, timeout: fl
         console.print("no window was validated; see the logs")
         return True
     note = accepted_note(windows, trained_windows(net), options.windows)
-    console.print(results_table(miner_results(net, windows), note))
+    console.print(results_table(miner_results(net, windows, stopped), stopped.block, note))
     losses = summarize(net, windows)["losses"]
     console.print(
         f"held-out loss of the global model: {losses[0]:.3f} at window {windows[0]} → {losses[-1]:.3f} after "

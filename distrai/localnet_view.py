@@ -7,6 +7,7 @@ from statistics import mean
 
 from rich.table import Table
 
+from distrai.chain.base import Metagraph
 from distrai.chain.local import LocalChain
 from distrai.heldout import HeldoutCurve
 from distrai.layout import report_key
@@ -91,10 +92,10 @@ class MinerResult:
     """the leader's latest reason for rejecting this miner, or "" """
 
 
-def miner_results(net: Localnet, windows: list[int]) -> list[MinerResult]:
-    """Per miner, from the leading validator's signed reports and the chain."""
+def miner_results(net: Localnet, windows: list[int], mg: Metagraph) -> list[MinerResult]:
+    """Per miner, from the leading validator's signed reports and the chain; standing and earnings
+    from `mg`, read when the network stopped (the chain goes on paying on the last weights)."""
     chain: LocalChain = net.chain
-    mg = chain.metagraph()
     leader = _hotkey(net, "validator0")
     reports = [r["miners"] for r in signed_reports(net, windows) if r["validator"] == leader]
     leader_uid = mg.uid_of(leader)
@@ -126,8 +127,8 @@ def miner_results(net: Localnet, windows: list[int]) -> list[MinerResult]:
     return results
 
 
-def results_table(results: list[MinerResult], note: str = "") -> Table:
-    """The miners' results, with `note` (`accepted_note`) under them."""
+def results_table(results: list[MinerResult], block: int, note: str = "") -> Table:
+    """The miners' results as of `block`, with `note` (`accepted_note`) under them."""
     table = Table(title="miners", caption=note or None, caption_justify="left")
     table.add_column("miner", no_wrap=True)
     for col in (
@@ -136,7 +137,7 @@ def results_table(results: list[MinerResult], note: str = "") -> Table:
         "mean score (tokens)",
         "weight",
         "incentive",
-        "emission earned",
+        f"earned (block {block})",
         "utilization",
         "late reveals",
     ):

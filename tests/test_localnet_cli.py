@@ -297,4 +297,5 @@ def test_the_results_say_why_windows_accepted_falls_short_of_windows(tmp_path):
     ]
     assert accepted_note([1, 2], [1, 2], 2).count("\n") == 0
     result = MinerResult("miner0", 1, 4, 1.0, 0.5, 0.5, 1.0, None, 0, "")
-    assert results_table([result], note).caption == note
+    table = results_table([result], 412, note)
+    assert table.caption == note and "earned (block 412)" in [c.header for c in table.columns]

@@ -9,6 +9,8 @@ from dataclasses import replace
 from distrai.chain.base import Metagraph, Neuron
 from distrai.dashboard.nodes import NodeMetrics, wallet_labels
 from distrai.dashboard.records import (
+    HELDOUT_OFF,
+    HELDOUT_PENDING,
     TEXT_CHARS,
     AggregateCheck,
     ChainState,
@@ -18,6 +20,7 @@ from distrai.dashboard.records import (
     miner_page,
     miner_row,
     run_view,
+    stopped_note,
     validator_row,
     window_row,
 )
@@ -161,11 +164,46 @@ def test_a_window_row_counts_each_upload_once_however_many_validators_read_it():
 def test_the_run_view_lists_miners_and_validators_but_not_the_owner():
     view = run_view(
         RunInfo("run", "0" * 64, 1, 30, 5), chain_state(), two_windows(), {5: 3.0, 6: 2.0, 7: float("nan")},
-        LABELS, {}, ["window 6: train"], [], 0.0,
+        LABELS, {}, ["window 6: train"], [], 0.0, heldout_on=True,
     )  # fmt: skip
     assert [m.hotkey for m in view.miners] == [M0, M1]
     assert [v.hotkey for v in view.validators] == [V0, V1]
     assert view.heldout == [(5, 3.0), (6, 2.0)] and view.tokens == 3000 and view.window == 6
+    assert view.heldout_empty == HELDOUT_PENDING and view.stopped is None
+
+
+def test_the_held_out_chart_says_it_is_off_when_the_dashboard_does_not_follow_it():
+    view = run_view(
+        RunInfo("run", "0" * 64, 1, 30, 5), chain_state(), two_windows(), {}, LABELS, {}, [], [], 0.0,
+        heldout_on=False,
+    )  # fmt: skip
+    assert view.heldout == [] and view.heldout_empty == HELDOUT_OFF
+
+
+def test_the_network_is_stopped_after_settled_windows_nobody_published_in():
+    docs = two_windows()
+    silent = [WindowDocs(7, settled=True), WindowDocs(8, settled=True), WindowDocs(9)]
+    assert stopped_note(docs + silent[:1]) is None  # one quiet window: an outage, perhaps
+    assert stopped_note(docs + silent[2:]) is None  # not due yet
+    assert stopped_note([WindowDocs(5, settled=True), *silent]) is None  # nobody has published yet
+    note = stopped_note(docs + silent)
+    assert note is not None and "since window 6 (windows 7–8 passed their aggregate deadline" in note
+    view = run_view(
+        RunInfo("run", "0" * 64, 1, 30, 5), chain_state(), docs + silent, {}, LABELS, {}, [], [], 0.0,
+        heldout_on=True,
+    )  # fmt: skip
+    assert view.stopped == note
+    page = miner_page(view.miners[0], docs + silent, LABELS, [], 3)
+    assert page.stopped == note
+
+
+def test_earned_names_the_block_it_was_read_at():
+    row = miner_row(M0, two_windows(), chain_state(), LABELS, {})
+    assert (row.earned, row.earned_block) == (4.0, 200)
+    assert validator_row(V0, two_windows(), chain_state(), LABELS, {}).earned_block == 200
+    page = miner_page(row, two_windows(), LABELS, [], 3)
+    assert page.summary[-1].endswith("4.0000 earned in all as of block 200.")
+    assert miner_row(M0, two_windows(), None, LABELS, {}).earned_block is None
 
 
 def test_a_miner_page_shows_newest_window_first_with_plain_words():

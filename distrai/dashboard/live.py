@@ -150,6 +150,7 @@ class Live:
             phases,
             banners,
             time.time(),
+            heldout_on=self.heldout is not None,
         )
         self.pages = {
             row.hotkey: miner_page(

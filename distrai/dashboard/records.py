@@ -160,6 +160,9 @@ class MinerRow:
     """emission of the last epoch"""
     earned: float
     """everything earned since registration (embedded chain only; 0 elsewhere)"""
+    earned_block: int | None
+    """the block `earned` was read at: the chain pays on the last weights set, so it rises while
+    the chain runs, nodes or none"""
     utilization: float | None
     bytes_sent: int
     """update and revealed bytes the validators read from it"""
@@ -174,6 +177,8 @@ class MinerPage:
     summary: list[str]
     windows: list[MinerWindow]
     history: list[Sample]
+    stopped: str | None
+    """why the network looks stopped (`stopped_note`); None while it runs"""
 
 
 @dataclass(frozen=True)
@@ -185,6 +190,7 @@ class ValidatorRow:
     validator_trust: float
     dividends: float
     earned: float
+    earned_block: int | None
     windows_reported: int
     checked: int
     """miners in its latest report"""
@@ -253,6 +259,33 @@ class RunView:
     banners: list[str]
     problems: list[Problem]
     updated: float
+    heldout_empty: str
+    """what the held-out chart says while it has no point"""
+    stopped: str | None
+    """why the network looks stopped (`stopped_note`); None while it runs"""
+
+
+HELDOUT_PENDING = "No window's global model is final yet."
+HELDOUT_OFF = "Held-out loss is off for this run: the dashboard was started with --no-heldout."
+STOPPED_WINDOWS = 2
+"""Windows past their aggregate deadline with no report or aggregate at all, after the last that had
+one, before the page says the network has stopped."""
+
+
+def stopped_note(docs: list[WindowDocs]) -> str | None:
+    """Why the network looks stopped: no validator has published a report or an aggregate of the
+    last `STOPPED_WINDOWS` windows whose aggregate deadline passed, after windows that had them.
+    None while it runs (or before any validator has published)."""
+    published = [d.window for d in docs if d.reports or d.aggregates]
+    if not published:
+        return None
+    silent = [d.window for d in docs if d.window > published[-1] and d.settled]
+    if len(silent) < STOPPED_WINDOWS:
+        return None
+    return (
+        f"the network has stopped: no validator has published a report or an aggregate since window "
+        f"{published[-1]} (windows {silent[0]}–{silent[-1]} passed their aggregate deadline without one)"
+    )
 
 
 def label_of(hotkey: str, labels: dict[str, str]) -> str:
@@ -325,6 +358,7 @@ def miner_row(
         incentive=neuron.incentive if neuron else 0.0,
         emission=neuron.emission if neuron else 0.0,
         earned=neuron.total_emission if neuron else 0.0,
+        earned_block=chain.block if chain else None,
         utilization=utilization.get(hotkey),
         bytes_sent=sum(
             _window_bytes(d, hotkey, "update_bytes") + _window_bytes(d, hotkey, "revealed_bytes")
@@ -369,7 +403,13 @@ def miner_page(
                     why_not_taken(d, row.hotkey, top_n),
                 )
             )
-    return MinerPage(row=row, summary=miner_summary(row, verdicts), windows=windows, history=history)
+    return MinerPage(
+        row=row,
+        summary=miner_summary(row, verdicts),
+        windows=windows,
+        history=history,
+        stopped=stopped_note(docs),
+    )
 
 
 def miner_summary(row: MinerRow, verdicts: list[Verdict]) -> list[str]:
@@ -397,7 +437,7 @@ def miner_summary(row: MinerRow, verdicts: list[Verdict]) -> list[str]:
     lines.append(
         f"On chain now: weight {row.weight:.3f} (stake-weighted over the validators), incentive "
         f"{row.incentive:.3f}, emission {row.emission:.4f} per epoch"
-        + (f", {row.earned:.4f} earned in all." if row.earned else ".")
+        + (f", {row.earned:.4f} earned in all as of block {row.earned_block}." if row.earned else ".")
     )
     return lines
 
@@ -431,6 +471,7 @@ def validator_row(
         validator_trust=neuron.validator_trust if neuron else 0.0,
         dividends=neuron.dividends if neuron else 0.0,
         earned=neuron.total_emission if neuron else 0.0,
+        earned_block=chain.block if chain else None,
         windows_reported=len(reports),
         checked=len(latest.miners) if latest else 0,
         replayed=sum(1 for e in latest.miners.values() if "replay_steps" in e.numbers) if latest else 0,
@@ -476,8 +517,11 @@ def run_view(
     phases: list[str],
     banners: list[str],
     updated: float,
+    *,
+    heldout_on: bool,
 ) -> RunView:
-    """The whole page: the run, window by window, and every miner and validator."""
+    """The whole page: the run, window by window, and every miner and validator. `heldout_on`:
+    whether the dashboard follows the held-out loss (off with --no-heldout)."""
     reported = {hk for d in docs for r in d.reports.values() for hk in r.miners}
     reporting = [v for d in docs for v in d.reports]
     validators = list(dict.fromkeys([*(chain.validators() if chain else []), *reporting]))
@@ -499,4 +543,6 @@ def run_view(
         banners=banners,
         problems=[Problem(p.window, label_of(p.who, labels), p.what) for d in docs for p in d.problems],
         updated=updated,
+        heldout_empty=HELDOUT_PENDING if heldout_on else HELDOUT_OFF,
+        stopped=stopped_note(docs),
     )

@@ -86,7 +86,8 @@ export function poll(url, render, banners) {
       } else {
         if (text !== last) render(data);
         last = text;
-        setLive("on", `live · ${new Date().toLocaleTimeString()}`);
+        const time = new Date().toLocaleTimeString();
+        setLive(data.stopped ? "" : "on", data.stopped ? `network stopped · ${time}` : `live · ${time}`);
       }
     } catch (e) {
       setLive("off", "disconnected, retrying");

@@ -32,7 +32,7 @@ function verdict(v) {
 function render(page) {
   const r = page.row;
   document.title = `${r.label} · DisTrAI dashboard`;
-  showBanners($("banners"), []);
+  showBanners($("banners"), [], page.stopped ? [page.stopped] : []);
   $("miner-name").textContent = `${r.label}${r.uid === null ? "" : ` (uid ${r.uid})`}`;
   $("miner-hotkey").textContent = r.hotkey;
   $("summary").replaceChildren(...page.summary.map((s) => el("li", {}, s)));
@@ -41,7 +41,7 @@ function render(page) {
     card("Rejected", r.rejected, "windows a validator turned down"),
     card("Mean score", num(r.mean_score, 0), `last ${num(r.last_score, 0)}`),
     card("Weight", num(r.weight), `incentive ${num(r.incentive)}`),
-    card("Earned", num(r.earned, 3), `${num(r.emission, 4)} last epoch`),
+    card("Earned", num(r.earned, 3), `at block ${r.earned_block ?? dash} · ${num(r.emission, 4)} last epoch`),
     card("Utilization", pct(r.utilization), r.utilization === null ? "from your node's metrics, when given" : "training time over wall time"),
     card("Bytes sent", bytes(r.bytes_sent), "updates and reveals the validators read"),
   );

@@ -17,7 +17,9 @@ function summary(v) {
   const loss = v.heldout;
   const lead = [...v.windows].reverse().find((w) => w.leader_label);
   $("summary").replaceChildren(
-    card("Window", v.window ?? dash, [v.phases.join(" · "), v.block === null ? "" : ` (block ${v.block})`].join("")),
+    card("Window", v.window ?? dash, v.stopped
+      ? `the network has stopped (block ${v.block})`
+      : [v.phases.join(" · "), v.block === null ? "" : ` (block ${v.block})`].join("")),
     card("Held-out loss", loss.length ? num(loss[loss.length - 1][1]) : dash,
       loss.length > 1 ? `from ${num(loss[0][1])} at window ${loss[0][0]}` : "the global model, window by window"),
     card("Tokens trained", count(v.tokens), `in the updates the global model took, ${v.windows.length} windows shown`),
@@ -28,6 +30,11 @@ function summary(v) {
   );
 }
 
+// What the chain had paid at the block it was read at: it keeps paying on the last weights set.
+function earned(row) {
+  return [num(row.earned, 3), " ", el("span", { class: "note" }, row.earned_block === null ? "" : `(block ${row.earned_block})`)];
+}
+
 const minerColumns = [
   { title: "Miner", cell: (m) => who(m.label, m.hotkey, `/miner/${encodeURIComponent(m.hotkey)}`) },
   { title: "UID", cell: (m) => m.uid ?? dash },
@@ -36,7 +43,7 @@ const minerColumns = [
   { title: "Score last / mean", cell: (m) => `${num(m.last_score, 0)} / ${num(m.mean_score, 0)}` },
   { title: "Weight", cell: (m) => num(m.weight) },
   { title: "Incentive", cell: (m) => num(m.incentive) },
-  { title: "Earned", cell: (m) => num(m.earned, 3) },
+  { title: "Earned", cell: (m) => earned(m) },
   { title: "Utilization", cell: (m) => pct(m.utilization) },
   { title: "Bytes sent", cell: (m) => bytes(m.bytes_sent) },
   {
@@ -60,7 +67,7 @@ const validatorColumns = [
   { title: "Refused", cell: (x) => x.refused },
   { title: "Findings adopted / refuted", cell: (x) => `${x.findings_adopted} / ${x.findings_refuted}` },
   { title: "Weights set", cell: (x) => (x.weights_set ? `${x.weights_set} (block ${x.last_update})` : dash) },
-  { title: "Earned", cell: (x) => num(x.earned, 3) },
+  { title: "Earned", cell: (x) => earned(x) },
   { title: "Utilization", cell: (x) => pct(x.utilization) },
   {
     title: "Aggregates in time",
@@ -84,11 +91,11 @@ const windowColumns = [
 
 function render(v) {
   $("run-name").replaceChildren("run ", el("b", {}, v.run.name), ` · subnet ${v.run.netuid} · id ${v.run.run_id.slice(0, 12)}…`);
-  showBanners($("banners"), v.banners);
+  showBanners($("banners"), v.banners, v.stopped ? [v.stopped] : []);
   summary(v);
   lineChart($("loss-chart"), [{ name: "held-out loss", color: "#2563eb", points: v.heldout }], {
     integerX: true, xTitle: "window", yTitle: "loss", yFormat: (y) => y.toFixed(2),
-    label: "held-out loss by window", empty: "No window's global model is final yet.",
+    label: "held-out loss by window", empty: v.heldout_empty,
   });
   lineChart($("bytes-chart"), [
     { name: "updates", color: "#0f766e", points: v.windows.map((w) => [w.window, w.update_bytes]) },

@@ -4,8 +4,10 @@ resumed after a restart while still due, and carried with the codec residual it 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
+import threading
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,7 @@ from distrai.update import residual_hash
 from distrai.windows import commit_deadline, reveal_deadline, window_start
 from miners.miner import Miner, MinerOptions
 from miners.reveal_job import JOB_FILE, sealed_jobs
-from miners.uploader import Uploader
+from miners.uploader import Uploader, give_up_block
 
 CONFIG = Path(__file__).parent / "support" / "adversary-localnet.toml"
 WINDOW = 3
@@ -178,3 +180,101 @@ def test_reveals_past_their_retention_are_deleted_and_nothing_else(net, config):
     miner.uploader.sweep(WINDOW - 1)
     assert [key for key in kept + swept if store.exists(key)] == kept
     miner.uploader.sweep(-1)  # before the run's first window: nothing to do
+
+
+class Said(logging.Handler):
+    """The miner's log lines, and an event set when one holds `words`."""
+
+    def __init__(self, words: str):
+        super().__init__()
+        self.words = words
+        self.lines: list[str] = []
+        self.seen = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+        if self.words in record.getMessage():
+            self.seen.set()
+
+
+@contextlib.contextmanager
+def listening(words: str):
+    said = Said(words)
+    logger = logging.getLogger("distrai.miner")
+    logger.addHandler(said)
+    try:
+        yield said
+    finally:
+        logger.removeHandler(said)
+
+
+def cut(store: FileStore) -> Path:
+    """Make the store's root unreachable (ELOOP on every path); returns where it was moved."""
+    away = store.root.with_name(store.root.name + ".away")
+    store.root.rename(away)
+    store.root.symlink_to(store.root)
+    return away
+
+
+def restore(store: FileStore, away: Path) -> None:
+    store.root.unlink()
+    away.rename(store.root)
+
+
+def uploading(miner: Miner) -> tuple[threading.Thread, list]:
+    results = []
+    thread = threading.Thread(target=lambda: results.append(miner.uploader.upload(miner.uploader.jobs.get())))
+    thread.start()
+    return thread, results
+
+
+def test_a_reveal_is_tried_again_through_a_store_outage_that_ends_before_its_deadline(net, config):
+    harness, _, store, _ = net
+    _, seen = committed_window(net, config)
+    miner = new_miner(net, config)
+    miner.recover()
+    harness.advance(commit_deadline(config.windows, WINDOW) + 1 - harness.local.block())
+    away = cut(store)
+    with listening("out of reach") as said:
+        thread, results = uploading(miner)
+        assert said.seen.wait(60), said.lines
+        restore(store, away)
+        thread.join(60)
+    assert results and results[0] is not None and not results[0].late, said.lines
+    assert store.exists(blob_key(job_blob_sha(seen["job"])))
+    outage = [line for line in said.lines if "out of reach" in line]
+    assert len(outage) == 2, said.lines
+    assert outage[0].startswith(f"the store {store.url} (window {WINDOW}'s reveal) is out of reach")
+    assert "answered again after" in outage[1]
+
+
+def test_a_reveal_cut_by_an_outage_under_way_at_its_deadline_is_tried_until_the_next_reveal_deadline(
+    net, config
+):
+    harness, _, store, _ = net
+    committed_window(net, config)
+    miner = new_miner(net, config)
+    miner.recover()
+    harness.advance(commit_deadline(config.windows, WINDOW) + 1 - harness.local.block())
+    cut(store)
+    with listening("out of reach") as said:
+        thread, results = uploading(miner)
+        assert said.seen.wait(60), said.lines
+        harness.advance(reveal_deadline(config.windows, WINDOW) + 1 - harness.local.block())
+        thread.join(1.0)
+        assert thread.is_alive(), "the reveal gave up at its deadline through an outage under way then"
+        harness.advance(reveal_deadline(config.windows, WINDOW + 1) - harness.local.block())
+        thread.join(60)
+    assert results and results[0].late and results[0].bytes_sent == 0
+    outage = [line for line in said.lines if "out of reach" in line]
+    assert len(outage) == 2, said.lines
+    assert "not tried any more" in outage[1]
+
+
+def test_a_reveal_stops_trying_at_its_deadline_unless_the_outage_was_under_way_then(config):
+    w = WINDOW
+    deadline, next_deadline = reveal_deadline(config.windows, w), reveal_deadline(config.windows, w + 1)
+    assert give_up_block(config.windows, w, deadline - 5) == next_deadline
+    assert give_up_block(config.windows, w, deadline - 1) == next_deadline
+    assert give_up_block(config.windows, w, deadline) == deadline
+    assert give_up_block(config.windows, w, deadline + 3) == deadline

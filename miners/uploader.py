@@ -307,9 +307,9 @@ class Uploader:
             try:
                 self._put(piece)
             except (StoreError, OSError) as exc:
-                self.outages.failed(what, exc)
                 block = self._block()
                 began = block if began is None else began
+                self.outages.failed(what, exc)
                 if began is not None and block >= give_up_block(self.miner.windows, w, began):
                     self.outages.gave_up(what, f"block {block}: past the reveal deadline, block {deadline}")
                     log.error("window %d: reveal failed at %s: %s", w, piece.key or "the update blob", exc)

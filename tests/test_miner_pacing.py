@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from miners.pacing import Pacer, blocks_needed, commit_by, stop_time
+from miners.pacing import Pacer, blocks_needed, commit_by, skipped_windows, stop_time
 
 
 def test_training_stops_so_the_commitment_lands_before_the_deadline():
@@ -46,3 +46,10 @@ def test_a_pacer_whose_time_is_up_stops_after_the_first_segment():
     pacer = Pacer(started=0.0, until=-1.0, clock=clock)
     clock.now = 1.0
     assert not pacer.go_on(1)
+
+
+def test_the_windows_a_miner_passes_over_are_those_between_the_last_it_set_out_to_train_and_the_next():
+    assert list(skipped_windows(7, 9)) == [8]
+    assert list(skipped_windows(7, 8)) == []
+    assert list(skipped_windows(8, 8)) == []
+    assert list(skipped_windows(None, 9)) == []

@@ -1,6 +1,7 @@
 """A miner's reveal outlives the process that committed it: staged on disk before the commitment,
 resumed after a restart while still due, and carried with the codec residual it committed to
-(miners/reveal_job.py, miners/uploader.py, Miner.recover). Also the start-up link check."""
+(miners/reveal_job.py, miners/uploader.py, Miner.recover). Also the start-up link check, a store
+outage met by a reveal or a commit, and the windows a miner skips."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from support.local_harness import make_local_harness
 
 from distrai.chain.local import LocalChain
-from distrai.layout import state_key, trajectory_key
+from distrai.layout import manifest_key, state_key, trajectory_key
 from distrai.metrics import Metrics, read_metrics
 from distrai.run import load_run_config
 from distrai.runtime import build_runtime
@@ -278,3 +279,34 @@ def test_a_reveal_stops_trying_at_its_deadline_unless_the_outage_was_under_way_t
     assert give_up_block(config.windows, w, deadline - 1) == next_deadline
     assert give_up_block(config.windows, w, deadline) == deadline
     assert give_up_block(config.windows, w, deadline + 3) == deadline
+
+
+def test_a_commit_puts_its_manifest_through_a_store_outage_that_ends_in_time(net, config):
+    harness, _, store, _ = net
+    miner = new_miner(net, config)
+    manifest_key_of = manifest_key(miner.rt.run_id, WINDOW, miner.hotkey)
+    away = cut(store)
+    with listening("out of reach") as said:
+        results = []
+        thread = threading.Thread(target=lambda: results.append(miner.put_manifest(WINDOW, b"{}")))
+        thread.start()
+        assert said.seen.wait(60), said.lines
+        restore(store, away)
+        thread.join(60)
+    assert results == [True]
+    assert store.get(manifest_key_of, 10) == b"{}"
+    assert [line for line in said.lines if "out of reach" in line][1].startswith(
+        f"the store {store.url} (window {WINDOW}'s manifest) answered again after"
+    )
+
+
+def test_a_miner_says_which_windows_it_skips_and_why(net, config):
+    harness, _, _, _ = net
+    miner = new_miner(net, config)
+    with listening("skipped") as said:
+        miner.say_skipped(WINDOW)
+        miner.say_skipped(WINDOW + 2)
+    assert said.lines == [
+        f"window {WINDOW + 1}: skipped: at block {harness.local.block()}, too little of its train phase was "
+        f"left for a segment and the commit (commit deadline: block {commit_deadline(config.windows, WINDOW + 1)})"
+    ]

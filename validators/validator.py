@@ -44,6 +44,7 @@ from distrai.chain.base import Chain, ChainError, Commitment, Metagraph, WalletL
 from distrai.globalmodel import GlobalModel, SyncUnavailable, encode_checkpoint, outer_config
 from distrai.layout import aggregate_key, checkpoint_key, report_key
 from distrai.metrics import Metrics
+from distrai.outage import OutageLog
 from distrai.participant import Participant
 from distrai.run import challenge_inputs
 from distrai.runtime import Runtime, params_hash
@@ -101,6 +102,10 @@ class ValidatorOptions:
     """Honest, or one of the leaders of `behaviour.LEADER_ADVERSARIES` (for demonstrations and tests)."""
 
 
+MODELS = "the models to check a window against (the validators' aggregates)"
+"""What a validator waits for when it cannot sync, as its outage log names it."""
+
+
 class Validator(Participant):
     def __init__(
         self,
@@ -124,6 +129,9 @@ class Validator(Participant):
         self.last_end: float | None = None
         self.held: HeldWindow | None = None
         """what the last window checked leaves for re-checking the other validators' findings of it"""
+        self.outages = OutageLog(log)
+        self.listing_said: int | None = None
+        """the last window whose listing this process took or said it resumes (said once a window)"""
 
     def run(self, stop: threading.Event, max_windows: int | None = None) -> None:
         done = 0
@@ -198,15 +206,17 @@ class Validator(Participant):
             self.pending.save(pending.with_inventory(inventory))
             for url in sorted(inventory.unreachable):
                 log.warning("window %d: the store %s could not be listed at the reveal deadline", w, url)
-        else:
+        elif self.listing_said != w:
             log.info("window %d: resuming with the listing taken at block %d", w, inventory.block)
+        self.listing_said = w
         try:
             self.base = self.syncer.catch_up(self.model, self.base_index(w))
             self.model = self.syncer.catch_up(self.base, w)
         except SyncUnavailable as exc:
-            log.warning("window %d: cannot reach the models to check it against yet: %s", w, exc)
+            self.outages.failed(MODELS, f"window {w} waits for them: {exc}")
             stop.wait(self.chain.block_time())
             return False
+        self.outages.answered(MODELS)
         mg = self.chain.metagraph()
         self.reread_withheld(w - 1, mg)
         rechecks = self.recheck_findings(w - 1, mg)

@@ -339,7 +339,7 @@ class Validator(Participant):
             )
         while unread and not stop.is_set() and self.block_now() < patience:
             stop.wait(self.chain.block_time())
-            if view.inventory.unreachable:
+            if view.inventory.unreachable or view.inventory.late:
                 view = self.list_again(view, pending)
             for hk in unread:
                 checked[hk] = self.check_miner(view, hk, uids[hk], mg)
@@ -381,11 +381,12 @@ class Validator(Participant):
 
     def list_again(self, view: WindowView, pending: PendingWindow) -> WindowView:
         """The view with the stores that could not be listed at the deadline listed again now."""
+        after = view.inventory.unreachable | set(view.inventory.late)
         again = take_inventory(
             self.stores,
             self.rt.run_id,
             view.window,
-            {hk: a for hk, a in view.announcements.items() if a.store_url in view.inventory.unreachable},
+            {hk: a for hk, a in view.announcements.items() if a.store_url in after},
             self.rt.config.limits.max_manifest_bytes,
             self.chain.block,
         )

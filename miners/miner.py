@@ -308,7 +308,9 @@ class Miner(Participant):
         folder = job_folder(self.options.work_dir, w)
         shutil.rmtree(folder, ignore_errors=True)
         trained_at = time.monotonic()
-        self.pacer = Pacer(started=trained_at, until=self.stop_time(w, trained_at))
+        self.pacer = Pacer(
+            started=trained_at, until=self.stop_time(w, trained_at), stalled=lambda: self.rt.data.waited_s
+        )
         trained = self.behaviour.train(self, w, miners, folder / "states")
         train_seconds = time.monotonic() - trained_at
         self.segment_seconds = self.pacer.slowest or train_seconds

@@ -138,9 +138,9 @@ HOLDS = [
 # can go.
 KNOWN_BUGS = {
     "reveals in flight resumed": (
-        "BUG B1 miners/miner.py Miner.recover(): a reveal job whose deadline passed while the miner was "
-        "down is removed without a log line; a miner killed mid-upload restarts in 11-15 s on 2 cores, "
-        "longer than what is left of the 16-block reveal phase (11 s at 0.7 s/block), so its reveal is lost"
+        "BUG B1 miners/miner.py Miner.recover(): a miner killed mid-upload restarts in 11-15 s on 2 cores, "
+        "longer than what is left of the 16-block reveal phase (11 s at 0.7 s/block), so its reveal is lost "
+        "(the restarted miner logs the drop)"
     ),
     "no honest miner marked fraud": (
         "BUG B1 (above): a reveal lost to a crash is hiding when the miner is challenged, and the miner is "

@@ -53,3 +53,11 @@ def test_the_windows_a_miner_passes_over_are_those_between_the_last_it_set_out_t
     assert list(skipped_windows(7, 8)) == []
     assert list(skipped_windows(8, 8)) == []
     assert list(skipped_windows(None, 9)) == []
+
+
+def test_time_waited_for_data_out_of_reach_is_not_a_segment_s_time():
+    clock, waited = Clock(), [5.0]
+    pacer = Pacer(started=0.0, until=30.0, clock=clock, stalled=lambda: waited[0])
+    clock.now, waited[0] = 20.0, 23.0  # segment 0 took 20 s, 18 of them waiting for a shard
+    assert pacer.go_on(1)  # 20 + 2 ≤ 30
+    assert pacer.slowest == pytest.approx(2.0)

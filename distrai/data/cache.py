@@ -70,6 +70,8 @@ class ShardCache:
         self._checked: set[str] = set()
         self._lock = threading.Lock()
         self.fetched_bytes = 0
+        self.waited_s = 0.0
+        """seconds spent on failed tries and the pauses after them"""
         self.outages = OutageLog(log)
 
     def path(self, shard: ShardEntry) -> Path:
@@ -112,6 +114,7 @@ class ShardCache:
         deadline, pause = time.monotonic() + self.patience_s, FIRST_PAUSE_S
         source = f"the data store {self.store.url}"
         while True:
+            tried = time.monotonic()
             try:
                 self.store.get_file(blob_key(shard.sha256), path, max_bytes=size)
                 self.outages.answered(source)
@@ -133,6 +136,7 @@ class ShardCache:
                 self.outages.failed(source, f"{what} ({shard.sha256[:12]}) {problem}")
                 time.sleep(pause)
                 pause = next_pause(pause)
+                self.waited_s += time.monotonic() - tried
         self.fetched_bytes += size
 
     def _problem(self, shard: ShardEntry, path: Path) -> str | None:

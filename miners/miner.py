@@ -243,7 +243,8 @@ class Miner(Participant):
     def recover(self) -> None:
         """Pick up after a restart: a committed window whose reveal is still due is uploaded again
         (the store replaces or resumes what was partly sent); the codec residual the newest anchored
-        manifest committed to is the one carried on; anything else is removed."""
+        manifest committed to is the one carried on; anything else is removed. The windows between the
+        newest committed one and the next one trained are said to be skipped (`say_skipped`)."""
         jobs, unsealed = sealed_jobs(self.options.work_dir)
         for folder in unsealed:
             shutil.rmtree(folder, ignore_errors=True)
@@ -271,6 +272,8 @@ class Miner(Participant):
                     reveal_deadline(self.windows, job.window),
                 )
                 job.remove()
+        if self.last_window >= 0:
+            self.last_tried = self.last_window
 
     def anchored(self, job: RevealJob, block: int) -> bool:
         """Whether the chain holds the job's manifest as this miner's commitment for its window,

@@ -310,3 +310,12 @@ def test_a_miner_says_which_windows_it_skips_and_why(net, config):
         f"window {WINDOW + 1}: skipped: at block {harness.local.block()}, too little of its train phase was "
         f"left for a segment and the commit (commit deadline: block {commit_deadline(config.windows, WINDOW + 1)})"
     ]
+
+
+def test_a_restarted_miner_says_which_windows_after_its_last_commit_it_skips(net, config):
+    committed_window(net, config)
+    restarted = new_miner(net, config)
+    restarted.recover()
+    with listening("skipped") as said:
+        restarted.say_skipped(WINDOW + 2)
+    assert [line.split(":")[0] for line in said.lines] == [f"window {WINDOW + 1}"]

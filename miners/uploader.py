@@ -6,13 +6,13 @@ and upload through the miner's store (its bandwidth limit included): the update 
 when challenged, the trajectory reveal (`distrai.trajectory`) and the start state of the run of
 challenged segments, coded losslessly against the window's base (`distrai.train.coded_state`: the
 job's boundary 0 holds that base). A job whose reveal deadline has passed before it began is dropped,
-since nothing uploaded after it counts. A store that does not answer is tried again every half
-second (a quarter block at most) until `give_up_block`: the reveal deadline, or one window later
-for an outage under way at the deadline; the outage is logged once when it starts and once when it
-ends (`distrai.outage`). While uploading, the uploader projects its finish from
-the rate it achieves and says, before the deadline, when the reveal will not make it. Every job
-ends with one metrics record (`"event": "reveal"`): seconds, bytes, rate, the rate that was
-needed, and whether it was late. Revealed states stay in the store for the run's
+since nothing uploaded after it counts, unless the store has failed every try since before that
+deadline. A store that does not answer is tried again every half second (a quarter block at most)
+until `give_up_block`: the reveal deadline, or one window later for an outage under way at the
+deadline; the outage is logged once when it starts and once when it ends (`distrai.outage`). While
+uploading, the uploader projects its finish from the rate it achieves and says, before the
+deadline, when the reveal will not make it. Every job ends with one metrics record (`"event":
+"reveal"`): seconds, bytes, rate, the rate that was needed, and whether it was late. Revealed states stay in the store for the run's
 `verification.retention_windows` windows, then the uploader deletes them. The thread has its own
 chain connection.
 """
@@ -99,6 +99,8 @@ class Uploader:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="uploader", daemon=True)
         self.outages = OutageLog(log)
+        self.failing_since: int | None = None
+        """the block of the first failed try of the store since it last took an object"""
 
     def start(self) -> None:
         self.thread.start()
@@ -166,7 +168,7 @@ class Uploader:
         w, deadline = job.window, reveal_deadline(windows, job.window)
         if not self._wait_for(commit_deadline(windows, w) + 1):
             return None
-        if self.chain.block() >= deadline:
+        if self.chain.block() >= deadline and not self.failing_over(deadline):
             log.warning(
                 "window %d: its reveal deadline (block %d) passed before the upload began; dropped",
                 w,
@@ -302,14 +304,16 @@ class Uploader:
         (each outage logged once when it starts and once when it ends); False when it never went in,
         or the uploader was stopped."""
         what = f"the store {self.miner.store.url} (window {w}'s reveal)"
-        deadline, began = reveal_deadline(self.miner.windows, w), None
+        deadline = reveal_deadline(self.miner.windows, w)
         while True:
             try:
                 self._put(piece)
             except (StoreError, OSError) as exc:
                 block = self._block()
-                began = block if began is None else began
+                if self.failing_since is None:
+                    self.failing_since = block
                 self.outages.failed(what, exc)
+                began = self.failing_since
                 if began is not None and block >= give_up_block(self.miner.windows, w, began):
                     self.outages.gave_up(what, f"block {block}: past the reveal deadline, block {deadline}")
                     log.error("window %d: reveal failed at %s: %s", w, piece.key or "the update blob", exc)
@@ -317,8 +321,14 @@ class Uploader:
                 if self.stop.wait(min(RETRY_PAUSE_S, self.chain.block_time() / 4)):
                     return False
                 continue
+            self.failing_since = None
             self.outages.answered(what)
             return True
+
+    def failing_over(self, deadline: int) -> bool:
+        """Whether the store has failed every try since before block `deadline` (so a job queued behind
+        one that tried through the outage still tries, until `give_up_block`)."""
+        return self.failing_since is not None and self.failing_since < deadline
 
     def _block(self) -> int | None:
         try:

@@ -319,3 +319,26 @@ def test_a_restarted_miner_says_which_windows_after_its_last_commit_it_skips(net
     with listening("skipped") as said:
         restarted.say_skipped(WINDOW + 2)
     assert [line.split(":")[0] for line in said.lines] == [f"window {WINDOW + 1}"]
+
+
+def test_a_reveal_queued_behind_one_that_tried_through_an_outage_still_tries_after_its_deadline(net, config):
+    harness, _, store, _ = net
+    first = new_miner(net, config)
+    first.run_window(WINDOW, stop=None)
+    harness.advance(window_start(config.windows, WINDOW + 1) - harness.local.block())
+    first.run_window(WINDOW + 1, stop=None)
+    miner = new_miner(net, config)
+    miner.recover()
+    assert miner.uploader.pending == 2
+    away = cut(store)
+    with listening(f"(window {WINDOW}'s reveal) is out of reach") as said:
+        thread, _ = uploading(miner)
+        assert said.seen.wait(60), said.lines
+        harness.advance(reveal_deadline(config.windows, WINDOW + 1) - harness.local.block())
+        thread.join(60)
+    with listening(f"(window {WINDOW + 1}'s reveal) is out of reach") as said:
+        thread, results = uploading(miner)  # its deadline passed while the one before it tried
+        assert said.seen.wait(60), said.lines
+        restore(store, away)
+        thread.join(60)
+    assert results[0].late and results[0].bytes_sent > 0, said.lines

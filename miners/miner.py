@@ -55,10 +55,17 @@ from distrai.train.replay_class import replay_class_of
 from distrai.train.sketch import sketch
 from distrai.train.state import TrainState, load_state, save_state, state_hash
 from distrai.update import residual_hash
-from distrai.windows import commit_deadline, committed_in_time, reveal_deadline, window_of, window_start
+from distrai.windows import (
+    commit_deadline,
+    committed_in_time,
+    reveal_deadline,
+    skipped_windows,
+    window_of,
+    window_start,
+)
 from distrai.wire import encode_tensors
 from miners.behaviour import Behaviour, behaviour, honest
-from miners.pacing import Pacer, blocks_needed, commit_by, skipped_windows, stop_time
+from miners.pacing import Pacer, blocks_needed, commit_by, stop_time
 from miners.reveal_job import RevealJob, job_folder, sealed_jobs
 from miners.uploader import RETRY_PAUSE_S, Uploader
 

@@ -65,9 +65,3 @@ class Pacer:
     def slowest(self) -> float | None:
         """The slowest segment timed so far (None before any ended)."""
         return max(self.segment_seconds, default=None)
-
-
-def skipped_windows(last_tried: int | None, next_window: int) -> range:
-    """The windows a miner passes over without setting out to train them: those after the last one
-    it set out to train (`last_tried`; none before its first) and before `next_window`."""
-    return range(0) if last_tried is None else range(last_tried + 1, next_window)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from miners.pacing import Pacer, blocks_needed, commit_by, skipped_windows, stop_time
+from distrai.windows import skipped_windows
+from miners.pacing import Pacer, blocks_needed, commit_by, stop_time
 
 
 def test_training_stops_so_the_commitment_lands_before_the_deadline():

@@ -64,6 +64,7 @@ from distrai.windows import (
     reveal_deadline,
     reveal_seed,
     score_shares,
+    skipped_windows,
     window_of,
     window_start,
 )
@@ -132,11 +133,16 @@ class Validator(Participant):
         self.outages = OutageLog(log)
         self.listing_said: int | None = None
         """the last window whose listing this process took or said it resumes (said once a window)"""
+        self.last_tried: int | None = None
+        """the last window this process set out to check (None before the first)"""
+        self.unreached: int | None = None
+        """the window last put off because the models to check it were out of reach"""
 
     def run(self, stop: threading.Event, max_windows: int | None = None) -> None:
         done = 0
         while not stop.is_set() and (max_windows is None or done < max_windows):
             w = self.next_window()
+            self.say_skipped(w)
             self.wait_noting_miners(window_start(self.windows, w), stop)
             self.note_miners(w)
             self.wait_noting_miners(reveal_deadline(self.windows, w), stop)
@@ -144,6 +150,22 @@ class Validator(Participant):
                 return
             if self.run_window(w, stop):
                 done += 1
+
+    def say_skipped(self, w: int) -> None:
+        """Say which windows before `w`, the next one to check, this validator passes over, and why
+        (none before the first window a fresh validator checks)."""
+        if self.unreached is not None and self.unreached != w:
+            self.outages.gave_up(MODELS, f"window {w} is next")
+            log.warning(
+                "window %d: skipped: the models to check it against stayed out of reach while its "
+                "aggregate was due",
+                self.unreached,
+            )
+            self.unreached = None
+        after = self.last_tried if self.last_tried is not None else self.state.window
+        for skipped in skipped_windows(after if after >= 0 else None, w):
+            log.warning("window %d: skipped: its reveals could no longer be listed in time", skipped)
+        self.last_tried = w
 
     def next_window(self) -> int:
         """The oldest window after the last one checked whose reveals can still be listed in time,
@@ -214,9 +236,11 @@ class Validator(Participant):
             self.model = self.syncer.catch_up(self.base, w)
         except SyncUnavailable as exc:
             self.outages.failed(MODELS, f"window {w} waits for them: {exc}")
+            self.unreached = w
             stop.wait(self.chain.block_time())
             return False
         self.outages.answered(MODELS)
+        self.unreached = None
         mg = self.chain.metagraph()
         self.reread_withheld(w - 1, mg)
         rechecks = self.recheck_findings(w - 1, mg)

@@ -107,6 +107,12 @@ MODELS = "the models to check a window against (the validators' aggregates)"
 """What a validator waits for when it cannot sync, as its outage log names it."""
 
 
+def time_spent(parts: list[tuple[str, float]]) -> str:
+    """Where a window's validation spent its time, the longest part first."""
+    ranked = sorted(parts, key=lambda part: -part[1])
+    return "; ".join(f"{what}: {seconds:.1f} s" for what, seconds in ranked)
+
+
 class Validator(Participant):
     def __init__(
         self,
@@ -216,6 +222,7 @@ class Validator(Participant):
         miners = pending.miners
         in_time, commitments = self.committed(w)
         inventory = pending.inventory()
+        parts, mark = [], time.monotonic()
         if inventory is None:
             inventory = take_inventory(
                 self.stores,
@@ -231,6 +238,9 @@ class Validator(Participant):
         elif self.listing_said != w:
             log.info("window %d: resuming with the listing taken at block %d", w, inventory.block)
         self.listing_said = w
+        urls = ", ".join(sorted({a.store_url for a in in_time.values()})) or "none"
+        parts.append((f"listing the miners' stores ({urls})", time.monotonic() - mark))
+        mark = time.monotonic()
         try:
             self.base = self.syncer.catch_up(self.model, self.base_index(w))
             self.model = self.syncer.catch_up(self.base, w)
@@ -241,6 +251,8 @@ class Validator(Participant):
             return False
         self.outages.answered(MODELS)
         self.unreached = None
+        parts.append(("reaching the models to check against", time.monotonic() - mark))
+        mark = time.monotonic()
         mg = self.chain.metagraph()
         self.reread_withheld(w - 1, mg)
         rechecks = self.recheck_findings(w - 1, mg)
@@ -252,12 +264,20 @@ class Validator(Participant):
             self.publish(checkpoint_key(self.rt.run_id, w, self.hotkey), encode_checkpoint(self.model))
         verdicts, pooled = self.check_window(w, mg, miners, in_time, commitments, pending, inventory, stop)
         self.options.behaviour.judge(self, w, verdicts)
+        parts.append((f"checking the miners (reading their stores: {urls})", time.monotonic() - mark))
+        mark = time.monotonic()
         published = publish_findings(self.rt, self.held, self.wallet.hotkey, self.publish)
         report = self.publish_report(w, verdicts, inventory.block, refused, rechecks, pooled)
         accepted = self.aggregate(w, verdicts, report)
+        parts.append((f"publishing to {self.store.url}", time.monotonic() - mark))
         seconds = time.monotonic() - started
         if self.chain.block() >= aggregate_deadline(self.windows, w):
-            log.warning("window %d: validation finished after the aggregate deadline", w)
+            log.warning(
+                "window %d: validation finished after the aggregate deadline (block %d); the time went to %s",
+                w,
+                aggregate_deadline(self.windows, w),
+                time_spent(parts),
+            )
         self.fold_scores(w, mg, verdicts, [r.miner for r in rechecks if r.outcome == ADOPTED], pooled.workers)
         self.pending.clear_through(w)
         weights = self.set_weights(mg)

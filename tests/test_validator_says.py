@@ -1,4 +1,5 @@
-"""A validator says which windows it passes over and why (`Validator.say_skipped`)."""
+"""What a validator says about windows it passes over (`Validator.say_skipped`) or finishes late
+(`validator.time_spent`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from distrai.run import load_run_config
 from distrai.runtime import build_runtime
 from distrai.store import FileStore
 from validators.state import ValidatorState, save_state
-from validators.validator import Validator, ValidatorOptions
+from validators.validator import Validator, ValidatorOptions, time_spent
 
 CONFIG = Path(__file__).parent / "support" / "adversary-localnet.toml"
 
@@ -50,3 +51,14 @@ def test_a_restarted_validator_says_which_windows_after_its_saved_one_it_skips(t
 def test_a_fresh_validator_skips_nothing_before_its_first_window(tmp_path, caplog):
     validator = validator_at(tmp_path, saved_window=None)
     assert said_while(lambda: validator.say_skipped(6), caplog) == []
+
+
+def test_a_late_window_names_where_its_time_went_the_longest_part_first():
+    parts = [
+        ("listing the miners' stores (s3://b/m)", 0.21),
+        ("checking the miners", 1.0),
+        ("publishing to s3://b/v", 25.3),
+    ]
+    assert time_spent(parts) == (
+        "publishing to s3://b/v: 25.3 s; checking the miners: 1.0 s; listing the miners' stores (s3://b/m): 0.2 s"
+    )

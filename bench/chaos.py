@@ -64,7 +64,7 @@ from distrai.localnet import Localnet, LocalnetOptions
 from distrai.localnet_view import signed_reports
 from distrai.metrics import read_metrics
 from distrai.run import run_id
-from distrai.store.file import TEMP_SUFFIX
+from distrai.store.temps import TEMP_SUFFIX
 from distrai.train.coded_state import CODED_STATE_FORMAT, check_coded_state
 from distrai.train.state import load_state as load_train_state
 from distrai.train.tensorfile import blob_format

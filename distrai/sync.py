@@ -27,6 +27,7 @@ from distrai.globalmodel import (
     skip_window,
 )
 from distrai.layout import checkpoint_prefix, checkpoint_window
+from distrai.outage import OutageLog
 from distrai.quorum import Quorum
 from distrai.remeasure import HeldoutJudge, check_not_worse, heldout_sample, loss_rise, sample_seed
 from distrai.run import RUN_COMMITMENT_PREFIX, parse_run_commitment
@@ -38,6 +39,11 @@ from distrai.wire import WireError
 from distrai.wire.manifest import REASON_CHARS, AggregateManifest, Refusal, WindowReport
 
 log = logging.getLogger(__name__)
+
+
+def aggregate_of(w: int, validator: str) -> str:
+    """An anchored aggregate, as the outage log names it."""
+    return f"window {w}: {validator[:10]}'s aggregate"
 
 
 def open_announced(url: str) -> Store:
@@ -129,6 +135,8 @@ class Syncer:
         self.runtime = runtime
         self.chain = chain
         self.stores = stores
+        self.outages = OutageLog(log)
+        """aggregates and reports out of reach, each logged once when the wait starts and once when it ends"""
         self.limits = runtime.config.limits
         self.bytes_received = 0
         """Bytes of aggregates, updates and checkpoints this node has downloaded."""
@@ -198,8 +206,9 @@ class Syncer:
                 now = self.chain.block()
                 since = self.unreachable_since.setdefault((w, hotkey), now)
                 if now < patience or since >= patience:
-                    log.warning("window %d: %s's aggregate is out of reach for now: %s", w, hotkey[:10], exc)
+                    self.outages.failed(aggregate_of(w, hotkey), exc)
                     raise
+                self.outages.gave_up(aggregate_of(w, hotkey), "passed over")
                 log.warning(
                     "window %d: not following %s's aggregate, out of reach since its deadline: %s",
                     w,
@@ -219,10 +228,17 @@ class Syncer:
             self.settle(
                 Settled(w, hotkey, tuple((a.hotkey, a.weight) for a in aggregate.accepted), quorum.reports)
             )
+            self.reached(w)
             return following
         log.info("window %d: no aggregate anchored and verifiable; the global model stays", w)
         self.settle(Settled(w, None, (), quorum.reports))
+        self.reached(w)
         return skip_window(model)
+
+    def reached(self, w: int) -> None:
+        """End the outages of window w's aggregates and reports: the window is settled."""
+        for what in [what for what in self.outages.open if what.startswith(f"window {w}: ")]:
+            self.outages.answered(what)
 
     def settle(self, settled: Settled) -> None:
         self.settled[settled.window] = settled
@@ -262,8 +278,9 @@ class Syncer:
             since = self.unreachable_since.setdefault((w, validator), now)
             due = now < patience or since >= patience
             if due:
-                log.warning("window %d: %s's report is out of reach for now: %s", w, validator[:10], exc)
+                self.outages.failed(f"window {w}: {validator[:10]}'s report", exc)
             else:
+                self.outages.gave_up(f"window {w}: {validator[:10]}'s report", "it does not count")
                 log.warning(
                     "window %d: %s's report does not count, out of reach since its deadline: %s",
                     w,

@@ -442,3 +442,9 @@ def trajectory_sample(
     unique = sorted(set(pieces))
     ranked = sorted(unique, key=lambda p: (_digest(_PIECE_TAG, seed, hotkey, p.encode("utf-8")), p))
     return sorted(ranked[: challenge_count(fraction, len(ranked))])
+
+
+def skipped_windows(last_tried: int | None, next_window: int) -> range:
+    """The windows a node passes over without setting out to train or check them: those after the
+    last one it set out to (`last_tried`; none before its first) and before `next_window`."""
+    return range(0) if last_tried is None else range(last_tried + 1, next_window)

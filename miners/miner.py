@@ -44,6 +44,7 @@ from distrai.layout import manifest_key
 from distrai.linkcheck import LinkVerdict, format_rate, measure_upload_rate, reveal_bytes, reveal_seconds
 from distrai.metrics import Metrics
 from distrai.node import Node
+from distrai.outage import OutageLog
 from distrai.participant import Participant
 from distrai.runtime import Runtime
 from distrai.standing import standing_lines
@@ -55,17 +56,27 @@ from distrai.train.replay_class import replay_class_of
 from distrai.train.sketch import sketch
 from distrai.train.state import TrainState, load_state, save_state, state_hash
 from distrai.update import residual_hash
-from distrai.windows import commit_deadline, committed_in_time, reveal_deadline, window_of, window_start
+from distrai.windows import (
+    commit_deadline,
+    committed_in_time,
+    reveal_deadline,
+    skipped_windows,
+    window_of,
+    window_start,
+)
 from distrai.wire import encode_tensors
 from miners.behaviour import Behaviour, behaviour, honest
 from miners.pacing import Pacer, blocks_needed, commit_by, stop_time
 from miners.reveal_job import RevealJob, job_folder, sealed_jobs
-from miners.uploader import Uploader
+from miners.uploader import RETRY_PAUSE_S, Uploader
 
 log = logging.getLogger("distrai.miner")
 
 LINK_PROBE_BYTES = 4 * 1024 * 1024
 """Bytes the start-up link check uploads (at most an eighth of a reveal)."""
+
+BASE_MODEL = "the window's base model (the validators' aggregates)"
+"""What a miner waits for when it cannot sync, as its outage log names it."""
 
 FINISH_MARGIN = 1.5
 """Training stops this many times the last window's encode-and-commit seconds before the deadline
@@ -115,6 +126,11 @@ class Miner(Participant):
         self.pacer: Pacer | None = None
         """the running window's pace (`train` stops when its next segment would not fit)"""
         self.uploader: Uploader | None = None
+        self.outages = OutageLog(log)
+        self.last_tried: int | None = None
+        """the last window this process set out to train (None before the first)"""
+        self.unreached: int | None = None
+        """the window last set aside because its base model was out of reach, until it is trained or skipped"""
 
     @classmethod
     def from_node(cls, node: Node, adversary: str = "honest") -> Miner:
@@ -149,6 +165,7 @@ class Miner(Participant):
                         window_start(self.windows, window_of(self.windows, self.chain.block()) + 1), stop
                     )
                     continue
+                self.say_skipped(w)
                 self.sleep_until(window_start(self.windows, w), stop)
                 if stop.is_set():
                     break
@@ -179,6 +196,26 @@ class Miner(Participant):
         if current > self.last_window and block + needed < commit_deadline(self.windows, current):
             return current
         return None if current + 1 <= self.last_window else current + 1
+
+    def say_skipped(self, w: int) -> None:
+        """Say which windows before `w`, the next one to train, this process passes over, and why."""
+        block = self.chain.block()
+        if self.unreached is not None and self.unreached != w:
+            self.outages.gave_up(BASE_MODEL, f"window {w} is next")
+            log.warning(
+                "window %d: skipped: its base model stayed out of reach until too late to train it",
+                self.unreached,
+            )
+            self.unreached = None
+        for skipped in skipped_windows(self.last_tried, w):
+            log.warning(
+                "window %d: skipped: at block %d, too little of its train phase was left for a segment "
+                "and the commit (commit deadline: block %d)",
+                skipped,
+                block,
+                commit_deadline(self.windows, skipped),
+            )
+        self.last_tried = w
 
     def check_link(self) -> LinkVerdict | None:
         """Measure the store's upload rate against what a challenged window's reveal needs
@@ -214,7 +251,8 @@ class Miner(Participant):
     def recover(self) -> None:
         """Pick up after a restart: a committed window whose reveal is still due is uploaded again
         (the store replaces or resumes what was partly sent); the codec residual the newest anchored
-        manifest committed to is the one carried on; anything else is removed."""
+        manifest committed to is the one carried on; anything else is removed. The windows between the
+        newest committed one and the next one trained are said to be skipped (`say_skipped`)."""
         jobs, unsealed = sealed_jobs(self.options.work_dir)
         for folder in unsealed:
             shutil.rmtree(folder, ignore_errors=True)
@@ -242,6 +280,8 @@ class Miner(Participant):
                     reveal_deadline(self.windows, job.window),
                 )
                 job.remove()
+        if self.last_window >= 0:
+            self.last_tried = self.last_window
 
     def anchored(self, job: RevealJob, block: int) -> bool:
         """Whether the chain holds the job's manifest as this miner's commitment for its window,
@@ -269,11 +309,12 @@ class Miner(Participant):
         try:
             self.model = self.syncer.catch_up(self.model, self.base_index(w))
         except SyncUnavailable as exc:
-            log.warning(
-                "window %d: cannot reach the window's base model yet, so it is not trained: %s", w, exc
-            )
+            self.outages.failed(BASE_MODEL, f"window {w} waits for it: {exc}")
+            self.unreached = w
             self.last_end = time.monotonic()
             return False
+        self.outages.answered(BASE_MODEL)
+        self.unreached = None
         for line in standing_lines(
             self.hotkey, self.syncer.take_settled(), self.rt.config.scoring.aggregate_top_n
         ):
@@ -282,7 +323,9 @@ class Miner(Participant):
         folder = job_folder(self.options.work_dir, w)
         shutil.rmtree(folder, ignore_errors=True)
         trained_at = time.monotonic()
-        self.pacer = Pacer(started=trained_at, until=self.stop_time(w, trained_at))
+        self.pacer = Pacer(
+            started=trained_at, until=self.stop_time(w, trained_at), stalled=lambda: self.rt.data.waited_s
+        )
         trained = self.behaviour.train(self, w, miners, folder / "states")
         train_seconds = time.monotonic() - trained_at
         self.segment_seconds = self.pacer.slowest or train_seconds
@@ -479,11 +522,12 @@ class Miner(Participant):
                 "window %d: training ended after the commit deadline (block %d); update dropped", w, deadline
             )
             return False
+        if not self.put_manifest(w, manifest):
+            return False
         try:
-            self.store.put(manifest_key(self.rt.run_id, w, self.hotkey), manifest)
             announcement = Announcement(self.store_url, w, hashlib.sha256(manifest).hexdigest())
             self.chain.commit(self.wallet, announcement.encode())
-        except (StoreError, ChainError) as exc:
+        except ChainError as exc:
             log.error("window %d: commit failed: %s", w, exc)
             return False
         committed = self.chain.commitment(self.hotkey)
@@ -491,6 +535,25 @@ class Miner(Participant):
             log.warning("window %d: the commitment landed after the deadline", w)
             return False
         return True
+
+    def put_manifest(self, w: int, manifest: bytes) -> bool:
+        """Put the window's manifest in the miner's store, trying again through an outage while its
+        commitment can still land before the commit deadline; False (said) when it cannot."""
+        last = commit_by(commit_deadline(self.windows, w), self.chain.inclusion_blocks)
+        what = f"the store {self.store.url} (window {w}'s manifest)"
+        while True:
+            try:
+                self.store.put(manifest_key(self.rt.run_id, w, self.hotkey), manifest)
+            except StoreError as exc:
+                self.outages.failed(what, exc)
+                if self.chain.block() >= last:
+                    self.outages.gave_up(what, f"its commitment could no longer land before block {last + 1}")
+                    log.error("window %d: commit failed, so the window is dropped: %s", w, exc)
+                    return False
+                time.sleep(min(RETRY_PAUSE_S, self.chain.block_time() / 4))
+                continue
+            self.outages.answered(what)
+            return True
 
     def own_emission(self) -> float:
         neuron = self.chain.metagraph().neuron(self.hotkey)

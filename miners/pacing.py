@@ -45,12 +45,20 @@ class Pacer:
     until: float
     """when training must end, on `clock` (`stop_time`)"""
     clock: Callable[[], float] = time.monotonic
+    stalled: Callable[[], float] = lambda: 0.0
+    """seconds waited so far for data out of reach (`TrainingData.waited_s`), on any clock that counts
+    seconds: a segment's time leaves them out, so an outage does not make the next window look too
+    short for a segment"""
     segment_seconds: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._stalled_before = self.stalled()
 
     def go_on(self, segment: int) -> bool:
         """Whether segment `segment` (≥ 1) fits: the slowest segment so far, from now, ends by `until`."""
         now = self.clock()
-        self.segment_seconds.append(now - self.started - sum(self.segment_seconds))
+        trained = now - self.started - (self.stalled() - self._stalled_before)
+        self.segment_seconds.append(trained - sum(self.segment_seconds))
         return now + max(self.segment_seconds) <= self.until
 
     @property

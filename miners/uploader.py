@@ -5,11 +5,14 @@ commit deadline (its hash draws the challenge), work out whether this miner is c
 and upload through the miner's store (its bandwidth limit included): the update blob first, then,
 when challenged, the trajectory reveal (`distrai.trajectory`) and the start state of the run of
 challenged segments, coded losslessly against the window's base (`distrai.train.coded_state`: the
-job's boundary 0 holds that base). A job whose reveal deadline has passed is dropped,
-since nothing uploaded after it counts. While uploading, the uploader projects its finish from
-the rate it achieves and says, before the deadline, when the reveal will not make it. Every job
-ends with one metrics record (`"event": "reveal"`): seconds, bytes, rate, the rate that was
-needed, and whether it was late. Revealed states stay in the store for the run's
+job's boundary 0 holds that base). A job whose reveal deadline has passed before it began is dropped,
+since nothing uploaded after it counts, unless the store has failed every try since before that
+deadline. A store that does not answer is tried again every half second (a quarter block at most)
+until `give_up_block`: the reveal deadline, or one window later for an outage under way at the
+deadline; the outage is logged once when it starts and once when it ends (`distrai.outage`). While
+uploading, the uploader projects its finish from the rate it achieves and says, before the
+deadline, when the reveal will not make it. Every job ends with one metrics record (`"event":
+"reveal"`): seconds, bytes, rate, the rate that was needed, and whether it was late. Revealed states stay in the store for the run's
 `verification.retention_windows` windows, then the uploader deletes them. The thread has its own
 chain connection.
 """
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING
 from distrai.announce import committed_updates
 from distrai.chain.base import Chain, ChainError
 from distrai.layout import state_key, states_prefix, trajectory_key
+from distrai.outage import OutageLog
 from distrai.run import challenge_inputs
 from distrai.store import StoreError
 from distrai.train.coded_state import encode_coded_state
@@ -35,6 +39,7 @@ from distrai.trajectory import build_trajectory, drawn_pieces, encode_trajectory
 from distrai.update import residual_digests
 from distrai.windows import (
     ChallengeInputs,
+    WindowConfig,
     commit_deadline,
     committed_in_time,
     reveal_deadline,
@@ -48,6 +53,20 @@ if TYPE_CHECKING:
     from miners.miner import Miner
 
 log = logging.getLogger("distrai.miner")
+
+RETRY_PAUSE_S = 0.5
+"""The most a reveal waits between tries of a store that does not answer (a quarter block at most)."""
+
+
+def give_up_block(windows: WindowConfig, w: int, outage_began: int) -> int:
+    """The block from which a reveal of window `w` stops trying a store that has not answered since
+    block `outage_began`. Through an outage under way at the window's reveal deadline, the reveal
+    deadline of window `w + 1`: validators that could not list or read the store at the deadline try
+    again, and re-read what a challenged miner withheld one window later (docs/protocol.md, "Withheld
+    reveals"), so what lands by then still counts. Through one that began after the deadline, the
+    deadline itself: the validators listed the store at the deadline, and nothing later counts."""
+    deadline = reveal_deadline(windows, w)
+    return deadline if outage_began >= deadline else reveal_deadline(windows, w + 1)
 
 
 @dataclass(frozen=True)
@@ -79,6 +98,9 @@ class Uploader:
         self.jobs: queue.Queue[RevealJob] = queue.Queue()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="uploader", daemon=True)
+        self.outages = OutageLog(log)
+        self.failing_since: int | None = None
+        """the block of the first failed try of the store since it last took an object"""
 
     def start(self) -> None:
         self.thread.start()
@@ -146,7 +168,7 @@ class Uploader:
         w, deadline = job.window, reveal_deadline(windows, job.window)
         if not self._wait_for(commit_deadline(windows, w) + 1):
             return None
-        if self.chain.block() >= deadline:
+        if self.chain.block() >= deadline and not self.failing_over(deadline):
             log.warning(
                 "window %d: its reveal deadline (block %d) passed before the upload began; dropped",
                 w,
@@ -172,10 +194,9 @@ class Uploader:
         for piece in pieces:
             if self.stop.is_set():
                 return None
-            try:
-                self._put(piece)
-            except (StoreError, OSError) as exc:
-                log.error("window %d: reveal failed at %s: %s", w, piece.key or "the update blob", exc)
+            if not self._put_through_outages(w, piece):
+                if self.stop.is_set():
+                    return None
                 break
             sent += piece.size
             warned = warned or self._warn_if_late(w, deadline, total - sent, sent, started)
@@ -277,6 +298,44 @@ class Uploader:
             None if residual_out is None else residual_digests(residual_out),
         )
         return encode_trajectory(reveal)
+
+    def _put_through_outages(self, w: int, piece: Piece) -> bool:
+        """Put `piece`, trying again through a store outage until `give_up_block` says it is too late
+        (each outage logged once when it starts and once when it ends); False when it never went in,
+        or the uploader was stopped."""
+        what = f"the store {self.miner.store.url} (window {w}'s reveal)"
+        deadline = reveal_deadline(self.miner.windows, w)
+        while True:
+            try:
+                self._put(piece)
+            except (StoreError, OSError) as exc:
+                block = self._block()
+                if self.failing_since is None:
+                    self.failing_since = block
+                self.outages.failed(what, exc)
+                began = self.failing_since
+                if began is not None and block >= give_up_block(self.miner.windows, w, began):
+                    self.outages.gave_up(what, f"block {block}: past the reveal deadline, block {deadline}")
+                    log.error("window %d: reveal failed at %s: %s", w, piece.key or "the update blob", exc)
+                    return False
+                if self.stop.wait(min(RETRY_PAUSE_S, self.chain.block_time() / 4)):
+                    return False
+                continue
+            self.failing_since = None
+            self.outages.answered(what)
+            return True
+
+    def failing_over(self, deadline: int) -> bool:
+        """Whether the store has failed every try since before block `deadline` (so a job queued behind
+        one that tried through the outage still tries, until `give_up_block`)."""
+        return self.failing_since is not None and self.failing_since < deadline
+
+    def _block(self) -> int | None:
+        try:
+            return self.chain.block()
+        except ChainError as exc:
+            log.warning("chain unavailable during the reveal: %s", exc)
+            return None
 
     def _put(self, piece: Piece) -> None:
         store = self.miner.store

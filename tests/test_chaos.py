@@ -128,25 +128,23 @@ HOLDS = [
     "store outage logged",
     "chain stall survived",
     "chain stall logged",
+    "no temp file left",
 ]
 
 # Checks that fail on bugs found by this test in code it does not own (docs/reliability.md, "Bugs
-# found"; B2 and B4 were fixed after commit 5681688 and their checks moved to HOLDS). Not strict: a chaos run's timing decides whether a kill lands where
+# found"; B2 and B4 were fixed after commit 5681688, B5 by the file store's sweep of temp files, and
+# their checks moved to HOLDS). Not strict: a chaos run's timing decides whether a kill lands where
 # a bug bites, so a check may pass by luck; an XPASS that keeps coming after a fix says its marker
 # can go.
 KNOWN_BUGS = {
     "reveals in flight resumed": (
-        "BUG B1 miners/miner.py Miner.recover(): a reveal job whose deadline passed while the miner was "
-        "down is removed without a log line; a miner killed mid-upload restarts in 11-15 s on 2 cores, "
-        "longer than what is left of the 16-block reveal phase (11 s at 0.7 s/block), so its reveal is lost"
+        "BUG B1 miners/miner.py Miner.recover(): a miner killed mid-upload restarts in 11-15 s on 2 cores, "
+        "longer than what is left of the 16-block reveal phase (11 s at 0.7 s/block), so its reveal is lost "
+        "(the restarted miner logs the drop)"
     ),
     "no honest miner marked fraud": (
         "BUG B1 (above): a reveal lost to a crash is hiding when the miner is challenged, and the miner is "
         "barred; at 0.7 s blocks a restart takes about as long as the whole reveal phase"
-    ),
-    "no temp file left": (
-        "BUG B5 distrai/store/file.py write_atomically(): a writer killed mid-write, or one whose store "
-        "went away mid-write (the cleanup unlink fails too), leaves its '~tmp' file; nothing sweeps them"
     ),
 }
 

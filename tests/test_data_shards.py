@@ -5,6 +5,7 @@ named and never used; a run config trains from it."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import tomllib
 
@@ -14,7 +15,7 @@ import torch
 from support.tiny_models import save_tiny_model
 
 from distrai.data.access import DataAccess, load_manifest, open_prepared
-from distrai.data.cache import ShardError
+from distrai.data.cache import FIRST_PAUSE_S, MAX_PAUSE_S, ShardError, next_pause
 from distrai.data.manifest import DataManifestError
 from distrai.data.prepare import PrepareOptions, prepare
 from distrai.data.tokenizers import tokenizer_sha256
@@ -122,6 +123,49 @@ def test_a_shard_the_store_gives_again_within_the_patience_is_fetched(prepared, 
         restore.join()
     tokens = stream(store, manifest)
     assert rows[1].tolist() == tokens[SEQ : 2 * SEQ].tolist()
+
+
+class Said(logging.Handler):
+    def __init__(self, words: str):
+        super().__init__()
+        self.words, self.lines, self.seen = words, [], threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+        if self.words in record.getMessage():
+            self.seen.set()
+
+
+def test_a_fetch_waits_through_a_data_store_outage_says_so_once_and_goes_on_when_it_ends(prepared, tmp_path):
+    store, manifest = prepared
+    root, away = tmp_path / "store", tmp_path / "store.away"
+    data, _ = open_prepared(access(store, tmp_path, patience_s=120.0), manifest.sha256(), SEQ)
+    root.rename(away)
+    root.symlink_to(root)  # ELOOP on every path
+    said, logger, rows = Said("out of reach"), logging.getLogger("distrai.data"), []
+    logger.addHandler(said)
+    try:
+        fetch = threading.Thread(target=lambda: rows.append(data.batch([0, 1])))
+        fetch.start()
+        assert said.seen.wait(60), said.lines
+        root.unlink()
+        away.rename(root)
+        fetch.join(60)
+    finally:
+        logger.removeHandler(said)
+    assert rows and rows[0][1].tolist() == stream(store, manifest)[SEQ : 2 * SEQ].tolist()
+    assert data.waited_s > 0  # what the miner's pacer leaves out of a segment's time
+    assert len(said.lines) == 2, said.lines
+    assert said.lines[0].startswith(f"the data store {store.url} is out of reach: train shard 0")
+    assert said.lines[1].startswith(f"the data store {store.url} answered again after")
+
+
+def test_the_pauses_between_tries_of_a_shard_grow_to_a_few_seconds_and_no_further():
+    pauses = [FIRST_PAUSE_S]
+    for _ in range(8):
+        pauses.append(next_pause(pauses[-1]))
+    assert pauses[:4] == [0.25, 0.5, 1.0, 2.0]
+    assert max(pauses) == MAX_PAUSE_S == 2.0
 
 
 def test_the_manifest_must_be_the_one_the_run_names(prepared, tmp_path):

@@ -6,6 +6,7 @@ the run's codec, manifests and reports signed by their hotkeys, and the project'
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -336,3 +337,25 @@ def test_an_aggregate_out_of_reach_is_waited_for_then_passed_over_a_window_after
     root.with_name("store-away").rename(root)
     following = late.step(net.model, peer_view(net.harness.chain))
     assert late.followed[WINDOW][0] == net.validators["validator0"].hotkey.ss58_address
+
+
+def test_a_node_waiting_for_an_aggregate_out_of_reach_says_so_once_and_once_more_when_it_is_back(net, caplog):
+    net.publish_aggregate("validator0", HONEST_SCORES)
+    net.at(aggregate_deadline(net.cfg, WINDOW))
+    root = net.store.root
+    root.rename(root.with_name("store-away"))
+    root.symlink_to(root)
+    syncer = Syncer(net.runtime, net.harness.chain, StoreCache())
+    caplog.set_level(logging.INFO, logger="distrai.sync")
+    for _ in range(5):  # a node tries again every block or so
+        with pytest.raises(SyncUnavailable):
+            syncer.step(net.model, peer_view(net.harness.chain))
+    root.unlink()
+    root.with_name("store-away").rename(root)
+    syncer.step(net.model, peer_view(net.harness.chain))
+
+    aggregate = f"window {WINDOW}: {net.validators['validator0'].hotkey.ss58_address[:10]}'s aggregate"
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith(aggregate)]
+    assert len(said) == 2, said
+    assert said[0].startswith(f"{aggregate} is out of reach: ")
+    assert said[1].startswith(f"{aggregate} answered again after ")

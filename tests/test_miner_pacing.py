@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from distrai.windows import skipped_windows
 from miners.pacing import Pacer, blocks_needed, commit_by, stop_time
 
 
@@ -46,3 +47,18 @@ def test_a_pacer_whose_time_is_up_stops_after_the_first_segment():
     pacer = Pacer(started=0.0, until=-1.0, clock=clock)
     clock.now = 1.0
     assert not pacer.go_on(1)
+
+
+def test_the_windows_a_miner_passes_over_are_those_between_the_last_it_set_out_to_train_and_the_next():
+    assert list(skipped_windows(7, 9)) == [8]
+    assert list(skipped_windows(7, 8)) == []
+    assert list(skipped_windows(8, 8)) == []
+    assert list(skipped_windows(None, 9)) == []
+
+
+def test_time_waited_for_data_out_of_reach_is_not_a_segment_s_time():
+    clock, waited = Clock(), [5.0]
+    pacer = Pacer(started=0.0, until=30.0, clock=clock, stalled=lambda: waited[0])
+    clock.now, waited[0] = 20.0, 23.0  # segment 0 took 20 s, 18 of them waiting for a shard
+    assert pacer.go_on(1)  # 20 + 2 ≤ 30
+    assert pacer.slowest == pytest.approx(2.0)

@@ -1,18 +1,21 @@
 """A miner's reveal outlives the process that committed it: staged on disk before the commitment,
 resumed after a restart while still due, and carried with the codec residual it committed to
-(miners/reveal_job.py, miners/uploader.py, Miner.recover). Also the start-up link check."""
+(miners/reveal_job.py, miners/uploader.py, Miner.recover). Also the start-up link check, a store
+outage met by a reveal or a commit, and the windows a miner skips."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
+import threading
 from pathlib import Path
 
 import pytest
 from support.local_harness import make_local_harness
 
 from distrai.chain.local import LocalChain
-from distrai.layout import state_key, trajectory_key
+from distrai.layout import manifest_key, state_key, trajectory_key
 from distrai.metrics import Metrics, read_metrics
 from distrai.run import load_run_config
 from distrai.runtime import build_runtime
@@ -22,7 +25,7 @@ from distrai.update import residual_hash
 from distrai.windows import commit_deadline, reveal_deadline, window_start
 from miners.miner import Miner, MinerOptions
 from miners.reveal_job import JOB_FILE, sealed_jobs
-from miners.uploader import Uploader
+from miners.uploader import Uploader, give_up_block
 
 CONFIG = Path(__file__).parent / "support" / "adversary-localnet.toml"
 WINDOW = 3
@@ -178,3 +181,164 @@ def test_reveals_past_their_retention_are_deleted_and_nothing_else(net, config):
     miner.uploader.sweep(WINDOW - 1)
     assert [key for key in kept + swept if store.exists(key)] == kept
     miner.uploader.sweep(-1)  # before the run's first window: nothing to do
+
+
+class Said(logging.Handler):
+    """The miner's log lines, and an event set when one holds `words`."""
+
+    def __init__(self, words: str):
+        super().__init__()
+        self.words = words
+        self.lines: list[str] = []
+        self.seen = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+        if self.words in record.getMessage():
+            self.seen.set()
+
+
+@contextlib.contextmanager
+def listening(words: str):
+    said = Said(words)
+    logger = logging.getLogger("distrai.miner")
+    logger.addHandler(said)
+    try:
+        yield said
+    finally:
+        logger.removeHandler(said)
+
+
+def cut(store: FileStore) -> Path:
+    """Make the store's root unreachable (ELOOP on every path); returns where it was moved."""
+    away = store.root.with_name(store.root.name + ".away")
+    store.root.rename(away)
+    store.root.symlink_to(store.root)
+    return away
+
+
+def restore(store: FileStore, away: Path) -> None:
+    store.root.unlink()
+    away.rename(store.root)
+
+
+def uploading(miner: Miner) -> tuple[threading.Thread, list]:
+    results = []
+    thread = threading.Thread(target=lambda: results.append(miner.uploader.upload(miner.uploader.jobs.get())))
+    thread.start()
+    return thread, results
+
+
+def test_a_reveal_is_tried_again_through_a_store_outage_that_ends_before_its_deadline(net, config):
+    harness, _, store, _ = net
+    _, seen = committed_window(net, config)
+    miner = new_miner(net, config)
+    miner.recover()
+    harness.advance(commit_deadline(config.windows, WINDOW) + 1 - harness.local.block())
+    away = cut(store)
+    with listening("out of reach") as said:
+        thread, results = uploading(miner)
+        assert said.seen.wait(60), said.lines
+        restore(store, away)
+        thread.join(60)
+    assert results and results[0] is not None and not results[0].late, said.lines
+    assert store.exists(blob_key(job_blob_sha(seen["job"])))
+    outage = [line for line in said.lines if "out of reach" in line]
+    assert len(outage) == 2, said.lines
+    assert outage[0].startswith(f"the store {store.url} (window {WINDOW}'s reveal) is out of reach")
+    assert "answered again after" in outage[1]
+
+
+def test_a_reveal_cut_by_an_outage_under_way_at_its_deadline_is_tried_until_the_next_reveal_deadline(
+    net, config
+):
+    harness, _, store, _ = net
+    committed_window(net, config)
+    miner = new_miner(net, config)
+    miner.recover()
+    harness.advance(commit_deadline(config.windows, WINDOW) + 1 - harness.local.block())
+    cut(store)
+    with listening("out of reach") as said:
+        thread, results = uploading(miner)
+        assert said.seen.wait(60), said.lines
+        harness.advance(reveal_deadline(config.windows, WINDOW) + 1 - harness.local.block())
+        thread.join(1.0)
+        assert thread.is_alive(), "the reveal gave up at its deadline through an outage under way then"
+        harness.advance(reveal_deadline(config.windows, WINDOW + 1) - harness.local.block())
+        thread.join(60)
+    assert results and results[0].late and results[0].bytes_sent == 0
+    outage = [line for line in said.lines if "out of reach" in line]
+    assert len(outage) == 2, said.lines
+    assert "not tried any more" in outage[1]
+
+
+def test_a_reveal_stops_trying_at_its_deadline_unless_the_outage_was_under_way_then(config):
+    w = WINDOW
+    deadline, next_deadline = reveal_deadline(config.windows, w), reveal_deadline(config.windows, w + 1)
+    assert give_up_block(config.windows, w, deadline - 5) == next_deadline
+    assert give_up_block(config.windows, w, deadline - 1) == next_deadline
+    assert give_up_block(config.windows, w, deadline) == deadline
+    assert give_up_block(config.windows, w, deadline + 3) == deadline
+
+
+def test_a_commit_puts_its_manifest_through_a_store_outage_that_ends_in_time(net, config):
+    harness, _, store, _ = net
+    miner = new_miner(net, config)
+    manifest_key_of = manifest_key(miner.rt.run_id, WINDOW, miner.hotkey)
+    away = cut(store)
+    with listening("out of reach") as said:
+        results = []
+        thread = threading.Thread(target=lambda: results.append(miner.put_manifest(WINDOW, b"{}")))
+        thread.start()
+        assert said.seen.wait(60), said.lines
+        restore(store, away)
+        thread.join(60)
+    assert results == [True]
+    assert store.get(manifest_key_of, 10) == b"{}"
+    assert [line for line in said.lines if "out of reach" in line][1].startswith(
+        f"the store {store.url} (window {WINDOW}'s manifest) answered again after"
+    )
+
+
+def test_a_miner_says_which_windows_it_skips_and_why(net, config):
+    harness, _, _, _ = net
+    miner = new_miner(net, config)
+    with listening("skipped") as said:
+        miner.say_skipped(WINDOW)
+        miner.say_skipped(WINDOW + 2)
+    assert said.lines == [
+        f"window {WINDOW + 1}: skipped: at block {harness.local.block()}, too little of its train phase was "
+        f"left for a segment and the commit (commit deadline: block {commit_deadline(config.windows, WINDOW + 1)})"
+    ]
+
+
+def test_a_restarted_miner_says_which_windows_after_its_last_commit_it_skips(net, config):
+    committed_window(net, config)
+    restarted = new_miner(net, config)
+    restarted.recover()
+    with listening("skipped") as said:
+        restarted.say_skipped(WINDOW + 2)
+    assert [line.split(":")[0] for line in said.lines] == [f"window {WINDOW + 1}"]
+
+
+def test_a_reveal_queued_behind_one_that_tried_through_an_outage_still_tries_after_its_deadline(net, config):
+    harness, _, store, _ = net
+    first = new_miner(net, config)
+    first.run_window(WINDOW, stop=None)
+    harness.advance(window_start(config.windows, WINDOW + 1) - harness.local.block())
+    first.run_window(WINDOW + 1, stop=None)
+    miner = new_miner(net, config)
+    miner.recover()
+    assert miner.uploader.pending == 2
+    away = cut(store)
+    with listening(f"(window {WINDOW}'s reveal) is out of reach") as said:
+        thread, _ = uploading(miner)
+        assert said.seen.wait(60), said.lines
+        harness.advance(reveal_deadline(config.windows, WINDOW + 1) - harness.local.block())
+        thread.join(60)
+    with listening(f"(window {WINDOW + 1}'s reveal) is out of reach") as said:
+        thread, results = uploading(miner)  # its deadline passed while the one before it tried
+        assert said.seen.wait(60), said.lines
+        restore(store, away)
+        thread.join(60)
+    assert results[0].late and results[0].bytes_sent > 0, said.lines

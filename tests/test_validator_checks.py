@@ -22,7 +22,7 @@ from distrai.train.outer import OuterState
 from distrai.update import encode_update
 from distrai.wire import sign_document
 from validators.checks import PASS, check_miner, flag_copies
-from validators.inventory import AtDeadline, take_inventory
+from validators.inventory import AtDeadline, Inventory, take_inventory
 
 WINDOW = 3
 MINER = Keypair.create_from_uri("//Miner")
@@ -249,6 +249,33 @@ def test_what_was_not_there_at_the_reveal_deadline_never_counts(runtime, model, 
         stores, runtime.run_id, WINDOW, {MINER.ss58_address: announcement}, 1 << 20, lambda: 40
     )
     assert check(runtime, model, AtDeadline(store, announcement.store_url, on_time, 40), announcement).passed
+
+
+def test_what_a_store_down_at_the_reveal_deadline_lacked_when_it_came_back_is_asked_again(
+    runtime, model, tmp_path
+):
+    """An outage over the reveal deadline held up the miner's uploads too: a key absent when the store
+    is first listed after it is not an answer yet (unread, tried again, settled at the read patience)."""
+    store = FileStore(tmp_path)
+    stores = StoreCache(lambda url: store)
+    blob, meta = update_blob(runtime, model)
+    manifest = sign_document(MINER, manifest_body(runtime, model, blob, meta, MINER.ss58_address))
+    announcement = publish(store, runtime, MINER.ss58_address, manifest, None)
+    miners, url = {MINER.ss58_address: announcement}, announcement.store_url
+    at_deadline = Inventory(40, {url: frozenset()}, frozenset({url}))
+    came_back = at_deadline.merged(
+        take_inventory(stores, runtime.run_id, WINDOW, miners, 1 << 20, lambda: 42)
+    )
+    for challenged in (False, True):
+        verdict = check(
+            runtime, model, AtDeadline(store, url, came_back, 40), announcement, challenged=challenged
+        )
+        assert verdict.unread and not verdict.fraud, verdict.verdicts
+        assert "answered after an outage over the reveal deadline" in verdict.verdicts["update"]
+
+    store.put_blob(blob)  # the miner's upload, held up by the outage, lands
+    again = came_back.merged(take_inventory(stores, runtime.run_id, WINDOW, miners, 1 << 20, lambda: 43))
+    assert check(runtime, model, AtDeadline(store, url, again, 40), announcement, challenged=True).passed
 
 
 def test_a_split_coarser_than_the_run_s_is_refused(runtime, model, tmp_path):

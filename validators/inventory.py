@@ -4,7 +4,11 @@ At the reveal deadline the validator lists, in every store a miner announced, th
 (manifests, boundary states, codec residuals) and checks which committed update blobs exist. From
 then on it reads the miners' stores only through `AtDeadline`, which refuses any key absent from
 that listing: an upload that lands later, even before the validator gets to it, never counts, and
-the refusal says so. Content cannot change after the deadline either way: every object is checked
+the refusal says so. A store that could not be listed at the deadline is listed again until the read
+patience (`windows.read_patience`): an outage under way at the deadline also held up the miner's
+uploads, which try again through it (`miners.uploader`), so a key absent from a listing taken after
+the deadline is not yet an answer; what is still absent at the read patience is withheld
+(`validators.withheld`). Content cannot change after the deadline either way: every object is checked
 against a hash committed before the commit deadline.
 """
 
@@ -119,17 +123,26 @@ def _exists(stores: StoreCache, url: str, key: str) -> bool:
 
 class AtDeadline:
     """A miner's store as it stood at the reveal deadline: reads of keys that were not there fail
-    with `NotFound`, naming the deadline and whether the object arrived since."""
+    with `NotFound`, naming the deadline and whether the object arrived since; of a store that did not
+    answer at the deadline, as it stood when last listed, and a key absent then is not yet an answer
+    (a `StoreError`, tried again)."""
 
     def __init__(self, store: Store, url: str, inventory: Inventory, deadline: int):
         self.store = store
         self.keys = inventory.present.get(url, frozenset())
         self.observed = inventory.listed_at(url)
+        self.after_outage = url in inventory.late
         self.deadline = deadline
 
     def _require(self, key: str) -> None:
         if key in self.keys:
             return
+        if self.after_outage:
+            raise StoreError(
+                f"{key} was not in the store when it answered after an outage over the reveal deadline "
+                f"(block {self.deadline}; listed at block {self.observed}): an upload the outage held up may "
+                "still land"
+            )
         late = ""
         try:
             if self.store.exists(key):

@@ -44,6 +44,7 @@ from distrai.chain.base import Chain, ChainError, Commitment, Metagraph, WalletL
 from distrai.globalmodel import GlobalModel, SyncUnavailable, encode_checkpoint, outer_config
 from distrai.layout import aggregate_key, checkpoint_key, report_key
 from distrai.metrics import Metrics
+from distrai.outage import OutageLog
 from distrai.participant import Participant
 from distrai.run import challenge_inputs
 from distrai.runtime import Runtime, params_hash
@@ -63,6 +64,7 @@ from distrai.windows import (
     reveal_deadline,
     reveal_seed,
     score_shares,
+    skipped_windows,
     window_of,
     window_start,
 )
@@ -101,6 +103,16 @@ class ValidatorOptions:
     """Honest, or one of the leaders of `behaviour.LEADER_ADVERSARIES` (for demonstrations and tests)."""
 
 
+MODELS = "the models to check a window against (the validators' aggregates)"
+"""What a validator waits for when it cannot sync, as its outage log names it."""
+
+
+def time_spent(parts: list[tuple[str, float]]) -> str:
+    """Where a window's validation spent its time, the longest part first."""
+    ranked = sorted(parts, key=lambda part: -part[1])
+    return "; ".join(f"{what}: {seconds:.1f} s" for what, seconds in ranked)
+
+
 class Validator(Participant):
     def __init__(
         self,
@@ -124,11 +136,19 @@ class Validator(Participant):
         self.last_end: float | None = None
         self.held: HeldWindow | None = None
         """what the last window checked leaves for re-checking the other validators' findings of it"""
+        self.outages = OutageLog(log)
+        self.listing_said: int | None = None
+        """the last window whose listing this process took or said it resumes (said once a window)"""
+        self.last_tried: int | None = None
+        """the last window this process set out to check (None before the first)"""
+        self.unreached: int | None = None
+        """the window last put off because the models to check it were out of reach"""
 
     def run(self, stop: threading.Event, max_windows: int | None = None) -> None:
         done = 0
         while not stop.is_set() and (max_windows is None or done < max_windows):
             w = self.next_window()
+            self.say_skipped(w)
             self.wait_noting_miners(window_start(self.windows, w), stop)
             self.note_miners(w)
             self.wait_noting_miners(reveal_deadline(self.windows, w), stop)
@@ -136,6 +156,22 @@ class Validator(Participant):
                 return
             if self.run_window(w, stop):
                 done += 1
+
+    def say_skipped(self, w: int) -> None:
+        """Say which windows before `w`, the next one to check, this validator passes over, and why
+        (none before the first window a fresh validator checks)."""
+        if self.unreached is not None and self.unreached != w:
+            self.outages.gave_up(MODELS, f"window {w} is next")
+            log.warning(
+                "window %d: skipped: the models to check it against stayed out of reach while its "
+                "aggregate was due",
+                self.unreached,
+            )
+            self.unreached = None
+        after = self.last_tried if self.last_tried is not None else self.state.window
+        for skipped in skipped_windows(after if after >= 0 else None, w):
+            log.warning("window %d: skipped: its reveals could no longer be listed in time", skipped)
+        self.last_tried = w
 
     def next_window(self) -> int:
         """The oldest window after the last one checked whose reveals can still be listed in time,
@@ -184,6 +220,7 @@ class Validator(Participant):
         miners = pending.miners
         in_time, commitments = self.committed(w)
         inventory = pending.inventory()
+        parts, mark = [], time.monotonic()
         if inventory is None:
             inventory = take_inventory(
                 self.stores,
@@ -196,15 +233,24 @@ class Validator(Participant):
             self.pending.save(pending.with_inventory(inventory))
             for url in sorted(inventory.unreachable):
                 log.warning("window %d: the store %s could not be listed at the reveal deadline", w, url)
-        else:
+        elif self.listing_said != w:
             log.info("window %d: resuming with the listing taken at block %d", w, inventory.block)
+        self.listing_said = w
+        urls = ", ".join(sorted({a.store_url for a in in_time.values()})) or "none"
+        parts.append((f"listing the miners' stores ({urls})", time.monotonic() - mark))
+        mark = time.monotonic()
         try:
             self.base = self.syncer.catch_up(self.model, self.base_index(w))
             self.model = self.syncer.catch_up(self.base, w)
         except SyncUnavailable as exc:
-            log.warning("window %d: cannot reach the models to check it against yet: %s", w, exc)
+            self.outages.failed(MODELS, f"window {w} waits for them: {exc}")
+            self.unreached = w
             stop.wait(self.chain.block_time())
             return False
+        self.outages.answered(MODELS)
+        self.unreached = None
+        parts.append(("reaching the models to check against", time.monotonic() - mark))
+        mark = time.monotonic()
         mg = self.chain.metagraph()
         self.reread_withheld(w - 1, mg)
         rechecks = self.recheck_findings(w - 1, mg)
@@ -216,12 +262,20 @@ class Validator(Participant):
             self.publish(checkpoint_key(self.rt.run_id, w, self.hotkey), encode_checkpoint(self.model))
         verdicts, pooled = self.check_window(w, mg, miners, in_time, commitments, pending, inventory, stop)
         self.options.behaviour.judge(self, w, verdicts)
+        parts.append((f"checking the miners (reading their stores: {urls})", time.monotonic() - mark))
+        mark = time.monotonic()
         published = publish_findings(self.rt, self.held, self.wallet.hotkey, self.publish)
         report = self.publish_report(w, verdicts, inventory.block, refused, rechecks, pooled)
         accepted = self.aggregate(w, verdicts, report)
+        parts.append((f"publishing to {self.store.url}", time.monotonic() - mark))
         seconds = time.monotonic() - started
         if self.chain.block() >= aggregate_deadline(self.windows, w):
-            log.warning("window %d: validation finished after the aggregate deadline", w)
+            log.warning(
+                "window %d: validation finished after the aggregate deadline (block %d); the time went to %s",
+                w,
+                aggregate_deadline(self.windows, w),
+                time_spent(parts),
+            )
         self.fold_scores(w, mg, verdicts, [r.miner for r in rechecks if r.outcome == ADOPTED], pooled.workers)
         self.pending.clear_through(w)
         weights = self.set_weights(mg)
@@ -327,7 +381,7 @@ class Validator(Participant):
             )
         while unread and not stop.is_set() and self.block_now() < patience:
             stop.wait(self.chain.block_time())
-            if view.inventory.unreachable:
+            if view.inventory.unreachable or view.inventory.late:
                 view = self.list_again(view, pending)
             for hk in unread:
                 checked[hk] = self.check_miner(view, hk, uids[hk], mg)
@@ -369,11 +423,12 @@ class Validator(Participant):
 
     def list_again(self, view: WindowView, pending: PendingWindow) -> WindowView:
         """The view with the stores that could not be listed at the deadline listed again now."""
+        after = view.inventory.unreachable | set(view.inventory.late)
         again = take_inventory(
             self.stores,
             self.rt.run_id,
             view.window,
-            {hk: a for hk, a in view.announcements.items() if a.store_url in view.inventory.unreachable},
+            {hk: a for hk, a in view.announcements.items() if a.store_url in after},
             self.rt.config.limits.max_manifest_bytes,
             self.chain.block,
         )

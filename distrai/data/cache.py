@@ -4,9 +4,12 @@ A shard is fetched from the data store into `<folder>/<sha256>.bin` (the store w
 file and rename, so a crash leaves no partial file under that name), then its size and SHA-256 are
 checked before the first use in each process. A cached file that fails the check (truncated, or
 changed on disk) is deleted and fetched again; a fetched one that fails is deleted and refused with
-`ShardError`. A store that cannot be reached, or does not hold the shard, is tried again with
-growing pauses for `patience_s` (an outage of the data store pauses the node), then refused with
-`ShardError` too. Nothing unchecked is ever read.
+`ShardError`. A store that cannot be reached, or does not hold the shard, is tried again for
+`patience_s` (an outage of the data store pauses the node), then refused with `ShardError` too. The
+pauses between tries grow to `MAX_PAUSE_S` and no further, so a node that waited through an outage
+goes on within that long of its end: a training miner still commits its window when the outage
+ends in time. The outage is logged once when it starts and once when it ends (`distrai.outage`).
+Nothing unchecked is ever read.
 
 At most `open_limit` shards are mapped at once (least recently used unmapped first), so the pages
 a node keeps resident stay bounded however much of the dataset it has cached on disk.
@@ -24,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from distrai.data.manifest import ShardEntry
+from distrai.outage import OutageLog
 from distrai.store import Store
 from distrai.store.base import NotFound, StoreError, TooLarge, blob_key
 
@@ -31,7 +35,14 @@ log = logging.getLogger("distrai.data")
 HASH_CHUNK = 1 << 22
 PATIENCE_S = 300.0
 """How long a node keeps trying to fetch a shard from a data store it cannot reach."""
-MAX_PAUSE_S = 30.0
+FIRST_PAUSE_S = 0.25
+MAX_PAUSE_S = 2.0
+"""The longest pause between two tries of a shard: how late a node may notice an outage's end."""
+
+
+def next_pause(pause: float) -> float:
+    """The pause after one of `pause` seconds: twice as long, up to `MAX_PAUSE_S`."""
+    return min(2 * pause, MAX_PAUSE_S)
 
 
 class ShardError(RuntimeError):
@@ -59,6 +70,9 @@ class ShardCache:
         self._checked: set[str] = set()
         self._lock = threading.Lock()
         self.fetched_bytes = 0
+        self.waited_s = 0.0
+        """seconds spent on failed tries and the pauses after them"""
+        self.outages = OutageLog(log)
 
     def path(self, shard: ShardEntry) -> Path:
         return self.folder / f"{shard.sha256}.bin"
@@ -97,10 +111,13 @@ class ShardCache:
 
     def _download(self, shard: ShardEntry, path: Path, what: str) -> None:
         size = shard.tokens * self.dtype.itemsize
-        deadline, pause = time.monotonic() + self.patience_s, 1.0
+        deadline, pause = time.monotonic() + self.patience_s, FIRST_PAUSE_S
+        source = f"the data store {self.store.url}"
         while True:
+            tried = time.monotonic()
             try:
                 self.store.get_file(blob_key(shard.sha256), path, max_bytes=size)
+                self.outages.answered(source)
                 break
             except TooLarge:
                 raise ShardError(
@@ -114,10 +131,12 @@ class ShardCache:
                     else f"could not be fetched: {exc}"
                 )
                 if time.monotonic() + pause > deadline:
+                    self.outages.gave_up(source, f"patience of {self.patience_s:.0f} s spent")
                     raise ShardError(f"{what} ({shard.sha256}) {problem}") from None
-                log.warning("%s (%s) %s; trying again in %.0f s", what, shard.sha256[:12], problem, pause)
+                self.outages.failed(source, f"{what} ({shard.sha256[:12]}) {problem}")
                 time.sleep(pause)
-                pause = min(2 * pause, MAX_PAUSE_S)
+                pause = next_pause(pause)
+                self.waited_s += time.monotonic() - tried
         self.fetched_bytes += size
 
     def _problem(self, shard: ShardEntry, path: Path) -> str | None:

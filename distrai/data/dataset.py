@@ -41,6 +41,11 @@ class PreparedData:
     def n_train(self) -> int:
         return self.units * self.unit
 
+    @property
+    def waited_s(self) -> float:
+        """Seconds spent waiting for shards out of reach (`ShardCache.waited_s`)."""
+        return self.cache.waited_s
+
     def shards_of(self, indices: Sequence[int]) -> list[int]:
         """The training shards that hold `indices`, in order of first use."""
         return list(dict.fromkeys(i // self.unit for i in indices))

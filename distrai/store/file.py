@@ -3,7 +3,10 @@
 Every write goes to a temp file in the key's own directory, is fsynced and then renamed over the
 key with `os.replace`, which is atomic on POSIX: readers in any process see the old value or the
 new one, never a part; of two writers of one key, one complete value wins. Temp file names end in
-`~tmp`, a character no key may hold, so they are never listed or mistaken for keys.
+`~tmp`, a character no key may hold, so they are never listed or mistaken for keys. A temp file that
+a failed write could not remove (its store went away mid-write) is removed once the store answers
+again; a node's own store is swept of the temp files of writers that died mid-write when it is
+opened (`temps.sweep`).
 
 A key cannot be both a value and a directory of other keys here (`a` and `a/b`); such a write is
 refused with a `StoreError`.
@@ -14,20 +17,22 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import logging
 import os
-import secrets
 import stat
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
 from distrai.store.base import NotFound, Store, StoreError, TooLarge, check_key
 from distrai.store.retry import RetryPolicy, call_with_retries
+from distrai.store.temps import sweep, temp_path
 from distrai.store.throttle import Bandwidth, check_max_bytes, copy_stream
 
 T = TypeVar("T")
 
-TEMP_SUFFIX = "~tmp"
+log = logging.getLogger("distrai.store")
 UNSYNCABLE_DIRECTORY_ERRNOS = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EBADF})
 TRANSIENT_ERRNOS = frozenset({errno.EAGAIN, errno.EBUSY, errno.ETIMEDOUT, errno.ESTALE, errno.EIO})
 
@@ -57,13 +62,17 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, fill: Callable[[BinaryIO], None]) -> None:
+def write_atomically(
+    path: Path, fill: Callable[[BinaryIO], None], left_over: Callable[[Path], None] | None = None
+) -> None:
     """Create or replace `path` all or nothing: `fill` a temp file beside it, fsync, rename.
 
-    On any failure the temp file is removed and `path` is untouched.
+    On any failure the temp file is removed and `path` is untouched; a temp file that cannot be
+    removed then (its folder went out of reach) is handed to `left_over`, and the failure raised is
+    the write's.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.parent / f".{path.name[:100]}.{secrets.token_hex(8)}{TEMP_SUFFIX}"
+    temp = temp_path(path)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as out:
@@ -72,8 +81,13 @@ def write_atomically(path: Path, fill: Callable[[BinaryIO], None]) -> None:
             os.fsync(out.fileno())
         os.replace(temp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+        try:
             os.unlink(temp)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            if left_over is not None:
+                left_over(temp)
         raise
     fsync_directory(path.parent)
 
@@ -92,9 +106,15 @@ class FileStore(Store):
         """`create`: make the folder now (a node's own store); a node that only reads another's store
         leaves it alone, so that a store that is gone lists as gone, not as empty."""
         self.root = Path(root).absolute()
+        self._left_over: set[Path] = set()
+        self._lock = threading.Lock()
         if create:
             with contextlib.suppress(OSError):  # unreachable now (an outage): every operation says so
                 self.root.mkdir(parents=True, exist_ok=True)
+            if removed := sweep(self.root):
+                log.info(
+                    "%d temp files of interrupted writes removed from the store %s", len(removed), self.root
+                )
         self.url = self.root.as_uri()
         self._bandwidth = Bandwidth.limited(bandwidth_bytes_per_s)
         self._retry = retry or RetryPolicy()
@@ -180,11 +200,30 @@ class FileStore(Store):
     def _run(self, describe: str, operation: Callable[[], T]) -> T:
         """Run with retries; an OS error that is left becomes a `StoreError` naming the key."""
         try:
-            return call_with_retries(
+            result = call_with_retries(
                 operation, policy=self._retry, is_transient=is_transient_os_error, describe=describe
             )
         except OSError as error:
             raise StoreError(f"file store {describe} in {self.url} failed: {error}") from error
+        if self._left_over:
+            self._remove_left_over()
+        return result
+
+    def _keep_left_over(self, temp: Path) -> None:
+        with self._lock:
+            self._left_over.add(temp)
+
+    def _remove_left_over(self) -> None:
+        """Remove the temp files that failed writes could not, now that the store answers."""
+        with self._lock:
+            for temp in sorted(self._left_over):
+                try:
+                    os.unlink(temp)
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    continue
+                self._left_over.discard(temp)
 
     def _write(
         self, path: Path, key: str, source: BinaryIO, pace: Callable[[int], None] | None = None
@@ -196,6 +235,7 @@ class FileStore(Store):
                 lambda out: copy_stream(
                     source, out, max_bytes=None, pace=pace or self._bandwidth.sent, what=self._what(key)
                 ),
+                self._keep_left_over,
             )
         except (FileExistsError, NotADirectoryError) as error:
             raise StoreError(

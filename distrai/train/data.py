@@ -36,6 +36,11 @@ class TrainingData(Protocol):
     def n_train(self) -> int: ...
 
     @property
+    def waited_s(self) -> float:
+        """Seconds spent waiting for data out of reach so far (none for data held in memory)."""
+        ...
+
+    @property
     def heldout(self) -> torch.Tensor: ...
 
     def batch(self, indices: Sequence[int]) -> torch.Tensor: ...
@@ -66,6 +71,7 @@ class TokenData:
     heldout: torch.Tensor
     heldout_documents: tuple[int, ...]
     unit = 1
+    waited_s = 0.0
 
     @property
     def n_train(self) -> int:

@@ -47,7 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -470,9 +470,16 @@ def sqlite_waiting(pid: int) -> bool:
 
 
 class Harness:
-    def __init__(self, options: ChaosOptions, say: Callable[[str], None] = print):
+    def __init__(
+        self,
+        options: ChaosOptions,
+        say: Callable[[str], None] = print,
+        base_env: Mapping[str, str] | None = None,
+    ):
         self.options = options
         self.say = say
+        self.base_env = base_env
+        """the environment the nodes start from (this process's when None)"""
         self.net = Localnet(
             LocalnetOptions(
                 work=options.work,
@@ -546,7 +553,7 @@ class Harness:
         events = plan_for_seed(
             self.cfg, self.options, {n.name: n.role for n in net.neurons}, self.first_window
         )
-        net.start()
+        net.start(self.base_env)
         self.started_at = time.monotonic()
         end_block = reveal_deadline(self.cfg, self.last_miner_window) + 2
         timeout = self.options.timeout_s or 180 + (self.options.windows + 4) * (
@@ -1468,9 +1475,13 @@ def run_checks(h: Harness) -> list[Check]:
     return checks
 
 
-def run_chaos(options: ChaosOptions, say: Callable[[str], None] = print, progress=None) -> ChaosResult:
+def run_chaos(
+    options: ChaosOptions, say: Callable[[str], None] = print, progress=None, harness: Harness | None = None
+) -> ChaosResult:
+    """The chaos run of `options`, by `harness` if given (one built on the same options, whose network
+    a caller may stop early), else by a harness of its own."""
     started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    h = Harness(options, say)
+    h = harness if harness is not None else Harness(options, say)
     clock = time.monotonic()
     try:
         h.run(progress)

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -364,8 +365,9 @@ class Localnet:
         ]
         self.neurons.append(Neuron(name, role, name, work_dir, self.work / "logs" / f"{name}.log", args))
 
-    def env(self) -> dict[str, str]:
-        env = dict(os.environ)
+    def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The nodes' environment: `base` (this process's environment if None) with the network's settings."""
+        env = dict(os.environ if base is None else base)
         env.update(
             PYTHONUNBUFFERED="1",
             OMP_NUM_THREADS="1",
@@ -379,9 +381,10 @@ class Localnet:
         )
         return env
 
-    def start(self) -> None:
+    def start(self, base_env: Mapping[str, str] | None = None) -> None:
+        """Start every node, in `env(base_env)`."""
         (self.work / "logs").mkdir(exist_ok=True)
-        self.started_env = self.env()
+        self.started_env = self.env(base_env)
         for neuron in self.neurons:
             neuron.start(self.started_env)
 

@@ -1,30 +1,43 @@
 """Fixtures shared by several test files, and the session's background local networks.
 
 The networks that tests only read once they have ended (`support.adversary_net`,
-`support.leader_net`, `support.findings_net`, `support.restart_net`, `support.smoke_net`) run one
-after another while the other tests do (`support.background`): each starts between two tests once the one before has ended. The tests
-that read them run after every other test, in the order the networks run, and wait for theirs.
-Tests marked `localnet` run a network of their own while they run; they come last, once every
-background network has ended, so that no two networks share the cores."""
+`support.leader_net`, `support.findings_net`, `support.restart_net`, `support.smoke_net`, and the
+chaos run of `support.chaos_run`) run in two lanes while the other tests do (`support.background`):
+in each lane one network at a time, the next as soon as the one before has ended. The tests that
+read them run after every other test, in the order the networks run, and wait for theirs. Tests
+marked `localnet` run a network of their own while they run; they come last, once every background
+network has ended, so that no more networks share the cores.
+"""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 from support.adversary_net import start_adversary_net
 from support.background import FinishedNet, Networks
+from support.chaos_run import ChaosJob, start_chaos_run
 from support.findings_net import start_findings_net
 from support.leader_net import start_leader_net
 from support.restart_net import start_restart_net
 from support.smoke_net import start_smoke_net
 
 NETWORKS = {
-    "adversary_net": start_adversary_net,
+    "chaos_run": start_chaos_run,
     "leader_net": start_leader_net,
+    "smoke_net": start_smoke_net,
+    "adversary_net": start_adversary_net,
     "findings_net": start_findings_net,
     "restart_net": start_restart_net,
-    "smoke_net": start_smoke_net,
 }
-"""The background networks, by the name of the fixture that gives each, in the order they run."""
+"""The background networks, by the name of the fixture that gives each, in the order their readers run."""
+LANES = (
+    ("leader_net", "adversary_net", "findings_net", "restart_net"),
+    ("chaos_run", "smoke_net"),
+)
+"""The order in which the networks run, one at a time in each lane. The chaos run, whose timing is
+tightest, runs beside the leader network, which needs about half a core; the adversary network, which
+needs a whole one, runs beside the light smoke run and then alone."""
 
 
 def pytest_configure(config):
@@ -52,20 +65,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def networks(request, tmp_path_factory):
-    needed = [name for name in NETWORKS if any(name in item.fixturenames for item in request.session.items)]
-    background = Networks(NETWORKS, needed, tmp_path_factory)
+    needed = {name for name in NETWORKS if any(name in item.fixturenames for item in request.session.items)}
+    lanes = [[name for name in lane if name in needed] for lane in LANES]
+    background = Networks(NETWORKS, lanes, tmp_path_factory, os.environ)
     yield background
     background.close()
 
 
 @pytest.fixture(autouse=True)
 def between_tests(request, networks):
-    """Before each test: the next background network starts once the last has ended; a test that
-    runs a network of its own first waits for every background network to end."""
+    """Before each test: a lane whose network has ended starts its next; a test that runs a network of
+    its own first waits for every background network to end; while a test that patches process-wide
+    state (monkeypatch) runs, no network starts."""
     if request.node.get_closest_marker("localnet"):
         networks.drain()
     else:
         networks.tick()
+    patches = "monkeypatch" in request.fixturenames
+    networks.hold(patches)
+    yield
+    if patches:
+        networks.hold(False)
 
 
 @pytest.fixture(scope="session")
@@ -96,3 +116,9 @@ def restart_net(networks) -> FinishedNet:
 def smoke_net(networks) -> FinishedNet:
     """The GPU smoke window's command on a CPU (`support.smoke_net`), run to its end."""
     return networks.result("smoke_net")
+
+
+@pytest.fixture(scope="session")
+def chaos_run(networks) -> ChaosJob:
+    """The chaos run of `support.chaos_run`, run to its end."""
+    return networks.result("chaos_run").net

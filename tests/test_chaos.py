@@ -1,10 +1,10 @@
 """Bounded chaos on a localnet: the small version of bench/chaos.py (which writes
-docs/reliability.md with 20 kills over 8 windows).
+docs/reliability.md with 20 kills over 8 windows), run by `support.chaos_run` beside the other tests.
 
 3 miners and 2 validators on the pipelined cpu-localnet config at 0.7 s per block, 5 windows.
 7 SIGKILLs at moments drawn from a fixed seed, every (role, phase) pair among them, each followed
 at once by a restart with the same command; the store unreachable for one window; the chain
-locked for 5 s. The network runs once for the module; each check is its own test, so a failure
+locked for 5 s. The network runs once for the session; each check is its own test, so a failure
 names the check. Runs in about 2.5 minutes on 2 cores.
 
 Checks that a bug in code this test does not own can fail are marked xfail (not strict: a chaos
@@ -18,21 +18,12 @@ from __future__ import annotations
 import random
 
 import pytest
+from support.chaos_run import KILLS, SEED, chaos_options
 
-from bench.chaos import (
-    MARGIN_BLOCKS,
-    PHASES,
-    ROLES,
-    ChaosOptions,
-    phase_label,
-    plan,
-    plan_for_seed,
-    run_chaos,
-)
+from bench.chaos import MARGIN_BLOCKS, PHASES, ROLES, phase_label, plan, plan_for_seed
 from distrai.run import load_run_config, shipped_config_path
 from distrai.windows import activities
 
-SEED = 1
 NODES = {
     "validator0": "validator",
     "validator1": "validator",
@@ -47,19 +38,13 @@ def windows_config():
     return load_run_config(shipped_config_path("cpu-localnet")).windows
 
 
-def small(work, **changes) -> ChaosOptions:
-    options = dict(work=work, kills=7, windows=5, seed=SEED, block_time=0.7, stall_seconds=5.0)
-    options.update(changes)
-    return ChaosOptions(**options)
-
-
 # -- the plan, without a network -------------------------------------------------------------------
 
 
 def test_a_seed_gives_one_plan(windows_config, tmp_path):
-    first = plan_for_seed(windows_config, small(tmp_path), NODES, 1)
-    again = plan_for_seed(windows_config, small(tmp_path), NODES, 1)
-    other = plan_for_seed(windows_config, small(tmp_path, seed=SEED + 1), NODES, 1)
+    first = plan_for_seed(windows_config, chaos_options(tmp_path), NODES, 1)
+    again = plan_for_seed(windows_config, chaos_options(tmp_path), NODES, 1)
+    other = plan_for_seed(windows_config, chaos_options(tmp_path, seed=SEED + 1), NODES, 1)
     assert first == again
     assert first != other
 
@@ -70,7 +55,9 @@ def test_the_plan_hits_every_role_in_every_phase_away_from_the_disruptions(
 ):
     cfg = windows_config
     for seed in range(20):
-        events = plan_for_seed(cfg, small(tmp_path, kills=kills, windows=windows, seed=seed), NODES, 1)
+        events = plan_for_seed(
+            cfg, chaos_options(tmp_path, kills=kills, windows=windows, seed=seed), NODES, 1
+        )
         killed = [e for e in events if e.kind == "kill"]
         assert len(killed) == kills
         hit = {(NODES[e.node], phase_label(activities(cfg, int(e.block)))) for e in killed}
@@ -85,16 +72,18 @@ def test_the_plan_hits_every_role_in_every_phase_away_from_the_disruptions(
 
 def test_a_plan_that_cannot_fit_says_so(windows_config, tmp_path):
     with pytest.raises(ValueError, match="no free block|no room|at least 2"):
-        plan(windows_config, small(tmp_path, kills=40, windows=2), NODES, 1, random.Random(0))
+        plan(windows_config, chaos_options(tmp_path, kills=40, windows=2), NODES, 1, random.Random(0))
 
 
 # -- the run ----------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def result(tmp_path_factory):
-    work = tmp_path_factory.mktemp("chaos") / "net"
-    outcome = run_chaos(small(work), say=lambda text: print(text, flush=True))
+def result(chaos_run):
+    print("\n".join(chaos_run.said))
+    if chaos_run.error is not None:
+        raise chaos_run.error
+    outcome = chaos_run.outcome
     for check in outcome.checks:
         print(f"{'pass' if check.ok else 'FAIL'}  {check.name}: {check.summary}")
         for line in check.details[:12]:
@@ -107,11 +96,10 @@ def explain(check) -> str:
     return f"{check.name}: {check.summary}\n" + "\n".join(f"  - {d}" for d in check.details)
 
 
-@pytest.mark.localnet
 def test_every_phase_was_hit_by_a_kill(result):
     check = result.check("every phase hit")
     assert check.ok, explain(check)
-    assert len(result.kills) == 7
+    assert len(result.kills) == KILLS
     assert {k.role for k in result.kills} == set(ROLES)
 
 
@@ -149,14 +137,12 @@ KNOWN_BUGS = {
 }
 
 
-@pytest.mark.localnet
 @pytest.mark.parametrize("name", HOLDS)
 def test_check_holds(result, name):
     check = result.check(name)
     assert check.ok, explain(check)
 
 
-@pytest.mark.localnet
 @pytest.mark.parametrize(
     "name",
     [
@@ -169,6 +155,5 @@ def test_check_blocked_by_a_known_bug(result, name):
     assert check.ok, explain(check)
 
 
-@pytest.mark.localnet
 def test_every_check_is_asserted(result):
     assert {c.name for c in result.checks} == {"every phase hit", *HOLDS, *KNOWN_BUGS}

@@ -9,6 +9,7 @@ on 2 cores, with room to spare for the tests running beside it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from distrai.localnet import Localnet, LocalnetOptions
@@ -19,7 +20,7 @@ WINDOWS = 3
 CONFIG = Path(__file__).parent / "adversary-localnet.toml"
 
 
-def start_adversary_net(work: Path) -> Localnet:
+def start_adversary_net(work: Path, env: Mapping[str, str]) -> Localnet:
     return start(
         Localnet(
             LocalnetOptions(
@@ -31,5 +32,6 @@ def start_adversary_net(work: Path) -> Localnet:
                 adversaries=tuple(ADVERSARIES),
                 run_config=CONFIG,
             )
-        )
+        ),
+        env,
     )

@@ -2,21 +2,23 @@
 
 A local network's nodes spend most of a run waiting for the chain's blocks, which follow the wall
 clock: a network whose tests only read it once it has ended need not hold the session up while it
-runs. `Networks` starts the session's networks one at a time, each between two tests once the one
-before it has ended, and the tests that read a network wait for its end (tests/conftest.py runs
-them after the others).
+runs. `Networks` runs the session's networks in lanes: one network at a time in each lane, the next
+started as soon as the one before it has ended (by a watcher thread, or between two tests), and the
+tests that read a network wait for its end (tests/conftest.py runs them after the others).
 
-A network is set up and started between two tests, never during one, so its nodes start from the
-session's environment and working directory, not from a test's monkeypatched ones; the tests that
-read it see what a network started by the test itself would have left: every node exited on its
-own within `TIMEOUT_S` of the start, or was stopped then."""
+A network starts from the session's environment, captured when the session began, never from a
+test's monkeypatched one, and never while a test that patches process-wide state runs (`hold`): the
+tests that read it see what a network started by the test itself would have left: every node exited
+on its own within `TIMEOUT_S` of the start, or was stopped then."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
@@ -24,11 +26,30 @@ from distrai.localnet import Localnet
 
 TIMEOUT_S = 600.0
 """How long a network may run before it is stopped and counted as unfinished."""
+POLL_S = 0.5
+"""How often the watcher looks for a network's end."""
+
+
+class Node(Protocol):
+    def running(self) -> bool: ...
+
+
+class Net(Protocol):
+    """What a starter returns: a network whose nodes (or one job) run on their own."""
+
+    neurons: Sequence[Node]
+
+    def stop(self) -> None: ...
+
+
+Starter = Callable[[Path, Mapping[str, str]], Net]
+"""Sets a network up in the folder it is given and starts it in the environment it is given, without
+waiting for it."""
 
 
 @dataclass(frozen=True)
 class FinishedNet:
-    net: Localnet
+    net: Net
     finished: bool
     """whether every node exited on its own within `TIMEOUT_S` of the start"""
 
@@ -36,87 +57,118 @@ class FinishedNet:
 @dataclass
 class _Running:
     name: str
-    net: Localnet
+    net: Net
     started: float
 
 
 class Networks:
-    """The networks `names` (keys of `starters`, in the order they run). A starter sets a network up
-    in the folder it is given and starts its nodes, without waiting for them."""
+    """The networks of `lanes` (each a sequence of keys of `starters`, in the order they run), started
+    in `env`."""
 
     def __init__(
         self,
-        starters: Mapping[str, Callable[[Path], Localnet]],
-        names: Sequence[str],
+        starters: Mapping[str, Starter],
+        lanes: Sequence[Sequence[str]],
         folders: pytest.TempPathFactory,
+        env: Mapping[str, str],
     ):
         self._starters = starters
-        self._queue = list(names)
+        self._queues = [list(lane) for lane in lanes if lane]
+        self._running: list[_Running | None] = [None] * len(self._queues)
         self._folders = folders
-        self._running: _Running | None = None
+        self._env = dict(env)
         self._done: dict[str, FinishedNet | Exception] = {}
+        self._lock = threading.Lock()
+        self._held = False
+        self._closed = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, name="background networks", daemon=True)
+        self._watcher.start()
+
+    def hold(self, held: bool) -> None:
+        """While held, the watcher starts no network (a test that patches process-wide state runs)."""
+        with self._lock:
+            self._held = held
 
     def tick(self) -> None:
-        """Between two tests: end the running network if every node has exited (or its time is
-        up), then start the next."""
-        if self._running is not None:
-            if not any(n.running() for n in self._running.net.neurons):
-                self._end(finished=True)
-            elif time.monotonic() - self._running.started > TIMEOUT_S:
-                self._end(finished=False)
-        if self._running is None and self._queue:
-            self._start(self._queue.pop(0))
+        """Between two tests: end the networks whose nodes have all exited, start the next in each lane."""
+        with self._lock:
+            self._advance()
 
     def result(self, name: str) -> FinishedNet:
-        """The network `name` run to its end; the networks queued before it run first."""
-        running = self._running.name if self._running is not None else None
-        if name not in self._done and name not in self._queue and name != running:
-            self._queue.append(name)
-        while name not in self._done:
-            self._run_one()
-        done = self._done[name]
+        """The network `name` run to its end; the networks queued before it in its lane run first."""
+        while True:
+            with self._lock:
+                self._advance()
+                if name in self._done:
+                    done = self._done[name]
+                    break
+                if not self._pending(name):
+                    raise KeyError(f"{name} is in no lane of this session")
+            time.sleep(POLL_S)
         if isinstance(done, Exception):
             raise done
         return done
 
     def drain(self) -> None:
         """Run every queued network to its end (before a test that runs a network of its own)."""
-        while self._running is not None or self._queue:
-            self._run_one()
+        while True:
+            with self._lock:
+                self._advance()
+                if not any(self._queues) and not any(self._running):
+                    return
+            time.sleep(POLL_S)
 
     def close(self) -> None:
-        """Stop the running network and start no other (the session is over)."""
-        self._queue.clear()
-        if self._running is not None:
-            self._end(finished=False)
+        """Stop the running networks and start no other (the session is over)."""
+        self._closed.set()
+        self._watcher.join()
+        with self._lock:
+            for queue in self._queues:
+                queue.clear()
+            for lane, running in enumerate(self._running):
+                if running is not None:
+                    self._end(lane, finished=False)
 
-    def _run_one(self) -> None:
-        """Wait for the running network's end, or start the next if none runs."""
-        if self._running is None:
-            self._start(self._queue.pop(0))
-            return
-        left = TIMEOUT_S - (time.monotonic() - self._running.started)
-        self._end(finished=self._running.net.wait(max(left, 0.0)))
+    def _watch(self) -> None:
+        while not self._closed.wait(POLL_S):
+            with self._lock:
+                if not self._held:
+                    self._advance()
 
-    def _start(self, name: str) -> None:
+    def _pending(self, name: str) -> bool:
+        return any(name in queue for queue in self._queues) or any(
+            r is not None and r.name == name for r in self._running
+        )
+
+    def _advance(self) -> None:
+        for lane, running in enumerate(self._running):
+            if running is not None:
+                if not any(n.running() for n in running.net.neurons):
+                    self._end(lane, finished=True)
+                elif time.monotonic() - running.started > TIMEOUT_S:
+                    self._end(lane, finished=False)
+            if self._running[lane] is None and self._queues[lane] and not self._closed.is_set():
+                self._start(lane, self._queues[lane].pop(0))
+
+    def _start(self, lane: int, name: str) -> None:
         try:
-            net = self._starters[name](self._folders.mktemp(name) / "net")
+            net = self._starters[name](self._folders.mktemp(name) / "net", self._env)
         except Exception as exc:
             self._done[name] = exc
             return
-        self._running = _Running(name, net, time.monotonic())
+        self._running[lane] = _Running(name, net, time.monotonic())
 
-    def _end(self, finished: bool) -> None:
-        running, self._running = self._running, None
+    def _end(self, lane: int, finished: bool) -> None:
+        running, self._running[lane] = self._running[lane], None
         running.net.stop()
         self._done[running.name] = FinishedNet(running.net, finished)
 
 
-def start(net: Localnet) -> Localnet:
-    """Set `net` up and start its nodes; if they cannot all start, stop those that did."""
+def start(net: Localnet, env: Mapping[str, str]) -> Localnet:
+    """Set `net` up and start its nodes in `env`; if they cannot all start, stop those that did."""
     net.setup()
     try:
-        net.start()
+        net.start(env)
     except BaseException:
         net.stop()
         raise

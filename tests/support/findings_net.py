@@ -10,6 +10,7 @@ running beside it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from distrai.localnet import Localnet, LocalnetOptions
@@ -20,7 +21,7 @@ CONFIG = Path(__file__).parent / "shared-localnet.toml"
 ADVERSARY = "wrongdata"
 
 
-def start_findings_net(work: Path) -> Localnet:
+def start_findings_net(work: Path, env: Mapping[str, str]) -> Localnet:
     return start(
         Localnet(
             LocalnetOptions(
@@ -32,5 +33,6 @@ def start_findings_net(work: Path) -> Localnet:
                 adversaries=(ADVERSARY,),
                 run_config=CONFIG,
             )
-        )
+        ),
+        env,
     )

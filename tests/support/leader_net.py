@@ -15,6 +15,7 @@ the config's offsets assume: a validator checks a window in about 3.5 s of its 1
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from distrai.localnet import Localnet, LocalnetOptions
@@ -27,7 +28,7 @@ MINER_ADVERSARIES = ("poison",)
 """The colluding leader's miner."""
 
 
-def start_leader_net(work: Path) -> Localnet:
+def start_leader_net(work: Path, env: Mapping[str, str]) -> Localnet:
     return start(
         Localnet(
             LocalnetOptions(
@@ -42,5 +43,6 @@ def start_leader_net(work: Path) -> Localnet:
                 leader_adversaries=LEADERS,
                 run_config=CONFIG,
             )
-        )
+        ),
+        env,
     )

@@ -13,15 +13,15 @@ environment; it writes what happened, or why it could not, to `DRIVER_LOG`."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 import shutil
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
-from distrai.cli import main as distrai_main
 from distrai.localnet import Localnet, LocalnetOptions
 from distrai.metrics import read_metrics
 from distrai.run import shipped_config_path
@@ -29,32 +29,48 @@ from distrai.train.corpus import offline_documents
 from support.background import start
 from support.tiny_models import write_corpus_files
 
+REPO = Path(__file__).resolve().parents[2]
 WINDOWS = 3
 RESTARTED = "validator1"
 BEFORE = "validator1-before.json"
 """validator1's saved state just before the kill"""
 DRIVER_LOG = "driver.log"
+INNER_STEPS = 30
+"""The most a window trains: the shipped config's 90 buys progress, this network tests the protocol
+(and still halves the held-out loss in its windows) while other tests run beside it."""
 FIRST_WINDOW_S = 240.0
 """How long the driver waits for validator1's first scored window."""
 
 
-def prepared_run_config(folder: Path) -> Path:
-    """`distrai data prepare` on local files, then the shipped CPU run config naming what it printed."""
+def prepared_run_config(folder: Path, env: Mapping[str, str]) -> Path:
+    """`distrai data prepare` on local files, then the shipped CPU run config naming what it printed,
+    with `INNER_STEPS` steps a window."""
     files = write_corpus_files(folder / "text", offline_documents(1000, seed=5))
     data_store = f"file://{folder / 'data'}"
     argv = ["data", "prepare", "--files", str(files["json"]), "--tokenizer", "byte", "--shard-tokens", "2048"]
-    with contextlib.redirect_stdout(io.StringIO()) as out:
-        if distrai_main([*argv, "--heldout-fraction", "0.1", "--store.url", data_store]) != 0:
-            raise RuntimeError("distrai data prepare failed on the test corpus")
+    command = [
+        sys.executable,
+        "-m",
+        "distrai.cli",
+        *argv,
+        "--heldout-fraction",
+        "0.1",
+        "--store.url",
+        data_store,
+    ]
+    out = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"distrai data prepare failed on the test corpus: {out.stderr[-2000:]}")
     shipped = shipped_config_path("cpu-localnet").read_text()
     builtin = re.search(r'^manifest = "[0-9a-f]{64}"', shipped, re.MULTILINE).group(0)
-    ours = f'manifest = "{out.getvalue().split()[-1]}"\nstore = "{data_store}"'
+    ours = f'manifest = "{out.stdout.split()[-1]}"\nstore = "{data_store}"'
+    steps = re.search(r"^inner_steps = 90 ", shipped, re.MULTILINE).group(0)
     path = folder / "run.toml"
-    path.write_text(shipped.replace(builtin, ours))
+    path.write_text(shipped.replace(builtin, ours).replace(steps, f"inner_steps = {INNER_STEPS} "))
     return path
 
 
-def start_restart_net(work: Path) -> Localnet:
+def start_restart_net(work: Path, env: Mapping[str, str]) -> Localnet:
     net = start(
         Localnet(
             LocalnetOptions(
@@ -64,9 +80,10 @@ def start_restart_net(work: Path) -> Localnet:
                 windows=WINDOWS,
                 block_time=1.0,
                 idle_miners=1,
-                run_config=prepared_run_config(work.parent),
+                run_config=prepared_run_config(work.parent, env),
             )
-        )
+        ),
+        env,
     )
     Restarter(net).start()
     return net

@@ -11,9 +11,9 @@ cores (measured alone); the whole command runs in about 95 s."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sysconfig
+from collections.abc import Mapping
 from pathlib import Path
 
 from distrai.localnet import Neuron
@@ -64,7 +64,7 @@ class CommandNet:
         return self.command.log_path.read_text(errors="replace") if self.command.log_path.exists() else ""
 
 
-def start_smoke_net(work: Path) -> CommandNet:
+def start_smoke_net(work: Path, env: Mapping[str, str]) -> CommandNet:
     net = CommandNet(work)
-    net.command.start({**os.environ, "COLUMNS": "160"})
+    net.command.start({**env, "COLUMNS": "160"})
     return net

@@ -1,0 +1,68 @@
+"""The bounded chaos run of tests/test_chaos.py as a background job (`support.background`): bench/chaos.py's
+harness drives its own local network in a thread while other tests run, and keeps what it says for
+the tests that read it (a thread that printed would write into whichever test is running).
+
+3 miners and 2 validators on the pipelined cpu-localnet config at `BLOCK_TIME` s per block, `WINDOWS`
+windows, `KILLS` SIGKILLs at moments drawn from `SEED`, each followed at once by a restart with the
+same command; the store unreachable for one window; the chain locked for `STALL_S` s."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+from bench.chaos import ChaosOptions, ChaosResult, Harness, run_chaos
+
+SEED = 1
+KILLS = 7
+WINDOWS = 5
+BLOCK_TIME = 0.7
+STALL_S = 5.0
+STOP_S = 120.0
+"""How long a stopped run may take to end its checks."""
+
+
+def chaos_options(work: Path, **changes) -> ChaosOptions:
+    """The run's options, with `changes` (the tests of the plan vary them)."""
+    options = dict(
+        work=work, kills=KILLS, windows=WINDOWS, seed=SEED, block_time=BLOCK_TIME, stall_seconds=STALL_S
+    )
+    options.update(changes)
+    return ChaosOptions(**options)
+
+
+class ChaosJob:
+    """One chaos run in a thread: running while the thread is (`neurons`), its `outcome` or `error` after."""
+
+    def __init__(self, work: Path, env: Mapping[str, str]):
+        self.options = chaos_options(work)
+        self.said: list[str] = []
+        self.harness = Harness(self.options, self.said.append, base_env=env)
+        self.outcome: ChaosResult | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="chaos run", daemon=True)
+        self.neurons = [self]
+
+    def start(self) -> ChaosJob:
+        self._thread.start()
+        return self
+
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self) -> None:
+        """Stop the run's nodes if it is still under way (the session is over), and wait for its end."""
+        if self._thread.is_alive():
+            self.harness.net.stop()
+        self._thread.join(timeout=STOP_S)
+
+    def _run(self) -> None:
+        try:
+            self.outcome = run_chaos(self.options, self.said.append, harness=self.harness)
+        except BaseException as exc:
+            self.error = exc
+
+
+def start_chaos_run(work: Path, env: Mapping[str, str]) -> ChaosJob:
+    return ChaosJob(work, env).start()

@@ -1032,6 +1032,8 @@ def check_miner_reveals(h: Harness, manifests: dict[str, dict[int, dict]]) -> li
             done = [r for r in reveals if r["window"] == w]
             if unanchored:
                 outcomes.append(f"w{w} never anchored (killed before its commitment)")
+            elif down_over_deadline(after, w):
+                outcomes.append(f"w{w} due while the miner was down, and said so after the restart")
             elif resumed and done and not done[0]["reveal_late"]:
                 outcomes.append(f"w{w} resumed after the restart, done in {done[0]['upload_seconds']:.1f} s")
             elif resumed and done:
@@ -1060,7 +1062,8 @@ def check_miner_reveals(h: Harness, manifests: dict[str, dict[int, dict]]) -> li
     resumed = Check(
         "reveals in flight resumed",
         not details,
-        f"{in_flight} reveal(s) in flight at {kills} miner kills, each resumed and done in time"
+        f"{in_flight} reveal(s) in flight at {kills} miner kills, each resumed and done in time, or due "
+        "while its miner was down and said so"
         if not details
         else f"{len(details)} of {in_flight} reveal(s) in flight lost or late",
         details,
@@ -1147,6 +1150,31 @@ def check_residual_reports(h: Harness, reports: list[dict], manifests: dict[str,
     )
 
 
+def down_over_deadline(records, window: int) -> bool:
+    """Whether a restarted miner's log (`records`, from its restart on) says that the reveal deadline
+    of `window` passed while it was down: no restart can bring that reveal back, and docs/protocol.md
+    ("Withheld reveals") bars a challenged miner for it, as it bars one that hides its reveal."""
+    return any(
+        f"window {window}: its reveal deadline" in r.message
+        and "passed while the miner was down" in r.message
+        for r in records
+    )
+
+
+def down_at_reveal(h: Harness, window: int, miner: str) -> int | None:
+    """The kill of `miner` that kept it down over the reveal deadline of `window`, if one did."""
+    return next(
+        (
+            k.index
+            for k in h.kills
+            if k.node == miner
+            and window in k.in_flight
+            and down_over_deadline(log_records(h.net.neuron(k.node).log_path, k.log_offset), window)
+        ),
+        None,
+    )
+
+
 def fraud_cause(reason: str, h: Harness, window: int, miner: str) -> str:
     """Why an honest miner was judged a cheat, as far as the run shows."""
     if "another base model" in reason or "not the window's starting state" in reason:
@@ -1162,32 +1190,45 @@ def fraud_cause(reason: str, h: Harness, window: int, miner: str) -> str:
 
 
 def check_fraud(h: Harness, reports: list[dict]) -> Check:
-    """Every miner here is honest: none may be barred, in a report or a validator's state or log."""
+    """Every miner here is honest: none may be barred, in a report or a validator's state or log,
+    except for a window whose reveal fell due while a kill kept the miner down (`down_at_reveal`): to
+    a validator that challenged it, that miner hid its reveal, and the protocol bars it for a bounded
+    time (docs/protocol.md, "Withheld reveals"). Those bars are counted, not failed."""
     names = {h.hotkey(n.name): n.name for n in h.net.neurons}
     uids = {h.chain.metagraph().uid_of(h.hotkey(n.name)): n.name for n in h.net.neurons}
-    details = []
+    details, down = [], set()
     for neuron in (n for n in h.net.neurons if n.role == "validator"):
         for r in log_records(neuron.log_path):
             if m := re.match(r"window (\d+): uid (\d+) barred until window (\d+): (.*)", r.message):
                 miner = uids.get(int(m[2]), f"uid {m[2]}")
+                if (kill := down_at_reveal(h, int(m[1]), miner)) is not None:
+                    down.add((neuron.name, int(m[1]), miner, kill))
+                    continue
                 details.append(
                     f"{neuron.name} w{m[1]}: {miner} barred until w{m[3]} — "
                     f"{fraud_cause(m[4], h, int(m[1]), miner)} ({m[4][:160]})"
                 )
     for body in reports:
         for hotkey, entry in body["miners"].items():
-            if "banned" in entry["verdicts"]:
+            miner = names.get(hotkey, hotkey)
+            if "banned" in entry["verdicts"] and down_at_reveal(h, body["window"], miner) is None:
                 details.append(
-                    f"{names.get(body['validator'], '?')} w{body['window']}: {names.get(hotkey, hotkey)} "
+                    f"{names.get(body['validator'], '?')} w{body['window']}: {miner} "
                     f"reported banned ({entry['reason']})"
                 )
     ok = not details
+    excused = (
+        f"; {len(down)} bar(s) of a miner a kill kept down over its reveal deadline (kills "
+        f"{', '.join(str(k) for k in sorted({d[3] for d in down}))}), as the protocol rules"
+        if down
+        else ""
+    )
     return Check(
         "no honest miner marked fraud",
         ok,
-        f"no ban in {len(reports)} signed reports or the validators' logs"
+        (f"no other ban in {len(reports)} signed reports or the validators' logs" + excused)
         if ok
-        else f"{len(details)} fraud verdict(s) or ban(s)",
+        else f"{len(details)} fraud verdict(s) or ban(s)" + excused,
         details,
     )
 

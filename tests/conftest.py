@@ -1,12 +1,12 @@
-"""Fixtures shared by several test files, and the session's background local networks.
+"""Fixtures shared by several test files, and the session's background jobs.
 
-The networks that tests only read once they have ended (`support.adversary_net`,
-`support.leader_net`, `support.findings_net`, `support.restart_net`, `support.smoke_net`, and the
-chaos run of `support.chaos_run`) run in two lanes while the other tests do (`support.background`):
-in each lane one network at a time, the next as soon as the one before has ended. The tests that
-read them run after every other test, in the order the networks run, and wait for theirs. Tests
-marked `localnet` run a network of their own while they run; they come last, once every background
-network has ended, so that no more networks share the cores.
+The jobs that tests only read once they have ended run in two lanes while the other tests do
+(`support.background`): in each lane one at a time, the next as soon as the one before has ended.
+They are the local networks (`support.adversary_net`, `support.leader_net`, `support.findings_net`,
+`support.restart_net`, `support.smoke_net`), the chaos run (`support.chaos_run`) and the benchmarks'
+quick runs (`support.bench_jobs`). The tests that read them run after every other test, in the order
+the jobs end, and wait for theirs. Tests marked `localnet` run a network of their own while they
+run; they come last, once every background job has ended, so that no more networks share the cores.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 import pytest
 from support.adversary_net import start_adversary_net
 from support.background import FinishedNet, Networks
+from support.bench_jobs import CommandJob, start_convergence_bench, start_gpu_bench, start_incentives_bench
 from support.chaos_run import ChaosJob, start_chaos_run
 from support.findings_net import start_findings_net
 from support.leader_net import start_leader_net
@@ -27,17 +28,21 @@ NETWORKS = {
     "leader_net": start_leader_net,
     "smoke_net": start_smoke_net,
     "adversary_net": start_adversary_net,
+    "gpu_bench": start_gpu_bench,
     "findings_net": start_findings_net,
+    "incentives_bench": start_incentives_bench,
+    "convergence_bench": start_convergence_bench,
     "restart_net": start_restart_net,
 }
-"""The background networks, by the name of the fixture that gives each, in the order their readers run."""
+"""The background jobs, by the name of the fixture that gives each, in the order their readers run
+(about the order in which they end)."""
 LANES = (
     ("leader_net", "adversary_net", "findings_net", "restart_net"),
-    ("chaos_run", "smoke_net"),
+    ("chaos_run", "smoke_net", "gpu_bench", "incentives_bench", "convergence_bench"),
 )
-"""The order in which the networks run, one at a time in each lane. The chaos run, whose timing is
-tightest, runs beside the leader network, which needs about half a core; the adversary network, which
-needs a whole one, runs beside the light smoke run and then alone."""
+"""The order in which the jobs run, one at a time in each lane: the local networks, paced by the
+chain's blocks, in the first; in the second the chaos run, whose timing is tightest, beside the leader
+network, then the smoke run and the benchmarks, which take a core each, beside the other networks."""
 
 
 def pytest_configure(config):
@@ -122,3 +127,21 @@ def smoke_net(networks) -> FinishedNet:
 def chaos_run(networks) -> ChaosJob:
     """The chaos run of `support.chaos_run`, run to its end."""
     return networks.result("chaos_run").net
+
+
+@pytest.fixture(scope="session")
+def gpu_bench(networks) -> CommandJob:
+    """`bench/gpu.py --quick` on the CPU (`support.bench_jobs`), run to its end."""
+    return networks.result("gpu_bench").net
+
+
+@pytest.fixture(scope="session")
+def convergence_bench(networks) -> CommandJob:
+    """`bench/convergence.py --quick` on both corpora (`support.bench_jobs`), run to its end."""
+    return networks.result("convergence_bench").net
+
+
+@pytest.fixture(scope="session")
+def incentives_bench(networks) -> CommandJob:
+    """`bench/incentives.py --quick` (`support.bench_jobs`), run to its end."""
+    return networks.result("incentives_bench").net

@@ -9,31 +9,22 @@ compiles the compiled one again in a fresh process to the same bits."""
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
-from test_bench_smoke import MARKER, table_after
+from support.bench_jobs import KEPT, MARKER
+from test_bench_smoke import table_after
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 from _gpu_loops import BEST, KERNELS_COMPILED, STEPS  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 
-
-def test_quick_run_writes_every_table(tmp_path):
-    output = tmp_path / "gpu.md"
-    output.write_text(f"# old\n{MARKER}\nnotes kept\n")
-    run = subprocess.run(
-        [sys.executable, "bench/gpu.py", "--quick", "--device", "cpu", "--output", str(output)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+def test_quick_run_writes_every_table(gpu_bench):
+    run = gpu_bench.completed()
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    text = output.read_text()
-    assert "`python bench/gpu.py --quick --device cpu --output" in text and text.endswith("notes kept\n")
+    text = gpu_bench.report.read_text()
+    assert "`python bench/gpu.py --quick --device cpu --output" in text and text.endswith(f"{MARKER}\n{KEPT}")
+    assert "# old report" not in text
 
     speeds = table_after(text, "## Throughput: preset tiny")
     assert len(speeds) == 1 + 9

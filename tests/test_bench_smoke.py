@@ -24,11 +24,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.bench_jobs import KEPT, MARKER
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "bench" / "convergence.py"
-MARKER = "<!-- Notes below this line are kept when the benchmark rewrites this file. -->"
-KEPT = "Hand-written notes that a rerun must keep.\n"
 HEX64 = r"[0-9a-f]{64}"
 
 
@@ -60,18 +58,11 @@ def bench_module(name: str):
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory) -> tuple[str, subprocess.CompletedProcess]:
-    output = tmp_path_factory.mktemp("bench") / "benchmarks.md"
-    output.write_text(f"# old report\n{MARKER}\n{KEPT}")
-    run = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--corpus", "templated", "real", "--output", str(output)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def report(convergence_bench) -> tuple[str, subprocess.CompletedProcess]:
+    """The quick run of `support.bench_jobs.start_convergence_bench`, run beside the other tests."""
+    run = convergence_bench.completed()
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    return output.read_text(), run
+    return convergence_bench.report.read_text(), run
 
 
 def test_report_names_the_command_and_keeps_notes(report):
@@ -203,23 +194,14 @@ def test_a_run_on_another_corpus_is_refused_and_other_sections_are_kept(tmp_path
 
 # -- bench/incentives.py -----------------------------------------------------------------------------
 
-INCENTIVES = ROOT / "bench" / "incentives.py"
-
 
 @pytest.fixture(scope="module")
-def incentives(tmp_path_factory) -> str:
-    output = tmp_path_factory.mktemp("incentives") / "incentives.md"
-    output.write_text(f"# old report\n{MARKER}\n{KEPT}")
-    run = subprocess.run(
-        [sys.executable, str(INCENTIVES), "--quick", "--output", str(output)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def incentives(incentives_bench) -> str:
+    """The quick run of `support.bench_jobs.start_incentives_bench`, run beside the other tests."""
+    run = incentives_bench.completed()
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "Targets" in run.stdout
-    return output.read_text()
+    return incentives_bench.report.read_text()
 
 
 def test_incentives_report_names_its_command_and_keeps_notes(incentives):

@@ -1,0 +1,69 @@
+"""The benchmarks' quick runs as background jobs (`support.background`): each is one process that
+writes a report, and its tests only read the report and the process's output once it has ended, so it
+runs beside the other tests (tests/test_bench_gpu.py, tests/test_bench_smoke.py read them).
+
+Each report file starts with an old report and hand-written notes after the marker, which the run
+must keep."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MARKER = "<!-- Notes below this line are kept when the benchmark rewrites this file. -->"
+KEPT = "Hand-written notes that a rerun must keep.\n"
+OLD_REPORT = f"# old report\n{MARKER}\n{KEPT}"
+
+
+class CommandJob:
+    """`argv` run from the repository's root in `env`, its output in files of `folder`: running while
+    the process is (`neurons`), its `completed()` run after."""
+
+    def __init__(self, argv: Sequence[str], folder: Path, env: Mapping[str, str], report: Path):
+        self.argv = list(argv)
+        self.report = report
+        self._out = folder / "stdout.txt"
+        self._err = folder / "stderr.txt"
+        with self._out.open("wb") as out, self._err.open("wb") as err:
+            self.process = subprocess.Popen(self.argv, cwd=ROOT, env=dict(env), stdout=out, stderr=err)
+        self.neurons = [self]
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        """End the process if it still runs (its time is up, or the session is over)."""
+        if self.running():
+            self.process.kill()
+        self.process.wait()
+
+    def completed(self) -> subprocess.CompletedProcess:
+        return subprocess.CompletedProcess(
+            self.argv,
+            self.process.returncode,
+            self._out.read_text(errors="replace"),
+            self._err.read_text(errors="replace"),
+        )
+
+
+def bench_job(work: Path, env: Mapping[str, str], script: str, report: str, *flags: str) -> CommandJob:
+    """`python bench/<script> <flags> --output <work>/<report>`, the report seeded with `OLD_REPORT`."""
+    work.mkdir(parents=True)
+    output = work / report
+    output.write_text(OLD_REPORT)
+    return CommandJob([sys.executable, f"bench/{script}", *flags, "--output", str(output)], work, env, output)
+
+
+def start_gpu_bench(work: Path, env: Mapping[str, str]) -> CommandJob:
+    return bench_job(work, env, "gpu.py", "gpu.md", "--quick", "--device", "cpu")
+
+
+def start_convergence_bench(work: Path, env: Mapping[str, str]) -> CommandJob:
+    return bench_job(work, env, "convergence.py", "benchmarks.md", "--quick", "--corpus", "templated", "real")
+
+
+def start_incentives_bench(work: Path, env: Mapping[str, str]) -> CommandJob:
+    return bench_job(work, env, "incentives.py", "incentives.md", "--quick")

@@ -1,12 +1,13 @@
 """Fixtures shared by several test files, and the session's background local networks.
 
 The networks that tests only read once they have ended (`support.adversary_net`,
-`support.leader_net`, `support.findings_net`, `support.restart_net`, `support.smoke_net`, and the
-chaos run of `support.chaos_run`) run in two lanes while the other tests do (`support.background`):
-in each lane one network at a time, the next as soon as the one before has ended. The tests that
-read them run after every other test, in the order the networks run, and wait for theirs. Tests
-marked `localnet` run a network of their own while they run; they come last, once every background
-network has ended, so that no more networks share the cores.
+`support.leader_net`, `support.findings_net`, `support.restart_net`, `support.smoke_net`, the
+README's walk of `support.readme_net`, and the chaos run of `support.chaos_run`) run in two lanes
+while the other tests do (`support.background`): in each lane one network at a time, the next as
+soon as the one before has ended. The tests that read them run after every other test, in the order
+the networks run, and wait for theirs. Tests marked `localnet` run a network of their own while they
+run; they come last, once every background network has ended, so that no more networks share the
+cores.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from support.background import FinishedNet, Networks
 from support.chaos_run import ChaosJob, start_chaos_run
 from support.findings_net import start_findings_net
 from support.leader_net import start_leader_net
+from support.readme_net import start_readme_net
 from support.restart_net import start_restart_net
 from support.smoke_net import start_smoke_net
 
@@ -29,15 +31,17 @@ NETWORKS = {
     "adversary_net": start_adversary_net,
     "findings_net": start_findings_net,
     "restart_net": start_restart_net,
+    "readme_net": start_readme_net,
 }
 """The background networks, by the name of the fixture that gives each, in the order their readers run."""
 LANES = (
     ("leader_net", "adversary_net", "findings_net", "restart_net"),
-    ("chaos_run", "smoke_net"),
+    ("chaos_run", "smoke_net", "readme_net"),
 )
 """The order in which the networks run, one at a time in each lane. The chaos run, whose timing is
 tightest, runs beside the leader network, which needs about half a core; the adversary network, which
-needs a whole one, runs beside the light smoke run and then alone."""
+needs a whole one, runs beside the light smoke run; the README's walk (one miner, one validator)
+follows the smoke run."""
 
 
 def pytest_configure(config):
@@ -116,6 +120,12 @@ def restart_net(networks) -> FinishedNet:
 def smoke_net(networks) -> FinishedNet:
     """The GPU smoke window's command on a CPU (`support.smoke_net`), run to its end."""
     return networks.result("smoke_net")
+
+
+@pytest.fixture(scope="session")
+def readme_net(networks) -> FinishedNet:
+    """The README's walk of `support.readme_net`, run to its end."""
+    return networks.result("readme_net")
 
 
 @pytest.fixture(scope="session")

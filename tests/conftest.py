@@ -3,8 +3,8 @@
 The jobs that tests only read once they have ended run in two lanes while the other tests do
 (`support.background`): in each lane one at a time, the next as soon as the one before has ended.
 They are the local networks (`support.adversary_net`, `support.leader_net`, `support.findings_net`,
-`support.restart_net`, `support.smoke_net`), the chaos run (`support.chaos_run`) and the benchmarks'
-quick runs (`support.bench_jobs`). The tests that read them run after every other test, in the order
+`support.restart_net`, `support.smoke_net`, the README's walk of `support.readme_net`), the chaos run
+(`support.chaos_run`) and the benchmarks' quick runs (`support.bench_jobs`). The tests that read them run after every other test, in the order
 the jobs end, and wait for theirs. Tests marked `localnet` run a network of their own while they
 run; they come last, once every background job has ended, so that no more networks share the cores.
 """
@@ -20,6 +20,7 @@ from support.bench_jobs import CommandJob, start_convergence_bench, start_gpu_be
 from support.chaos_run import ChaosJob, start_chaos_run
 from support.findings_net import start_findings_net
 from support.leader_net import start_leader_net
+from support.readme_net import start_readme_net
 from support.restart_net import start_restart_net
 from support.smoke_net import start_smoke_net
 
@@ -28,16 +29,17 @@ NETWORKS = {
     "leader_net": start_leader_net,
     "smoke_net": start_smoke_net,
     "adversary_net": start_adversary_net,
-    "gpu_bench": start_gpu_bench,
     "findings_net": start_findings_net,
+    "gpu_bench": start_gpu_bench,
+    "restart_net": start_restart_net,
     "incentives_bench": start_incentives_bench,
     "convergence_bench": start_convergence_bench,
-    "restart_net": start_restart_net,
+    "readme_net": start_readme_net,
 }
 """The background jobs, by the name of the fixture that gives each, in the order their readers run
 (about the order in which they end)."""
 LANES = (
-    ("leader_net", "adversary_net", "findings_net", "restart_net"),
+    ("leader_net", "adversary_net", "findings_net", "restart_net", "readme_net"),
     ("chaos_run", "smoke_net", "gpu_bench", "incentives_bench", "convergence_bench"),
 )
 """The order in which the jobs run, one at a time in each lane: the local networks, paced by the
@@ -121,6 +123,12 @@ def restart_net(networks) -> FinishedNet:
 def smoke_net(networks) -> FinishedNet:
     """The GPU smoke window's command on a CPU (`support.smoke_net`), run to its end."""
     return networks.result("smoke_net")
+
+
+@pytest.fixture(scope="session")
+def readme_net(networks) -> FinishedNet:
+    """The README's walk of `support.readme_net`, run to its end."""
+    return networks.result("readme_net")
 
 
 @pytest.fixture(scope="session")

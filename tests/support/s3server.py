@@ -6,7 +6,8 @@ the tests use the obviously fake ones below and never read real ones.
 
 Use with `pytest_plugins = ["tests.support.s3server"]`; fixtures: `s3_endpoint` (the URL),
 `s3_bucket` (a fresh, empty bucket per test), `s3_credentials` (the fake keys, as keyword arguments
-of `S3Config` and `open_store`) and `unused_endpoint` (a URL where nothing listens).
+of `S3Config` and `open_store`) and `unused_endpoint` (a URL where nothing listens). A background
+network runs a server of its own (`start_server`, `stop_server`).
 """
 
 from __future__ import annotations
@@ -51,12 +52,11 @@ def wait_until_serving(endpoint: str, process: subprocess.Popen[bytes], log_path
     raise RuntimeError(f"moto server at {endpoint} did not answer within {STARTUP_TIMEOUT_S} s")
 
 
-@pytest.fixture(scope="session")
-def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The URL of a moto S3 server started for this test session."""
+def start_server(log_path: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    """A moto server on a free port of 127.0.0.1, serving once this returns: its URL and process,
+    which `stop_server` ends; its output goes to `log_path`."""
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    log_path = tmp_path_factory.mktemp("moto") / "server.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
@@ -65,14 +65,29 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         )
     try:
         wait_until_serving(endpoint, process, log_path)
+    except BaseException:
+        stop_server(process)
+        raise
+    return endpoint, process
+
+
+def stop_server(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a moto S3 server started for this test session."""
+    endpoint, process = start_server(tmp_path_factory.mktemp("moto") / "server.log")
+    try:
         yield endpoint
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_server(process)
 
 
 @pytest.fixture(scope="session")

@@ -289,3 +289,41 @@ def test_tokenizer_data_needs_prepared_data_and_its_size():
     del document["data"]["vocab_size"]
     with pytest.raises(RunConfigError, match="data.vocab_size goes with tokenizer 'data'"):
         parse_run_config(document)
+
+
+def test_a_node_that_opens_its_data_during_an_outage_waits_for_the_store_instead_of_failing(
+    prepared, tmp_path
+):
+    store, manifest = prepared
+    root, away = tmp_path / "store", tmp_path / "store.away"
+    root.rename(away)
+    root.symlink_to(root)  # ELOOP on every path
+    said, logger, opened = Said("out of reach"), logging.getLogger("distrai.data"), []
+    logger.addHandler(said)
+    try:
+        opening = threading.Thread(
+            target=lambda: opened.append(
+                open_prepared(access(store, tmp_path, patience_s=120.0), manifest.sha256(), SEQ)
+            )
+        )
+        opening.start()
+        assert said.seen.wait(60), said.lines
+        root.unlink()
+        away.rename(root)
+        opening.join(60)
+    finally:
+        logger.removeHandler(said)
+    assert opened and opened[0][0].manifest.sha256() == manifest.sha256()
+    assert said.lines[0].startswith(
+        f"the data store {store.url} is out of reach: the data manifest could not be read"
+    )
+    assert said.lines[-1].startswith(f"the data store {store.url} answered again after")
+
+
+def test_a_data_store_that_stays_out_of_reach_past_the_patience_is_refused_by_name(prepared, tmp_path):
+    store, manifest = prepared
+    root = tmp_path / "store"
+    root.rename(tmp_path / "store.away")
+    root.symlink_to(root)
+    with pytest.raises(DataManifestError, match="data manifest .* could not be read from"):
+        open_prepared(access(store, tmp_path, patience_s=0.0), manifest.sha256(), SEQ)

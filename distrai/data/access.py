@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from transformers import PreTrainedTokenizerFast
 
-from distrai.data.cache import PATIENCE_S, ShardCache
+from distrai.data.cache import FIRST_PAUSE_S, PATIENCE_S, ShardCache, next_pause
 from distrai.data.dataset import PreparedData
 from distrai.data.manifest import MAX_MANIFEST_BYTES, DataManifest, DataManifestError, parse_manifest
 from distrai.data.tokenizers import rebuild_tokenizer
+from distrai.outage import OutageLog
 from distrai.run import DataConfig
 from distrai.store import Store, open_store
 from distrai.store.base import NotFound, StoreError
 from distrai.store.file import write_atomically
 
 MAX_TOKENIZER_BYTES = 64 << 20
+
+
+log = logging.getLogger("distrai.data")
 
 
 @dataclass(frozen=True)
@@ -57,15 +63,32 @@ def open_data_access(
 
 
 def _blob(access: DataAccess, digest: str, max_bytes: int, what: str) -> bytes:
-    try:
-        return access.store.get_blob(digest, max_bytes)
-    except NotFound:
-        raise DataManifestError(
-            f"{what} {digest} is not in the data store {access.store.url}: the run's owner publishes it with "
-            "`distrai data prepare --store.url …`"
-        ) from None
-    except StoreError as exc:
-        raise DataManifestError(f"{what} {digest} could not be read from {access.store.url}: {exc}") from None
+    """The blob `digest` of the data store. A store that does not answer is tried again, as a shard
+    is (`ShardCache`), until `access.patience_s` has passed: a node that starts during a short outage
+    of its data store waits for it instead of exiting."""
+    source = f"the data store {access.store.url}"
+    outages = OutageLog(log)
+    deadline, pause = time.monotonic() + access.patience_s, FIRST_PAUSE_S
+    while True:
+        try:
+            blob = access.store.get_blob(digest, max_bytes)
+            outages.answered(source)
+            return blob
+        except NotFound:
+            outages.answered(source)
+            raise DataManifestError(
+                f"{what} {digest} is not in the data store {access.store.url}: the run's owner publishes it "
+                "with `distrai data prepare --store.url …`"
+            ) from None
+        except StoreError as exc:
+            if time.monotonic() + pause > deadline:
+                outages.gave_up(source, f"patience of {access.patience_s:.0f} s spent")
+                raise DataManifestError(
+                    f"{what} {digest} could not be read from {access.store.url}: {exc}"
+                ) from None
+            outages.failed(source, f"the {what} could not be read: {exc}")
+            time.sleep(pause)
+            pause = next_pause(pause)
 
 
 def load_manifest(access: DataAccess, manifest_sha256: str) -> DataManifest:

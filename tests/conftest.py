@@ -39,12 +39,13 @@ NETWORKS = {
 """The background jobs, by the name of the fixture that gives each, in the order their readers run
 (about the order in which they end)."""
 LANES = (
-    ("leader_net", "adversary_net", "findings_net", "restart_net", "readme_net"),
-    ("chaos_run", "smoke_net", "gpu_bench", "incentives_bench", "convergence_bench"),
+    ("leader_net", "adversary_net", "findings_net", "restart_net"),
+    ("chaos_run", "smoke_net", "gpu_bench", "incentives_bench", "convergence_bench", "readme_net"),
 )
 """The order in which the jobs run, one at a time in each lane: the local networks, paced by the
 chain's blocks, in the first; in the second the chaos run, whose timing is tightest, beside the leader
-network, then the smoke run and the benchmarks, which take a core each, beside the other networks."""
+network, then the smoke run, the benchmarks, which take a core each, and the README's walk beside the
+other networks."""
 
 
 def pytest_configure(config):

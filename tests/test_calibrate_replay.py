@@ -41,7 +41,7 @@ def run_script(args: list[str], output: Path) -> str:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "Replay distances" in run.stdout

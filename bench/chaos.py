@@ -81,6 +81,7 @@ from distrai.windows import (
     Phase,
     WindowConfig,
     activities,
+    aggregate_deadline,
     commit_deadline,
     committed_in_time,
     read_patience,
@@ -144,8 +145,10 @@ class OutageSpec:
 DEFAULT_OUTAGES = (
     OutageSpec("store outage", "reveal", 9.0),
     OutageSpec("chain stall", "train", 5.0),
-    OutageSpec("store outage", "validate", 9.0),
+    OutageSpec("store outage", "validate", 5.0),
 )
+"""At 0.8 s blocks the reveal phase outlasts its outage (12.8 s); the validate phase has 6.4 s left
+after the read patience, so its outage ends before the aggregate deadline."""
 
 
 @dataclass(frozen=True)
@@ -1477,10 +1480,11 @@ def outage_said(h: Harness, d: Disruption) -> tuple[list[str], list[str], list[s
     """Reads the nodes' logs over `d` into `d.said` and `d.outcome`; returns the nodes that met it
     and said nothing of it, what kept it from being survived, and notes of what the nodes said.
     Chain stall: each node seen waiting on the chain's lock must have said so (a node that did not
-    touch the chain during the stall has nothing to say). Store outage: each node running when it
-    began must have logged a warning or error about the store in it, or at least shown that it went
-    on working without the store (other records in the span: a miner busy training through the
-    whole outage may never touch the store); a node with no record at all is silent."""
+    touch the chain during the stall has nothing to say). Store outage: which node touched the
+    store in it cannot be seen from outside, and one shorter than a window finds some nodes idle
+    until their next deadline (no record at all) or working without the store (a miner training
+    from its cached shards), so the nodes are silent only when none of them logged a warning or
+    error about the store in it; each node that did neither is noted."""
     words = STORE_WORDS if d.kind == "store outage" else CHAIN_WORDS
     silent, tracebacks, notes = [], [], []
     for neuron in h.net.neurons:
@@ -1498,15 +1502,18 @@ def outage_said(h: Harness, d: Disruption) -> tuple[list[str], list[str], list[s
                 for r in span
                 if r.level in ("INFO", "WARNING", "ERROR") and r.time and r.time >= d.wall_start - 1
             ]
-            must_say = neuron.name in d.running and not busy
-            if neuron.name in d.running and not d.said[neuron.name] and busy:
-                notes.append(f"{neuron.name}: no store error, but went on: {busy[-1].message[:120]}")
-        else:
-            must_say = neuron.name in d.running and d.waited.get(neuron.name, 0.0) > 0
-        if must_say and not d.said[neuron.name]:
+            if neuron.name in d.running and not d.said[neuron.name]:
+                notes.append(
+                    f"{neuron.name}: no store error, but went on: {busy[-1].message[:120]}"
+                    if busy
+                    else f"{neuron.name}: logged nothing during it (idle until its next deadline)"
+                )
+        elif neuron.name in d.running and d.waited.get(neuron.name, 0.0) > 0 and not d.said[neuron.name]:
             silent.append(neuron.name)
         if any(r.level == "RAW" or "Traceback" in r.message for r in span):
             tracebacks.append(neuron.name)
+    if d.kind == "store outage" and not any(d.said.values()):
+        silent = sorted(d.running)
     dead = [name for name, alive in d.alive_after.items() if not alive]
     dead += [
         f"{c.node} (crashed at block {c.block}: {c.error})"
@@ -1583,6 +1590,20 @@ def accepted_updates(h: Harness) -> dict[int, int]:
     return most
 
 
+def committed_windows(h: Harness) -> set[int]:
+    """The run's windows for which some miner's commitment landed in time."""
+    return {
+        w
+        for w in range(h.first_window, h.last_miner_window + 1)
+        if commit_deadline(h.cfg, w) - 1 <= h.chain.block()
+        and committed_updates(
+            h.chain.commitments(block=commit_deadline(h.cfg, w) - 1),
+            w,
+            lambda b, w=w: committed_in_time(h.cfg, w, b),
+        )
+    }
+
+
 def repeated_line(messages: list[str]) -> tuple[int, str]:
     """The line most often repeated in `messages`, numbers other than window numbers masked (a node
     that logged each try of a retry loop repeats one line), and how often."""
@@ -1598,13 +1619,35 @@ MAX_REPEATS = 2
 
 
 def outage_costs(h: Harness) -> list[Check]:
-    """What each outage cost, once `check_disruption` has read what the nodes said of it: windows lost
-    (windows it can cost, `outage_windows`, in which no validator accepted an update; every such
-    window counts against it, whatever else happened in it), honest miners barred (bars the
-    validators logged in those windows that no kill explains, `down_at_reveal`) and the lines the
-    nodes logged of it (`d.said`: a line logged more than `MAX_REPEATS` times by one node is a line
-    a try). Targets: at most one window lost, no honest miner barred, no line repeated."""
+    """What each outage cost, once `check_disruption` has read what the nodes said of it: windows
+    lost (windows it can cost, `outage_windows`, in which no validator accepted an update, but for a
+    window no miner had committed to when it began and one that kills emptied, `emptied_by_kills`;
+    every other such window counts against it, whatever else happened in it), honest miners barred
+    (bars the validators logged in those windows that no kill explains, `down_at_reveal`) and the
+    lines the nodes logged of it (`d.said`: a line logged more than `MAX_REPEATS` times by one node
+    is a line a try). Targets: at most one window lost, no honest miner barred, no line repeated."""
     accepted = accepted_updates(h)
+    committed = committed_windows(h)
+    miners = {n.name for n in h.net.neurons if n.role == "miner"}
+    validators = {n.name for n in h.net.neurons if n.role == "validator"}
+
+    def emptied_by_kills(w: int) -> bool:
+        """Every miner killed in its train phase, before committing to it; or every validator killed
+        after its commit deadline while its saved state was behind it (it skips the window)."""
+        trained = {
+            k.node
+            for k in h.kills
+            if k.role == "miner" and window_start(h.cfg, w) <= k.block < commit_deadline(h.cfg, w)
+        }
+        checked = {
+            k.node
+            for k in h.kills
+            if k.role == "validator"
+            and commit_deadline(h.cfg, w) <= k.block <= aggregate_deadline(h.cfg, w)
+            and k.state_before["window"] < w
+        }
+        return (w not in committed and miners <= trained) or validators <= checked
+
     uids = {h.chain.metagraph().uid_of(h.hotkey(n.name)): n.name for n in h.net.neurons}
     bars = [
         (int(m[1]), neuron.name, uids.get(int(m[2]), f"uid {m[2]}"), m[4])
@@ -1616,7 +1659,13 @@ def outage_costs(h: Harness) -> list[Check]:
     lost, barred, repeated = [], [], []
     for d in h.disruptions:
         d.windows = outage_windows(h, d)
-        d.lost = [w for w in d.windows if accepted.get(w, 0) == 0]
+        d.lost = [
+            w
+            for w in d.windows
+            if accepted.get(w, 0) == 0
+            and (w in committed or commit_deadline(h.cfg, w) > d.block)
+            and not emptied_by_kills(w)
+        ]
         d.barred = [
             f"{validator} w{w}: {miner} ({reason[:120]})"
             for w, validator, miner, reason in bars

@@ -1590,17 +1590,21 @@ def accepted_updates(h: Harness) -> dict[int, int]:
     return most
 
 
-def committed_windows(h: Harness) -> set[int]:
-    """The run's windows for which some miner's commitment landed in time."""
+def committed_miners(h: Harness) -> dict[int, set[str]]:
+    """Window → the miners whose commitment to it landed in time."""
+    names = {h.hotkey(n.name): n.name for n in h.net.neurons if n.role == "miner"}
     return {
-        w
+        w: {
+            names[hotkey]
+            for hotkey in committed_updates(
+                h.chain.commitments(block=commit_deadline(h.cfg, w) - 1),
+                w,
+                lambda b, w=w: committed_in_time(h.cfg, w, b),
+            )
+            if hotkey in names
+        }
         for w in range(h.first_window, h.last_miner_window + 1)
         if commit_deadline(h.cfg, w) - 1 <= h.chain.block()
-        and committed_updates(
-            h.chain.commitments(block=commit_deadline(h.cfg, w) - 1),
-            w,
-            lambda b, w=w: committed_in_time(h.cfg, w, b),
-        )
     }
 
 
@@ -1627,26 +1631,29 @@ def outage_costs(h: Harness) -> list[Check]:
     lines the nodes logged of it (`d.said`: a line logged more than `MAX_REPEATS` times by one node
     is a line a try). Targets: at most one window lost, no honest miner barred, no line repeated."""
     accepted = accepted_updates(h)
-    committed = committed_windows(h)
+    committed = committed_miners(h)
     miners = {n.name for n in h.net.neurons if n.role == "miner"}
     validators = {n.name for n in h.net.neurons if n.role == "validator"}
 
     def emptied_by_kills(w: int) -> bool:
-        """Every miner killed in its train phase, before committing to it; or every validator killed
-        after its commit deadline while its saved state was behind it (it skips the window)."""
-        trained = {
+        """Every miner either killed in its train phase before committing to it, or committed and
+        kept down over its reveal deadline by a kill; or every validator killed after its commit
+        deadline while its saved state was behind it (it skips the window)."""
+        made = committed.get(w, set())
+        out = {
             k.node
             for k in h.kills
             if k.role == "miner" and window_start(h.cfg, w) <= k.block < commit_deadline(h.cfg, w)
-        }
-        checked = {
+        } - made
+        down = {m for m in made if down_at_reveal(h, w, m) is not None}
+        skipped = {
             k.node
             for k in h.kills
             if k.role == "validator"
             and commit_deadline(h.cfg, w) <= k.block <= aggregate_deadline(h.cfg, w)
             and k.state_before["window"] < w
         }
-        return (w not in committed and miners <= trained) or validators <= checked
+        return miners <= out | down or validators <= skipped
 
     uids = {h.chain.metagraph().uid_of(h.hotkey(n.name)): n.name for n in h.net.neurons}
     bars = [
@@ -1663,7 +1670,7 @@ def outage_costs(h: Harness) -> list[Check]:
             w
             for w in d.windows
             if accepted.get(w, 0) == 0
-            and (w in committed or commit_deadline(h.cfg, w) > d.block)
+            and (committed.get(w) or commit_deadline(h.cfg, w) > d.block)
             and not emptied_by_kills(w)
         ]
         d.barred = [

@@ -11,8 +11,8 @@ real entry points, `distrai.localnet`). While they run, the harness
 - puts each outage of `--outage KIND:PHASE:SECONDS` in a window of its own, starting in the phase
   named (`outage_offset`: the train phase alone, across the window's first block; the reveal
   phase at the block after the commit deadline, when the challenged miners upload their reveals;
-  the validate phase at the read patience, once the validators have listed the reveals), each
-  shorter than half a window:
+  the validate phase at the reveal deadline, when the validators list the reveals), each shorter
+  than half a window:
   - `store`: the file store unreachable: the store directory is moved aside and a symbolic link
     that points at itself takes its place, so every put and get fails with a `StoreError` (ELOOP)
     until the directory is moved back (chmod 000 does not stop root, and a directory merely moved
@@ -84,7 +84,6 @@ from distrai.windows import (
     aggregate_deadline,
     commit_deadline,
     committed_in_time,
-    read_patience,
     reveal_deadline,
     window_end,
     window_of,
@@ -145,10 +144,10 @@ class OutageSpec:
 DEFAULT_OUTAGES = (
     OutageSpec("store outage", "reveal", 9.0),
     OutageSpec("chain stall", "train", 5.0),
-    OutageSpec("store outage", "validate", 5.0),
+    OutageSpec("store outage", "validate", 2.0),
 )
-"""At 0.8 s blocks the reveal phase outlasts its outage (12.8 s); the validate phase has 6.4 s left
-after the read patience, so its outage ends before the aggregate deadline."""
+"""At 0.8 s blocks the reveal phase outlasts its outage (12.8 s), and the validate phase's outage
+ends before the read patience (4 blocks, 3.2 s, after the reveal deadline)."""
 
 
 @dataclass(frozen=True)
@@ -204,13 +203,14 @@ def outage_offset(cfg: WindowConfig, phase: str) -> int:
     first block, when every node reads or writes the chain: miners start the window and read the
     commitments, validators note the window's miners); in the reveal phase the block after the
     commit deadline, when the challenged miners upload their reveals; in the validate phase the
-    read patience, once the validators have listed the reveals (an outage over the reveal deadline
-    that outlasts the read patience makes a challenged miner's reveal withheld, docs/protocol.md)."""
+    reveal deadline, when the validators list the reveals (a store back before the read patience
+    costs nothing; one still out of reach then makes a challenged miner's reveal withheld,
+    docs/protocol.md, "Withheld reveals")."""
     bpw = cfg.blocks_per_window
     offset = {
         "train": min(phase_offsets(cfg).get("train", [0])),
         "reveal": (cfg.commit_offset + 1) % bpw,
-        "validate": (read_patience(cfg, 0) - window_start(cfg, 0)) % bpw,
+        "validate": cfg.reveal_offset % bpw,
     }[phase]
     if phase_label(activities(cfg, window_start(cfg, 2) + offset)) != phase:
         raise ValueError(f"the run's windows have no {phase} phase to put an outage in")

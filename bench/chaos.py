@@ -65,6 +65,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from distrai.announce import committed_updates
+from distrai.chain.local_db import SLOW_LOCK_SECONDS
 from distrai.globalmodel import CHECKPOINT_FORMAT
 from distrai.layout import manifest_key
 from distrai.localnet import Localnet, LocalnetOptions
@@ -105,6 +106,8 @@ MARGIN_BLOCKS = 3
 blocks plus `RESTART_S` before one, so each effect has one cause."""
 MIN_KILL_GAP_BLOCKS = 3
 LOG_SLACK_S = 8.0
+LOCK_SAMPLE_S = 0.25
+"""How often a chain stall samples which nodes wait on its lock."""
 """Log records up to this long after a disruption ends still count as the node's account of it."""
 
 
@@ -829,7 +832,7 @@ class Harness:
         present = frozenset(n.name for n in self.net.neurons if n.running())
         self.say(f"chain locked (BEGIN EXCLUSIVE) at block {block} for {event.seconds:.1f} s")
         waited: dict[str, float] = {n.name: 0.0 for n in self.net.neurons}
-        step = 0.25
+        step = LOCK_SAMPLE_S
         try:
             while time.time() < wall + event.seconds:
                 self.watch()
@@ -1482,8 +1485,9 @@ CHAIN_WORDS = re.compile(r"chain|database|locked|sqlite|deadline", re.I)
 def outage_said(h: Harness, d: Disruption) -> tuple[list[str], list[str], list[str]]:
     """Reads the nodes' logs over `d` into `d.said` and `d.outcome`; returns the nodes that met it
     and said nothing of it, what kept it from being survived, and notes of what the nodes said.
-    Chain stall: each node seen waiting on the chain's lock must have said so (a node that did not
-    touch the chain during the stall has nothing to say). Store outage: which node touched the
+    Chain stall: each node seen waiting on the chain's lock longer than the chain logs a wait
+    (`SLOW_LOCK_SECONDS`, plus a sample) must have said so (a node that did not touch the chain
+    during the stall, or waited less, has nothing to say). Store outage: which node touched the
     store in it cannot be seen from outside, and one shorter than a window finds some nodes idle
     until their next deadline (no record at all) or working without the store (a miner training
     from its cached shards), so the nodes are silent only when none of them logged a warning or
@@ -1511,7 +1515,11 @@ def outage_said(h: Harness, d: Disruption) -> tuple[list[str], list[str], list[s
                     if busy
                     else f"{neuron.name}: logged nothing during it (idle until its next deadline)"
                 )
-        elif neuron.name in d.running and d.waited.get(neuron.name, 0.0) > 0 and not d.said[neuron.name]:
+        elif (
+            neuron.name in d.running
+            and d.waited.get(neuron.name, 0.0) > SLOW_LOCK_SECONDS + LOCK_SAMPLE_S
+            and not d.said[neuron.name]
+        ):
             silent.append(neuron.name)
         if any(r.level == "RAW" or "Traceback" in r.message for r in span):
             tracebacks.append(neuron.name)
@@ -1528,7 +1536,7 @@ def outage_said(h: Harness, d: Disruption) -> tuple[list[str], list[str], list[s
         problems.append(f"a traceback in the log during it: {', '.join(tracebacks)}")
     waits = ", ".join(f"{n} {s:.1f} s" for n, s in d.waited.items() if s > 0) or "nobody"
     if d.kind == "chain stall":
-        notes.append(f"seen waiting on the chain's lock (sampled every 0.25 s): {waits}")
+        notes.append(f"seen waiting on the chain's lock (sampled every {LOCK_SAMPLE_S} s): {waits}")
     if silent:
         notes.append(f"said nothing about it in its log: {', '.join(silent)}")
     for name, said in d.said.items():

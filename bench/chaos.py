@@ -8,27 +8,34 @@ real entry points, `distrai.localnet`). While they run, the harness
   the train phase alone, the previous window's reveal beside it, or its validation beside it;
   every (role, phase) pair at least once, one miner kill aimed at the block its reveal uploads
   in), and restarts it at once with the same command (`Localnet.restart`);
-- makes the file store unreachable for one window: the store directory is moved aside and a
-  symbolic link that points at itself takes its place, so every put and get fails with a
-  `StoreError` (ELOOP) until the directory is moved back (chmod 000 does not stop root, and a
-  directory merely moved away is silently re-created by the next put);
-- stalls the embedded chain across a window's first block, when every node uses it: a separate
-  sqlite3 connection holds `BEGIN EXCLUSIVE` on chain.db for `--stall-seconds`, then commits;
-  meanwhile it samples which nodes sit in sqlite's busy wait.
+- puts each outage of `--outage KIND:PHASE:SECONDS` in a window of its own, starting in the phase
+  named (`outage_offset`: the train phase alone, across the window's first block; the reveal
+  phase at the block after the commit deadline, when the challenged miners upload their reveals;
+  the validate phase at the reveal deadline, when the validators list the reveals), each shorter
+  than half a window:
+  - `store`: the file store unreachable: the store directory is moved aside and a symbolic link
+    that points at itself takes its place, so every put and get fails with a `StoreError` (ELOOP)
+    until the directory is moved back (chmod 000 does not stop root, and a directory merely moved
+    away is silently re-created by the next put);
+  - `chain`: the embedded chain locked: a separate sqlite3 connection holds `BEGIN EXCLUSIVE` on
+    chain.db, then commits; meanwhile it samples which nodes sit in sqlite's busy wait.
 
-No kill falls within `RESTART_S` (plus a few blocks) before a disruption or a few blocks after
-it, so each effect has one cause. Then it checks what the nodes left behind (`run_checks`): no
-validator state lost, no reveal in flight or codec residual lost, no honest miner marked fraud,
-every node on one global model, no partial object or temp file in the store, both disruptions
-survived and told in the logs.
+No kill falls within `RESTART_S` (plus a few blocks) before an outage or a few blocks after it, so
+each effect has one cause. Then it checks what the nodes left behind (`run_checks`): no validator
+state lost, no reveal in flight or codec residual lost, no honest miner marked fraud, every node on
+one global model, no partial object or temp file in the store, every outage survived and told in
+the logs, and what each outage cost (`outage_costs`): windows lost (at most one), honest miners
+barred (none), and the lines the nodes logged about it (no line repeated as the nodes retry).
 
 A node restarted with the same command counts its `--max.windows` again from its restart, so it
 would run past the others; once the run's own windows are done (every validator has folded the
 last of them, every reveal of the miners' last window is due) the harness stops such nodes with
 SIGINT and requires them to exit 0 like the rest.
 
-    python bench/chaos.py                                   # 20 kills over 8 windows, ~5 min
+    python bench/chaos.py                                   # 20 kills, 3 outages over 8 windows, ~5 min
+    python bench/chaos.py --kills 6                         # the outages' costs with fewer kills around them
     python bench/chaos.py --kills 8 --windows 5 --seed 3 --block-time 0.7 --output /tmp/r.md
+    python bench/chaos.py --outage store:reveal:8 --outage store:validate:2
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from distrai.announce import committed_updates
+from distrai.chain.local_db import SLOW_LOCK_SECONDS
 from distrai.globalmodel import CHECKPOINT_FORMAT
 from distrai.layout import manifest_key
 from distrai.localnet import Localnet, LocalnetOptions
@@ -75,6 +83,7 @@ from distrai.windows import (
     Phase,
     WindowConfig,
     activities,
+    aggregate_deadline,
     commit_deadline,
     committed_in_time,
     reveal_deadline,
@@ -97,10 +106,54 @@ MARGIN_BLOCKS = 3
 blocks plus `RESTART_S` before one, so each effect has one cause."""
 MIN_KILL_GAP_BLOCKS = 3
 LOG_SLACK_S = 8.0
+LOCK_SAMPLE_S = 0.25
+"""How often a chain stall samples which nodes wait on its lock."""
 """Log records up to this long after a disruption ends still count as the node's account of it."""
 
 
 # -- options and plan ---------------------------------------------------------------------------
+
+
+OUTAGE_KINDS = {"store": "store outage", "chain": "chain stall"}
+"""`--outage` KIND → the disruption's name in the checks and the report."""
+
+
+@dataclass(frozen=True)
+class OutageSpec:
+    kind: str
+    """a value of `OUTAGE_KINDS`"""
+    phase: str
+    """where it starts (`PHASES`, `outage_offset`)"""
+    seconds: float
+
+    @classmethod
+    def parse(cls, text: str) -> OutageSpec:
+        """`KIND:PHASE:SECONDS`, as `--outage` takes it (`store:reveal:8`)."""
+        try:
+            kind, phase, seconds = text.split(":")
+            spec = cls(OUTAGE_KINDS[kind], phase, float(seconds))
+        except (ValueError, KeyError):
+            raise ValueError(
+                f"--outage {text!r}: expected KIND:PHASE:SECONDS, KIND one of {', '.join(OUTAGE_KINDS)}"
+            ) from None
+        if phase not in PHASES or spec.seconds <= 0:
+            raise ValueError(f"--outage {text!r}: PHASE one of {', '.join(PHASES)}, SECONDS above 0")
+        return spec
+
+    def __str__(self) -> str:
+        kind = next(k for k, v in OUTAGE_KINDS.items() if v == self.kind)
+        return f"{kind}:{self.phase}:{self.seconds:g}"
+
+
+DEFAULT_OUTAGES = (
+    OutageSpec("store outage", "reveal", 9.0),
+    OutageSpec("chain stall", "train", 5.0),
+    OutageSpec("chain stall", "validate", 3.0),
+)
+"""At 0.8 s blocks the reveal phase outlasts its outage (12.8 s), and the validate phase's outage
+ends before the read patience (4 blocks, 3.2 s, after the reveal deadline). A store outage there
+(`--outage store:validate:2`) makes a challenged reveal withheld when a validator's first reads
+end after the read patience (docs/reliability.md, notes)."""
 
 
 @dataclass(frozen=True)
@@ -112,9 +165,7 @@ class ChaosOptions:
     block_time: float = 0.8
     miners: int = 3
     validators: int = 2
-    store_outage: bool = True
-    stall_seconds: float = 5.0
-    """0 for no chain stall"""
+    outages: tuple[OutageSpec, ...] = DEFAULT_OUTAGES
     timeout_s: float | None = None
     """the whole run, from the nodes' start; default from the windows and the block time"""
 
@@ -127,9 +178,9 @@ class Planned:
     """chain block (with a fraction) at which it starts"""
     node: str = ""
     phase: str = ""
-    """for a kill: the phase aimed at (`PHASES`)"""
+    """the phase aimed at (`PHASES`)"""
     seconds: float = 0.0
-    """for a disruption: how long it lasts"""
+    """for an outage: how long it lasts"""
 
 
 def phase_label(under_way: list[tuple[int, Phase]]) -> str:
@@ -150,6 +201,26 @@ def phase_offsets(cfg: WindowConfig) -> dict[str, list[int]]:
         label = phase_label(activities(cfg, window_start(cfg, window) + offset))
         offsets.setdefault(label, []).append(offset)
     return offsets
+
+
+def outage_offset(cfg: WindowConfig, phase: str) -> int:
+    """The block offset inside a window at which an outage of `phase` starts: the train phase's first
+    block alone (on pipelined windows the last of the window, so the outage spans the next window's
+    first block, when every node reads or writes the chain: miners start the window and read the
+    commitments, validators note the window's miners); in the reveal phase the block after the
+    commit deadline, when the challenged miners upload their reveals; in the validate phase the
+    reveal deadline, when the validators list the reveals (a store back before the read patience
+    costs nothing; one still out of reach then makes a challenged miner's reveal withheld,
+    docs/protocol.md, "Withheld reveals")."""
+    bpw = cfg.blocks_per_window
+    offset = {
+        "train": min(phase_offsets(cfg).get("train", [0])),
+        "reveal": (cfg.commit_offset + 1) % bpw,
+        "validate": cfg.reveal_offset % bpw,
+    }[phase]
+    if phase_label(activities(cfg, window_start(cfg, 2) + offset)) != phase:
+        raise ValueError(f"the run's windows have no {phase} phase to put an outage in")
+    return offset
 
 
 def plan(
@@ -175,25 +246,28 @@ def plan(
     blocked: list[tuple[float, float]] = []
     events: list[Planned] = []
     before = MARGIN_BLOCKS + RESTART_S / options.block_time
-    if options.store_outage:
-        window = rng.choice(kill_windows[:-2] or kill_windows[:1])
-        start = window_start(cfg, window) + rng.randrange(bpw) + rng.random()
-        seconds = bpw * options.block_time
-        events.append(Planned("store outage", start, seconds=seconds))
-        blocked.append((start - before, start + bpw + MARGIN_BLOCKS))
-    if options.stall_seconds > 0:
-        # across a window's first block, where every node reads or writes the chain: miners start
-        # the window and their uploaders read the commitments, validators note the window's miners
-        stall_blocks = options.stall_seconds / options.block_time
+    # each outage in a window of its own, before the last (the window after it shows what it cost)
+    outage_windows = kill_windows[:-1] or kill_windows
+    used: set[int] = set()
+    for spec in options.outages:
+        if spec.seconds >= bpw * options.block_time / 2:
+            raise ValueError(
+                f"a {spec.kind} of {spec.seconds:g} s is not shorter than half a window "
+                f"({bpw * options.block_time / 2:g} s)"
+            )
+        offset = outage_offset(cfg, spec.phase)
+        length = spec.seconds / options.block_time
         for _ in range(1000):
-            start = window_start(cfg, rng.choice(kill_windows[1:] or kill_windows)) - rng.uniform(1.0, 2.0)
-            span = (start - before, start + stall_blocks + MARGIN_BLOCKS)
-            if not any(_overlap(span, b) for b in blocked):
+            window = rng.choice(outage_windows)
+            start = window_start(cfg, window) + offset + rng.uniform(0.1, 0.9)
+            span = (start - before, start + length + MARGIN_BLOCKS)
+            if window not in used and not any(_overlap(span, b) for b in blocked):
                 break
         else:
-            raise ValueError("no room for the chain stall: add --windows")
-        events.append(Planned("chain stall", start, seconds=options.stall_seconds))
+            raise ValueError(f"no room for the {spec.kind} in the {spec.phase} phase: add --windows")
+        events.append(Planned(spec.kind, start, phase=spec.phase, seconds=spec.seconds))
         blocked.append(span)
+        used.add(window)
 
     # every (role, phase) pair once, then moments drawn uniformly over the windows' blocks
     combos = [(role, phase) for role in ROLES for phase in PHASES]
@@ -328,6 +402,8 @@ class Kill:
 @dataclass
 class Disruption:
     kind: str
+    phase: str
+    """the phase it was put in (`outage_offset`)"""
     block: int
     end_block: int
     seconds: float
@@ -345,6 +421,14 @@ class Disruption:
     running: frozenset[str] = frozenset()
     """the nodes running when it began: only they can meet it"""
     outcome: str = ""
+    windows: list[int] = field(default_factory=list)
+    """the windows it can cost (`outage_costs`)"""
+    lost: list[int] = field(default_factory=list)
+    """those of `windows` in which no validator accepted an update"""
+    barred: list[str] = field(default_factory=list)
+    """bars of honest miners in `windows` that no kill explains"""
+    repeated: tuple[int, str, str] = (0, "", "")
+    """the line about it a node logged most often: (times, node, line)"""
 
 
 @dataclass(frozen=True)
@@ -726,6 +810,7 @@ class Harness:
         self.disruptions.append(
             Disruption(
                 "store outage",
+                event.phase,
                 block,
                 self.chain.block(),
                 self.elapsed(),
@@ -747,7 +832,7 @@ class Harness:
         present = frozenset(n.name for n in self.net.neurons if n.running())
         self.say(f"chain locked (BEGIN EXCLUSIVE) at block {block} for {event.seconds:.1f} s")
         waited: dict[str, float] = {n.name: 0.0 for n in self.net.neurons}
-        step = 0.25
+        step = LOCK_SAMPLE_S
         try:
             while time.time() < wall + event.seconds:
                 self.watch()
@@ -764,6 +849,7 @@ class Harness:
         self.disruptions.append(
             Disruption(
                 "chain stall",
+                event.phase,
                 block,
                 self.chain.block(),
                 self.elapsed(),
@@ -1396,91 +1482,248 @@ STORE_WORDS = re.compile(r"store|symbolic links|not following|publish|reveal fai
 CHAIN_WORDS = re.compile(r"chain|database|locked|sqlite|deadline", re.I)
 
 
-def check_disruption(h: Harness, kind: str) -> list[Check]:
-    """Survived (every process alive right after it, no traceback) and accounted for in the logs.
-    Chain stall: each node seen waiting on the chain's lock must have said so (a node that did not
-    touch the chain during the stall has nothing to say). Store outage: each node running when it
-    began must have logged a warning or error about the store in it, or at least shown that it
-    went on working without the store (other records in the span: a miner busy training through
-    the whole window may never touch the store); a node with no record at all is silent."""
-    found = [d for d in h.disruptions if d.kind == kind]
-    if not found:
-        return []
-    d = found[0]
-    words = STORE_WORDS if kind == "store outage" else CHAIN_WORDS
-    details, silent, tracebacks = [], [], []
+def outage_said(h: Harness, d: Disruption) -> tuple[list[str], list[str], list[str]]:
+    """Reads the nodes' logs over `d` into `d.said` and `d.outcome`; returns the nodes that met it
+    and said nothing of it, what kept it from being survived, and notes of what the nodes said.
+    Chain stall: each node seen waiting on the chain's lock longer than the chain logs a wait
+    (`SLOW_LOCK_SECONDS`, plus a sample) must have said so (a node that did not touch the chain
+    during the stall, or waited less, has nothing to say). Store outage: which node touched the
+    store in it cannot be seen from outside, and one shorter than a window finds some nodes idle
+    until their next deadline (no record at all) or working without the store (a miner training
+    from its cached shards), so the nodes are silent only when none of them logged a warning or
+    error about the store in it; each node that did neither is noted."""
+    words = STORE_WORDS if d.kind == "store outage" else CHAIN_WORDS
+    silent, tracebacks, notes = [], [], []
     for neuron in h.net.neurons:
         span = [
             r
             for r in log_records(neuron.log_path, d.log_offsets.get(neuron.name, 0))
             if r.time is None or r.time <= d.wall_end + LOG_SLACK_S
         ]
-        said = [
+        d.said[neuron.name] = [
             r.message for r in span if r.level in ("WARNING", "ERROR", "CRITICAL") and words.search(r.message)
         ]
-        d.said[neuron.name] = said
-        if kind == "store outage":
+        if d.kind == "store outage":
             busy = [
                 r
                 for r in span
                 if r.level in ("INFO", "WARNING", "ERROR") and r.time and r.time >= d.wall_start - 1
             ]
-            must_say = neuron.name in d.running and not busy
-            if neuron.name in d.running and not said and busy:
-                details.append(f"{neuron.name}: no store error, but went on: {busy[-1].message[:120]}")
-        else:
-            must_say = neuron.name in d.running and d.waited.get(neuron.name, 0.0) > 0
-        if must_say and not said:
+            if neuron.name in d.running and not d.said[neuron.name]:
+                notes.append(
+                    f"{neuron.name}: no store error, but went on: {busy[-1].message[:120]}"
+                    if busy
+                    else f"{neuron.name}: logged nothing during it (idle until its next deadline)"
+                )
+        elif (
+            neuron.name in d.running
+            and d.waited.get(neuron.name, 0.0) > SLOW_LOCK_SECONDS + LOCK_SAMPLE_S
+            and not d.said[neuron.name]
+        ):
             silent.append(neuron.name)
         if any(r.level == "RAW" or "Traceback" in r.message for r in span):
             tracebacks.append(neuron.name)
+    if d.kind == "store outage" and not any(d.said.values()):
+        silent = sorted(d.running)
     dead = [name for name, alive in d.alive_after.items() if not alive]
     dead += [
         f"{c.node} (crashed at block {c.block}: {c.error})"
         for c in h.crashes
         if d.wall_start <= c.wall <= d.wall_end + LOG_SLACK_S
     ]
-    if dead:
-        details.append(f"not running during or right after it: {', '.join(dead)}")
+    problems = [f"not running during or right after it: {', '.join(dead)}"] if dead else []
     if tracebacks:
-        details.append(f"a traceback in the log during it: {', '.join(tracebacks)}")
-    if kind == "chain stall":
-        waits = ", ".join(f"{n} {s:.1f} s" for n, s in d.waited.items() if s > 0) or "no node"
-        details.append(f"seen waiting on the chain's lock (sampled every 0.25 s): {waits}")
+        problems.append(f"a traceback in the log during it: {', '.join(tracebacks)}")
+    waits = ", ".join(f"{n} {s:.1f} s" for n, s in d.waited.items() if s > 0) or "nobody"
+    if d.kind == "chain stall":
+        notes.append(f"seen waiting on the chain's lock (sampled every {LOCK_SAMPLE_S} s): {waits}")
     if silent:
-        details.append(f"said nothing about it in its log: {', '.join(silent)}")
+        notes.append(f"said nothing about it in its log: {', '.join(silent)}")
     for name, said in d.said.items():
-        for line in said[:3]:
-            details.append(f"{name}: {line[:200]}")
-    survived = not dead and not tracebacks
-    d.outcome = ("survived" if survived else "NOT survived") + (
+        notes += [f"{name}: {line[:200]}" for line in said[:3]]
+    d.outcome = ("survived" if not problems else "NOT survived") + (
         f"; silent: {', '.join(silent)}" if silent else "; every node that met it logged it"
     )
-    if kind == "chain stall":
-        d.outcome += "; waited on the lock: " + (
-            ", ".join(f"{n} {s:.1f} s" for n, s in d.waited.items() if s > 0) or "nobody"
-        )
-    survival = [x for x in details if x.startswith(("not running", "a traceback"))]
+    if d.kind == "chain stall":
+        d.outcome += f"; waited on the lock: {waits}"
+    return silent, problems, notes
+
+
+def check_disruption(h: Harness, kind: str) -> list[Check]:
+    """Every outage of `kind` survived (every process alive right after it, no traceback) and
+    accounted for in the logs (`outage_said`)."""
+    found = [d for d in h.disruptions if d.kind == kind]
+    if not found:
+        return []
+    silent, problems, notes = [], [], []
+    for d in found:
+        label = f"blocks {d.block}–{d.end_block}: " if len(found) > 1 else ""
+        quiet, failed, said = outage_said(h, d)
+        silent += [f"{label}{x}" for x in quiet]
+        problems += [f"{label}{x}" for x in failed]
+        notes += [f"{label}{x}" for x in said]
+    how = "; ".join(sorted({d.how for d in found}))
     return [
         Check(
             f"{kind} survived",
-            survived,
-            ("every process still running, no traceback" if survived else "; ".join(survival))
-            + f" ({d.how})",
-            survival,
+            not problems,
+            ("every process still running, no traceback" if not problems else "; ".join(problems))
+            + f" ({len(found)} × {how})",
+            problems,
         ),
         Check(
             f"{kind} logged",
             not silent,
-            "every node that met it said so in its log"
-            if not silent
-            else f"silent: {', '.join(silent)}"
-            + (
-                "; waited on the lock: " + ", ".join(f"{n} {s:.1f} s" for n, s in d.waited.items() if s > 0)
-                if kind == "chain stall"
-                else ""
-            ),
-            [x for x in details if x not in survival],
+            "every node that met it said so in its log" if not silent else f"silent: {', '.join(silent)}",
+            notes,
+        ),
+    ]
+
+
+def outage_windows(h: Harness, d: Disruption) -> list[int]:
+    """The validated windows an outage can cost: those under way during it (from the start of their
+    train phase to their aggregate deadline) and the one that starts within a window after it."""
+    cfg = h.cfg
+    return [
+        w
+        for w in range(h.first_window, h.last_validated_window + 1)
+        if d.block < window_start(cfg, w) + cfg.aggregate_offset
+        and window_start(cfg, w) <= d.end_block + cfg.blocks_per_window
+    ]
+
+
+def accepted_updates(h: Harness) -> dict[int, int]:
+    """Window → the most updates any validator accepted in it (its metrics record of the window)."""
+    most: dict[int, int] = {}
+    for neuron in (n for n in h.net.neurons if n.role == "validator"):
+        for r in validator_records(neuron.work_dir / "metrics.jsonl"):
+            most[r["window"]] = max(most.get(r["window"], 0), int(r.get("accepted", 0)))
+    return most
+
+
+def committed_miners(h: Harness) -> dict[int, set[str]]:
+    """Window → the miners whose commitment to it landed in time."""
+    names = {h.hotkey(n.name): n.name for n in h.net.neurons if n.role == "miner"}
+    return {
+        w: {
+            names[hotkey]
+            for hotkey in committed_updates(
+                h.chain.commitments(block=commit_deadline(h.cfg, w) - 1),
+                w,
+                lambda b, w=w: committed_in_time(h.cfg, w, b),
+            )
+            if hotkey in names
+        }
+        for w in range(h.first_window, h.last_miner_window + 1)
+        if commit_deadline(h.cfg, w) - 1 <= h.chain.block()
+    }
+
+
+def repeated_line(messages: list[str]) -> tuple[int, str]:
+    """The line most often repeated in `messages`, numbers other than window numbers masked (a node
+    that logged each try of a retry loop repeats one line), and how often."""
+    counts: dict[str, int] = {}
+    for message in messages:
+        line = re.sub(r"(?<!window )\b\d+(\.\d+)?\b", "#", message)
+        counts[line] = counts.get(line, 0) + 1
+    return max(((n, line) for line, n in counts.items()), default=(0, ""))
+
+
+MAX_REPEATS = 2
+"""Times a node may log one line about an outage: it starts, and it ends (`distrai.outage`)."""
+
+
+def outage_costs(h: Harness) -> list[Check]:
+    """What each outage cost, once `check_disruption` has read what the nodes said of it: windows
+    lost (windows it can cost, `outage_windows`, in which no validator accepted an update, but for a
+    window no miner had committed to when it began and one that kills emptied, `emptied_by_kills`;
+    every other such window counts against it, whatever else happened in it), honest miners barred
+    (bars the validators logged in those windows that no kill explains, `down_at_reveal`) and the
+    lines the nodes logged of it (`d.said`: a line logged more than `MAX_REPEATS` times by one node
+    is a line a try). Targets: at most one window lost, no honest miner barred, no line repeated."""
+    accepted = accepted_updates(h)
+    committed = committed_miners(h)
+    miners = {n.name for n in h.net.neurons if n.role == "miner"}
+    validators = {n.name for n in h.net.neurons if n.role == "validator"}
+
+    def emptied_by_kills(w: int) -> bool:
+        """Every miner either killed in its train phase before committing to it, or committed and
+        kept down over its reveal deadline by a kill; or every validator killed after its commit
+        deadline while its saved state was behind it (it skips the window)."""
+        made = committed.get(w, set())
+        out = {
+            k.node
+            for k in h.kills
+            if k.role == "miner" and window_start(h.cfg, w) <= k.block < commit_deadline(h.cfg, w)
+        } - made
+        down = {m for m in made if down_at_reveal(h, w, m) is not None}
+        skipped = {
+            k.node
+            for k in h.kills
+            if k.role == "validator"
+            and commit_deadline(h.cfg, w) <= k.block <= aggregate_deadline(h.cfg, w)
+            and k.state_before["window"] < w
+        }
+        return miners <= out | down or validators <= skipped
+
+    uids = {h.chain.metagraph().uid_of(h.hotkey(n.name)): n.name for n in h.net.neurons}
+    bars = [
+        (int(m[1]), neuron.name, uids.get(int(m[2]), f"uid {m[2]}"), m[4])
+        for neuron in h.net.neurons
+        if neuron.role == "validator"
+        for r in log_records(neuron.log_path)
+        if (m := re.match(r"window (\d+): uid (\d+) barred until window (\d+): (.*)", r.message))
+    ]
+    lost, barred, repeated = [], [], []
+    for d in h.disruptions:
+        d.windows = outage_windows(h, d)
+        d.lost = [
+            w
+            for w in d.windows
+            if accepted.get(w, 0) == 0
+            and (committed.get(w) or commit_deadline(h.cfg, w) > d.block)
+            and not emptied_by_kills(w)
+        ]
+        d.barred = [
+            f"{validator} w{w}: {miner} ({reason[:120]})"
+            for w, validator, miner, reason in bars
+            if w in d.windows and down_at_reveal(h, w, miner) is None
+        ]
+        d.repeated = max(
+            ((n, name, line) for name, said in d.said.items() for n, line in (repeated_line(said),)),
+            default=(0, "", ""),
+        )
+        label = f"{d.kind} in the {d.phase} phase (blocks {d.block}–{d.end_block})"
+        if len(d.lost) > 1:
+            lost.append(f"{label}: windows {', '.join(map(str, d.lost))} with no update accepted")
+        barred += [f"{label}: {b}" for b in d.barred]
+        if d.repeated[0] > MAX_REPEATS:
+            repeated.append(f"{label}: {d.repeated[1]} logged {d.repeated[0]} times: {d.repeated[2][:160]}")
+    counted = len(h.disruptions)
+    return [
+        Check(
+            "outage windows lost",
+            not lost,
+            f"{counted} outage(s), each cost at most one window"
+            if not lost
+            else f"{len(lost)} of {counted} outage(s) cost more than one window",
+            lost,
+        ),
+        Check(
+            "outage honest miners barred",
+            not barred,
+            f"{counted} outage(s), no honest miner barred in the windows they can cost"
+            if not barred
+            else f"{len(barred)} bar(s) of honest miners",
+            barred,
+        ),
+        Check(
+            "outage logged once",
+            not repeated,
+            f"{counted} outage(s), no node logged a line about one more than {MAX_REPEATS} times"
+            if not repeated
+            else f"{len(repeated)} of {counted} outage(s) logged a line a try",
+            repeated,
         ),
     ]
 
@@ -1499,6 +1742,7 @@ def run_checks(h: Harness) -> list[Check]:
         *check_store(h),
         *check_disruption(h, "store outage"),
         *check_disruption(h, "chain stall"),
+        *(outage_costs(h) if h.disruptions else []),
     ]
     covered = {k.phase for k in h.kills}
     missing = [p for p in PHASES if p not in covered]
@@ -1586,7 +1830,7 @@ def markdown(result: ChaosResult) -> str:
         f"block time {o.block_time} s, {o.windows} windows (miners' windows {result.windows[0]}–{result.windows[1]}), "
         f"seed {o.seed}",
         f"- {len(result.kills)} SIGKILLs, each followed at once by a restart with the same command; "
-        f"store outage {'on' if o.store_outage else 'off'}; chain stall {o.stall_seconds:.1f} s",
+        f"outages: {', '.join(f'{x.kind} of {x.seconds:g} s in the {x.phase} phase' for x in o.outages) or 'none'}",
         f"- wall time: {result.seconds:.0f} s; exit codes: "
         + ", ".join(f"{n} {c}" for n, c in result.returncodes.items())
         + (
@@ -1624,10 +1868,29 @@ def markdown(result: ChaosResult) -> str:
             f"| {k.index} | {k.seconds:.0f} | {k.block} | {k.activities} | {k.phase} | {k.node} | "
             f"{_cell(k.doing)} | {_cell(k.outcome)} |"
         )
-    lines += ["", "## Disruptions", "", "| what | at (s) | blocks | how | outcome |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Outages",
+        "",
+        "`at` in seconds after the nodes started; `windows` are those it can cost (under way during it, "
+        "or starting within a window after it); `lost`: those of them in which no validator accepted an "
+        "update (target: at most 1); `barred`: honest miners barred in them that no kill explains "
+        f"(target: 0); `log lines`: the nodes' warnings and errors about it, and the line one node "
+        f"repeated most (target: at most {MAX_REPEATS}, when it starts and when it ends).",
+        "",
+        "| what | phase | at (s) | blocks | seconds | windows | lost | barred | log lines | targets | how | outcome |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for d in result.disruptions:
+        met = len(d.lost) <= 1 and not d.barred and d.repeated[0] <= MAX_REPEATS
         lines.append(
-            f"| {d.kind} | {d.seconds:.0f} | {d.block}–{d.end_block} | {_cell(d.how)} | {_cell(d.outcome)} |"
+            f"| {d.kind} | {d.phase} | {d.seconds:.0f} | {d.block}–{d.end_block} | "
+            f"{d.wall_end - d.wall_start:.1f} | {', '.join(f'w{w}' for w in d.windows)} | "
+            f"{len(d.lost)}{' (' + ', '.join(f'w{w}' for w in d.lost) + ')' if d.lost else ''} | "
+            f"{len(d.barred)} | {sum(len(x) for x in d.said.values())}"
+            f"{f'; {d.repeated[1]} repeated one {d.repeated[0]}×' if d.repeated[0] > 1 else ''} | "
+            f"{'met' if met else '**missed**'} | {_cell(d.how)} | "
+            f"{_cell(d.outcome)} |"
         )
     if result.crashes or result.problems:
         lines += ["", "## Crashes", ""]
@@ -1662,6 +1925,13 @@ def kept_notes(path: Path) -> str:
     )
 
 
+def _outage_arg(text: str) -> OutageSpec:
+    try:
+        return OutageSpec.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -1671,9 +1941,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="seed of every random choice (default 0)")
     parser.add_argument("--block-time", type=float, default=0.8, help="seconds per block (default 0.8)")
     parser.add_argument(
-        "--stall-seconds", type=float, default=5.0, help="chain stall; 0 for none (default 5)"
+        "--outage",
+        action="append",
+        type=_outage_arg,
+        default=None,
+        metavar="KIND:PHASE:SECONDS",
+        help="an outage: KIND store or chain, PHASE train, reveal or validate; repeat for more (default: "
+        + ", ".join(map(str, DEFAULT_OUTAGES))
+        + ")",
     )
-    parser.add_argument("--no-store-outage", action="store_true", help="leave the store up")
+    parser.add_argument("--no-outages", action="store_true", help="no outage, kills only")
     parser.add_argument("--work", type=Path, default=None, help="localnet folder (default: a temp dir)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="markdown report to write")
     return parser.parse_args(argv)
@@ -1689,8 +1966,7 @@ def main(argv: list[str]) -> int:
         windows=args.windows,
         seed=args.seed,
         block_time=args.block_time,
-        store_outage=not args.no_store_outage,
-        stall_seconds=args.stall_seconds,
+        outages=() if args.no_outages else tuple(args.outage or DEFAULT_OUTAGES),
     )
     with Progress(
         TextColumn("[bold]block {task.completed:.0f} of {task.total:.0f}"),

@@ -3,15 +3,18 @@ docs/reliability.md with 20 kills over 8 windows), run by `support.chaos_run` be
 
 3 miners and 2 validators on the pipelined cpu-localnet config at 0.7 s per block, 5 windows.
 7 SIGKILLs at moments drawn from a fixed seed, every (role, phase) pair among them, each followed
-at once by a restart with the same command; the store unreachable for one window; the chain
-locked for 5 s. The network runs once for the session; each check is its own test, so a failure
-names the check. Runs in about 2.5 minutes on 2 cores.
+at once by a restart with the same command; the store unreachable for 8 s while the challenged
+miners upload their reveals; the chain locked for 5 s across a window's first block. The network
+runs once for the session; each check is its own test, so a failure names the check. Runs in about
+2.5 minutes on 2 cores.
 
 Every check must hold. A miner that a kill keeps down over a reveal deadline loses that reveal, as
 no restart can bring it back, and a validator that challenged it bars it as the protocol rules for a
 hidden reveal (docs/protocol.md, "Withheld reveals"): the checks count those bars, and require the
-restarted miner to say that the deadline passed while it was down. The planner's own rules
-(reproducible, every phase, no kill near a disruption) are checked without a network.
+restarted miner to say that the deadline passed while it was down. Each outage may cost at most one
+window, bar no honest miner, and be logged without a line a try. The planner's own rules
+(reproducible, every phase, no kill near an outage, each outage in its phase) are checked without a
+network.
 """
 
 from __future__ import annotations
@@ -19,17 +22,20 @@ from __future__ import annotations
 import random
 
 import pytest
-from support.chaos_run import KILLS, SEED, chaos_options
+from support.chaos_run import KILLS, OUTAGES, SEED, chaos_options
 
 from bench.chaos import (
+    DEFAULT_OUTAGES,
     MARGIN_BLOCKS,
     PHASES,
     ROLES,
+    OutageSpec,
     down_over_deadline,
     log_records,
     phase_label,
     plan,
     plan_for_seed,
+    repeated_line,
 )
 from distrai.run import load_run_config, shipped_config_path
 from distrai.windows import activities
@@ -59,14 +65,17 @@ def test_a_seed_gives_one_plan(windows_config, tmp_path):
     assert first != other
 
 
-@pytest.mark.parametrize("kills,windows", [(7, 5), (20, 8)])
+@pytest.mark.parametrize("kills,windows,outages", [(7, 5, OUTAGES), (20, 8, DEFAULT_OUTAGES)])
 def test_the_plan_hits_every_role_in_every_phase_away_from_the_disruptions(
-    windows_config, tmp_path, kills, windows
+    windows_config, tmp_path, kills, windows, outages
 ):
     cfg = windows_config
     for seed in range(20):
         events = plan_for_seed(
-            cfg, chaos_options(tmp_path, kills=kills, windows=windows, seed=seed), NODES, 1
+            cfg,
+            chaos_options(tmp_path, kills=kills, windows=windows, seed=seed, outages=outages),
+            NODES,
+            1,
         )
         killed = [e for e in events if e.kind == "kill"]
         assert len(killed) == kills
@@ -78,6 +87,62 @@ def test_the_plan_hits_every_role_in_every_phase_away_from_the_disruptions(
             assert not any(disruption.block - MARGIN_BLOCKS < e.block < end + MARGIN_BLOCKS for e in killed)
         moments = sorted(e.block for e in killed)
         assert min(b - a for a, b in zip(moments, moments[1:], strict=False)) >= 2
+
+
+@pytest.mark.parametrize("windows,outages", [(5, OUTAGES), (8, DEFAULT_OUTAGES)])
+def test_each_outage_starts_in_its_phase_in_a_window_of_its_own(windows_config, tmp_path, windows, outages):
+    cfg = windows_config
+    for seed in range(20):
+        options = chaos_options(tmp_path, seed=seed, windows=windows, outages=outages)
+        events = plan_for_seed(cfg, options, NODES, 1)
+        placed = [e for e in events if e.kind != "kill"]
+        assert sorted((e.kind, e.phase, e.seconds) for e in placed) == sorted(
+            (o.kind, o.phase, o.seconds) for o in outages
+        )
+        for e in placed:
+            assert phase_label(activities(cfg, int(e.block))) == e.phase
+            assert e.seconds / 0.7 < cfg.blocks_per_window / 2
+        assert len({int(e.block) // cfg.blocks_per_window for e in placed}) == len(placed)
+        reveal = [e for e in placed if e.phase == "reveal"]
+        assert reveal, "an outage covers a reveal phase"
+        # it starts once the challenged miners know it (the block after the commit deadline)
+        assert all(
+            int(e.block) % cfg.blocks_per_window == (cfg.commit_offset + 1) % cfg.blocks_per_window
+            for e in reveal
+        )
+
+
+def test_an_outage_longer_than_half_a_window_is_refused(windows_config, tmp_path):
+    with pytest.raises(ValueError, match="not shorter than half a window"):
+        plan(
+            windows_config,
+            chaos_options(tmp_path, outages=(OutageSpec("store outage", "reveal", 11.0),)),
+            NODES,
+            1,
+            random.Random(0),
+        )
+
+
+@pytest.mark.parametrize("text", ["store:reveal", "disk:reveal:5", "store:weights:5", "chain:train:0"])
+def test_a_malformed_outage_is_refused(text):
+    with pytest.raises(ValueError, match="--outage"):
+        OutageSpec.parse(text)
+
+
+def test_an_outage_parses_back_to_its_text():
+    assert str(OutageSpec.parse("chain:validate:4.5")) == "chain:validate:4.5"
+    assert OutageSpec.parse("store:train:3") == OutageSpec("store outage", "train", 3.0)
+
+
+def test_a_line_a_try_is_a_repeated_line():
+    tries = [f"the store is out of reach: try {i} failed after {i * 0.5:.1f} s" for i in range(6)]
+    assert repeated_line(tries)[0] == 6
+    once = [
+        "window 3: its reveal is out of reach: ELOOP; trying again, quietly until it answers",
+        "window 3: its reveal answered again after 7.5 s out of reach (15 failed tries)",
+        "window 4: its reveal is out of reach: ELOOP; trying again, quietly until it answers",
+    ]
+    assert repeated_line(once)[0] == 1, "windows are told apart, the other numbers are not"
 
 
 def test_a_plan_that_cannot_fit_says_so(windows_config, tmp_path):
@@ -142,6 +207,9 @@ HOLDS = [
     "no temp file left",
     "reveals in flight resumed",
     "no honest miner marked fraud",
+    "outage windows lost",
+    "outage honest miners barred",
+    "outage logged once",
 ]
 
 

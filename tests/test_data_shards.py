@@ -168,6 +168,26 @@ def test_the_pauses_between_tries_of_a_shard_grow_to_a_few_seconds_and_no_furthe
     assert max(pauses) == MAX_PAUSE_S == 2.0
 
 
+def test_a_node_that_read_its_data_once_opens_it_again_while_the_store_is_out_of_reach(prepared, tmp_path):
+    store, manifest = prepared
+    root, away = tmp_path / "store", tmp_path / "store.away"
+    open_prepared(access(store, tmp_path), manifest.sha256(), SEQ)
+    local = tmp_path / "cache" / f"tokenizer-{manifest.tokenizer.sha256}"
+    root.rename(away)
+    root.symlink_to(root)  # ELOOP on every path
+    _, tokenizer = open_prepared(access(store, tmp_path), manifest.sha256(), SEQ)
+    assert tokenizer.encode("ab") == byte_tokenizer().encode("ab")
+    local.write_bytes(b"{}")
+    with pytest.raises(DataManifestError, match="tokenizer .* could not be read"):
+        open_prepared(access(store, tmp_path), manifest.sha256(), SEQ)
+    with pytest.raises(DataManifestError, match="could not be read"):
+        open_prepared(access(store, tmp_path, "fresh"), manifest.sha256(), SEQ)
+    root.unlink()
+    away.rename(root)
+    open_prepared(access(store, tmp_path), manifest.sha256(), SEQ)
+    assert hashlib.sha256(local.read_bytes()).hexdigest() == manifest.tokenizer.sha256
+
+
 def test_the_manifest_must_be_the_one_the_run_names(prepared, tmp_path):
     store, manifest = prepared
     with pytest.raises(DataManifestError, match="is not in the data store"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -106,13 +107,26 @@ def load_manifest(access: DataAccess, manifest_sha256: str) -> DataManifest:
     return manifest
 
 
+def load_tokenizer_blob(access: DataAccess, digest: str) -> bytes:
+    """The tokenizer's bytes, from the local copy kept beside the shards when it hashes to `digest`,
+    else the store (and then kept): a node restarted while the store is out of reach starts."""
+    local = access.cache_dir / f"tokenizer-{digest}"
+    if local.is_file():
+        data = local.read_bytes()
+        if hashlib.sha256(data).hexdigest() == digest:
+            return data
+        local.unlink(missing_ok=True)
+    data = _blob(access, digest, MAX_TOKENIZER_BYTES, "tokenizer")
+    write_atomically(local, lambda out: out.write(data))
+    return data
+
+
 def open_prepared(
     access: DataAccess, manifest_sha256: str, seq_len: int
 ) -> tuple[PreparedData, PreTrainedTokenizerFast]:
     """The run's training data and the tokenizer that made it. Only the manifest and the tokenizer
     are fetched now; each shard when it is first used."""
     manifest = load_manifest(access, manifest_sha256)
-    blob = _blob(access, manifest.tokenizer.sha256, MAX_TOKENIZER_BYTES, "tokenizer")
-    tokenizer = rebuild_tokenizer(manifest.tokenizer, blob)
+    tokenizer = rebuild_tokenizer(manifest.tokenizer, load_tokenizer_blob(access, manifest.tokenizer.sha256))
     cache = ShardCache(access.store, access.cache_dir, manifest.dtype, patience_s=access.patience_s)
     return PreparedData(manifest, cache, seq_len), tokenizer

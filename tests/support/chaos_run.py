@@ -4,7 +4,8 @@ the tests that read it (a thread that printed would write into whichever test is
 
 3 miners and 2 validators on the pipelined cpu-localnet config at `BLOCK_TIME` s per block, `WINDOWS`
 windows, `KILLS` SIGKILLs at moments drawn from `SEED`, each followed at once by a restart with the
-same command; the store unreachable for one window; the chain locked for `STALL_S` s."""
+same command; the `OUTAGES`: the store unreachable while the challenged miners upload their reveals,
+the chain locked across a window's first block."""
 
 from __future__ import annotations
 
@@ -12,22 +13,20 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from bench.chaos import ChaosOptions, ChaosResult, Harness, run_chaos
+from bench.chaos import ChaosOptions, ChaosResult, Harness, OutageSpec, run_chaos
 
 SEED = 1
 KILLS = 7
 WINDOWS = 5
 BLOCK_TIME = 0.7
-STALL_S = 5.0
+OUTAGES = (OutageSpec("store outage", "reveal", 8.0), OutageSpec("chain stall", "train", 5.0))
 STOP_S = 120.0
 """How long a stopped run may take to end its checks."""
 
 
 def chaos_options(work: Path, **changes) -> ChaosOptions:
     """The run's options, with `changes` (the tests of the plan vary them)."""
-    options = dict(
-        work=work, kills=KILLS, windows=WINDOWS, seed=SEED, block_time=BLOCK_TIME, stall_seconds=STALL_S
-    )
+    options = dict(work=work, kills=KILLS, windows=WINDOWS, seed=SEED, block_time=BLOCK_TIME, outages=OUTAGES)
     options.update(changes)
     return ChaosOptions(**options)
 

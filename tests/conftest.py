@@ -25,9 +25,9 @@ from support.restart_net import start_restart_net
 from support.smoke_net import start_smoke_net
 
 NETWORKS = {
-    "chaos_run": start_chaos_run,
-    "leader_net": start_leader_net,
     "smoke_net": start_smoke_net,
+    "leader_net": start_leader_net,
+    "chaos_run": start_chaos_run,
     "adversary_net": start_adversary_net,
     "findings_net": start_findings_net,
     "gpu_bench": start_gpu_bench,
@@ -40,12 +40,12 @@ NETWORKS = {
 (about the order in which they end)."""
 LANES = (
     ("leader_net", "adversary_net", "findings_net", "restart_net"),
-    ("chaos_run", "smoke_net", "gpu_bench", "incentives_bench", "convergence_bench", "readme_net"),
+    ("smoke_net", "chaos_run", "gpu_bench", "incentives_bench", "convergence_bench", "readme_net"),
 )
 """The order in which the jobs run, one at a time in each lane: the local networks, paced by the
-chain's blocks, in the first; in the second the chaos run, whose timing is tightest, beside the leader
-network, then the smoke run, the benchmarks, which take a core each, and the README's walk beside the
-other networks."""
+chain's blocks, in the first; in the second the light smoke run beside the leader network, whose
+timing is tightest, then the chaos run, the benchmarks, which take a core each, and the README's walk
+beside the other networks."""
 
 
 def pytest_configure(config):

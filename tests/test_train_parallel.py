@@ -4,14 +4,13 @@ process replaying the same split ends, bit for bit; a split is checked before an
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from support import ddp_rank, rank_start
 from support.ddp_rank import batches
+from support.ranks import run_ranks
 from support.tiny_models import FAST_LR, tiny_model
 
 from distrai.train.loss import causal_lm_loss
@@ -20,26 +19,10 @@ from distrai.train.parallel import DataParallel
 from distrai.train.state import capture_state, state_hash
 from distrai.train.step import StepConfig, over_ranks, train_step
 
-TESTS = Path(__file__).parent
 
-
-def torchrun(world: int, script: str, *args: str) -> None:
-    """`world` gloo processes of tests/support/`script` under torchrun; they must all succeed."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}"]
-    done = subprocess.run(
-        [*command, str(TESTS / "support" / script), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-
-
-def run_ranks(out: Path, world: int, micro_batches: int) -> list[dict]:
+def run_ranks_records(out: Path, world: int, micro_batches: int) -> list[dict]:
     """tests/support/ddp_rank.py on `world` ranks; every rank's record."""
-    torchrun(world, "ddp_rank.py", str(out), str(micro_batches))
+    run_ranks(world, ddp_rank.main, out, micro_batches)
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
 
 
@@ -49,7 +32,7 @@ def test_one_rank_that_cannot_start_stops_every_rank(tmp_path):
     for failing, expected in ((1, "False"), (0, "False"), (-1, "True")):
         out = tmp_path / f"failing{failing}"
         out.mkdir()
-        torchrun(2, "rank_start.py", str(out), str(failing))
+        run_ranks(2, rank_start.main, out, failing)
         assert [(out / f"rank{r}.txt").read_text() for r in range(2)] == [expected] * 2, failing
 
 
@@ -69,7 +52,7 @@ def replay_in_one_process(ranks: int, micro_batches: int) -> dict:
 def test_gloo_ranks_end_where_one_process_replaying_their_split_ends(tmp_path, world, micro_batches):
     # four ranks: gloo's ring would add their gradients in another order than rank by rank; the
     # ranks' rank-ordered all-reduce (parallel.rank_ordered_all_reduce) is what the replay repeats
-    ranks = run_ranks(tmp_path, world, micro_batches)
+    ranks = run_ranks_records(tmp_path, world, micro_batches)
     assert all(rank == ranks[0] for rank in ranks), "the ranks took different optimizer steps"
     assert ranks[0] == replay_in_one_process(world, micro_batches)
 

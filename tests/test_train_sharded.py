@@ -10,8 +10,9 @@ import json
 
 import pytest
 import torch
+from support import window_rank
+from support.ranks import run_ranks
 from support.window_rank import batches, config, model, record, window_base
-from test_train_parallel import torchrun
 
 from distrai.train.inner import InnerResult, inner_loop
 from distrai.train.loss import causal_lm_loss
@@ -44,7 +45,7 @@ def test_a_window_on_ranks_ends_where_one_process_replaying_its_split_ends(
     tmp_path, mode, world, micro_batches, kind
 ):
     sharded = mode == "fsdp"
-    torchrun(world, "window_rank.py", str(tmp_path), mode, str(micro_batches), kind)
+    run_ranks(world, window_rank.main, tmp_path, mode, micro_batches, kind)
     ranks = json.loads((tmp_path / "record.json").read_text())
     assert ranks == record(one_process(world, sharded, micro_batches, kind))
 

@@ -1,11 +1,10 @@
-"""One rank of a data-parallel step test, started by torchrun (tests/test_train_parallel.py):
-trains a tiny model for a few steps over gloo and writes its end state's hash and its losses to
-OUT/rank<R>.json. Usage: torchrun --nproc-per-node N ddp_rank.py OUT MICRO_BATCHES"""
+"""One rank of a data-parallel step test (tests/test_train_parallel.py, `support.ranks.run_ranks(N,
+main, OUT, MICRO_BATCHES)`): trains a tiny model for a few steps over gloo and writes its end state's
+hash and its losses to OUT/rank<R>.json."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from distrai.train.loss import causal_lm_loss
@@ -49,13 +48,9 @@ def train(launch: Launch, out: Path, micro_batches: int) -> None:
 def main(out: Path, micro_batches: int) -> None:
     launch = launched()
     if launch is None:
-        raise SystemExit("run me under torchrun with more than one process")
+        raise SystemExit("run me on more than one rank (support.ranks.run_ranks)")
     join(launch, launch.device("cpu"))
     try:
         train(launch, out, micro_batches)
     finally:
         leave()
-
-
-if __name__ == "__main__":
-    main(Path(sys.argv[1]), int(sys.argv[2]))

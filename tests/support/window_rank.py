@@ -1,17 +1,15 @@
-"""One rank of a miner's window on several processes, started by torchrun
-(tests/test_train_sharded.py): the ranks train under DDP or shard the model (FSDP2); the leader loads
-the window's base, runs the inner loop and keeps every boundary state; the other ranks follow its
-commands. Rank 0 writes the boundaries, losses and the update's digest to OUT/record.json and every
+"""One rank of a miner's window on several processes (tests/test_train_sharded.py,
+`support.ranks.run_ranks(N, main, OUT, MODE, MICRO_BATCHES, KIND)`): the ranks train under DDP
+(MODE ddp) or shard the model (MODE fsdp, FSDP2); the leader loads the window's base, runs the inner
+loop and keeps every boundary state; the other ranks follow its commands. Rank 0 writes the boundaries, losses and the update's digest to OUT/record.json and every
 boundary state to OUT/<step>.safetensors.
 
 KIND is "reference" (eager attention, fp32, single-tensor AdamW) or "fast" (the GPU config's
-kernels: SDPA, bf16 autocast over fp32 weights, fused AdamW; and activation checkpointing).
-Usage: torchrun --nproc-per-node N window_rank.py OUT ddp|fsdp MICRO_BATCHES KIND"""
+kernels: SDPA, bf16 autocast over fp32 weights, fused AdamW; and activation checkpointing)."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import torch
@@ -112,13 +110,9 @@ def window(launch: Launch, out: Path, mode: str, micro_batches: int, kind: str) 
 def main(out: Path, mode: str, micro_batches: int, kind: str) -> None:
     launch = launched()
     if launch is None:
-        raise SystemExit("run me under torchrun with more than one process")
+        raise SystemExit("run me on more than one rank (support.ranks.run_ranks)")
     join(launch, launch.device("cpu"))
     try:
         window(launch, out, mode, micro_batches, kind)
     finally:
         leave()
-
-
-if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4])

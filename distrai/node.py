@@ -5,10 +5,10 @@ A node refuses to start, saying why, when its work folder cannot be written in, 
 its hotkey is not registered (naming the command that registers it), or its run config is not the one
 the subnet owner published on chain.
 
-This module imports no torch and no transformers (nor the `bittensor` package, for the embedded chain):
-the neurons parse their flags and make those checks first, in a fraction of a second, and
-`prepare_runtime` loads the model code (some 3 s of imports) only once they pass
-(`tests/test_startup.py`, docs/startup.md).
+This module imports no torch, transformers or `bittensor` package: the neurons parse their flags
+with it, and `build_node` makes those checks (opening the wallet imports the `bittensor` package; the
+embedded chain does not) before `prepare_runtime` loads torch and the model code, some 3 s of
+imports (`tests/test_startup.py`, docs/startup.md).
 """
 
 from __future__ import annotations

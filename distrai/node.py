@@ -4,6 +4,11 @@ know (each with an environment variable), and building a node from them.
 A node refuses to start, saying why, when its work folder cannot be written in, its wallet is missing,
 its hotkey is not registered (naming the command that registers it), or its run config is not the one
 the subnet owner published on chain.
+
+This module imports no torch, transformers or `bittensor` package: the neurons parse their flags
+with it, and `build_node` makes those checks (opening the wallet imports the `bittensor` package; the
+embedded chain does not) before `prepare_runtime` loads torch and the model code, some 3 s of
+imports (`tests/test_startup.py`, docs/startup.md).
 """
 
 from __future__ import annotations
@@ -13,26 +18,22 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
-from rich.logging import RichHandler
+from typing import TYPE_CHECKING
 
 from distrai.chain.base import Chain
-from distrai.chain.local import LocalChain
-from distrai.chain.subtensor import SubtensorChain
-from distrai.data.access import DataAccess, open_data_access
 from distrai.flags import FLAGS
 from distrai.folders import writable_folder
 from distrai.metrics import Metrics
 from distrai.registration import require_registered
 from distrai.run import RUN_COMMITMENT_PREFIX, RunConfig, check_run_matches, load_run_config
-from distrai.runtime import Runtime, build_runtime, fit_memory, run_on_ranks
 from distrai.store import Store, open_store
-from distrai.sync import StoreCache
-from distrai.train.determinism import configure_determinism
-from distrai.train.memory import GIB, device_budget
-from distrai.train.parallel import Launch
+from distrai.train.launch import Launch
 from distrai.wallets import open_wallet
+
+if TYPE_CHECKING:
+    from distrai.data.access import DataAccess
+    from distrai.runtime import Runtime
+    from distrai.sync import StoreCache
 
 
 def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -58,7 +59,11 @@ class Node:
 def open_chain(args: argparse.Namespace) -> Chain:
     network, netuid = getattr(args, "subtensor.network"), int(args.netuid)
     if network == "embedded":
+        from distrai.chain.local import LocalChain
+
         return LocalChain(Path(getattr(args, "chain.path")), netuid)
+    from distrai.chain.subtensor import SubtensorChain  # imports the bittensor package
+
     return SubtensorChain(network, netuid)
 
 
@@ -75,6 +80,8 @@ def published_run(chain: Chain) -> str | None:
 
 
 def configure_logging(level: str) -> None:
+    from rich.logging import RichHandler
+
     logging.basicConfig(
         level=level.upper(), format="%(message)s", handlers=[RichHandler(show_path=False, markup=False)]
     )
@@ -106,6 +113,9 @@ def build_node(
         endpoint=getattr(args, "store.endpoint"),
         bandwidth_bytes_per_s=float(bandwidth) if bandwidth else None,
     )
+    from distrai.sync import StoreCache
+    from distrai.train.determinism import configure_determinism  # the first import of torch
+
     configure_determinism(args.device)
     if launch is None:
         budget = memory_budget(args)
@@ -147,6 +157,8 @@ def data_access(args: argparse.Namespace, config: RunConfig) -> DataAccess | Non
     `data.store`, else its own store), caching shards in <work dir>/data; None for built-in data."""
     if config.data.source != "prepared":
         return None
+    from distrai.data.access import open_data_access
+
     bandwidth = getattr(args, "store.bandwidth")
     return open_data_access(
         config.data,
@@ -165,6 +177,8 @@ def prepare_runtime(
     """The run's runtime on this process's device: on its rank of `launch` when given, its step
     fitted to `budget` bytes of memory (a miner may split its batch further; a validator replays the
     miner's split), the plan logged."""
+    from distrai.runtime import build_runtime, fit_memory, run_on_ranks
+
     runtime = build_runtime(config, args.device, data_access(args, config))
     if launch is not None:
         run_on_ranks(runtime, launch)
@@ -179,6 +193,10 @@ def prepare_runtime(
 def memory_budget(args: argparse.Namespace) -> int | None:
     """Bytes of device memory to fit the step in: `--device.memory_gib` when given, else 90% of the
     GPU's (`distrai.train.memory.device_budget`), else None (a CPU: nothing is planned)."""
+    import torch
+
+    from distrai.train.memory import GIB, device_budget
+
     raw = getattr(args, "device.memory_gib", None)
     if raw in (None, ""):
         return device_budget(torch.device(args.device))

@@ -32,8 +32,7 @@ from pydantic import (
 )
 
 from distrai.codec import get_codec
-from distrai.train.hashing import PIECE_ELEMENTS
-from distrai.train.replay_class import ClassTolerance
+from distrai.train.pieces import PIECE_ELEMENTS
 from distrai.windows import ChallengeInputs, WindowConfig
 
 RUN_COMMITMENT_PREFIX = "distrai-run:"
@@ -309,6 +308,23 @@ class CodecConfig(_Section):
                 "reveals for the trajectory check: a power of two"
             )
         return self
+
+
+class ClassTolerance(BaseModel):
+    """One row of the run config's tolerance table: replays between two device models (the rest of
+    the replay class equal) may differ by `replay` at the end and by `loss` in every step's loss."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    devices: tuple[str, str] = Field(description="two device models, as `device_name` names them")
+    replay: float = Field(gt=0.0, description="relative end distance a replay may differ by")
+    loss: float = Field(gt=0.0, description="relative difference a replayed step's loss may have")
+    measured: str = Field(min_length=1, description="where the numbers come from")
+
+    @field_validator("devices", mode="before")
+    @classmethod
+    def _pair(cls, value: object) -> object:
+        return tuple(value) if isinstance(value, list) else value
 
 
 class VerificationConfig(_Section):

@@ -2,19 +2,26 @@
 
 `btcli` and the bittensor SDK read what this writes. Keys made here are unencrypted: they are
 for local networks and tests, never for keys that hold value.
+
+The `bittensor` package (0.4 s to import) is imported when a wallet is opened or made, not with this
+module: the nodes read `DEFAULT_WALLET_PATH` for their flags before they parse them.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import bittensor as bt
+if TYPE_CHECKING:
+    import bittensor as bt
 
 DEFAULT_WALLET_PATH = str(Path("~/.bittensor/wallets").expanduser())
 
 
 def open_wallet(name: str, hotkey: str = "default", path: str = DEFAULT_WALLET_PATH) -> bt.Wallet:
     """An existing wallet; raises FileNotFoundError naming the missing key file."""
+    import bittensor as bt
+
     wallet = bt.Wallet(name=name, hotkey=hotkey, path=str(Path(path).expanduser()))
     for keyfile in (wallet.coldkeypub_file, wallet.hotkey_file):
         if not keyfile.exists_on_device():
@@ -31,6 +38,8 @@ def create_dev_wallet(
 
     Returns the wallet and whether anything new was written; existing keys are never replaced.
     """
+    import bittensor as bt
+
     wallet = bt.Wallet(name=name, hotkey=hotkey, path=str(Path(path).expanduser()))
     created = False
     if not wallet.coldkey_file.exists_on_device():

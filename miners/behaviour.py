@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from bittensor.keyfiles import Keypair
 
 from distrai.announce import committed_updates
 from distrai.chain.base import Chain
+from distrai.chain.signing import Keypair
 from distrai.codec import Encoded
 from distrai.layout import manifest_key
 from distrai.store import StoreError
@@ -34,6 +34,7 @@ from distrai.update import encode_update
 from distrai.windows import commit_deadline, committed_in_time, read_patience, reveal_deadline
 from distrai.wire import sign_document
 from distrai.wire.manifest import UpdateManifest
+from miners.adversaries import ADVERSARY_NAMES
 
 if TYPE_CHECKING:
     from miners.miner import Miner, Trained
@@ -421,6 +422,8 @@ ADVERSARIES: dict[str, type[Behaviour]] = {
         Replay,
     )
 }
+if tuple(ADVERSARIES) != ADVERSARY_NAMES:  # the names the miner's flag offers before this module loads
+    raise ImportError(f"miners.adversaries.ADVERSARY_NAMES must list {tuple(ADVERSARIES)}, in this order")
 
 EXPECTED_CHECK: dict[str, str] = {
     "idle": "states",

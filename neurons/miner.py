@@ -10,6 +10,9 @@ On N GPUs, one miner (one hotkey, one manifest, one upload) over data-parallel r
 Rank 0 is the miner; the other ranks train the steps it sends them (`distrai.train.parallel`). The
 ranks shard the model, its gradients and AdamW's state (FSDP2) when its training state does not fit
 one GPU, or with --miner.shard.
+
+Torch and the model code load after the flags are parsed and the checks that need no model have
+passed (`distrai.node`): `--help` and those refusals answer in well under a second.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ if __name__ == "__main__":
     STOP = stop_on_signals()  # before the imports below: a Ctrl-C while they load stops cleanly too
 
 from distrai.chain.base import ChainError  # noqa: E402
-from distrai.data.cache import ShardError  # noqa: E402
 from distrai.node import (  # noqa: E402
     build_node,
     build_parser,
@@ -37,11 +39,8 @@ from distrai.node import (  # noqa: E402
     prepare_runtime,
 )
 from distrai.run import load_run_config  # noqa: E402
-from distrai.train import parallel  # noqa: E402
-from distrai.train.determinism import configure_determinism  # noqa: E402
-from distrai.train.inner import follow  # noqa: E402
-from miners.behaviour import ADVERSARIES  # noqa: E402
-from miners.miner import Miner  # noqa: E402
+from distrai.train.launch import Launch, launched  # noqa: E402
+from miners.adversaries import ADVERSARY_NAMES  # noqa: E402
 
 
 def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> int:
@@ -58,7 +57,7 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
     parser.add_argument(
         "--miner.adversary",
         default=os.environ.get("DISTRAI_MINER_ADVERSARY", "honest"),
-        choices=["honest", *ADVERSARIES],
+        choices=["honest", *ADVERSARY_NAMES],
         help="cheat in one of the ways validators must catch, for demonstrations and tests "
         "[env DISTRAI_MINER_ADVERSARY]",
     )
@@ -72,9 +71,11 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
     )
     args = parser.parse_args(argv)
     adversary = "idle" if getattr(args, "miner.idle") else getattr(args, "miner.adversary")
-    launch = parallel.launched()
+    launch = launched()
     if launch is None:
         return run_miner(args, adversary, stop)
+    from distrai.train import parallel
+
     device = launch.device(args.device)
     args.device = str(device)
     try:
@@ -96,7 +97,7 @@ def run_miner(
     args,
     adversary: str,
     stop: threading.Event,
-    launch: parallel.Launch | None = None,
+    launch: Launch | None = None,
     budget: int | None = None,
 ) -> int:
     """The miner (on rank 0 when torchrun started several processes, whose ranks agreed on the
@@ -111,12 +112,19 @@ def run_miner(
     except (ValueError, FileNotFoundError, ChainError) as exc:
         print(f"miner cannot start: {exc}", file=sys.stderr)
         if launch is not None:
+            from distrai.train import parallel
+
             parallel.all_started(False, args.device)
         return 2
+    from distrai.train import parallel
+
     if launch is not None and not parallel.all_started(True, args.device):
         print("miner cannot start: another of its ranks could not (its error is above)", file=sys.stderr)
         node.metrics.close()
         return 2
+    from distrai.data.cache import ShardError
+    from miners.miner import Miner
+
     miner = Miner.from_node(node, adversary)
     miner.announce()
     logging.getLogger("distrai.miner").info(
@@ -137,8 +145,12 @@ def run_miner(
     return 0
 
 
-def run_follower(args, launch: parallel.Launch, budget: int | None) -> int:
+def run_follower(args, launch: Launch, budget: int | None) -> int:
     """A rank other than 0: build the same model and train the steps rank 0 sends, until it stops."""
+    from distrai.train import parallel
+    from distrai.train.determinism import configure_determinism
+    from distrai.train.inner import follow
+
     configure_logging(getattr(args, "logging.level"))
     log = logging.getLogger("distrai.miner")
     configure_determinism(args.device)

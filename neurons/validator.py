@@ -3,6 +3,9 @@ global model, and sets weights on chain.
 
     python neurons/validator.py --run.config RUN.toml --wallet.name NAME --wallet.hotkey HOTKEY \
         --subtensor.network finney --store.url s3://bucket/prefix --store.endpoint URL
+
+Torch and the model code load after the flags are parsed and the checks that need no model have
+passed (`distrai.node`): `--help` and those refusals answer in well under a second.
 """
 
 from __future__ import annotations
@@ -21,10 +24,8 @@ if __name__ == "__main__":
     STOP = stop_on_signals()  # before the imports below: a Ctrl-C while they load stops cleanly too
 
 from distrai.chain.base import ChainError  # noqa: E402
-from distrai.data.cache import ShardError  # noqa: E402
 from distrai.node import build_node, build_parser  # noqa: E402
-from validators.behaviour import LEADER_ADVERSARIES, leader_behaviour  # noqa: E402
-from validators.validator import Validator, ValidatorOptions  # noqa: E402
+from validators.adversaries import LEADER_ADVERSARY_NAMES, check_leader_adversary  # noqa: E402
 
 
 def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> int:
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
     parser.add_argument(
         "--validator.adversary",
         default=os.environ.get("DISTRAI_VALIDATOR_ADVERSARY", "honest"),
-        choices=["honest", *LEADER_ADVERSARIES],
+        choices=["honest", *LEADER_ADVERSARY_NAMES],
         help="as the aggregating leader, try to steer the global model in one of the ways every "
         "follower must refuse, for demonstrations and tests [env DISTRAI_VALIDATOR_ADVERSARY]",
     )
@@ -46,10 +47,9 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
         "report passes (distrai localnet gives the poison adversary's) [env DISTRAI_VALIDATOR_COLLUDER]",
     )
     args = parser.parse_args(argv)
+    adversary, colluder = getattr(args, "validator.adversary"), getattr(args, "validator.colluder")
     try:
-        behaviour = leader_behaviour(
-            getattr(args, "validator.adversary"), getattr(args, "validator.colluder")
-        )
+        check_leader_adversary(adversary, colluder)
     except ValueError as exc:
         print(f"validator cannot start: {exc}", file=sys.stderr)
         return 2
@@ -61,6 +61,11 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
     if stop.is_set():
         node.metrics.close()
         return 0
+    from distrai.data.cache import ShardError
+    from validators.behaviour import leader_behaviour
+    from validators.validator import Validator, ValidatorOptions
+
+    behaviour = leader_behaviour(adversary, colluder)
     validator = Validator(
         node.runtime,
         node.chain,

@@ -27,6 +27,7 @@ import torch
 
 from distrai.train.outer import Contribution
 from distrai.update import encode_update
+from validators.adversaries import COLLUDE, LEADER_ADVERSARY_NAMES, check_leader_adversary
 from validators.checks import PASS
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ class Collude(LeaderBehaviour):
     `distrai localnet` pairs it with the `poison` adversary's). A window whose colluder published no
     readable update is judged honestly."""
 
-    name = "collude"
+    name = COLLUDE
 
     def __init__(self, colluder: str):
         self.colluder = colluder
@@ -127,19 +128,18 @@ class Collude(LeaderBehaviour):
 
 
 LEADER_ADVERSARIES: dict[str, type[LeaderBehaviour]] = {cls.name: cls for cls in (Poison, Reweight, Collude)}
+if tuple(LEADER_ADVERSARIES) != LEADER_ADVERSARY_NAMES:  # what the validator's flag offers before this loads
+    raise ImportError(
+        f"validators.adversaries.LEADER_ADVERSARY_NAMES must list {tuple(LEADER_ADVERSARIES)}, in this order"
+    )
 
 
 def leader_behaviour(name: str, colluder: str | None = None) -> LeaderBehaviour:
     """The honest aggregator, or the adversary called `name` (`collude` needs the hotkey of its
     colluding miner); ValueError lists the known ones."""
+    check_leader_adversary(name, colluder)
     if name == "honest":
         return LeaderBehaviour()
-    if name not in LEADER_ADVERSARIES:
-        raise ValueError(f"unknown validator adversary {name!r}; known: {', '.join(LEADER_ADVERSARIES)}")
     if name == Collude.name:
-        if not colluder:
-            raise ValueError(
-                "the collude adversary needs the hotkey of its colluding miner (--validator.colluder)"
-            )
         return Collude(colluder)
     return LEADER_ADVERSARIES[name]()

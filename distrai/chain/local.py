@@ -25,8 +25,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bittensor.keyfiles import Keypair
-
 from distrai.chain import commit_reveal, rules
 from distrai.chain.base import Chain, ChainError, Commitment, Hyperparameters, Metagraph, Neuron, WalletLike
 from distrai.chain.local_calls import CALLS, check_ss58
@@ -34,7 +32,7 @@ from distrai.chain.local_db import connect, get_meta, migrate, write_transaction
 from distrai.chain.local_epoch import run_subnet_epoch
 from distrai.chain.local_reveal import SealedCommit, reveal_weight_commits, sealed_commits
 from distrai.chain.local_settings import SubnetSettings, check_same_settings
-from distrai.chain.signing import SignedExtrinsic, sign_extrinsic, verify_extrinsic
+from distrai.chain.signing import Keypair, SignedExtrinsic, sign_extrinsic, verify_extrinsic
 
 
 class LocalChain(Chain):

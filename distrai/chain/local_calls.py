@@ -13,10 +13,9 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from bittensor.keyfiles import Keypair
-
 from distrai.chain import commit_reveal, rules
 from distrai.chain.base import ChainError, Hyperparameters
+from distrai.chain.signing import Keypair
 
 SN_OWNER_HOTKEY_RATE_LIMIT = 50400
 """Blocks between two changes of a subnet's owner hotkey (subtensor's `DefaultSetSNOwnerHotkeyRateLimit`)."""

@@ -2,6 +2,13 @@
 
 The payload names the chain (its genesis hash), the call, its arguments, the signer and the
 signer's nonce, so a signature can be used once, on one chain, for one call.
+
+`Keypair` is imported from `bittensor_core`, the compiled extension bittensor 11 keeps its keys in:
+`bittensor.keyfiles.Keypair` is that very class (bittensor's `sp_core` module re-exports
+`bittensor_core.Keypair`), so keys, signatures and addresses are the SDK's own, but importing it from
+here skips the `bittensor` package (0.4 s: its EVM, ABI and RPC modules), which a node's chain,
+wallet and registration checks need before anything else. The rest of DisTrAI takes `Keypair` from
+this module.
 """
 
 from __future__ import annotations
@@ -10,7 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from bittensor.keyfiles import Keypair
+from bittensor_core import Keypair
 
 from distrai.chain.base import ChainError
 

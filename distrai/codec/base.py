@@ -40,14 +40,17 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-FLOAT32_MAX = torch.finfo(torch.float32).max
+FLOAT32_MAX = float.fromhex("0x1.fffffep+127")
+"""`torch.finfo(torch.float32).max`, written out: the codecs import torch when they first encode or
+decode, not when a run config checks their options."""
 KEY_SEPARATOR = ":"
 
-Tensors = dict[str, torch.Tensor]
+Tensors = dict[str, "torch.Tensor"]
 Shapes = Mapping[str, tuple[int, ...]]
 
 
@@ -75,6 +78,8 @@ class FieldSpec:
 
     @property
     def nbytes(self) -> int:
+        import torch
+
         return self.length * torch.empty((), dtype=self.dtype).element_size()
 
 
@@ -178,6 +183,8 @@ class Codec(ABC):
         self, delta: Mapping[str, torch.Tensor], residual: Mapping[str, torch.Tensor] | None = None
     ) -> Encoded:
         """Encode `delta` plus the decayed `residual` (None: zero; lossy codecs only); return the new residual."""
+        import torch
+
         _check_inputs("delta", delta)
         decay = self.residual_decay()
         if residual is not None:
@@ -257,6 +264,8 @@ def _decayed(residual: torch.Tensor, decay: float | None) -> torch.Tensor:
 
 
 def _check_inputs(what: str, tensors: Mapping[str, torch.Tensor]) -> None:
+    import torch
+
     if not isinstance(tensors, Mapping):
         raise CodecError("bad_dtype", f"{what} must be a mapping of names to tensors")
     for name, tensor in tensors.items():
@@ -293,6 +302,8 @@ def _check_key_sets(what: str, expected: set, given: set) -> None:
 
 
 def _checked_field(key: str, value: object, spec: FieldSpec) -> torch.Tensor:
+    import torch
+
     if not isinstance(value, torch.Tensor) or value.layout != torch.strided or value.device.type != "cpu":
         raise refuse("bad_dtype", key, f"must be a dense CPU tensor, got {type(value).__name__}")
     if value.dtype != spec.dtype:

@@ -8,7 +8,10 @@ The loops below run over bit positions (at most 16 and 8), never over entries.
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 from distrai.codec.base import CodecError
 
@@ -22,6 +25,8 @@ def packed_length(count: int, bits: int) -> int:
 
 def pack_bits(values: torch.Tensor, bits: int) -> torch.Tensor:
     """Pack a 1-D int64 tensor of entries in [0, 2**bits) into a 1-D uint8 tensor."""
+    import torch
+
     _check_bits(bits)
     if values.dtype != torch.int64 or values.dim() != 1:
         raise CodecError(
@@ -45,6 +50,8 @@ def pack_bits(values: torch.Tensor, bits: int) -> torch.Tensor:
 
 def unpack_bits(packed: torch.Tensor, bits: int, count: int) -> torch.Tensor:
     """Unpack `count` entries of `bits` bits from a 1-D uint8 tensor; the inverse of `pack_bits`."""
+    import torch
+
     _check_bits(bits)
     if packed.dtype != torch.uint8 or packed.dim() != 1:
         raise CodecError(

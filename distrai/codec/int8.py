@@ -10,9 +10,10 @@ parameter. Every operation is elementwise or a max, so the bytes are the same on
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 from distrai.codec.base import (
     FLOAT32_MAX,
@@ -46,12 +47,16 @@ class Int8Codec(Codec):
         return self.decay
 
     def layout(self, numel: int) -> dict[str, FieldSpec]:
+        import torch
+
         return {
             "values": FieldSpec(torch.int8, numel),
             "scales": FieldSpec(torch.float32, -(-numel // self.chunk), scale_max=SCALE_MAX),
         }
 
     def encode_flat(self, flat: torch.Tensor) -> Tensors:
+        import torch
+
         numel = flat.numel()
         chunks = -(-numel // self.chunk)
         padded = torch.zeros(chunks * self.chunk, dtype=torch.float32)
@@ -67,6 +72,8 @@ class Int8Codec(Codec):
         return {"values": quantized.reshape(-1)[:numel].clone(), "scales": scales}
 
     def decode_flat(self, name: str, fields: Tensors, numel: int) -> torch.Tensor:
+        import torch
+
         values = fields["values"]
         if bool((values == -LEVELS - 1).any()):
             raise refuse(

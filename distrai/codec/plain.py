@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 from distrai.codec.base import Codec, FieldSpec, Tensors
 
@@ -17,6 +18,8 @@ class NoneCodec(Codec):
     name: ClassVar[str] = "none"
 
     def layout(self, numel: int) -> dict[str, FieldSpec]:
+        import torch
+
         return {"values": FieldSpec(torch.float32, numel)}
 
     def encode_flat(self, flat: torch.Tensor) -> Tensors:

@@ -19,9 +19,10 @@ about 0.0293 bytes per parameter. The default `decay` of the carried residual is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 from distrai.codec.base import (
     FLOAT32_MAX,
@@ -66,6 +67,8 @@ class TopKCodec(Codec):
         return -(-self.k * tail // self.chunk)
 
     def layout(self, numel: int) -> dict[str, FieldSpec]:
+        import torch
+
         full, tail = divmod(numel, self.chunk)
         kept = full * self.k + self.tail_k(tail)
         chunks = full + (tail > 0)
@@ -76,6 +79,8 @@ class TopKCodec(Codec):
         }
 
     def encode_flat(self, flat: torch.Tensor) -> Tensors:
+        import torch
+
         full, tail = divmod(flat.numel(), self.chunk)
         groups = [(flat[: full * self.chunk].reshape(full, self.chunk), self.k)] if full else []
         if tail:
@@ -92,6 +97,8 @@ class TopKCodec(Codec):
         }
 
     def decode_flat(self, name: str, fields: Tensors, numel: int) -> torch.Tensor:
+        import torch
+
         full, tail = divmod(numel, self.chunk)
         counts = torch.tensor([self.k] * full + ([self.tail_k(tail)] if tail else []), dtype=torch.int64)
         lengths = torch.tensor([self.chunk] * full + ([tail] if tail else []), dtype=torch.int64)
@@ -114,6 +121,8 @@ class TopKCodec(Codec):
 
 def _encode_rows(rows: torch.Tensor, kept: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Indices (ascending per row), 2-bit codes and (lo, hi) levels of the top `kept` of each row."""
+    import torch
+
     length = rows.shape[1]
     magnitudes = rows.abs()
     # Finite non-negative floats order like their bit patterns; the low bits make every key unique and
@@ -138,6 +147,8 @@ def _unpacked(name: str, field: str, fields: Tensors, bits: int, count: int) -> 
 
 
 def _check_indices(name: str, indices: torch.Tensor, chunk_of: torch.Tensor, lengths: torch.Tensor) -> None:
+    import torch
+
     outside = indices >= lengths[chunk_of]
     if bool(outside.any()):
         entry = int(torch.nonzero(outside)[0])

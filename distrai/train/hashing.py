@@ -22,12 +22,10 @@ from dataclasses import dataclass
 
 import torch
 
+from distrai.train.pieces import PIECE_ELEMENTS
+
 if sys.byteorder != "little":
     raise ImportError("distrai's canonical tensor hashing assumes a little-endian machine")
-
-PIECE_ELEMENTS = 1 << 20
-"""Elements per hashed piece (4 MiB of fp32). A codec's chunk must divide it, so a piece encodes
-on its own exactly as it does inside its tensor."""
 
 
 @dataclass(frozen=True, order=True)

@@ -30,7 +30,6 @@ rank (`cuda:LOCAL_RANK`).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext, suppress
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
+from distrai.train.launch import Launch, launched  # noqa: F401 (`parallel.launched` for the ranks)
 from distrai.train.state import PARAM_PREFIX, TrainState, capture_state, state_entries
 
 all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -341,30 +341,6 @@ def all_started(started: bool, device: torch.device | str) -> bool:
     flag = torch.tensor([1 if started else 0], dtype=torch.int64, device=device)
     dist.all_reduce(flag, op=dist.ReduceOp.MIN)
     return bool(flag.item())
-
-
-@dataclass(frozen=True)
-class Launch:
-    """What torchrun told this process."""
-
-    rank: int
-    world: int
-    local_rank: int
-
-    def device(self, requested: str) -> torch.device:
-        """`cuda` becomes this rank's GPU (`cuda:LOCAL_RANK`); a CPU stays the CPU."""
-        device = torch.device(requested)
-        if device.type == "cuda":
-            return torch.device("cuda", self.local_rank)
-        return device
-
-
-def launched() -> Launch | None:
-    """This process's ranks when torchrun started more than one, else None."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return None
-    return Launch(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", os.environ["RANK"])))
 
 
 def join(launch: Launch, device: torch.device) -> None:

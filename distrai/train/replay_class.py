@@ -23,28 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from distrai.run import ClassTolerance
 from distrai.train.kernels import kernels_of
 from distrai.train.step import StepConfig
 from distrai.wire.manifest import ReplayClass
-
-
-class ClassTolerance(BaseModel):
-    """One row of the run config's tolerance table: replays between two device models (the rest of
-    the replay class equal) may differ by `replay` at the end and by `loss` in every step's loss."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-    devices: tuple[str, str] = Field(description="two device models, as `device_name` names them")
-    replay: float = Field(gt=0.0, description="relative end distance a replay may differ by")
-    loss: float = Field(gt=0.0, description="relative difference a replayed step's loss may have")
-    measured: str = Field(min_length=1, description="where the numbers come from")
-
-    @field_validator("devices", mode="before")
-    @classmethod
-    def _pair(cls, value: object) -> object:
-        return tuple(value) if isinstance(value, list) else value
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from bittensor.keyfiles import Keypair
-
+from distrai.chain.signing import Keypair
 from distrai.wire.canonical import canonical_json, parse_json
 from distrai.wire.errors import Reason, WireError
 

@@ -53,6 +53,11 @@ def pytest_configure(config):
         "markers",
         "localnet: runs a local network of its own; such tests run last, after the background networks",
     )
+    config.addinivalue_line(
+        "markers",
+        "e2e: starts a network, a node or a benchmark as processes, or a browser (given to every reader "
+        "of a background job and every `localnet` test); `-m 'not e2e'` is the fast tier",
+    )
 
 
 def network_rank(item: pytest.Item) -> tuple[int, int]:
@@ -66,8 +71,12 @@ def network_rank(item: pytest.Item) -> tuple[int, int]:
     return 0, 0
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark what reads a background job or runs a network `e2e` (before `-m` selects), then order."""
+    for item in items:
+        if network_rank(item) != (0, 0):
+            item.add_marker(pytest.mark.e2e)
     items.sort(key=network_rank)
 
 

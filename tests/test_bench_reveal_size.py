@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.e2e  # runs bench/reveal_size.py as a process
+
 ROOT = Path(__file__).resolve().parent.parent
 MARKER = "<!-- Notes below this line are kept when the benchmark rewrites this file. -->"
 

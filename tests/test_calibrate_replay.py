@@ -11,7 +11,11 @@ import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from distrai.train.replay_class import ClassTolerance
+
+pytestmark = pytest.mark.e2e  # runs bench/calibrate_replay.py as processes
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "bench" / "calibrate_replay.py"

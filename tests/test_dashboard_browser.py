@@ -30,6 +30,8 @@ from distrai.localnet import REPO
 from distrai.localnet_view import signed_reports
 from distrai.wallets import open_wallet
 
+pytestmark = pytest.mark.e2e  # drives a browser
+
 CHROMIUM = os.environ.get("DISTRAI_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",

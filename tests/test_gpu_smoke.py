@@ -26,6 +26,8 @@ from distrai.localnet_data import (
 from distrai.localnet_report import REPORT, replay_verdict
 from distrai.run import load_run_config, shipped_config_path
 
+pytestmark = pytest.mark.e2e  # runs the GPU smoke network's nodes as processes
+
 ROOT = Path(__file__).resolve().parent.parent
 GPU_SMOKE = ROOT / "distrai" / "configs" / "gpu-smoke.toml"
 

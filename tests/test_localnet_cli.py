@@ -27,6 +27,8 @@ from distrai.localnet_view import (
 )
 from distrai.wallets import open_wallet
 
+pytestmark = pytest.mark.e2e  # starts local networks and their nodes as processes
+
 
 def processes_mentioning(text: str) -> list[int]:
     pids = []

@@ -26,6 +26,8 @@ from distrai.train.model import load_model
 from distrai.train.tokenizer import byte_tokenizer
 from distrai.wallets import create_dev_wallet, open_wallet
 
+pytestmark = pytest.mark.e2e  # starts the neurons as processes
+
 REPO = Path(__file__).resolve().parents[1]
 CPU = shipped_config_path("cpu-localnet")
 

@@ -332,9 +332,9 @@ class Validator(Participant):
         stop: threading.Event,
     ) -> tuple[list[MinerVerdict], Pooled]:
         """Every miner's verdicts, and the window's measurements as pooled here; the replays and
-        measurements of this validator's share. A miner whose store did
-        not answer is asked again until the read patience runs out, then settled
-        (`validators.withheld`). Keeps what the next window needs to re-check the other validators'
+        measurements of this validator's share. A miner whose store did not answer is asked again
+        until the read patience runs out, and once more in any case after a first pass that ended
+        past it, then settled (`validators.withheld`). Keeps what the next window needs to re-check the other validators'
         findings of this one and to re-read what was withheld (`held`)."""
         deadline_hash = self.chain.block_hash(commit_deadline(self.windows, w))
         inputs = challenge_inputs(self.rt.config, deadline_hash, w, in_time)
@@ -371,16 +371,28 @@ class Validator(Participant):
             replay_challenge(self.rt, view, verdict, reader)
         patience = read_patience(self.windows, w)
         unread = sorted(hk for hk, (v, _) in checked.items() if v.unread)
+        first_pass_end = self.block_now()
         if unread:
             log.warning(
-                "window %d: %d miners' stores did not answer (%s); asking again until block %d",
+                "window %d: %d miners' stores did not answer (%s); %s",
                 w,
                 len(unread),
                 ", ".join(hk[:10] for hk in unread),
-                patience,
+                f"asking again until block {patience}"
+                if first_pass_end < patience
+                else f"asking once more: the first reads ended at block {first_pass_end}, after the read "
+                f"patience (block {patience})",
             )
-        while unread and not stop.is_set() and self.block_now() < patience:
+        # Every block until the read patience, and at least once more in any case: a validator whose
+        # first pass ended after the patience (it was late, or the reads were slow) would otherwise
+        # settle a store that came back meanwhile as withheld. A withholding miner gains one more
+        # read, which it fails like the first.
+        asked_again = 0
+        last_asked = first_pass_end
+        while unread and not stop.is_set() and (asked_again == 0 or self.block_now() < patience):
             stop.wait(self.chain.block_time())
+            last_asked = self.chain.block()
+            asked_again += 1
             if view.inventory.unreachable or view.inventory.late:
                 view = self.list_again(view, pending)
             for hk in unread:
@@ -399,7 +411,12 @@ class Validator(Participant):
             )
         verdicts = [v for v, _ in checked.values()]
         for v in verdicts:
-            settle(v, challenged=v.hotkey in view.challenged, outage=outage, patience_block=patience)
+            settle(
+                v,
+                challenged=v.hotkey in view.challenged,
+                outage=outage,
+                patience_block=max(patience, last_asked),
+            )
             self.check_residual_chain(v)
         commit_blocks = {hk: commitments[hk].block for hk in in_time}
         flag_copies(verdicts, commit_blocks)

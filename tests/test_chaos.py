@@ -32,6 +32,7 @@ from bench.chaos import (
     ROLES,
     OutageSpec,
     down_over_deadline,
+    excused_ban,
     log_records,
     phase_label,
     plan,
@@ -162,6 +163,14 @@ def test_only_a_restarted_miners_own_line_excuses_a_lost_reveal(tmp_path):
     assert down_over_deadline(records, 7)
     assert not down_over_deadline(records, 6), "a resumed reveal is owed"
     assert not down_over_deadline(records, 8), "another window's line excuses nothing"
+
+
+def test_a_ban_left_of_an_excused_bar_is_excused_until_it_ends():
+    bars = [("miner0", 5, 9)]  # kept down over its window-5 reveal: barred in w5 until w9
+    assert excused_ban(bars, "miner0", 7) and excused_ban(bars, "miner0", 8)
+    assert not excused_ban(bars, "miner0", 9), "no longer barred"
+    assert not excused_ban(bars, "miner0", 5), "the bar's own window is the bar, not a ban left of it"
+    assert not excused_ban(bars, "miner1", 7), "another miner's bar excuses nothing"
 
 
 # -- the run ----------------------------------------------------------------------------------------

@@ -1275,20 +1275,30 @@ def fraud_cause(reason: str, h: Harness, window: int, miner: str) -> str:
     return "unexplained"
 
 
+def excused_ban(bars: list[tuple[str, int, int]], miner: str, w: int) -> bool:
+    """Whether a report's `banned` entry for `miner` in window w is what is left of a bar the
+    checks excuse (`bars`: (miner, the window it was barred in, the window it is barred until),
+    one for each such bar a validator logged): a bar holds in the windows after its own, before its
+    end (`ValidatorState.is_banned`)."""
+    return any(m == miner and barred < w < until for m, barred, until in bars)
+
+
 def check_fraud(h: Harness, reports: list[dict]) -> Check:
     """Every miner here is honest: none may be barred, in a report or a validator's state or log,
     except for a window whose reveal fell due while a kill kept the miner down (`down_at_reveal`): to
     a validator that challenged it, that miner hid its reveal, and the protocol bars it for a bounded
-    time (docs/protocol.md, "Withheld reveals"). Those bars are counted, not failed."""
+    time (docs/protocol.md, "Withheld reveals"). Those bars are counted, not failed, and so are the
+    `banned` entries of the later windows they cover (`excused_ban`)."""
     names = {h.hotkey(n.name): n.name for n in h.net.neurons}
     uids = {h.chain.metagraph().uid_of(h.hotkey(n.name)): n.name for n in h.net.neurons}
-    details, down = [], set()
+    details, down, excused_bars = [], set(), []
     for neuron in (n for n in h.net.neurons if n.role == "validator"):
         for r in log_records(neuron.log_path):
             if m := re.match(r"window (\d+): uid (\d+) barred until window (\d+): (.*)", r.message):
                 miner = uids.get(int(m[2]), f"uid {m[2]}")
                 if (kill := down_at_reveal(h, int(m[1]), miner)) is not None:
                     down.add((neuron.name, int(m[1]), miner, kill))
+                    excused_bars.append((miner, int(m[1]), int(m[3])))
                     continue
                 details.append(
                     f"{neuron.name} w{m[1]}: {miner} barred until w{m[3]} — "
@@ -1297,7 +1307,11 @@ def check_fraud(h: Harness, reports: list[dict]) -> Check:
     for body in reports:
         for hotkey, entry in body["miners"].items():
             miner = names.get(hotkey, hotkey)
-            if "banned" in entry["verdicts"] and down_at_reveal(h, body["window"], miner) is None:
+            if (
+                "banned" in entry["verdicts"]
+                and down_at_reveal(h, body["window"], miner) is None
+                and not excused_ban(excused_bars, miner, body["window"])
+            ):
                 details.append(
                     f"{names.get(body['validator'], '?')} w{body['window']}: {miner} "
                     f"reported banned ({entry['reason']})"

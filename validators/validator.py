@@ -35,6 +35,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,11 +50,13 @@ from distrai.participant import Participant
 from distrai.run import challenge_inputs
 from distrai.runtime import Runtime, params_hash
 from distrai.store import Store, StoreError
+from distrai.store.base import BLOB_PREFIX, blob_key
 from distrai.sync import StoreCache
 from distrai.train.inner import window_start_state
 from distrai.train.outer import Contribution, outer_state_hash, outer_step
 from distrai.train.state import state_hash
 from distrai.windows import (
+    WindowConfig,
     aggregate_deadline,
     challenged,
     commit_deadline,
@@ -105,6 +108,23 @@ class ValidatorOptions:
 
 MODELS = "the models to check a window against (the validators' aggregates)"
 """What a validator waits for when it cannot sync, as its outage log names it."""
+
+
+RETRY_PAUSE_S = 0.5
+"""The most a validator waits between tries of its own store when it does not answer (a quarter
+block at most)."""
+
+Publish = Callable[[str, bytes], bool]
+"""Puts one object in the validator's own store; False when it did not land (`Validator.publish`)."""
+
+
+def publish_until(windows: WindowConfig, w: int, inclusion_blocks: int) -> int:
+    """The block until which a validator tries to publish window w's findings, report, accepted
+    updates and aggregate through an outage of its own store: the last at which the aggregate's
+    anchor, submitted once they are in the store, still lands before the aggregate deadline (an
+    aggregate anchored later does not count, and the other validators read findings only beside a
+    counted aggregate)."""
+    return aggregate_deadline(windows, w) - inclusion_blocks
 
 
 def time_spent(parts: list[tuple[str, float]]) -> str:
@@ -264,9 +284,10 @@ class Validator(Participant):
         self.options.behaviour.judge(self, w, verdicts)
         parts.append((f"checking the miners (reading their stores: {urls})", time.monotonic() - mark))
         mark = time.monotonic()
-        published = publish_findings(self.rt, self.held, self.wallet.hotkey, self.publish)
-        report = self.publish_report(w, verdicts, inventory.block, refused, rechecks, pooled)
-        accepted = self.aggregate(w, verdicts, report)
+        put = self.publishing(w, stop)
+        published = publish_findings(self.rt, self.held, self.wallet.hotkey, put)
+        report = self.publish_report(w, verdicts, inventory.block, refused, rechecks, pooled, put)
+        accepted = self.aggregate(w, verdicts, report, put) if report is not None else []
         parts.append((f"publishing to {self.store.url}", time.monotonic() - mark))
         seconds = time.monotonic() - started
         if self.chain.block() >= aggregate_deadline(self.windows, w):
@@ -332,9 +353,9 @@ class Validator(Participant):
         stop: threading.Event,
     ) -> tuple[list[MinerVerdict], Pooled]:
         """Every miner's verdicts, and the window's measurements as pooled here; the replays and
-        measurements of this validator's share. A miner whose store did
-        not answer is asked again until the read patience runs out, then settled
-        (`validators.withheld`). Keeps what the next window needs to re-check the other validators'
+        measurements of this validator's share. A miner whose store did not answer is asked again
+        until the read patience runs out, and once more in any case after a first pass that ended
+        past it, then settled (`validators.withheld`). Keeps what the next window needs to re-check the other validators'
         findings of this one and to re-read what was withheld (`held`)."""
         deadline_hash = self.chain.block_hash(commit_deadline(self.windows, w))
         inputs = challenge_inputs(self.rt.config, deadline_hash, w, in_time)
@@ -371,16 +392,28 @@ class Validator(Participant):
             replay_challenge(self.rt, view, verdict, reader)
         patience = read_patience(self.windows, w)
         unread = sorted(hk for hk, (v, _) in checked.items() if v.unread)
+        first_pass_end = self.block_now()
         if unread:
             log.warning(
-                "window %d: %d miners' stores did not answer (%s); asking again until block %d",
+                "window %d: %d miners' stores did not answer (%s); %s",
                 w,
                 len(unread),
                 ", ".join(hk[:10] for hk in unread),
-                patience,
+                f"asking again until block {patience}"
+                if first_pass_end < patience
+                else f"asking once more: the first reads ended at block {first_pass_end}, after the read "
+                f"patience (block {patience})",
             )
-        while unread and not stop.is_set() and self.block_now() < patience:
+        # Every block until the read patience, and at least once more in any case: a validator whose
+        # first pass ended after the patience (it was late, or the reads were slow) would otherwise
+        # settle a store that came back meanwhile as withheld. A withholding miner gains one more
+        # read, which it fails like the first.
+        asked_again = 0
+        last_asked = first_pass_end
+        while unread and not stop.is_set() and (asked_again == 0 or self.block_now() < patience):
             stop.wait(self.chain.block_time())
+            last_asked = self.chain.block()
+            asked_again += 1
             if view.inventory.unreachable or view.inventory.late:
                 view = self.list_again(view, pending)
             for hk in unread:
@@ -399,7 +432,12 @@ class Validator(Participant):
             )
         verdicts = [v for v, _ in checked.values()]
         for v in verdicts:
-            settle(v, challenged=v.hotkey in view.challenged, outage=outage, patience_block=patience)
+            settle(
+                v,
+                challenged=v.hotkey in view.challenged,
+                outage=outage,
+                patience_block=max(patience, last_asked),
+            )
             self.check_residual_chain(v)
         commit_blocks = {hk: commitments[hk].block for hk in in_time}
         flag_copies(verdicts, commit_blocks)
@@ -504,9 +542,12 @@ class Validator(Participant):
         else:
             self.state.residuals[verdict.hotkey] = verdict.manifest.residual_out_hash
 
-    def aggregate(self, w: int, verdicts: list[MinerVerdict], report: bytes) -> list[MinerVerdict]:
+    def aggregate(
+        self, w: int, verdicts: list[MinerVerdict], report: bytes, put: Publish | None = None
+    ) -> list[MinerVerdict]:
         """Publish the aggregate the run's rule takes from this validator's report, with the blobs
-        and manifests it names, and anchor its hash on chain."""
+        and manifests it names, and anchor its hash on chain; `put` publishes each (`publishing`)."""
+        put = put or self.publish
         by_hotkey = {v.hotkey: v for v in verdicts}
         seed = reveal_seed(self.held.inputs.block_hash, self.rt.run_id, w)
         chosen = accepted_by_rule(
@@ -515,13 +556,11 @@ class Validator(Participant):
             seed,
         )
         accepted = [by_hotkey[hk] for hk, _ in chosen]
-        try:
-            for v in accepted:
-                self.store.put_blob(v.blob)
-                self.store.put_blob(v.manifest_bytes)
-        except StoreError as exc:
-            log.error("window %d: could not publish the accepted updates: %s", w, exc)
-            return []
+        for v in accepted:
+            for blob in (v.blob, v.manifest_bytes):
+                if not put(blob_key(sha256_hex(blob)), blob):
+                    log.error("window %d: the accepted updates could not be published, so no aggregate", w)
+                    return []
         listed, contributions = self.options.behaviour.tamper(
             self,
             w,
@@ -550,7 +589,7 @@ class Validator(Participant):
             "outer_hash": outer_state_hash(result.state),
         }
         document = sign_document(self.wallet.hotkey, body)
-        if not self.publish(aggregate_key(self.rt.run_id, w, self.hotkey), document):
+        if not put(aggregate_key(self.rt.run_id, w, self.hotkey), document):
             return []
         try:
             self.chain.commit(
@@ -589,8 +628,10 @@ class Validator(Participant):
         refused: list[Refusal],
         rechecks: list[Recheck],
         pooled: Pooled,
-    ) -> bytes:
-        """Publish the signed report of window w; returns its bytes (the aggregate names its hash)."""
+        put: Publish | None = None,
+    ) -> bytes | None:
+        """Publish the signed report of window w with `put` (`publishing`); returns its bytes (the
+        aggregate names its hash), None when it could not be published."""
         body = {
             "kind": "report",
             "run_id": self.rt.run_id,
@@ -614,16 +655,49 @@ class Validator(Participant):
             "workers": pooled.workers,
         }
         document = sign_document(self.wallet.hotkey, body)
-        self.publish(report_key(self.rt.run_id, w, self.hotkey), document)
+        if not (put or self.publish)(report_key(self.rt.run_id, w, self.hotkey), document):
+            return None
         return document
 
-    def publish(self, key: str, data: bytes) -> bool:
-        try:
-            self.store.put(key, data)
-        except StoreError as exc:
-            log.error("could not publish %s: %s", key, exc)
-            return False
-        return True
+    def publishing(self, w: int, stop: threading.Event) -> Publish:
+        """How window w's findings, report, accepted updates and aggregate are published: through an
+        outage of this validator's store, tried again until the last block at which the aggregate's
+        anchor still lands before the aggregate deadline (`publish_until`); after it, an aggregate
+        no longer counts, and what is left is tried once."""
+        until = publish_until(self.windows, w, self.chain.inclusion_blocks)
+        return lambda key, data: self.publish(key, data, until=until, stop=stop)
+
+    def publish(
+        self, key: str, data: bytes, *, until: int | None = None, stop: threading.Event | None = None
+    ) -> bool:
+        """Put `key` in this validator's store. A store that does not answer is tried again every
+        quarter block (half a second at most) while the chain is before block `until` (None: one
+        try) and `stop` is not set; the outage is logged once when it starts and once when it ends.
+        False, and said, when the object did not land."""
+        what = f"the store {self.store.url} (this validator's reports and aggregates)"
+        while True:
+            try:
+                if key.startswith(BLOB_PREFIX):
+                    self.store.put_blob(data)
+                else:
+                    self.store.put(key, data)
+            except StoreError as exc:
+                block = self.chain.block()
+                if until is not None and block < until and not (stop is not None and stop.is_set()):
+                    self.outages.failed(what, exc)
+                    if stop is None:
+                        time.sleep(min(RETRY_PAUSE_S, self.chain.block_time() / 4))
+                    else:
+                        stop.wait(min(RETRY_PAUSE_S, self.chain.block_time() / 4))
+                    continue
+                if until is not None:
+                    self.outages.gave_up(
+                        what, f"block {block}: an aggregate anchored now would land too late"
+                    )
+                log.error("could not publish %s: %s", key, exc)
+                return False
+            self.outages.answered(what)
+            return True
 
     # -- scores and weights ---------------------------------------------------------------------
 

@@ -3,8 +3,8 @@
 A miner learns it is challenged one block after the commit deadline. If an unanswered read cost
 it nothing, every cheat caught by a challenge would answer the challenge's reads with store errors
 (a 503, say) or refuse to list its store. So a read the store does not answer is tried again until
-the validator's read patience runs out (`windows.read_patience`), and what is still unread then is
-settled here:
+the validator's read patience runs out (`windows.read_patience`), and once more after a first pass of
+reads that ended past it (`Validator.check_window`), and what is still unread then is settled here:
 
 - a challenged miner: **withheld**, treated as fraud: the window scores 0, the moving average is
   zeroed and the hotkey barred, and a validator whose share held the miner publishes a finding that

@@ -1,0 +1,262 @@
+"""A validator that meets a store outage.
+
+- Its reads of a challenged reveal (`Validator.check_window`, docs/protocol.md "Withheld reveals"):
+  a store back before the read patience costs its miner nothing, even when the validator's first
+  pass of reads ends after the patience (it was late, or the reads were slow), and a store that
+  still does not answer is withheld, as before.
+- Its own store, when it publishes the window's report, accepted updates and aggregate
+  (`Validator.publish`): tried again through the outage until the aggregate's anchor could no longer
+  land before the aggregate deadline (`publish_until`), the outage logged once when it starts and
+  once when it ends.
+
+Two miners train, commit and reveal a window of the adversary config (every miner challenged), each
+into its own real file store; the validator's clock moves only when the test moves it, one block per
+wait and a few blocks per miner read in the first pass."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+from support.local_harness import LocalHarness, make_local_harness
+
+from distrai.announce import anchored_aggregates
+from distrai.chain.local import LocalChain
+from distrai.layout import aggregate_key, report_key
+from distrai.run import load_run_config
+from distrai.runtime import build_runtime
+from distrai.store import FileStore
+from distrai.windows import aggregate_deadline, commit_deadline, read_patience, reveal_deadline, window_start
+from miners.miner import Miner, MinerOptions
+from miners.uploader import Uploader
+from validators.validator import Validator, ValidatorOptions, publish_until
+
+CONFIG = Path(__file__).parent / "support" / "adversary-localnet.toml"
+WINDOW = 3
+SLOW_READ_BLOCKS = 6  # blocks one miner's reads take in the first pass: two miners end it after the patience
+
+
+@pytest.fixture(scope="module")
+def config():
+    return load_run_config(CONFIG)
+
+
+class Ticking(threading.Event):
+    """The validator's stop event on a chain whose clock is frozen: every wait is one block, and
+    `at[block]()` is called when the clock reaches that block."""
+
+    def __init__(self, harness, at: dict | None = None):
+        super().__init__()
+        self.harness = harness
+        self.at = dict(at or {})
+
+    def wait(self, timeout=None) -> bool:
+        self.harness.advance(1)
+        event = self.at.pop(self.harness.local.block(), None)
+        if event is not None:
+            event()
+        return self.is_set()
+
+
+def cut(store: FileStore) -> Path:
+    """Make the store's root unreachable (ELOOP on every path); returns where it was moved."""
+    away = store.root.with_name(store.root.name + ".away")
+    store.root.rename(away)
+    store.root.symlink_to(store.root)
+    return away
+
+
+def restore(store: FileStore, away: Path) -> None:
+    store.root.unlink()
+    away.rename(store.root)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, config):
+    """Two miners that revealed WINDOW in time, each into its own store (trained once for the
+    module: the validators of the tests read these stores and never write to them)."""
+    root = tmp_path_factory.mktemp("trained")
+    harness = make_local_harness(root)
+    validator_wallet = harness.new_wallet("validator")
+    harness.chain.register(validator_wallet)
+    harness.add_stake(validator_wallet, 1000.0)
+    wallets = [harness.new_wallet(name) for name in ("alpha", "beta")]
+    for wallet in wallets:
+        harness.chain.register(wallet)
+    harness.advance(harness.chain.hyperparameters().tempo + 2)
+    harness.advance(window_start(config.windows, WINDOW) - harness.local.block())
+    stores, miners = {}, []
+    for wallet in wallets:
+        store = FileStore(root / f"store-{wallet.name}")
+        miner = Miner(
+            build_runtime(config),
+            harness.chain,
+            wallet,
+            store,
+            store.url,
+            MinerOptions(root / f"miner-{wallet.name}"),
+        )
+        miner.uploader = Uploader(miner, harness.chain.connect_again())
+        miner.run_window(WINDOW, stop=None)
+        stores[miner.hotkey] = store
+        miners.append(miner)
+    harness.advance(commit_deadline(config.windows, WINDOW) + 1 - harness.local.block())
+    for miner in miners:
+        result = miner.uploader.upload(miner.uploader.jobs.get())
+        assert result is not None and not result.late
+    harness.advance(reveal_deadline(config.windows, WINDOW) - harness.local.block())
+    return harness, stores
+
+
+@pytest.fixture
+def revealed(tmp_path, config, trained):
+    """The trained miners' chain, copied for this test, with a validator at the window's reveal
+    deadline; a miner store a test cut is put back afterwards."""
+    original, stores = trained
+    copy = tmp_path / "chain.db"
+    with (
+        contextlib.closing(sqlite3.connect(original.local.path)) as src,
+        contextlib.closing(sqlite3.connect(copy)) as dst,
+    ):
+        src.backup(dst)
+    chain = LocalChain(copy, original.local.netuid)
+    harness = LocalHarness(chain, chain, original.wallet_path, original.owner_coldkey, original.owner_hotkey)
+    validator_store = FileStore(tmp_path / "store-validator")
+    validator = Validator(
+        build_runtime(config),
+        harness.chain,
+        harness.new_wallet("validator"),
+        validator_store,
+        validator_store.url,
+        ValidatorOptions(tmp_path / "validator"),
+    )
+    yield harness, validator, stores, validator_store
+    for store in stores.values():
+        away = store.root.with_name(store.root.name + ".away")
+        if away.exists():
+            restore(store, away)
+
+
+def slow_first_pass(harness, validator, store_back) -> list[tuple[str, int]]:
+    """Make each miner's reads in the validator's first pass take SLOW_READ_BLOCKS blocks; at the
+    block before the read patience `store_back()` is called. Returns every read as (hotkey, block)."""
+    patience = read_patience(validator.windows, WINDOW)
+    check = validator.check_miner
+    reads = []
+
+    def slow(view, hotkey, uid, mg, replay=True):
+        reads.append((hotkey, harness.local.block()))
+        result = check(view, hotkey, uid, mg, replay=replay)
+        if not replay:  # the first pass
+            for _ in range(SLOW_READ_BLOCKS):
+                harness.advance(1)
+                if harness.local.block() == patience - 1:
+                    store_back()
+        return result
+
+    validator.check_miner = slow
+    return reads
+
+
+def test_a_store_back_before_the_read_patience_costs_nothing_when_the_first_pass_ends_after_it(revealed):
+    harness, validator, stores, _ = revealed
+    alpha = min(stores)  # read first
+    away = cut(stores[alpha])
+    reads = slow_first_pass(harness, validator, lambda: restore(stores[alpha], away))
+
+    assert validator.run_window(WINDOW, Ticking(harness))
+
+    patience = read_patience(validator.windows, WINDOW)
+    first_pass_end = reveal_deadline(validator.windows, WINDOW) + len(stores) * SLOW_READ_BLOCKS
+    assert first_pass_end > patience
+    again = [block for hotkey, block in reads if hotkey == alpha][1:]
+    assert again and again[0] > patience, "the validator did not ask the silent store again"
+    verdict = validator.held.verdicts[alpha]
+    assert verdict.passed and not verdict.withheld, verdict.verdicts
+    assert alpha not in validator.state.banned_until
+
+
+def test_a_store_still_silent_after_the_one_more_pass_is_withheld(revealed):
+    harness, validator, stores, _ = revealed
+    alpha = min(stores)
+    cut(stores[alpha])  # a withholding miner: its store never answers
+    reads = slow_first_pass(harness, validator, lambda: None)
+
+    assert validator.run_window(WINDOW, Ticking(harness))
+
+    assert len([hotkey for hotkey, _ in reads if hotkey == alpha]) == 2, "one more pass, not more"
+    verdict = validator.held.verdicts[alpha]
+    assert verdict.withheld and verdict.fraud, verdict.verdicts
+    assert alpha in validator.state.banned_until
+    other = max(stores)
+    assert validator.held.verdicts[other].passed and other not in validator.state.banned_until
+
+
+def cut_when_publishing(validator, store: FileStore) -> list:
+    """Cut the validator's own store as it starts publishing the window; returns where it went."""
+    publishing, away = validator.publishing, []
+
+    def cut_then_publish(w, stop):
+        away.append(cut(store))
+        return publishing(w, stop)
+
+    validator.publishing = cut_then_publish
+    return away
+
+
+def anchored(harness, validator) -> dict:
+    deadline = aggregate_deadline(validator.windows, WINDOW)
+    harness.advance(max(0, deadline - harness.local.block()))
+    commitments = harness.chain.commitments(block=deadline - 1)
+    return anchored_aggregates(commitments, WINDOW, lambda block: block < deadline)
+
+
+def outage_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "reports and aggregates" in r.getMessage()]
+
+
+def test_the_last_block_to_publish_leaves_the_anchor_time_to_land(config):
+    deadline = aggregate_deadline(config.windows, WINDOW)
+    assert publish_until(config.windows, WINDOW, inclusion_blocks=1) == deadline - 1
+    assert publish_until(config.windows, WINDOW, inclusion_blocks=3) == deadline - 3
+
+
+def test_a_validator_publishes_through_an_outage_of_its_own_store_that_ends_in_time(revealed, caplog):
+    harness, validator, _, store = revealed
+    away = cut_when_publishing(validator, store)
+    back = publish_until(validator.windows, WINDOW, harness.chain.inclusion_blocks) - 2
+    stop = Ticking(harness, {back: lambda: restore(store, away[0])})
+
+    with caplog.at_level(logging.WARNING, logger="distrai.validator"):
+        assert validator.run_window(WINDOW, stop)
+
+    assert back not in stop.at, "the store did not come back while the validator was still trying"
+    assert store.exists(report_key(validator.rt.run_id, WINDOW, validator.hotkey))
+    assert store.exists(aggregate_key(validator.rt.run_id, WINDOW, validator.hotkey))
+    assert validator.hotkey in anchored(harness, validator), "the aggregate was not anchored in time"
+    lines = outage_lines(caplog)
+    assert len(lines) == 2, lines
+    assert "is out of reach" in lines[0] and "answered again after" in lines[1]
+
+
+def test_a_validator_stops_publishing_when_its_aggregate_could_no_longer_count(revealed, caplog):
+    harness, validator, _, store = revealed
+    away = cut_when_publishing(validator, store)
+
+    with caplog.at_level(logging.WARNING, logger="distrai.validator"):
+        assert validator.run_window(WINDOW, Ticking(harness))
+
+    assert harness.local.block() >= publish_until(validator.windows, WINDOW, harness.chain.inclusion_blocks)
+    assert harness.local.block() < aggregate_deadline(validator.windows, WINDOW) + 2, (
+        "it tried on past the deadline"
+    )
+    restore(store, away[0])
+    assert not store.exists(aggregate_key(validator.rt.run_id, WINDOW, validator.hotkey))
+    assert validator.hotkey not in anchored(harness, validator)
+    lines = outage_lines(caplog)
+    assert len(lines) == 2, lines
+    assert "is out of reach" in lines[0] and "not tried any more" in lines[1]

@@ -18,6 +18,7 @@ from pathlib import Path
 from distrai.chain.base import Hyperparameters
 from distrai.chain.local import LocalChain
 from distrai.data.access import DataAccess, open_data_access
+from distrai.data.byte_tokenizer import byte_tokenizer
 from distrai.data.prepare import PrepareOptions, prepare
 from distrai.data.texts import TextSource, read_texts
 from distrai.folders import unwritable, writable_folder
@@ -26,7 +27,6 @@ from distrai.run import RunConfig, load_run_config, run_commitment, shipped_conf
 from distrai.runtime import Runtime, build_runtime
 from distrai.store import open_store
 from distrai.store.base import blob_key
-from distrai.train.tokenizer import byte_tokenizer
 from distrai.wallets import create_dev_wallet
 
 MARKER = ".distrai-localnet"

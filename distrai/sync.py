@@ -27,12 +27,12 @@ from distrai.globalmodel import (
     skip_window,
 )
 from distrai.layout import checkpoint_prefix, checkpoint_window
-from distrai.outage import OutageLog
 from distrai.quorum import Quorum
 from distrai.remeasure import HeldoutJudge, check_not_worse, heldout_sample, loss_rise, sample_seed
 from distrai.run import RUN_COMMITMENT_PREFIX, parse_run_commitment
 from distrai.runtime import Runtime
 from distrai.store import Store, StoreError, open_store
+from distrai.store.outage import OutageLog
 from distrai.train.outer import OuterState
 from distrai.windows import aggregate_deadline, window_of
 from distrai.wire import WireError

@@ -44,11 +44,11 @@ from distrai.layout import manifest_key
 from distrai.linkcheck import LinkVerdict, format_rate, measure_upload_rate, reveal_bytes, reveal_seconds
 from distrai.metrics import Metrics
 from distrai.node import Node
-from distrai.outage import OutageLog
 from distrai.participant import Participant
 from distrai.runtime import Runtime
 from distrai.standing import standing_lines
 from distrai.store import Store, StoreError
+from distrai.store.outage import OutageLog
 from distrai.sync import StoreCache
 from distrai.train.assignment import batch_indices
 from distrai.train.inner import BoundaryState, inner_loop, window_start_state

@@ -9,7 +9,7 @@ job's boundary 0 holds that base). A job whose reveal deadline has passed before
 since nothing uploaded after it counts, unless the store has failed every try since before that
 deadline. A store that does not answer is tried again every half second (a quarter block at most)
 until `give_up_block`: the reveal deadline, or one window later for an outage under way at the
-deadline; the outage is logged once when it starts and once when it ends (`distrai.outage`). While
+deadline; the outage is logged once when it starts and once when it ends (`distrai.store.outage`). While
 uploading, the uploader projects its finish from the rate it achieves and says, before the
 deadline, when the reveal will not make it. Every job ends with one metrics record (`"event":
 "reveal"`): seconds, bytes, rate, the rate that was needed, and whether it was late. Revealed states stay in the store for the run's
@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING
 from distrai.announce import committed_updates
 from distrai.chain.base import Chain, ChainError
 from distrai.layout import state_key, states_prefix, trajectory_key
-from distrai.outage import OutageLog
 from distrai.run import challenge_inputs
 from distrai.store import StoreError
+from distrai.store.outage import OutageLog
 from distrai.train.coded_state import encode_coded_state
 from distrai.train.state import load_state, state_digests
 from distrai.trajectory import build_trajectory, drawn_pieces, encode_trajectory

@@ -168,7 +168,7 @@ def test_corpus_is_a_fixed_list_pinned_by_its_hash(tmp_path):
 
 def test_token_bytes_counts_text_bytes():
     corpus = bench_module("_corpus")
-    from distrai.train.tokenizer import BYTE_VOCAB_SIZE, byte_tokenizer
+    from distrai.data.byte_tokenizer import BYTE_VOCAB_SIZE, byte_tokenizer
 
     counts = corpus.token_bytes(byte_tokenizer())
     assert counts == [1] * 256 + [0] * (BYTE_VOCAB_SIZE - 256)

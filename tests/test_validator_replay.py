@@ -17,7 +17,7 @@ from bittensor.keyfiles import Keypair
 
 from distrai.globalmodel import GlobalModel
 from distrai.layout import state_key, trajectory_key
-from distrai.run import load_run_config
+from distrai.run import ClassTolerance, load_run_config
 from distrai.runtime import build_runtime
 from distrai.store import FileStore
 from distrai.train.assignment import batch_indices
@@ -25,7 +25,7 @@ from distrai.train.coded_state import encode_coded_state
 from distrai.train.hashing import piece_digests
 from distrai.train.inner import inner_loop, pseudo_gradient, window_start_state
 from distrai.train.outer import OuterState
-from distrai.train.replay_class import ClassTolerance, replay_class_of
+from distrai.train.replay_class import replay_class_of
 from distrai.train.state import encode_state, state_digests, state_hash
 from distrai.trajectory import build_trajectory, decode_trajectory, encode_trajectory, param_pieces
 from distrai.update import decode_update, encode_update, residual_digests, residual_hash

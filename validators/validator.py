@@ -44,11 +44,11 @@ from distrai.chain.base import Chain, ChainError, Commitment, Metagraph, WalletL
 from distrai.globalmodel import GlobalModel, SyncUnavailable, encode_checkpoint, outer_config
 from distrai.layout import aggregate_key, checkpoint_key, report_key
 from distrai.metrics import Metrics
-from distrai.outage import OutageLog
 from distrai.participant import Participant
 from distrai.run import challenge_inputs
 from distrai.runtime import Runtime, params_hash
 from distrai.store import Store, StoreError
+from distrai.store.outage import OutageLog
 from distrai.sync import StoreCache
 from distrai.train.inner import window_start_state
 from distrai.train.outer import Contribution, outer_state_hash, outer_step

@@ -38,7 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from distrai.globalmodel import outer_config
-from distrai.localnet import local_runtime
+from distrai.localnet.network import local_runtime
 from distrai.run import load_run_config, shipped_config_path
 from distrai.runtime import Runtime, model_spec
 from distrai.train.assignment import batch_indices

@@ -68,8 +68,8 @@ from distrai.announce import committed_updates
 from distrai.chain.local_db import SLOW_LOCK_SECONDS
 from distrai.globalmodel import CHECKPOINT_FORMAT
 from distrai.layout import manifest_key
-from distrai.localnet import Localnet, LocalnetOptions
-from distrai.localnet_view import signed_reports
+from distrai.localnet.network import Localnet, LocalnetOptions
+from distrai.localnet.view import signed_reports
 from distrai.metrics import read_metrics
 from distrai.run import run_id
 from distrai.store.temps import TEMP_SUFFIX

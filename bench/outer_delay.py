@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from distrai.localnet import local_runtime
+from distrai.localnet.network import local_runtime
 from distrai.run import load_run_config, shipped_config_path
 from distrai.train.assignment import batch_indices
 from distrai.train.evaluate import evaluate

@@ -119,7 +119,7 @@ def timed(fn, repeats: int = 3) -> float:
 
 
 def cpu_run_rows(lines: list[str]) -> None:
-    from distrai.localnet import local_runtime
+    from distrai.localnet.network import local_runtime
     from distrai.remeasure import heldout_sample, sample_seed
     from distrai.run import load_run_config, shipped_config_path
 

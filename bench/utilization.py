@@ -42,8 +42,8 @@ from rich.console import Console
 from rich.table import Table
 
 from distrai import linkcheck
-from distrai.localnet import Localnet, LocalnetOptions
-from distrai.localnet_view import heldout_curve, node_records, utilization
+from distrai.localnet.network import Localnet, LocalnetOptions
+from distrai.localnet.view import heldout_curve, node_records, utilization
 from distrai.run import RunConfig, load_run_config, shipped_config_path
 from distrai.windows import WindowConfig
 
@@ -891,7 +891,7 @@ def markdown(report: Report, kept: str = "") -> str:
         "",
         f"- date: {report.date}; total wall time of the command: {report.total_seconds:.0f} s",
         f"- machine: {report.machine}",
-        f"- network: {MINERS} miners and {VALIDATORS} validators as separate processes (`distrai.localnet`), "
+        f"- network: {MINERS} miners and {VALIDATORS} validators as separate processes (`distrai.localnet.network`), "
         f"embedded chain at {BLOCK_TIME:.0f} s per block, file store; the two runs one after the other",
         f"- run configs: `bench/utilization-sequential.toml` and `bench/utilization-pipelined.toml` "
         f"(`distrai/configs/cpu-localnet.toml` with H = {t.inner_steps}; they differ only in [windows] and the "
@@ -925,7 +925,7 @@ def markdown(report: Report, kept: str = "") -> str:
         "## Miners",
         "",
         "**Utilization** of a miner: the sum of its `train_seconds` over the sum of its `wall_seconds`, over every "
-        "window it committed except its first (`distrai.localnet_view.utilization`). A window's wall seconds run "
+        "window it committed except its first (`distrai.localnet.view.utilization`). A window's wall seconds run "
         "from the end of the miner's previous commit to the end of this one: idle (waiting for the window to "
         "start, and on sequential windows the reveal, validate and weights phases), sync to the window's base, "
         "training until the deadline or H (`train_seconds`, boundary states saved included), encoding, staging the reveal and "
@@ -946,7 +946,7 @@ def markdown(report: Report, kept: str = "") -> str:
         "",
         "## Held-out loss at equal tokens",
         "",
-        "The global model's held-out loss (`distrai.localnet_view.heldout_curve`: followed from the validators' "
+        "The global model's held-out loss (`distrai.localnet.view.heldout_curve`: followed from the validators' "
         "aggregates, the project's `evaluate` over the held-out split) after each window, and the tokens in it "
         "(the steps of the updates committed in each window, all of which the aggregates took when the summary "
         "says so); 0 is the initial model. The two runs are compared at the tokens the shorter one reached, "

@@ -36,8 +36,8 @@ from _report import NOTES_MARKER, Machine, kept_notes
 from rich.console import Console
 from rich.table import Table
 
-from distrai.localnet import Localnet, LocalnetOptions
-from distrai.localnet_view import heldout_curve, processed_windows, signed_reports
+from distrai.localnet.network import Localnet, LocalnetOptions
+from distrai.localnet.view import heldout_curve, processed_windows, signed_reports
 from distrai.metrics import read_metrics
 from distrai.run import load_run_config, shipped_config_path
 from distrai.wallets import open_wallet

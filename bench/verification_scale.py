@@ -32,8 +32,8 @@ from rich.console import Console
 from rich.table import Table
 
 from distrai import linkcheck
-from distrai.localnet import Localnet, LocalnetOptions, Neuron
-from distrai.localnet_view import processed_windows, signed_reports
+from distrai.localnet.network import Localnet, LocalnetOptions, Neuron
+from distrai.localnet.view import processed_windows, signed_reports
 from distrai.metrics import read_metrics
 from distrai.run import load_run_config, shipped_config_path
 from distrai.wallets import open_wallet

@@ -207,7 +207,7 @@ def cmd_wallet_create(args: argparse.Namespace) -> None:
 
 
 def cmd_localnet(args: argparse.Namespace) -> None:
-    from distrai.localnet_cmd import run_localnet
+    from distrai.localnet.command import run_localnet
 
     run_localnet(args, console)
 

@@ -26,8 +26,8 @@ from support.dashboard_run import entry, make_tiny_run
 from support.findings_net import ADVERSARY, WINDOWS
 
 from distrai.dashboard.server import create_app
-from distrai.localnet import REPO
-from distrai.localnet_view import signed_reports
+from distrai.localnet.network import REPO
+from distrai.localnet.view import signed_reports
 from distrai.wallets import open_wallet
 
 CHROMIUM = os.environ.get("DISTRAI_CHROMIUM", "/usr/bin/chromium")

@@ -12,7 +12,7 @@ from support.findings_net import ADVERSARY, WINDOWS
 from test_localnet_e2e import hotkey
 
 from distrai.layout import finding_key
-from distrai.localnet_view import signed_reports
+from distrai.localnet.view import signed_reports
 from distrai.run import run_id
 from distrai.store import open_store
 

@@ -18,7 +18,7 @@ from distrai.chain.base import Hyperparameters
 from distrai.chain.local import LocalChain
 from distrai.cli import main as distrai_main
 from distrai.data.byte_tokenizer import byte_tokenizer
-from distrai.localnet import publish_builtin_data
+from distrai.localnet.network import publish_builtin_data
 from distrai.node import FLAGS
 from distrai.run import load_run_config, run_commitment, shipped_config_path
 from distrai.runtime import model_spec

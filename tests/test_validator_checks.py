@@ -14,7 +14,7 @@ from bittensor.keyfiles import Keypair
 from distrai.announce import Announcement
 from distrai.globalmodel import GlobalModel
 from distrai.layout import manifest_key
-from distrai.localnet import local_runtime
+from distrai.localnet.network import local_runtime
 from distrai.run import load_run_config, shipped_config_path
 from distrai.store import FileStore
 from distrai.sync import StoreCache

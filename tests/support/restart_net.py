@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from distrai.data.corpus import offline_documents
-from distrai.localnet import Localnet, LocalnetOptions
+from distrai.localnet.network import Localnet, LocalnetOptions
 from distrai.metrics import read_metrics
 from distrai.run import shipped_config_path
 from support.background import start

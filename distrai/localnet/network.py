@@ -22,7 +22,7 @@ from distrai.data.byte_tokenizer import byte_tokenizer
 from distrai.data.prepare import PrepareOptions, prepare
 from distrai.data.texts import TextSource, read_texts
 from distrai.folders import unwritable, writable_folder
-from distrai.localnet_data import needs_local_data, prepare_local_data
+from distrai.localnet.data import needs_local_data, prepare_local_data
 from distrai.run import RunConfig, load_run_config, run_commitment, shipped_config_path
 from distrai.runtime import Runtime, build_runtime
 from distrai.store import open_store
@@ -32,8 +32,8 @@ from distrai.wallets import create_dev_wallet
 MARKER = ".distrai-localnet"
 RUN_CONFIG = "run.toml"
 """The run config the network ran, in its folder: the one given, or the template given with the
-manifest of the data the network prepared from local files (`localnet_data.py`)."""
-REPO = Path(__file__).resolve().parents[1]
+manifest of the data the network prepared from local files (`data.py`)."""
+REPO = Path(__file__).resolve().parents[2]
 BUILTIN_TEXT = TextSource("builtin", builtin_documents=1000)
 BUILTIN_PREPARE = PrepareOptions(shard_tokens=2048, heldout_fraction=0.1)
 COLLUDING_LEADER = "collude"

@@ -23,8 +23,8 @@ import math
 from dataclasses import dataclass
 
 from distrai import linkcheck
-from distrai.run import RunConfig
-from distrai.windows import challenge_count
+from distrai.protocol.run import RunConfig
+from distrai.protocol.windows import challenge_count
 
 FORWARD_SHARE_OF_STEP = 1 / 3
 USEFULNESS_PASSES = 3

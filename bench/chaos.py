@@ -64,22 +64,16 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from distrai.announce import committed_updates
 from distrai.chain.local_db import SLOW_LOCK_SECONDS
-from distrai.globalmodel import CHECKPOINT_FORMAT
-from distrai.layout import manifest_key
 from distrai.localnet.network import Localnet, LocalnetOptions
 from distrai.localnet.view import signed_reports
 from distrai.metrics import read_metrics
-from distrai.run import run_id
-from distrai.store.temps import TEMP_SUFFIX
-from distrai.train.coded_state import CODED_STATE_FORMAT, check_coded_state
-from distrai.train.state import load_state as load_train_state
-from distrai.train.tensorfile import blob_format
-from distrai.train.tensorfile import decode_tensors as decode_record_tensors
-from distrai.trajectory import decode_trajectory
-from distrai.wallets import open_wallet
-from distrai.windows import (
+from distrai.protocol.announce import committed_updates
+from distrai.protocol.globalmodel import CHECKPOINT_FORMAT
+from distrai.protocol.layout import manifest_key
+from distrai.protocol.run import run_id
+from distrai.protocol.trajectory import decode_trajectory
+from distrai.protocol.windows import (
     Phase,
     WindowConfig,
     activities,
@@ -91,6 +85,12 @@ from distrai.windows import (
     window_of,
     window_start,
 )
+from distrai.store.temps import TEMP_SUFFIX
+from distrai.train.coded_state import CODED_STATE_FORMAT, check_coded_state
+from distrai.train.state import load_state as load_train_state
+from distrai.train.tensorfile import blob_format
+from distrai.train.tensorfile import decode_tensors as decode_record_tensors
+from distrai.wallets import open_wallet
 from validators.state import ValidatorState
 from validators.state import load_state as load_validator_state
 

@@ -41,9 +41,9 @@ from _validator_cost import ValidatorCost, cost_parts, measure_update, model_sha
 from rich.console import Console
 
 from distrai import linkcheck
-from distrai.globalmodel import GlobalModel
-from distrai.run import RunConfig, load_run_config, shipped_config_path
-from distrai.runtime import Runtime, build_runtime
+from distrai.protocol.globalmodel import GlobalModel
+from distrai.protocol.run import RunConfig, load_run_config, shipped_config_path
+from distrai.protocol.runtime import Runtime, build_runtime
 from distrai.train.outer import OuterState
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,7 +13,7 @@ answer for it:
   flags are read;
 - `import distrai.node`: what a node imports before its checks that need no model (run config, work
   folder, wallet, registration, the owner's run commitment);
-- `import distrai.node, distrai.runtime, distrai.sync, miners.miner, validators.validator`: what a
+- `import distrai.node, distrai.protocol.runtime, distrai.protocol.sync, miners.miner, validators.validator`: what a
   running node has imported by the time it trains (the runtime builds the transformers model), the
   floor a node that builds a model pays.
 
@@ -48,7 +48,10 @@ COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("import distrai.node", ("-c", "import distrai.node")),
     (
         "a running node's imports",
-        ("-c", "import distrai.node, distrai.runtime, distrai.sync, miners.miner, validators.validator"),
+        (
+            "-c",
+            "import distrai.node, distrai.protocol.runtime, distrai.protocol.sync, miners.miner, validators.validator",
+        ),
     ),
 )
 

@@ -44,8 +44,8 @@ from rich.table import Table
 from distrai import linkcheck
 from distrai.localnet.network import Localnet, LocalnetOptions
 from distrai.localnet.view import heldout_curve, node_records, utilization
-from distrai.run import RunConfig, load_run_config, shipped_config_path
-from distrai.windows import WindowConfig
+from distrai.protocol.run import RunConfig, load_run_config, shipped_config_path
+from distrai.protocol.windows import WindowConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = Path(__file__).resolve().parent

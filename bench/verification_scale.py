@@ -35,7 +35,7 @@ from distrai import linkcheck
 from distrai.localnet.network import Localnet, LocalnetOptions, Neuron
 from distrai.localnet.view import processed_windows, signed_reports
 from distrai.metrics import read_metrics
-from distrai.run import load_run_config, shipped_config_path
+from distrai.protocol.run import load_run_config, shipped_config_path
 from distrai.wallets import open_wallet
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -231,7 +231,7 @@ def doctor_block_time(args: argparse.Namespace) -> tuple[float, str]:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from distrai import linkcheck
-    from distrai.run import load_run_config
+    from distrai.protocol.run import load_run_config
     from distrai.store import StoreError, open_store
 
     config = load_run_config(args.run_config)

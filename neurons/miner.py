@@ -38,7 +38,7 @@ from distrai.node import (  # noqa: E402
     memory_budget,
     prepare_runtime,
 )
-from distrai.run import load_run_config  # noqa: E402
+from distrai.protocol.run import load_run_config  # noqa: E402
 from distrai.train.launch import Launch, launched  # noqa: E402
 from miners.adversaries import ADVERSARY_NAMES  # noqa: E402
 

@@ -304,7 +304,7 @@ def test_pay_follows_the_scores_whatever_the_split():
 
 def test_scale_accounting_counts_a_validators_share_of_the_measurements():
     accounting = bench_module("_scale_accounting")
-    from distrai.run import load_run_config, shipped_config_path
+    from distrai.protocol.run import load_run_config, shipped_config_path
 
     gpu = load_run_config(shipped_config_path("gpu-subnet"))
     shared = accounting.account(gpu, 256, 16, 1840, params=257_092_608)

@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
-from distrai.run import ClassTolerance
+from distrai.protocol.run import ClassTolerance
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "bench" / "calibrate_replay.py"

@@ -26,7 +26,7 @@ from distrai.dashboard.records import (
 )
 from distrai.dashboard.words import CHECKS, explain, score_words
 from distrai.metrics import Metrics
-from distrai.standing import NO_AGGREGATE, standing
+from distrai.protocol.standing import NO_AGGREGATE, standing
 from distrai.wallets import create_dev_wallet
 from distrai.wire.manifest import WindowReport
 

@@ -21,8 +21,8 @@ from distrai.data.corpus import offline_documents
 from distrai.data.manifest import DataManifestError
 from distrai.data.prepare import PrepareOptions, prepare
 from distrai.data.tokenizers import tokenizer_sha256
-from distrai.run import RunConfigError, parse_run_config, shipped_config_path
-from distrai.runtime import build_runtime
+from distrai.protocol.run import RunConfigError, parse_run_config, shipped_config_path
+from distrai.protocol.runtime import build_runtime
 from distrai.store import open_store
 from distrai.store.base import blob_key
 from distrai.train.assignment import assigned_indices

@@ -24,7 +24,7 @@ from distrai.localnet.data import (
 )
 from distrai.localnet.network import RUN_CONFIG, Localnet, LocalnetOptions
 from distrai.localnet.report import REPORT, replay_verdict
-from distrai.run import load_run_config, shipped_config_path
+from distrai.protocol.run import load_run_config, shipped_config_path
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU_SMOKE = ROOT / "distrai" / "configs" / "gpu-smoke.toml"

@@ -10,7 +10,7 @@ import torch
 from support.tiny_models import tiny_model
 
 from distrai.localnet.network import local_runtime
-from distrai.run import ClassTolerance, load_run_config, parse_run_config, shipped_config_path
+from distrai.protocol.run import ClassTolerance, load_run_config, parse_run_config, shipped_config_path
 from distrai.train.replay_class import (
     Tolerance,
     device_name,

@@ -20,8 +20,8 @@ import pytest
 import torch
 
 from distrai.data.byte_tokenizer import byte_tokenizer
-from distrai.run import parse_run_config, shipped_config_path
-from distrai.runtime import model_spec
+from distrai.protocol.run import parse_run_config, shipped_config_path
+from distrai.protocol.runtime import model_spec
 from distrai.train.kernels import (
     AtomicFreeEmbedding,
     PaddedHead,

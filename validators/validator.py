@@ -38,22 +38,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from distrai.aggregation import Scored, accepted_by_rule
-from distrai.announce import Announcement, anchored_aggregates, committed_updates, sharing_validators
 from distrai.chain.base import Chain, ChainError, Commitment, Metagraph, WalletLike
-from distrai.globalmodel import GlobalModel, SyncUnavailable, encode_checkpoint, outer_config
-from distrai.layout import aggregate_key, checkpoint_key, report_key
 from distrai.metrics import Metrics
 from distrai.participant import Participant
-from distrai.run import challenge_inputs
-from distrai.runtime import Runtime, params_hash
-from distrai.store import Store, StoreError
-from distrai.store.outage import OutageLog
-from distrai.sync import StoreCache
-from distrai.train.inner import window_start_state
-from distrai.train.outer import Contribution, outer_state_hash, outer_step
-from distrai.train.state import state_hash
-from distrai.windows import (
+from distrai.protocol.aggregation import Scored, accepted_by_rule
+from distrai.protocol.announce import Announcement, anchored_aggregates, committed_updates, sharing_validators
+from distrai.protocol.globalmodel import GlobalModel, SyncUnavailable, encode_checkpoint, outer_config
+from distrai.protocol.layout import aggregate_key, checkpoint_key, report_key
+from distrai.protocol.run import challenge_inputs
+from distrai.protocol.runtime import Runtime, params_hash
+from distrai.protocol.sync import StoreCache
+from distrai.protocol.windows import (
     aggregate_deadline,
     challenged,
     commit_deadline,
@@ -68,6 +63,11 @@ from distrai.windows import (
     window_of,
     window_start,
 )
+from distrai.store import Store, StoreError
+from distrai.store.outage import OutageLog
+from distrai.train.inner import window_start_state
+from distrai.train.outer import Contribution, outer_state_hash, outer_step
+from distrai.train.state import state_hash
 from distrai.wire import sha256_hex, sign_document
 from distrai.wire.manifest import Recheck, Refusal
 from validators.behaviour import LeaderBehaviour

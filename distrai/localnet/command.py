@@ -24,7 +24,7 @@ from distrai.localnet.view import (
     summarize,
     trained_windows,
 )
-from distrai.run import shipped_config_path
+from distrai.protocol.run import shipped_config_path
 from miners.adversaries import ADVERSARY_NAMES
 from validators.adversaries import LEADER_ADVERSARY_NAMES
 

@@ -31,7 +31,7 @@ from distrai.wire.manifest import ReplayClass
 
 
 class ClassRow(Protocol):
-    """One row of the run config's tolerance table (`distrai.run.ClassTolerance`)."""
+    """One row of the run config's tolerance table (`distrai.protocol.run.ClassTolerance`)."""
 
     devices: tuple[str, str]
     replay: float

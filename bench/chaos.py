@@ -67,7 +67,8 @@ from rich.table import Table
 from distrai.chain.local_db import SLOW_LOCK_SECONDS
 from distrai.localnet.network import Localnet, LocalnetOptions
 from distrai.localnet.view import signed_reports
-from distrai.metrics import read_metrics
+from distrai.node.metrics import read_metrics
+from distrai.node.wallets import open_wallet
 from distrai.protocol.announce import committed_updates
 from distrai.protocol.globalmodel import CHECKPOINT_FORMAT
 from distrai.protocol.layout import manifest_key
@@ -90,7 +91,6 @@ from distrai.train.coded_state import CODED_STATE_FORMAT, check_coded_state
 from distrai.train.state import load_state as load_train_state
 from distrai.train.tensorfile import blob_format
 from distrai.train.tensorfile import decode_tensors as decode_record_tensors
-from distrai.wallets import open_wallet
 from validators.state import ValidatorState
 from validators.state import load_state as load_validator_state
 

@@ -40,7 +40,7 @@ from _scale_accounting import account
 from _validator_cost import ValidatorCost, cost_parts, measure_update, model_shapes, time_cosines
 from rich.console import Console
 
-from distrai import linkcheck
+from distrai.node import linkcheck
 from distrai.protocol.globalmodel import GlobalModel
 from distrai.protocol.run import RunConfig, load_run_config, shipped_config_path
 from distrai.protocol.runtime import Runtime, build_runtime

@@ -10,7 +10,7 @@ window trains are measured, and the held-out losses are compared at equal tokens
 
 1. The link. Every miner's store is throttled so that a challenged miner's reveal takes the same share
    of the bench's window as the GPU config's reveal (distrai/configs/gpu-subnet.toml, two validators)
-   takes of its 20-minute window on a 100 Mbit/s link (`distrai.linkcheck`).
+   takes of its 20-minute window on a 100 Mbit/s link (`distrai.node.linkcheck`).
 2. Calibration (unless --no-calibrate): a short pipelined run with longer windows measures the
    miners' seconds per step side by side, and how long the validators take to check a window; the
    train phase W is set to hold 480 steps at the median pace plus the window's fixed cost, the reveal
@@ -41,9 +41,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from distrai import linkcheck
 from distrai.localnet.network import Localnet, LocalnetOptions
 from distrai.localnet.view import heldout_curve, node_records, utilization
+from distrai.node import linkcheck
 from distrai.protocol.run import RunConfig, load_run_config, shipped_config_path
 from distrai.protocol.windows import WindowConfig
 

@@ -38,10 +38,10 @@ from rich.table import Table
 
 from distrai.localnet.network import Localnet, LocalnetOptions
 from distrai.localnet.view import heldout_curve, processed_windows, signed_reports
-from distrai.metrics import read_metrics
+from distrai.node.metrics import read_metrics
+from distrai.node.wallets import open_wallet
 from distrai.protocol.run import load_run_config, shipped_config_path
 from distrai.protocol.windows import ChallengeInputs, challenge_count, challenged, miner_segments
-from distrai.wallets import open_wallet
 from miners.behaviour import ADVERSARIES, EXPECTED_CHECK
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -38,10 +38,10 @@ from pathlib import Path
 import torch
 
 from distrai.chain.base import Chain, ChainError, WalletLike
-from distrai.linkcheck import LinkVerdict, format_rate, measure_upload_rate, reveal_bytes, reveal_seconds
-from distrai.metrics import Metrics
-from distrai.node import Node
-from distrai.participant import Participant
+from distrai.node.build import Node
+from distrai.node.linkcheck import LinkVerdict, format_rate, measure_upload_rate, reveal_bytes, reveal_seconds
+from distrai.node.metrics import Metrics
+from distrai.node.participant import Participant
 from distrai.protocol.announce import Announcement, committed_updates
 from distrai.protocol.globalmodel import SyncUnavailable
 from distrai.protocol.layout import manifest_key
@@ -134,7 +134,7 @@ class Miner(Participant):
 
     @classmethod
     def from_node(cls, node: Node, adversary: str = "honest") -> Miner:
-        """The miner of a node built from the command line (`distrai.node.build_node`), honest or
+        """The miner of a node built from the command line (`distrai.node.build.build_node`), honest or
         cheating in the way `adversary` names (`miners.behaviour.ADVERSARIES`)."""
         return cls(
             node.runtime,
@@ -219,7 +219,7 @@ class Miner(Participant):
 
     def check_link(self) -> LinkVerdict | None:
         """Measure the store's upload rate against what a challenged window's reveal needs
-        (`distrai.linkcheck`), and say plainly when the link is too slow for this run."""
+        (`distrai.node.linkcheck`), and say plainly when the link is too slow for this run."""
         validators = sum(1 for n in self.chain.metagraph().neurons if n.validator_permit)
         n_params = sum(p.numel() for p in self.rt.model.parameters())
         parts = reveal_bytes(self.rt.config, n_params, max(validators, 1))

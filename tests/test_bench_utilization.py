@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from distrai.linkcheck import CODED_STATE_BYTES_PER_PARAM
+from distrai.node.linkcheck import CODED_STATE_BYTES_PER_PARAM
 from distrai.protocol.run import load_run_config, parse_run_config, shipped_config_path
 from distrai.protocol.windows import WindowConfig
 

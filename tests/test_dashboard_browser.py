@@ -28,7 +28,7 @@ from support.findings_net import ADVERSARY, WINDOWS
 from distrai.dashboard.server import create_app
 from distrai.localnet.network import REPO
 from distrai.localnet.view import signed_reports
-from distrai.wallets import open_wallet
+from distrai.node.wallets import open_wallet
 
 CHROMIUM = os.environ.get("DISTRAI_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [

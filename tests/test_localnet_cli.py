@@ -25,7 +25,7 @@ from distrai.localnet.view import (
     results_table,
     trained_windows,
 )
-from distrai.wallets import open_wallet
+from distrai.node.wallets import open_wallet
 
 
 def processes_mentioning(text: str) -> list[int]:

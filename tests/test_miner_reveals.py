@@ -15,7 +15,7 @@ import pytest
 from support.local_harness import make_local_harness
 
 from distrai.chain.local import LocalChain
-from distrai.metrics import Metrics, read_metrics
+from distrai.node.metrics import Metrics, read_metrics
 from distrai.protocol.layout import manifest_key, state_key, trajectory_key
 from distrai.protocol.run import load_run_config
 from distrai.protocol.runtime import build_runtime

@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from distrai.chain.base import Chain, ChainError, Commitment, Metagraph, WalletLike
-from distrai.metrics import Metrics
-from distrai.participant import Participant
+from distrai.node.metrics import Metrics
+from distrai.node.participant import Participant
 from distrai.protocol.aggregation import Scored, accepted_by_rule
 from distrai.protocol.announce import Announcement, anchored_aggregates, committed_updates, sharing_validators
 from distrai.protocol.globalmodel import GlobalModel, SyncUnavailable, encode_checkpoint, outer_config

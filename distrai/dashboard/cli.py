@@ -8,7 +8,7 @@ import socket
 import threading
 from pathlib import Path
 
-from distrai.flags import FLAGS
+from distrai.node.flags import FLAGS
 
 DEFAULT_PORT = 8700
 DEFAULT_WORK = "~/.distrai/dashboard"
@@ -94,7 +94,7 @@ def run_dashboard(args: argparse.Namespace, console) -> None:
     from distrai.dashboard.nodes import NodeMetrics, wallet_labels
     from distrai.dashboard.reading import RunReader, store_opener
     from distrai.dashboard.server import create_app
-    from distrai.node import open_chain
+    from distrai.node.build import open_chain
     from distrai.protocol.run import load_run_config, run_id
     from distrai.protocol.sync import StoreCache
 

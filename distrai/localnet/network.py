@@ -21,13 +21,13 @@ from distrai.data.access import DataAccess, open_data_access
 from distrai.data.byte_tokenizer import byte_tokenizer
 from distrai.data.prepare import PrepareOptions, prepare
 from distrai.data.texts import TextSource, read_texts
-from distrai.folders import unwritable, writable_folder
 from distrai.localnet.data import needs_local_data, prepare_local_data
+from distrai.node.folders import unwritable, writable_folder
+from distrai.node.wallets import create_dev_wallet
 from distrai.protocol.run import RunConfig, load_run_config, run_commitment, shipped_config_path
 from distrai.protocol.runtime import Runtime, build_runtime
 from distrai.store import open_store
 from distrai.store.base import blob_key
-from distrai.wallets import create_dev_wallet
 
 MARKER = ".distrai-localnet"
 RUN_CONFIG = "run.toml"

@@ -11,7 +11,8 @@ from distrai.chain.base import Metagraph
 from distrai.chain.local import LocalChain
 from distrai.localnet.network import Localnet
 from distrai.localnet.report import REPORT, node_metrics, read_summary, report_markdown, write_summary
-from distrai.metrics import node_records, read_metrics, utilization
+from distrai.node.metrics import node_records, read_metrics, utilization
+from distrai.node.wallets import open_wallet
 from distrai.protocol.heldout import HeldoutCurve
 from distrai.protocol.layout import report_key
 from distrai.protocol.run import run_id
@@ -21,7 +22,6 @@ from distrai.protocol.windows import activities, aggregate_deadline
 from distrai.store import StoreError, open_store
 from distrai.train.model import count_parameters
 from distrai.train.replay_class import device_name
-from distrai.wallets import open_wallet
 from distrai.wire import WireError, open_document
 
 

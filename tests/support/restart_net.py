@@ -24,7 +24,7 @@ from pathlib import Path
 
 from distrai.data.corpus import offline_documents
 from distrai.localnet.network import Localnet, LocalnetOptions
-from distrai.metrics import read_metrics
+from distrai.node.metrics import read_metrics
 from distrai.protocol.run import shipped_config_path
 from support.background import start
 from support.tiny_models import write_corpus_files

@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from distrai.chain.base import Chain
-from distrai.flags import FLAGS
-from distrai.folders import writable_folder
-from distrai.metrics import Metrics
+from distrai.node.flags import FLAGS
+from distrai.node.folders import writable_folder
+from distrai.node.metrics import Metrics
+from distrai.node.registration import require_registered
+from distrai.node.wallets import open_wallet
 from distrai.protocol.run import RUN_COMMITMENT_PREFIX, RunConfig, check_run_matches, load_run_config
-from distrai.registration import require_registered
 from distrai.store import Store, open_store
 from distrai.train.launch import Launch
-from distrai.wallets import open_wallet
 
 if TYPE_CHECKING:
     from distrai.data.access import DataAccess

@@ -8,7 +8,7 @@ import threading
 import time
 
 from distrai.chain.base import Chain, WalletLike
-from distrai.metrics import Metrics
+from distrai.node.metrics import Metrics
 from distrai.protocol.announce import Announcement, parse_announcement
 from distrai.protocol.globalmodel import GlobalModel
 from distrai.protocol.runtime import Runtime

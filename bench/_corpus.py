@@ -25,13 +25,13 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from distrai.data.byte_tokenizer import byte_to_symbol
 from distrai.data.manifest import DataManifest
 from distrai.data.prepare import PrepareOptions, prepare
 from distrai.data.stream import is_heldout_document
 from distrai.data.texts import TextSource, read_texts
 from distrai.data.tokenizers import tokenizer_sha256
 from distrai.store import open_store
-from distrai.train.tokenizer import byte_to_symbol
 
 EXCLUDED_FOLDERS = ("site-packages", "idlelib", "lib2to3", "turtledemo", "encodings", "pydoc_data")
 """Folders of the standard library that are not read (besides every path part starting "test")."""

@@ -21,13 +21,13 @@ import torch
 from _word_vocab import word_tokenizer
 from transformers import PreTrainedTokenizerFast
 
+from distrai.data.byte_tokenizer import byte_tokenizer
 from distrai.train.inner import InnerConfig, own_anchor, run_steps
 from distrai.train.kernels import PaddedHead, one_hot_causal_lm_loss
 from distrai.train.loss import causal_lm_loss
 from distrai.train.model import ModelSpec, load_model
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer
 from distrai.train.step import Anchor, StepConfig
-from distrai.train.tokenizer import byte_tokenizer
 
 Step = Callable[[torch.nn.Module, torch.optim.Optimizer, torch.Tensor], None]
 SETTINGS = ("deterministic", "fastest", "inductor")

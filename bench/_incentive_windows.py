@@ -22,15 +22,15 @@ from dataclasses import dataclass, field
 import torch
 from bittensor.keyfiles import Keypair
 
-from distrai.aggregation import Scored, accepted_by_rule
-from distrai.globalmodel import GlobalModel
-from distrai.runtime import Runtime, params_hash
+from distrai.protocol.aggregation import Scored, accepted_by_rule
+from distrai.protocol.globalmodel import GlobalModel
+from distrai.protocol.runtime import Runtime, params_hash
+from distrai.protocol.windows import reveal_seed
 from distrai.train.assignment import batch_indices
 from distrai.train.evaluate import evaluate
 from distrai.train.inner import inner_loop
 from distrai.train.outer import Contribution, OuterConfig, outer_step
 from distrai.train.step import over_ranks
-from distrai.windows import reveal_seed
 from distrai.wire.manifest import Boundary, UpdateBlob, UpdateManifest
 from distrai.wire.tensors import encode_tensors
 from validators.checks import PASS, MinerVerdict

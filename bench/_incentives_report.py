@@ -15,7 +15,7 @@ from _validator_cost import CPU_KIND, GPU_KIND, LINK_KIND, ValidatorCost
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from distrai.run import RunConfig
+from distrai.protocol.run import RunConfig
 from validators.scoring import MARK_Z_FULL, MARK_Z_NONE
 
 COST_TARGET = 0.05

@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from distrai.node import build_node, build_parser  # noqa: E402
-from distrai.stopping import stop_on_signals  # noqa: E402
+from distrai.node.build import build_node, build_parser  # noqa: E402
+from distrai.node.stopping import stop_on_signals  # noqa: E402
 from miners.miner import Miner  # noqa: E402
 
 

@@ -1,5 +1,5 @@
 """What shared verification costs a validator, and moves per miner, for a run config at a subnet's
-size: arithmetic from the config and the reveal sizes of `distrai.linkcheck`, no measurement.
+size: arithmetic from the config and the reveal sizes of `distrai.node.linkcheck`, no measurement.
 
 - Replays: the window's seed challenges ⌈p · M⌉ of M miners, each replayed by r validators; the
   shares differ by at most one miner, so a validator replays at most ⌈⌈p · M⌉ · r / V⌉ miners, each
@@ -22,9 +22,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from distrai import linkcheck
-from distrai.run import RunConfig
-from distrai.windows import challenge_count
+from distrai.node import linkcheck
+from distrai.protocol.run import RunConfig
+from distrai.protocol.windows import challenge_count
 
 FORWARD_SHARE_OF_STEP = 1 / 3
 USEFULNESS_PASSES = 3

@@ -22,7 +22,7 @@ import torch
 from _scale_accounting import ScaleAccounting
 
 from distrai.codec import get_codec, wire_bytes
-from distrai.run import RunConfig
+from distrai.protocol.run import RunConfig
 from distrai.train.determinism import pinned_threads
 from distrai.wire.tensors import encode_tensors
 from validators.checks import PASS, MinerVerdict

@@ -37,10 +37,10 @@ from _report import NOTES_MARKER, Machine, kept_notes
 from rich.console import Console
 from rich.table import Table
 
-from distrai.globalmodel import outer_config
-from distrai.localnet import local_runtime
-from distrai.run import load_run_config, shipped_config_path
-from distrai.runtime import Runtime, model_spec
+from distrai.localnet.network import local_runtime
+from distrai.protocol.globalmodel import outer_config
+from distrai.protocol.run import load_run_config, shipped_config_path
+from distrai.protocol.runtime import Runtime, model_spec
 from distrai.train.assignment import batch_indices
 from distrai.train.determinism import configure_determinism, fingerprint
 from distrai.train.inner import InnerConfig, inner_loop

@@ -4,7 +4,7 @@ Three miners and two validators run the pipelined cpu-localnet config as separat
 real entry points, `distrai.localnet`). While they run, the harness
 
 - SIGKILLs a miner or a validator at `--kills` moments drawn with `random.Random(--seed)`, spread
-  over the run's windows and over every phase (`distrai.windows.activities` at the kill's block:
+  over the run's windows and over every phase (`distrai.protocol.windows.activities` at the kill's block:
   the train phase alone, the previous window's reveal beside it, or its validation beside it;
   every (role, phase) pair at least once, one miner kill aimed at the block its reveal uploads
   in), and restarts it at once with the same command (`Localnet.restart`);
@@ -64,22 +64,17 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from distrai.announce import committed_updates
 from distrai.chain.local_db import SLOW_LOCK_SECONDS
-from distrai.globalmodel import CHECKPOINT_FORMAT
-from distrai.layout import manifest_key
-from distrai.localnet import Localnet, LocalnetOptions
-from distrai.localnet_view import signed_reports
-from distrai.metrics import read_metrics
-from distrai.run import run_id
-from distrai.store.temps import TEMP_SUFFIX
-from distrai.train.coded_state import CODED_STATE_FORMAT, check_coded_state
-from distrai.train.state import load_state as load_train_state
-from distrai.train.tensorfile import blob_format
-from distrai.train.tensorfile import decode_tensors as decode_record_tensors
-from distrai.trajectory import decode_trajectory
-from distrai.wallets import open_wallet
-from distrai.windows import (
+from distrai.localnet.network import Localnet, LocalnetOptions
+from distrai.localnet.view import signed_reports
+from distrai.node.metrics import read_metrics
+from distrai.node.wallets import open_wallet
+from distrai.protocol.announce import committed_updates
+from distrai.protocol.globalmodel import CHECKPOINT_FORMAT
+from distrai.protocol.layout import manifest_key
+from distrai.protocol.run import run_id
+from distrai.protocol.trajectory import decode_trajectory
+from distrai.protocol.windows import (
     Phase,
     WindowConfig,
     activities,
@@ -91,6 +86,11 @@ from distrai.windows import (
     window_of,
     window_start,
 )
+from distrai.store.temps import TEMP_SUFFIX
+from distrai.train.coded_state import CODED_STATE_FORMAT, check_coded_state
+from distrai.train.state import load_state as load_train_state
+from distrai.train.tensorfile import blob_format
+from distrai.train.tensorfile import decode_tensors as decode_record_tensors
 from validators.state import ValidatorState
 from validators.state import load_state as load_validator_state
 
@@ -1644,7 +1644,7 @@ def repeated_line(messages: list[str]) -> tuple[int, str]:
 
 
 MAX_REPEATS = 2
-"""Times a node may log one line about an outage: it starts, and it ends (`distrai.outage`)."""
+"""Times a node may log one line about an outage: it starts, and it ends (`distrai.store.outage`)."""
 
 
 def outage_costs(h: Harness) -> list[Check]:
@@ -1871,7 +1871,7 @@ def markdown(result: ChaosResult) -> str:
         "",
         "## Kills",
         "",
-        "Moment in seconds after the nodes started; `under way` is `distrai.windows.activities` at the "
+        "Moment in seconds after the nodes started; `under way` is `distrai.protocol.windows.activities` at the "
         "kill's block; `it was` comes from the node's work dir and its last log record.",
         "",
         "| # | at (s) | block | under way | phase | node | it was | outcome |",

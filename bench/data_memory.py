@@ -35,15 +35,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from distrai.data.access import DataAccess  # noqa: E402
+from distrai.data.byte_tokenizer import byte_tokenizer  # noqa: E402
 from distrai.data.prepare import PrepareOptions, prepare  # noqa: E402
 from distrai.data.texts import TextSource, read_texts  # noqa: E402
-from distrai.run import parse_run_config, shipped_config_path  # noqa: E402
-from distrai.runtime import build_runtime  # noqa: E402
+from distrai.protocol.run import parse_run_config, shipped_config_path  # noqa: E402
+from distrai.protocol.runtime import build_runtime  # noqa: E402
 from distrai.store import open_store  # noqa: E402
 from distrai.train.assignment import batch_indices, trained_sample, unassigned_indices  # noqa: E402
 from distrai.train.evaluate import evaluate  # noqa: E402
 from distrai.train.inner import inner_loop  # noqa: E402
-from distrai.train.tokenizer import byte_tokenizer  # noqa: E402
 
 DOC = ROOT / "docs" / "data.md"
 BEGIN, END = "<!-- data_memory: begin -->", "<!-- data_memory: end -->"

@@ -154,7 +154,7 @@ else
   stage wheels 90 10 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target "$SITE" "$WHEELS"/*.whl
 fi
-stage imports 60 10 "$PY" -c 'import distrai.cli, distrai.localnet_cmd, miners.miner, validators.validator; print("imports ok")'
+stage imports 60 10 "$PY" -c 'import distrai.cli, distrai.localnet.command, miners.miner, validators.validator; print("imports ok")'
 
 # 1. the smoke window, with the step table's fresh-process compiles beside it
 read -r -a FRESH <<< "$("$PY" -c 'import sys; sys.path.insert(0, "bench")

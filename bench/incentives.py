@@ -40,10 +40,10 @@ from _scale_accounting import account
 from _validator_cost import ValidatorCost, cost_parts, measure_update, model_shapes, time_cosines
 from rich.console import Console
 
-from distrai import linkcheck
-from distrai.globalmodel import GlobalModel
-from distrai.run import RunConfig, load_run_config, shipped_config_path
-from distrai.runtime import Runtime, build_runtime
+from distrai.node import linkcheck
+from distrai.protocol.globalmodel import GlobalModel
+from distrai.protocol.run import RunConfig, load_run_config, shipped_config_path
+from distrai.protocol.runtime import Runtime, build_runtime
 from distrai.train.outer import OuterState
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from distrai.localnet import local_runtime
-from distrai.run import load_run_config, shipped_config_path
+from distrai.localnet.network import local_runtime
+from distrai.protocol.run import load_run_config, shipped_config_path
 from distrai.train.assignment import batch_indices
 from distrai.train.evaluate import evaluate
 from distrai.train.inner import inner_loop

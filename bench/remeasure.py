@@ -1,4 +1,4 @@
-"""The held-out re-measurement of an aggregate (distrai/remeasure.py): what it costs a follower per
+"""The held-out re-measurement of an aggregate (distrai/protocol/remeasure.py): what it costs a follower per
 window, how far an honest and a poisoned aggregate land from the tolerance, and how far apart the
 losses that two nodes compare can be when their numerics differ. Writes docs/remeasure.md, one
 section per device it ran on (a run rewrites its own section and keeps the others).
@@ -64,7 +64,7 @@ def per_sequence_losses(model: torch.nn.Module, sequences: torch.Tensor, threads
 
 def honest_and_poisoned(rt):
     """The base, an honest aggregate's result and the colluding leader's result (one poisoned update)."""
-    from distrai.globalmodel import outer_config
+    from distrai.protocol.globalmodel import outer_config
     from distrai.train.assignment import batch_indices
     from distrai.train.inner import inner_loop
     from distrai.train.outer import Contribution, OuterState, outer_step
@@ -99,7 +99,7 @@ def honest_and_poisoned(rt):
 
 
 def rises(before: list[float], after: list[float], count: int) -> list[float]:
-    from distrai.remeasure import heldout_sample, sample_seed
+    from distrai.protocol.remeasure import heldout_sample, sample_seed
 
     out = []
     for window in range(SAMPLES):
@@ -119,9 +119,9 @@ def timed(fn, repeats: int = 3) -> float:
 
 
 def cpu_run_rows(lines: list[str]) -> None:
-    from distrai.localnet import local_runtime
-    from distrai.remeasure import heldout_sample, sample_seed
-    from distrai.run import load_run_config, shipped_config_path
+    from distrai.localnet.network import local_runtime
+    from distrai.protocol.remeasure import heldout_sample, sample_seed
+    from distrai.protocol.run import load_run_config, shipped_config_path
 
     config = load_run_config(shipped_config_path("cpu-localnet"))
     folder = tempfile.TemporaryDirectory(prefix="remeasure-")

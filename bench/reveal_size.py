@@ -46,8 +46,9 @@ from _gpu_loops import sized_tokenizer
 from _report import NOTES_MARKER, Machine, kept_notes
 
 from distrai.codec import get_codec
-from distrai.run import load_run_config, shipped_config_path
-from distrai.runtime import inner_config
+from distrai.protocol.run import load_run_config, shipped_config_path
+from distrai.protocol.runtime import inner_config
+from distrai.protocol.trajectory import param_pieces
 from distrai.train.coded_state import CODED_STATE_FORMAT, decode_coded_state, encode_coded_state
 from distrai.train.determinism import configure_determinism
 from distrai.train.hashing import piece_of
@@ -58,7 +59,6 @@ from distrai.train.model import ModelSpec, load_model
 from distrai.train.optimizer import make_inner_optimizer
 from distrai.train.state import TrainState, capture_state, state_hash, states_equal
 from distrai.train.tensorfile import decode_tensors
-from distrai.trajectory import param_pieces
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "docs" / "reveal-size.md"

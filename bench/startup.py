@@ -11,9 +11,9 @@ answer for it:
 
 - `neurons/miner.py --help` and `neurons/validator.py --help`: what an operator waits for before the
   flags are read;
-- `import distrai.node`: what a node imports before its checks that need no model (run config, work
+- `import distrai.node.build`: what a node imports before its checks that need no model (run config, work
   folder, wallet, registration, the owner's run commitment);
-- `import distrai.node, distrai.runtime, distrai.sync, miners.miner, validators.validator`: what a
+- `import distrai.node.build, distrai.protocol.runtime, distrai.protocol.sync, miners.miner, validators.validator`: what a
   running node has imported by the time it trains (the runtime builds the transformers model), the
   floor a node that builds a model pays.
 
@@ -45,10 +45,13 @@ NOTES_MARKER = "<!-- Notes below this line are kept when the benchmark rewrites 
 COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("miner --help", ("neurons/miner.py", "--help")),
     ("validator --help", ("neurons/validator.py", "--help")),
-    ("import distrai.node", ("-c", "import distrai.node")),
+    ("import distrai.node.build", ("-c", "import distrai.node.build")),
     (
         "a running node's imports",
-        ("-c", "import distrai.node, distrai.runtime, distrai.sync, miners.miner, validators.validator"),
+        (
+            "-c",
+            "import distrai.node.build, distrai.protocol.runtime, distrai.protocol.sync, miners.miner, validators.validator",
+        ),
     ),
 )
 

@@ -10,7 +10,7 @@ window trains are measured, and the held-out losses are compared at equal tokens
 
 1. The link. Every miner's store is throttled so that a challenged miner's reveal takes the same share
    of the bench's window as the GPU config's reveal (distrai/configs/gpu-subnet.toml, two validators)
-   takes of its 20-minute window on a 100 Mbit/s link (`distrai.linkcheck`).
+   takes of its 20-minute window on a 100 Mbit/s link (`distrai.node.linkcheck`).
 2. Calibration (unless --no-calibrate): a short pipelined run with longer windows measures the
    miners' seconds per step side by side, and how long the validators take to check a window; the
    train phase W is set to hold 480 steps at the median pace plus the window's fixed cost, the reveal
@@ -41,11 +41,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from distrai import linkcheck
-from distrai.localnet import Localnet, LocalnetOptions
-from distrai.localnet_view import heldout_curve, node_records, utilization
-from distrai.run import RunConfig, load_run_config, shipped_config_path
-from distrai.windows import WindowConfig
+from distrai.localnet.network import Localnet, LocalnetOptions
+from distrai.localnet.view import heldout_curve, node_records, utilization
+from distrai.node import linkcheck
+from distrai.protocol.run import RunConfig, load_run_config, shipped_config_path
+from distrai.protocol.windows import WindowConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = Path(__file__).resolve().parent
@@ -891,7 +891,7 @@ def markdown(report: Report, kept: str = "") -> str:
         "",
         f"- date: {report.date}; total wall time of the command: {report.total_seconds:.0f} s",
         f"- machine: {report.machine}",
-        f"- network: {MINERS} miners and {VALIDATORS} validators as separate processes (`distrai.localnet`), "
+        f"- network: {MINERS} miners and {VALIDATORS} validators as separate processes (`distrai.localnet.network`), "
         f"embedded chain at {BLOCK_TIME:.0f} s per block, file store; the two runs one after the other",
         f"- run configs: `bench/utilization-sequential.toml` and `bench/utilization-pipelined.toml` "
         f"(`distrai/configs/cpu-localnet.toml` with H = {t.inner_steps}; they differ only in [windows] and the "
@@ -925,7 +925,7 @@ def markdown(report: Report, kept: str = "") -> str:
         "## Miners",
         "",
         "**Utilization** of a miner: the sum of its `train_seconds` over the sum of its `wall_seconds`, over every "
-        "window it committed except its first (`distrai.localnet_view.utilization`). A window's wall seconds run "
+        "window it committed except its first (`distrai.localnet.view.utilization`). A window's wall seconds run "
         "from the end of the miner's previous commit to the end of this one: idle (waiting for the window to "
         "start, and on sequential windows the reveal, validate and weights phases), sync to the window's base, "
         "training until the deadline or H (`train_seconds`, boundary states saved included), encoding, staging the reveal and "
@@ -946,7 +946,7 @@ def markdown(report: Report, kept: str = "") -> str:
         "",
         "## Held-out loss at equal tokens",
         "",
-        "The global model's held-out loss (`distrai.localnet_view.heldout_curve`: followed from the validators' "
+        "The global model's held-out loss (`distrai.localnet.view.heldout_curve`: followed from the validators' "
         "aggregates, the project's `evaluate` over the held-out split) after each window, and the tokens in it "
         "(the steps of the updates committed in each window, all of which the aggregates took when the summary "
         "says so); 0 is the initial model. The two runs are compared at the tokens the shorter one reached, "

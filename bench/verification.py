@@ -36,12 +36,12 @@ from _report import NOTES_MARKER, Machine, kept_notes
 from rich.console import Console
 from rich.table import Table
 
-from distrai.localnet import Localnet, LocalnetOptions
-from distrai.localnet_view import heldout_curve, processed_windows, signed_reports
-from distrai.metrics import read_metrics
-from distrai.run import load_run_config, shipped_config_path
-from distrai.wallets import open_wallet
-from distrai.windows import ChallengeInputs, challenge_count, challenged, miner_segments
+from distrai.localnet.network import Localnet, LocalnetOptions
+from distrai.localnet.view import heldout_curve, processed_windows, signed_reports
+from distrai.node.metrics import read_metrics
+from distrai.node.wallets import open_wallet
+from distrai.protocol.run import load_run_config, shipped_config_path
+from distrai.protocol.windows import ChallengeInputs, challenge_count, challenged, miner_segments
 from miners.behaviour import ADVERSARIES, EXPECTED_CHECK
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -415,7 +415,7 @@ def main(argv: list[str]) -> None:
         "p = q · (m + s − 1)/n, and within "
         f"{CATCH_WINDOWS} windows with probability 1 − (1 − p)^{CATCH_WINDOWS} = **{predicted:.4f}**. "
         f"Measured over {plan.catch_trials:,} trials of the project's challenge draws "
-        f"(`distrai.windows.challenged` and `miner_segments`, random block hashes, {miners} miners): **{measured:.4f}**.",
+        f"(`distrai.protocol.windows.challenged` and `miner_segments`, random block hashes, {miners} miners): **{measured:.4f}**.",
         "",
         "## Targets",
         "",

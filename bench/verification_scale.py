@@ -31,12 +31,12 @@ from _scale_accounting import ScaleAccounting, account
 from rich.console import Console
 from rich.table import Table
 
-from distrai import linkcheck
-from distrai.localnet import Localnet, LocalnetOptions, Neuron
-from distrai.localnet_view import processed_windows, signed_reports
-from distrai.metrics import read_metrics
-from distrai.run import load_run_config, shipped_config_path
-from distrai.wallets import open_wallet
+from distrai.localnet.network import Localnet, LocalnetOptions, Neuron
+from distrai.localnet.view import processed_windows, signed_reports
+from distrai.node import linkcheck
+from distrai.node.metrics import read_metrics
+from distrai.node.wallets import open_wallet
+from distrai.protocol.run import load_run_config, shipped_config_path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "docs" / "verification-scale.md"

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from distrai.chain.base import ChainError, Hyperparameters
 from distrai.chain.local import LocalChain
-from distrai.wallets import DEFAULT_WALLET_PATH, open_wallet
+from distrai.node.wallets import DEFAULT_WALLET_PATH, open_wallet
 
 DEFAULT_CHAIN = os.environ.get("DISTRAI_CHAIN", "distrai-chain.db")
 COMMIT_REVEAL_FIELDS = ("commit_reveal_weights", "commit_reveal_period")

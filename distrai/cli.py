@@ -18,9 +18,9 @@ from distrai.chain_cmd import CHAIN_COMMANDS, add_chain_commands, wallet_args
 from distrai.dashboard.cli import DEFAULT_PORT as DASHBOARD_PORT
 from distrai.dashboard.cli import add_dashboard_parser, run_dashboard
 from distrai.data.cli import add_data_commands, cmd_data_prepare
-from distrai.flags import FLAGS
+from distrai.node.flags import FLAGS
+from distrai.node.wallets import create_dev_wallet
 from distrai.run_cmd import add_run_commands, cmd_run_publish
-from distrai.wallets import create_dev_wallet
 
 console = Console()
 DOCTOR_CHAIN_FLAGS = ("--netuid", "--subtensor.network", "--chain.path")
@@ -207,7 +207,7 @@ def cmd_wallet_create(args: argparse.Namespace) -> None:
 
 
 def cmd_localnet(args: argparse.Namespace) -> None:
-    from distrai.localnet_cmd import run_localnet
+    from distrai.localnet.command import run_localnet
 
     run_localnet(args, console)
 
@@ -216,7 +216,7 @@ def doctor_block_time(args: argparse.Namespace) -> tuple[float, str]:
     """Seconds per block, and where they come from: --block-time, else the chain's own."""
     if args.block_time is not None:
         return args.block_time, "--block-time"
-    from distrai.node import open_chain
+    from distrai.node.build import open_chain
 
     network = getattr(args, "subtensor.network")
     where = f"the embedded chain {getattr(args, 'chain.path')}" if network == "embedded" else network
@@ -230,8 +230,8 @@ def doctor_block_time(args: argparse.Namespace) -> tuple[float, str]:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from distrai import linkcheck
-    from distrai.run import load_run_config
+    from distrai.node import linkcheck
+    from distrai.protocol.run import load_run_config
     from distrai.store import StoreError, open_store
 
     config = load_run_config(args.run_config)

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from distrai.chain.base import Chain
-from distrai.flags import FLAGS
-from distrai.registration import require_registered
+from distrai.node.flags import FLAGS
+from distrai.node.registration import require_registered
 
 if TYPE_CHECKING:
-    from distrai.run import RunConfig
+    from distrai.protocol.run import RunConfig
 
 PUBLISH_FLAGS = {
     "--netuid": None,
@@ -49,8 +49,8 @@ def publish_run(chain: Chain, wallet, config: RunConfig, flags: argparse.Namespa
     """Publish `config`'s run commitment with `wallet`'s hotkey, then check it as every node does at
     start-up; False when it was published already. ValueError, saying why, for a wallet that does not
     own the subnet or a hotkey not registered on it (naming the command that registers it, from `flags`)."""
-    from distrai.node import published_run
-    from distrai.run import check_run_matches, run_commitment
+    from distrai.node.build import published_run
+    from distrai.protocol.run import check_run_matches, run_commitment
 
     owner = chain.subnet_owner()
     coldkey = wallet.coldkeypub.ss58_address
@@ -69,9 +69,9 @@ def publish_run(chain: Chain, wallet, config: RunConfig, flags: argparse.Namespa
 
 
 def cmd_run_publish(args: argparse.Namespace, console: Console) -> None:
-    from distrai.node import open_chain
-    from distrai.run import load_run_config, run_id
-    from distrai.wallets import open_wallet
+    from distrai.node.build import open_chain
+    from distrai.node.wallets import open_wallet
+    from distrai.protocol.run import load_run_config, run_id
 
     path = getattr(args, "run.config")
     if not path:

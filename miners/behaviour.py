@@ -21,17 +21,17 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from distrai.announce import committed_updates
 from distrai.chain.base import Chain
 from distrai.chain.signing import Keypair
 from distrai.codec import Encoded
-from distrai.layout import manifest_key
+from distrai.protocol.announce import committed_updates
+from distrai.protocol.layout import manifest_key
+from distrai.protocol.update import encode_update
+from distrai.protocol.windows import commit_deadline, committed_in_time, read_patience, reveal_deadline
 from distrai.store import StoreError
 from distrai.train.inner import pseudo_gradient, window_start_state
 from distrai.train.sketch import sketch
 from distrai.train.state import load_state, save_state, state_hash
-from distrai.update import encode_update
-from distrai.windows import commit_deadline, committed_in_time, read_patience, reveal_deadline
 from distrai.wire import sign_document
 from distrai.wire.manifest import UpdateManifest
 from miners.adversaries import ADVERSARY_NAMES

@@ -1,9 +1,9 @@
 """The miner's loop, window after window: sync → train → commit, with each window's reveal
 uploading in the background while the next window trains.
 
-1. Sync: reach the window's base from the validators' published aggregates (`distrai.sync`): the
+1. Sync: reach the window's base from the validators' published aggregates (`distrai.protocol.sync`): the
    model after the previous window's aggregate, or on pipelined windows the one before it
-   (`distrai.windows.base_index`).
+   (`distrai.protocol.windows.base_index`).
 2. Train: up to H inner steps on the miner's assigned data, in whole segments while the next one
    fits before the commit deadline (`pacing.py`), saving the state at every segment boundary.
 3. Commit (before the commit deadline): encode the pseudo-gradient with the run's codec (error
@@ -37,26 +37,19 @@ from pathlib import Path
 
 import torch
 
-from distrai.announce import Announcement, committed_updates
 from distrai.chain.base import Chain, ChainError, WalletLike
-from distrai.globalmodel import SyncUnavailable
-from distrai.layout import manifest_key
-from distrai.linkcheck import LinkVerdict, format_rate, measure_upload_rate, reveal_bytes, reveal_seconds
-from distrai.metrics import Metrics
-from distrai.node import Node
-from distrai.outage import OutageLog
-from distrai.participant import Participant
-from distrai.runtime import Runtime
-from distrai.standing import standing_lines
-from distrai.store import Store, StoreError
-from distrai.sync import StoreCache
-from distrai.train.assignment import batch_indices
-from distrai.train.inner import BoundaryState, inner_loop, window_start_state
-from distrai.train.replay_class import replay_class_of
-from distrai.train.sketch import sketch
-from distrai.train.state import TrainState, load_state, save_state, state_hash
-from distrai.update import residual_hash
-from distrai.windows import (
+from distrai.node.build import Node
+from distrai.node.linkcheck import LinkVerdict, format_rate, measure_upload_rate, reveal_bytes, reveal_seconds
+from distrai.node.metrics import Metrics
+from distrai.node.participant import Participant
+from distrai.protocol.announce import Announcement, committed_updates
+from distrai.protocol.globalmodel import SyncUnavailable
+from distrai.protocol.layout import manifest_key
+from distrai.protocol.runtime import Runtime
+from distrai.protocol.standing import standing_lines
+from distrai.protocol.sync import StoreCache
+from distrai.protocol.update import residual_hash
+from distrai.protocol.windows import (
     commit_deadline,
     committed_in_time,
     reveal_deadline,
@@ -64,6 +57,13 @@ from distrai.windows import (
     window_of,
     window_start,
 )
+from distrai.store import Store, StoreError
+from distrai.store.outage import OutageLog
+from distrai.train.assignment import batch_indices
+from distrai.train.inner import BoundaryState, inner_loop, window_start_state
+from distrai.train.replay_class import replay_class_of
+from distrai.train.sketch import sketch
+from distrai.train.state import TrainState, load_state, save_state, state_hash
 from distrai.wire import encode_tensors
 from miners.behaviour import Behaviour, behaviour, honest
 from miners.pacing import Pacer, blocks_needed, commit_by, stop_time
@@ -134,7 +134,7 @@ class Miner(Participant):
 
     @classmethod
     def from_node(cls, node: Node, adversary: str = "honest") -> Miner:
-        """The miner of a node built from the command line (`distrai.node.build_node`), honest or
+        """The miner of a node built from the command line (`distrai.node.build.build_node`), honest or
         cheating in the way `adversary` names (`miners.behaviour.ADVERSARIES`)."""
         return cls(
             node.runtime,
@@ -219,7 +219,7 @@ class Miner(Participant):
 
     def check_link(self) -> LinkVerdict | None:
         """Measure the store's upload rate against what a challenged window's reveal needs
-        (`distrai.linkcheck`), and say plainly when the link is too slow for this run."""
+        (`distrai.node.linkcheck`), and say plainly when the link is too slow for this run."""
         validators = sum(1 for n in self.chain.metagraph().neurons if n.validator_permit)
         n_params = sum(p.numel() for p in self.rt.model.parameters())
         parts = reveal_bytes(self.rt.config, n_params, max(validators, 1))

@@ -3,13 +3,13 @@
 Jobs (`reveal_job.py`) are taken oldest first. For each: wait for the block at the window's
 commit deadline (its hash draws the challenge), work out whether this miner is challenged,
 and upload through the miner's store (its bandwidth limit included): the update blob first, then,
-when challenged, the trajectory reveal (`distrai.trajectory`) and the start state of the run of
+when challenged, the trajectory reveal (`distrai.protocol.trajectory`) and the start state of the run of
 challenged segments, coded losslessly against the window's base (`distrai.train.coded_state`: the
 job's boundary 0 holds that base). A job whose reveal deadline has passed before it began is dropped,
 since nothing uploaded after it counts, unless the store has failed every try since before that
 deadline. A store that does not answer is tried again every half second (a quarter block at most)
 until `give_up_block`: the reveal deadline, or one window later for an outage under way at the
-deadline; the outage is logged once when it starts and once when it ends (`distrai.outage`). While
+deadline; the outage is logged once when it starts and once when it ends (`distrai.store.outage`). While
 uploading, the uploader projects its finish from the rate it achieves and says, before the
 deadline, when the reveal will not make it. Every job ends with one metrics record (`"event":
 "reveal"`): seconds, bytes, rate, the rate that was needed, and whether it was late. Revealed states stay in the store for the run's
@@ -27,17 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from distrai.announce import committed_updates
 from distrai.chain.base import Chain, ChainError
-from distrai.layout import state_key, states_prefix, trajectory_key
-from distrai.outage import OutageLog
-from distrai.run import challenge_inputs
-from distrai.store import StoreError
-from distrai.train.coded_state import encode_coded_state
-from distrai.train.state import load_state, state_digests
-from distrai.trajectory import build_trajectory, drawn_pieces, encode_trajectory
-from distrai.update import residual_digests
-from distrai.windows import (
+from distrai.protocol.announce import committed_updates
+from distrai.protocol.layout import state_key, states_prefix, trajectory_key
+from distrai.protocol.run import challenge_inputs
+from distrai.protocol.trajectory import build_trajectory, drawn_pieces, encode_trajectory
+from distrai.protocol.update import residual_digests
+from distrai.protocol.windows import (
     ChallengeInputs,
     WindowConfig,
     commit_deadline,
@@ -46,6 +42,10 @@ from distrai.windows import (
     run_starts,
     segments_to_reveal,
 )
+from distrai.store import StoreError
+from distrai.store.outage import OutageLog
+from distrai.train.coded_state import encode_coded_state
+from distrai.train.state import load_state, state_digests
 from distrai.wire import decode_tensors
 from miners.reveal_job import RevealJob
 
@@ -277,7 +277,7 @@ class Uploader:
         return path
 
     def _trajectory(self, job: RevealJob, inputs: ChallengeInputs) -> bytes:
-        """The trajectory reveal (`distrai.trajectory`) from the job's last state and residuals. Their
+        """The trajectory reveal (`distrai.protocol.trajectory`) from the job's last state and residuals. Their
         digests are computed once more here, in the upload thread, and only when challenged."""
         miner = self.miner
         last = load_state(job.state_path(job.steps))

@@ -12,7 +12,7 @@ ranks shard the model, its gradients and AdamW's state (FSDP2) when its training
 one GPU, or with --miner.shard.
 
 Torch and the model code load after the flags are parsed and the checks that need no model have
-passed (`distrai.node`): `--help` and those refusals answer in well under a second.
+passed (`distrai.node.build`): `--help` and those refusals answer in well under a second.
 """
 
 from __future__ import annotations
@@ -25,20 +25,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from distrai.stopping import stop_on_signals  # noqa: E402
+from distrai.node.stopping import stop_on_signals  # noqa: E402
 
 if __name__ == "__main__":
     STOP = stop_on_signals()  # before the imports below: a Ctrl-C while they load stops cleanly too
 
 from distrai.chain.base import ChainError  # noqa: E402
-from distrai.node import (  # noqa: E402
+from distrai.node.build import (  # noqa: E402
     build_node,
     build_parser,
     configure_logging,
     memory_budget,
     prepare_runtime,
 )
-from distrai.run import load_run_config  # noqa: E402
+from distrai.protocol.run import load_run_config  # noqa: E402
 from distrai.train.launch import Launch, launched  # noqa: E402
 from miners.adversaries import ADVERSARY_NAMES  # noqa: E402
 

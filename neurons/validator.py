@@ -5,7 +5,7 @@ global model, and sets weights on chain.
         --subtensor.network finney --store.url s3://bucket/prefix --store.endpoint URL
 
 Torch and the model code load after the flags are parsed and the checks that need no model have
-passed (`distrai.node`): `--help` and those refusals answer in well under a second.
+passed (`distrai.node.build`): `--help` and those refusals answer in well under a second.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from distrai.stopping import stop_on_signals  # noqa: E402
+from distrai.node.stopping import stop_on_signals  # noqa: E402
 
 if __name__ == "__main__":
     STOP = stop_on_signals()  # before the imports below: a Ctrl-C while they load stops cleanly too
 
 from distrai.chain.base import ChainError  # noqa: E402
-from distrai.node import build_node, build_parser  # noqa: E402
+from distrai.node.build import build_node, build_parser  # noqa: E402
 from validators.adversaries import LEADER_ADVERSARY_NAMES, check_leader_adversary  # noqa: E402
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from support.adversary_net import WINDOWS
 from test_localnet_e2e import hotkey
 
-from distrai.localnet import Localnet
-from distrai.localnet_view import signed_reports
+from distrai.localnet.network import Localnet
+from distrai.localnet.view import signed_reports
 from miners.behaviour import ADVERSARIES, EXPECTED_CHECK
 
 

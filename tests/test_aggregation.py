@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distrai.aggregation import Scored, accepted_by_rule
+from distrai.protocol.aggregation import Scored, accepted_by_rule
 
 SEED = b"\x07" * 32
 

@@ -168,7 +168,7 @@ def test_corpus_is_a_fixed_list_pinned_by_its_hash(tmp_path):
 
 def test_token_bytes_counts_text_bytes():
     corpus = bench_module("_corpus")
-    from distrai.train.tokenizer import BYTE_VOCAB_SIZE, byte_tokenizer
+    from distrai.data.byte_tokenizer import BYTE_VOCAB_SIZE, byte_tokenizer
 
     counts = corpus.token_bytes(byte_tokenizer())
     assert counts == [1] * 256 + [0] * (BYTE_VOCAB_SIZE - 256)
@@ -304,7 +304,7 @@ def test_pay_follows_the_scores_whatever_the_split():
 
 def test_scale_accounting_counts_a_validators_share_of_the_measurements():
     accounting = bench_module("_scale_accounting")
-    from distrai.run import load_run_config, shipped_config_path
+    from distrai.protocol.run import load_run_config, shipped_config_path
 
     gpu = load_run_config(shipped_config_path("gpu-subnet"))
     shared = accounting.account(gpu, 256, 16, 1840, params=257_092_608)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from distrai.linkcheck import CODED_STATE_BYTES_PER_PARAM
-from distrai.run import load_run_config, parse_run_config, shipped_config_path
-from distrai.windows import WindowConfig
+from distrai.node.linkcheck import CODED_STATE_BYTES_PER_PARAM
+from distrai.protocol.run import load_run_config, parse_run_config, shipped_config_path
+from distrai.protocol.windows import WindowConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("bench_utilization", ROOT / "bench" / "utilization.py")

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from distrai.train.replay_class import ClassTolerance
+from distrai.protocol.run import ClassTolerance
 
 pytestmark = pytest.mark.e2e  # runs bench/calibrate_replay.py as processes
 

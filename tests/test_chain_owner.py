@@ -9,7 +9,7 @@ from support.local_harness import OWNER_WALLET, TEST_HYPERPARAMETERS, make_local
 
 from distrai.chain.base import ChainError
 from distrai.chain.local_calls import SN_OWNER_HOTKEY_RATE_LIMIT
-from distrai.wallets import create_dev_wallet
+from distrai.node.wallets import create_dev_wallet
 
 
 def test_only_the_owner_coldkey_names_the_owner_hotkey_once_per_rate_limit(tmp_path):

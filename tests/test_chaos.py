@@ -38,8 +38,8 @@ from bench.chaos import (
     plan_for_seed,
     repeated_line,
 )
-from distrai.run import load_run_config, shipped_config_path
-from distrai.windows import activities
+from distrai.protocol.run import load_run_config, shipped_config_path
+from distrai.protocol.windows import activities
 
 NODES = {
     "validator0": "validator",

@@ -13,11 +13,11 @@ import pytest
 import torch
 from test_follow import CONFIG, HONEST_SCORES, WINDOW, build_network
 
-from distrai.globalmodel import GlobalModel, encode_checkpoint
-from distrai.layout import checkpoint_key
-from distrai.run import load_run_config
-from distrai.runtime import build_runtime
-from distrai.sync import StoreCache, Syncer, peer_view
+from distrai.protocol.globalmodel import GlobalModel, encode_checkpoint
+from distrai.protocol.layout import checkpoint_key
+from distrai.protocol.run import load_run_config
+from distrai.protocol.runtime import build_runtime
+from distrai.protocol.sync import StoreCache, Syncer, peer_view
 from distrai.train.outer import OuterState
 
 
@@ -71,7 +71,7 @@ def test_a_poisoned_checkpoint_of_the_top_validator_is_refused_and_an_honest_one
     net, following = honest
     publish_checkpoint(net, "validator0", poison(following))
     publish_checkpoint(net, "validator1", following)
-    with caplog.at_level(logging.WARNING, logger="distrai.sync"):
+    with caplog.at_level(logging.WARNING, logger="distrai.protocol.sync"):
         model = joiner(net).newest_checkpoint(peer_view(net.harness.chain), WINDOW + 1)
     assert model is not None and model.window == WINDOW + 1
     assert (model.hash, model.outer_hash) == (following.hash, following.outer_hash)
@@ -84,7 +84,7 @@ def test_with_no_honest_checkpoint_a_joiner_follows_from_the_initial_model(hones
     publish_checkpoint(net, "validator0", other_params(following))
     publish_checkpoint(net, "validator1", other_momentum(following))
     syncer = joiner(net)
-    with caplog.at_level(logging.WARNING, logger="distrai.sync"):
+    with caplog.at_level(logging.WARNING, logger="distrai.protocol.sync"):
         assert syncer.newest_checkpoint(peer_view(net.harness.chain), WINDOW + 1) is None
         model = syncer.catch_up(None, WINDOW + 1)
     assert (model.hash, model.outer_hash) == (following.hash, following.outer_hash)
@@ -96,6 +96,6 @@ def test_a_checkpoint_after_a_window_no_aggregate_moved_is_not_taken(runtime, tm
     net = build_network(runtime, tmp_path)
     net.at(net.harness.local.block() + net.cfg.blocks_per_window * 3)
     publish_checkpoint(net, "validator0", GlobalModel(WINDOW + 1, net.model.params, net.model.outer))
-    with caplog.at_level(logging.WARNING, logger="distrai.sync"):
+    with caplog.at_level(logging.WARNING, logger="distrai.protocol.sync"):
         assert joiner(net).newest_checkpoint(peer_view(net.harness.chain), WINDOW + 1) is None
     assert f"no aggregate of window {WINDOW} that this node would follow" in caplog.text

@@ -8,7 +8,7 @@ import sys
 
 import bittensor as bt
 
-from distrai.wallets import create_dev_wallet
+from distrai.node.wallets import create_dev_wallet
 
 
 def distrai(tmp_path, *args: str) -> subprocess.CompletedProcess:

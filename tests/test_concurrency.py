@@ -9,8 +9,8 @@ from pathlib import Path
 
 from distrai.chain.base import Hyperparameters
 from distrai.chain.local import LocalChain
+from distrai.node.wallets import create_dev_wallet, open_wallet
 from distrai.store import open_store
-from distrai.wallets import create_dev_wallet, open_wallet
 
 WORKERS = 4
 BLOBS_PER_WORKER = 6

@@ -26,9 +26,9 @@ from support.dashboard_run import entry, make_tiny_run
 from support.findings_net import ADVERSARY, WINDOWS
 
 from distrai.dashboard.server import create_app
-from distrai.localnet import REPO
-from distrai.localnet_view import signed_reports
-from distrai.wallets import open_wallet
+from distrai.localnet.network import REPO
+from distrai.localnet.view import signed_reports
+from distrai.node.wallets import open_wallet
 
 pytestmark = pytest.mark.e2e  # drives a browser
 

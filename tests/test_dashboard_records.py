@@ -25,9 +25,9 @@ from distrai.dashboard.records import (
     window_row,
 )
 from distrai.dashboard.words import CHECKS, explain, score_words
-from distrai.metrics import Metrics
-from distrai.standing import NO_AGGREGATE, standing
-from distrai.wallets import create_dev_wallet
+from distrai.node.metrics import Metrics
+from distrai.node.wallets import create_dev_wallet
+from distrai.protocol.standing import NO_AGGREGATE, standing
 from distrai.wire.manifest import WindowReport
 
 V0, V1 = "5V0" + "a" * 45, "5V1" + "b" * 45

@@ -18,7 +18,7 @@ from distrai.dashboard.nodes import NodeMetrics
 from distrai.dashboard.reading import RunReader, store_opener
 from distrai.dashboard.records import TEXT_CHARS
 from distrai.dashboard.server import create_app
-from distrai.sync import StoreCache
+from distrai.protocol.sync import StoreCache
 
 SCRIPT = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 LONG_HOTKEY = "5" + "F" * 10_240

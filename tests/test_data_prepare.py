@@ -13,14 +13,14 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from distrai.cli import main as distrai_main
+from distrai.data.byte_tokenizer import byte_tokenizer
+from distrai.data.corpus import offline_documents
 from distrai.data.manifest import DataManifest, parse_manifest
 from distrai.data.prepare import PrepareOptions, prepare
 from distrai.data.stream import is_heldout_document
 from distrai.data.texts import TextSource, read_texts
 from distrai.store import open_store
 from distrai.store.base import blob_key
-from distrai.train.corpus import offline_documents
-from distrai.train.tokenizer import byte_tokenizer
 
 pytest_plugins = ["tests.support.s3server"]
 

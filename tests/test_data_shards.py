@@ -15,17 +15,17 @@ import torch
 from support.tiny_models import save_tiny_model
 
 from distrai.data.access import DataAccess, load_manifest, open_prepared
+from distrai.data.byte_tokenizer import byte_tokenizer
 from distrai.data.cache import FIRST_PAUSE_S, MAX_PAUSE_S, ShardError, next_pause
+from distrai.data.corpus import offline_documents
 from distrai.data.manifest import DataManifestError
 from distrai.data.prepare import PrepareOptions, prepare
 from distrai.data.tokenizers import tokenizer_sha256
-from distrai.run import RunConfigError, parse_run_config, shipped_config_path
-from distrai.runtime import build_runtime
+from distrai.protocol.run import RunConfigError, parse_run_config, shipped_config_path
+from distrai.protocol.runtime import build_runtime
 from distrai.store import open_store
 from distrai.store.base import blob_key
 from distrai.train.assignment import assigned_indices
-from distrai.train.corpus import offline_documents
-from distrai.train.tokenizer import byte_tokenizer
 
 pytest_plugins = ["tests.support.s3server"]
 SEQ = 32

@@ -11,9 +11,9 @@ from __future__ import annotations
 from support.findings_net import ADVERSARY, WINDOWS
 from test_localnet_e2e import hotkey
 
-from distrai.layout import finding_key
-from distrai.localnet_view import signed_reports
-from distrai.run import run_id
+from distrai.localnet.view import signed_reports
+from distrai.protocol.layout import finding_key
+from distrai.protocol.run import run_id
 from distrai.store import open_store
 
 

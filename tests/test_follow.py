@@ -15,18 +15,24 @@ import torch
 from support.local_harness import make_local_harness
 from test_validator_checks import manifest_body
 
-from distrai.aggregation import Scored, accepted_by_rule
-from distrai.announce import Announcement
-from distrai.globalmodel import GlobalModel, SyncUnavailable, outer_config
-from distrai.layout import aggregate_key, manifest_key, report_key
-from distrai.run import load_run_config
-from distrai.runtime import build_runtime, params_hash
-from distrai.standing import standing_lines
+from distrai.protocol.aggregation import Scored, accepted_by_rule
+from distrai.protocol.announce import Announcement
+from distrai.protocol.globalmodel import GlobalModel, SyncUnavailable, outer_config
+from distrai.protocol.layout import aggregate_key, manifest_key, report_key
+from distrai.protocol.run import load_run_config
+from distrai.protocol.runtime import build_runtime, params_hash
+from distrai.protocol.standing import standing_lines
+from distrai.protocol.sync import StoreCache, Syncer, peer_view
+from distrai.protocol.update import encode_update
+from distrai.protocol.windows import (
+    aggregate_deadline,
+    commit_deadline,
+    reveal_deadline,
+    reveal_seed,
+    window_start,
+)
 from distrai.store import FileStore
-from distrai.sync import StoreCache, Syncer, peer_view
 from distrai.train.outer import Contribution, OuterState, outer_state_hash, outer_step
-from distrai.update import encode_update
-from distrai.windows import aggregate_deadline, commit_deadline, reveal_deadline, reveal_seed, window_start
 from distrai.wire import sign_document
 
 CONFIG = Path(__file__).parent / "support" / "adversary-localnet.toml"
@@ -346,7 +352,7 @@ def test_a_node_waiting_for_an_aggregate_out_of_reach_says_so_once_and_once_more
     root.rename(root.with_name("store-away"))
     root.symlink_to(root)
     syncer = Syncer(net.runtime, net.harness.chain, StoreCache())
-    caplog.set_level(logging.INFO, logger="distrai.sync")
+    caplog.set_level(logging.INFO, logger="distrai.protocol.sync")
     for _ in range(5):  # a node tries again every block or so
         with pytest.raises(SyncUnavailable):
             syncer.step(net.model, peer_view(net.harness.chain))

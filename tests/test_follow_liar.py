@@ -15,14 +15,14 @@ import pytest
 import torch
 from test_follow import CONFIG, WINDOW, build_network
 
-from distrai.globalmodel import SyncUnavailable
-from distrai.run import load_run_config
-from distrai.runtime import build_runtime, model_spec
+from distrai.protocol.globalmodel import SyncUnavailable
+from distrai.protocol.run import load_run_config
+from distrai.protocol.runtime import build_runtime, model_spec
+from distrai.protocol.sync import StoreCache, Syncer, peer_view
+from distrai.protocol.windows import aggregate_deadline
 from distrai.store import FileStore
-from distrai.sync import StoreCache, Syncer, peer_view
 from distrai.train.evaluate import evaluate
 from distrai.train.model import load_model
-from distrai.windows import aggregate_deadline
 from miners.behaviour import poisoned
 
 HONEST = {"miner0": 1.0, "miner1": 0.8}

@@ -10,16 +10,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distrai.announce import (
+from distrai.chain.base import Commitment
+from distrai.codec import get_codec
+from distrai.protocol.announce import (
     Announcement,
     anchored_aggregates,
     committed_updates,
     parse_announcement,
     sharing_validators,
 )
-from distrai.chain.base import Commitment
-from distrai.codec import get_codec
-from distrai.globalmodel import (
+from distrai.protocol.globalmodel import (
     GlobalModel,
     SyncError,
     apply_aggregate,
@@ -28,11 +28,11 @@ from distrai.globalmodel import (
     outer_config,
     skip_window,
 )
-from distrai.layout import checkpoint_key, checkpoint_window
-from distrai.run import OuterConfig as RunOuterConfig
-from distrai.runtime import params_hash
+from distrai.protocol.layout import checkpoint_key, checkpoint_window
+from distrai.protocol.run import OuterConfig as RunOuterConfig
+from distrai.protocol.runtime import params_hash
+from distrai.protocol.update import decode_update, encode_update
 from distrai.train.outer import Contribution, OuterState, outer_state_hash, outer_step
-from distrai.update import decode_update, encode_update
 from distrai.wire.manifest import AggregateManifest
 
 CODEC = get_codec("int8")

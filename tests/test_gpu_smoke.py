@@ -14,8 +14,7 @@ import pytest
 from support.smoke_net import CONFIG, data_files
 
 from distrai.data.stream import is_heldout_document
-from distrai.localnet import RUN_CONFIG, Localnet, LocalnetOptions
-from distrai.localnet_data import (
+from distrai.localnet.data import (
     EOS,
     HELDOUT_FRACTION,
     needs_local_data,
@@ -23,8 +22,9 @@ from distrai.localnet_data import (
     train_bpe,
     with_manifest,
 )
-from distrai.localnet_report import REPORT, replay_verdict
-from distrai.run import load_run_config, shipped_config_path
+from distrai.localnet.network import RUN_CONFIG, Localnet, LocalnetOptions
+from distrai.localnet.report import REPORT, replay_verdict
+from distrai.protocol.run import load_run_config, shipped_config_path
 
 pytestmark = pytest.mark.e2e  # runs the GPU smoke network's nodes as processes
 

@@ -11,10 +11,10 @@ import tomllib
 import pytest
 import torch
 
-from distrai import linkcheck
 from distrai.chain.local import LocalChain
 from distrai.cli import main
-from distrai.run import load_run_config, parse_run_config, shipped_config_path
+from distrai.node import linkcheck
+from distrai.protocol.run import load_run_config, parse_run_config, shipped_config_path
 from distrai.store import FileStore, StoreError
 from distrai.train.coded_state import encode_coded_state
 from distrai.train.inner import InnerConfig, inner_loop

@@ -16,16 +16,16 @@ import urllib.request
 import pytest
 
 from distrai.cli import main as distrai_main
-from distrai.localnet import Localnet, LocalnetOptions, Neuron, prepare_work_dir
-from distrai.localnet_cmd import parse_adversaries
-from distrai.localnet_view import (
+from distrai.localnet.command import parse_adversaries
+from distrai.localnet.network import Localnet, LocalnetOptions, Neuron, prepare_work_dir
+from distrai.localnet.view import (
     MinerResult,
     accepted_note,
     processed_windows,
     results_table,
     trained_windows,
 )
-from distrai.wallets import open_wallet
+from distrai.node.wallets import open_wallet
 
 pytestmark = pytest.mark.e2e  # starts local networks and their nodes as processes
 

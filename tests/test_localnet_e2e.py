@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 from support.restart_net import BEFORE, DRIVER_LOG, RESTARTED
 
-from distrai.localnet import Localnet
-from distrai.localnet_view import heldout_losses, processed_windows
-from distrai.metrics import read_metrics
-from distrai.run import load_run_config, run_id
-from distrai.wallets import open_wallet
+from distrai.localnet.network import Localnet
+from distrai.localnet.view import heldout_losses, processed_windows
+from distrai.node.metrics import read_metrics
+from distrai.node.wallets import open_wallet
+from distrai.protocol.run import load_run_config, run_id
 from validators.state import load_state
 
 

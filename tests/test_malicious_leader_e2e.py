@@ -16,7 +16,7 @@ from __future__ import annotations
 from support.leader_net import LEADERS, MINER_ADVERSARIES
 from test_localnet_e2e import hotkey
 
-from distrai.localnet_view import heldout_losses, processed_windows, signed_reports
+from distrai.localnet.view import heldout_losses, processed_windows, signed_reports
 
 OVERRULED = (
     "which the signed reports of validators holding",

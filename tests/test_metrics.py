@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from distrai.metrics import Metrics, read_metrics
+from distrai.node.metrics import Metrics, read_metrics
 
 
 def test_records_append_and_survive_a_torn_last_line(tmp_path):

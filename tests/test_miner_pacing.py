@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from distrai.windows import skipped_windows
+from distrai.protocol.windows import skipped_windows
 from miners.pacing import Pacer, blocks_needed, commit_by, stop_time
 
 

@@ -15,14 +15,14 @@ import pytest
 from support.local_harness import make_local_harness
 
 from distrai.chain.local import LocalChain
-from distrai.layout import manifest_key, state_key, trajectory_key
-from distrai.metrics import Metrics, read_metrics
-from distrai.run import load_run_config
-from distrai.runtime import build_runtime
+from distrai.node.metrics import Metrics, read_metrics
+from distrai.protocol.layout import manifest_key, state_key, trajectory_key
+from distrai.protocol.run import load_run_config
+from distrai.protocol.runtime import build_runtime
+from distrai.protocol.update import residual_hash
+from distrai.protocol.windows import commit_deadline, reveal_deadline, window_start
 from distrai.store import FileStore
 from distrai.store.base import blob_key
-from distrai.update import residual_hash
-from distrai.windows import commit_deadline, reveal_deadline, window_start
 from miners.miner import Miner, MinerOptions
 from miners.reveal_job import JOB_FILE, sealed_jobs
 from miners.uploader import Uploader, give_up_block

@@ -17,14 +17,14 @@ import pytest
 from distrai.chain.base import Hyperparameters
 from distrai.chain.local import LocalChain
 from distrai.cli import main as distrai_main
-from distrai.localnet import publish_builtin_data
-from distrai.node import FLAGS
-from distrai.run import load_run_config, run_commitment, shipped_config_path
-from distrai.runtime import model_spec
+from distrai.data.byte_tokenizer import byte_tokenizer
+from distrai.localnet.network import publish_builtin_data
+from distrai.node.build import FLAGS
+from distrai.node.wallets import create_dev_wallet, open_wallet
+from distrai.protocol.run import load_run_config, run_commitment, shipped_config_path
+from distrai.protocol.runtime import model_spec
 from distrai.train.memory import GIB, ModelShape
 from distrai.train.model import load_model
-from distrai.train.tokenizer import byte_tokenizer
-from distrai.wallets import create_dev_wallet, open_wallet
 
 pytestmark = pytest.mark.e2e  # starts the neurons as processes
 

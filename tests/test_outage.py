@@ -1,10 +1,10 @@
-"""The outage log (`distrai.outage`): one line when an outage starts, one when it ends."""
+"""The outage log (`distrai.store.outage`): one line when an outage starts, one when it ends."""
 
 from __future__ import annotations
 
 import logging
 
-from distrai.outage import OutageLog
+from distrai.store.outage import OutageLog
 
 
 class Clock:

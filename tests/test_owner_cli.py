@@ -12,11 +12,11 @@ from support.subtensor_harness import make_subtensor_harness
 
 from distrai.chain.local import LocalChain
 from distrai.cli import main
-from distrai.node import published_run
-from distrai.registration import register_command
-from distrai.run import RunMismatch, check_run_matches, load_run_config, run_id, shipped_config_path
+from distrai.node.build import published_run
+from distrai.node.registration import register_command
+from distrai.node.wallets import DEFAULT_WALLET_PATH, create_dev_wallet
+from distrai.protocol.run import RunMismatch, check_run_matches, load_run_config, run_id, shipped_config_path
 from distrai.run_cmd import publish_run
-from distrai.wallets import DEFAULT_WALLET_PATH, create_dev_wallet
 
 CPU = shipped_config_path("cpu-localnet")
 

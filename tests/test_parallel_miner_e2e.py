@@ -15,9 +15,9 @@ from __future__ import annotations
 from support.leader_net import WINDOWS
 from test_localnet_e2e import hotkey
 
-from distrai.layout import manifest_key
-from distrai.localnet_view import signed_reports
-from distrai.run import run_id
+from distrai.localnet.view import signed_reports
+from distrai.protocol.layout import manifest_key
+from distrai.protocol.run import run_id
 from distrai.store import open_store
 from distrai.wire.signed import open_document
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from distrai.globalmodel import SyncError, SyncUnavailable
-from distrai.quorum import Quorum, passes
+from distrai.protocol.globalmodel import SyncError, SyncUnavailable
+from distrai.protocol.quorum import Quorum, passes
 from distrai.wire.manifest import MinerEntry, WindowReport
 
 RUN = "ab" * 32

@@ -11,8 +11,8 @@ import shlex
 from support.readme_net import README, commands, walk_lines
 
 from distrai.chain.local import LocalChain
-from distrai.run import load_run_config
-from distrai.wallets import open_wallet
+from distrai.node.wallets import open_wallet
+from distrai.protocol.run import load_run_config
 
 STEPS = (
     ["distrai", "wallet", "create"],

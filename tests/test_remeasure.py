@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from distrai.globalmodel import SyncError
-from distrai.remeasure import check_not_worse, heldout_sample, loss_rise, sample_seed
+from distrai.protocol.globalmodel import SyncError
+from distrai.protocol.remeasure import check_not_worse, heldout_sample, loss_rise, sample_seed
 
 HASH = "0x" + "1f" * 32
 RUN = "ab" * 32

@@ -9,10 +9,9 @@ import pytest
 import torch
 from support.tiny_models import tiny_model
 
-from distrai.localnet import local_runtime
-from distrai.run import load_run_config, parse_run_config, shipped_config_path
+from distrai.localnet.network import local_runtime
+from distrai.protocol.run import ClassTolerance, load_run_config, parse_run_config, shipped_config_path
 from distrai.train.replay_class import (
-    ClassTolerance,
     Tolerance,
     device_name,
     replay_class_of,

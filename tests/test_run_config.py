@@ -1,4 +1,4 @@
-"""The run config, its run id and the owner's commitment (distrai/run.py)."""
+"""The run config, its run id and the owner's commitment (distrai/protocol/run.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from distrai.run import (
+from distrai.protocol.run import (
     MAX_COMMITMENT_BYTES,
     SHIPPED_CONFIGS,
     RunConfig,
@@ -28,7 +28,7 @@ from distrai.run import (
     run_id,
     shipped_config_path,
 )
-from distrai.windows import challenge_count, challenged, miner_segments
+from distrai.protocol.windows import challenge_count, challenged, miner_segments
 from distrai.wire import sign_document
 from distrai.wire.manifest import Boundary, UpdateBlob, UpdateManifest
 

@@ -17,10 +17,10 @@ import pytest
 from bittensor.keyfiles import Keypair
 from support.local_harness import TEST_HYPERPARAMETERS, make_local_harness
 
-from distrai.layout import measurements_key
+from distrai.protocol.layout import measurements_key
+from distrai.protocol.sync import StoreCache
+from distrai.protocol.windows import ChallengeInputs, score_shares
 from distrai.store import FileStore
-from distrai.sync import StoreCache
-from distrai.windows import ChallengeInputs, score_shares
 from distrai.wire.manifest import Measurement, Measurements
 from validators.scoring import weights_from_averages
 from validators.shared_scoring import (

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from test_neurons import CPU, common, subnet  # noqa: F401 (subnet: the fixture)
 
-from distrai.wallets import create_dev_wallet
+from distrai.node.wallets import create_dev_wallet
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_PACKAGES = {"torch", "transformers", "datasets", "safetensors"}

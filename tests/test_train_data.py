@@ -7,10 +7,10 @@ import random
 import pytest
 import torch
 
+from distrai.data.byte_tokenizer import byte_tokenizer
+from distrai.data.corpus import SplitMix64, offline_documents
 from distrai.data.stream import is_heldout_document
-from distrai.train.corpus import SplitMix64, offline_documents
 from distrai.train.data import DataSpec, build_token_data
-from distrai.train.tokenizer import byte_tokenizer
 
 TOKENIZER = byte_tokenizer()
 EOS = TOKENIZER.eos_token_id

@@ -19,8 +19,9 @@ import tomllib
 import pytest
 import torch
 
-from distrai.run import parse_run_config, shipped_config_path
-from distrai.runtime import model_spec
+from distrai.data.byte_tokenizer import byte_tokenizer
+from distrai.protocol.run import parse_run_config, shipped_config_path
+from distrai.protocol.runtime import model_spec
 from distrai.train.kernels import (
     AtomicFreeEmbedding,
     PaddedHead,
@@ -34,7 +35,6 @@ from distrai.train.model import ModelSpec, load_model
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer
 from distrai.train.replay_class import replay_class_of
 from distrai.train.step import StepConfig, step_with
-from distrai.train.tokenizer import byte_tokenizer
 
 V, D = 300, 48
 

@@ -10,6 +10,7 @@ import torch
 from support.tiny_models import save_tiny_model, tiny_model
 from transformers import LlamaForCausalLM
 
+from distrai.data.byte_tokenizer import byte_tokenizer
 from distrai.train.model import (
     PRESETS,
     ModelSpec,
@@ -19,7 +20,6 @@ from distrai.train.model import (
     load_tokenizer,
     preset_config,
 )
-from distrai.train.tokenizer import byte_tokenizer
 
 # The sizes the presets are named for (issue 3): tiny ~1M, small 10–20M, 150m, 1b.
 EXPECTED_RANGES = {

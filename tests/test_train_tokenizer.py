@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
-from distrai.train.tokenizer import BYTE_VOCAB_SIZE, SPECIAL_TOKENS, byte_tokenizer
+from distrai.data.byte_tokenizer import BYTE_VOCAB_SIZE, SPECIAL_TOKENS, byte_tokenizer
 
 TOKENIZER = byte_tokenizer()
 

@@ -6,9 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from distrai.train.hashing import piece_digests
-from distrai.train.tensorfile import encode_tensors
-from distrai.trajectory import (
+from distrai.protocol.trajectory import (
     TRAJECTORY_FORMAT,
     build_trajectory,
     decode_trajectory,
@@ -16,6 +14,8 @@ from distrai.trajectory import (
     param_pieces,
     residual_ref,
 )
+from distrai.train.hashing import piece_digests
+from distrai.train.tensorfile import encode_tensors
 from distrai.wire import WireError
 
 PIECE = 4

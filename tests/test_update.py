@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from distrai.codec import get_codec
-from distrai.update import decode_update, encode_update, is_encoding_of
+from distrai.protocol.update import decode_update, encode_update, is_encoding_of
 from distrai.wire import Reason, WireError, encode_tensors
 
 HOTKEY = "5" + "A" * 47

@@ -11,15 +11,15 @@ import pytest
 import torch
 from bittensor.keyfiles import Keypair
 
-from distrai.announce import Announcement
-from distrai.globalmodel import GlobalModel
-from distrai.layout import manifest_key
-from distrai.localnet import local_runtime
-from distrai.run import load_run_config, shipped_config_path
+from distrai.localnet.network import local_runtime
+from distrai.protocol.announce import Announcement
+from distrai.protocol.globalmodel import GlobalModel
+from distrai.protocol.layout import manifest_key
+from distrai.protocol.run import load_run_config, shipped_config_path
+from distrai.protocol.sync import StoreCache
+from distrai.protocol.update import encode_update
 from distrai.store import FileStore
-from distrai.sync import StoreCache
 from distrai.train.outer import OuterState
-from distrai.update import encode_update
 from distrai.wire import sign_document
 from validators.checks import PASS, check_miner, flag_copies
 from validators.inventory import AtDeadline, Inventory, take_inventory

@@ -12,13 +12,13 @@ import pytest
 from bittensor.keyfiles import Keypair
 from test_validator_replay import CONFIG, MINER, MINERS, OTHER, WINDOW, publish, train, verify
 
-from distrai.announce import Announcement
-from distrai.globalmodel import GlobalModel
-from distrai.layout import finding_key, findings_prefix, trajectory_key
-from distrai.run import challenge_inputs, load_run_config
-from distrai.runtime import build_runtime
+from distrai.protocol.announce import Announcement
+from distrai.protocol.globalmodel import GlobalModel
+from distrai.protocol.layout import finding_key, findings_prefix, trajectory_key
+from distrai.protocol.run import challenge_inputs, load_run_config
+from distrai.protocol.runtime import build_runtime
+from distrai.protocol.sync import StoreCache
 from distrai.store import FileStore
-from distrai.sync import StoreCache
 from distrai.train.outer import OuterState
 from distrai.wire import sha256_hex, sign_document
 from distrai.wire.manifest import Finding

@@ -24,13 +24,19 @@ from pathlib import Path
 import pytest
 from support.local_harness import LocalHarness, make_local_harness
 
-from distrai.announce import anchored_aggregates
 from distrai.chain.local import LocalChain
-from distrai.layout import aggregate_key, report_key
-from distrai.run import load_run_config
-from distrai.runtime import build_runtime
+from distrai.protocol.announce import anchored_aggregates
+from distrai.protocol.layout import aggregate_key, report_key
+from distrai.protocol.run import load_run_config
+from distrai.protocol.runtime import build_runtime
+from distrai.protocol.windows import (
+    aggregate_deadline,
+    commit_deadline,
+    read_patience,
+    reveal_deadline,
+    window_start,
+)
 from distrai.store import FileStore
-from distrai.windows import aggregate_deadline, commit_deadline, read_patience, reveal_deadline, window_start
 from miners.miner import Miner, MinerOptions
 from miners.uploader import Uploader
 from validators.validator import Validator, ValidatorOptions, publish_until

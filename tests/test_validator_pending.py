@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from distrai.announce import Announcement
-from distrai.layout import manifest_key
+from distrai.protocol.announce import Announcement
+from distrai.protocol.layout import manifest_key
+from distrai.protocol.sync import StoreCache
 from distrai.store import FileStore
-from distrai.sync import StoreCache
 from validators.inventory import Inventory, take_inventory
 from validators.pending import PendingWindow, PendingWindows
 

@@ -15,20 +15,20 @@ import pytest
 import torch
 from bittensor.keyfiles import Keypair
 
-from distrai.globalmodel import GlobalModel
-from distrai.layout import state_key, trajectory_key
-from distrai.run import load_run_config
-from distrai.runtime import build_runtime
+from distrai.protocol.globalmodel import GlobalModel
+from distrai.protocol.layout import state_key, trajectory_key
+from distrai.protocol.run import ClassTolerance, load_run_config
+from distrai.protocol.runtime import build_runtime
+from distrai.protocol.trajectory import build_trajectory, decode_trajectory, encode_trajectory, param_pieces
+from distrai.protocol.update import decode_update, encode_update, residual_digests, residual_hash
 from distrai.store import FileStore
 from distrai.train.assignment import batch_indices
 from distrai.train.coded_state import encode_coded_state
 from distrai.train.hashing import piece_digests
 from distrai.train.inner import inner_loop, pseudo_gradient, window_start_state
 from distrai.train.outer import OuterState
-from distrai.train.replay_class import ClassTolerance, replay_class_of
+from distrai.train.replay_class import replay_class_of
 from distrai.train.state import encode_state, state_digests, state_hash
-from distrai.trajectory import build_trajectory, decode_trajectory, encode_trajectory, param_pieces
-from distrai.update import decode_update, encode_update, residual_digests, residual_hash
 from distrai.wire.manifest import UpdateManifest
 from validators.checks import PASS, MinerVerdict
 from validators.refused import Refused

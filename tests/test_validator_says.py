@@ -8,8 +8,8 @@ from pathlib import Path
 
 from support.local_harness import make_local_harness
 
-from distrai.run import load_run_config
-from distrai.runtime import build_runtime
+from distrai.protocol.run import load_run_config
+from distrai.protocol.runtime import build_runtime
 from distrai.store import FileStore
 from validators.state import ValidatorState, save_state
 from validators.validator import Validator, ValidatorOptions, time_spent

@@ -1,5 +1,5 @@
 """Every node deals a window's data over one miner list: the hotkeys registered at the window's roster
-block (`distrai.windows.roster_block`), whenever in the window the node reads it."""
+block (`distrai.protocol.windows.roster_block`), whenever in the window the node reads it."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 
 from support.local_harness import make_local_harness
 
-from distrai.run import load_run_config
-from distrai.runtime import build_runtime
+from distrai.protocol.run import load_run_config
+from distrai.protocol.runtime import build_runtime
+from distrai.protocol.windows import reveal_deadline, roster_block, window_start
 from distrai.store import FileStore
 from distrai.train.assignment import batch_indices
-from distrai.windows import reveal_deadline, roster_block, window_start
 from miners.miner import Miner, MinerOptions
 from validators.validator import Validator, ValidatorOptions
 

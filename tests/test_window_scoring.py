@@ -23,14 +23,14 @@ import pytest
 import torch
 from bittensor.keyfiles import Keypair
 
-from distrai.aggregation import Scored, accepted_by_rule
-from distrai.globalmodel import GlobalModel
-from distrai.run import load_run_config
-from distrai.runtime import build_runtime
+from distrai.protocol.aggregation import Scored, accepted_by_rule
+from distrai.protocol.globalmodel import GlobalModel
+from distrai.protocol.run import load_run_config
+from distrai.protocol.runtime import build_runtime
+from distrai.protocol.windows import reveal_seed
 from distrai.train.assignment import batch_indices
 from distrai.train.inner import inner_loop
 from distrai.train.outer import OuterState
-from distrai.windows import reveal_seed
 from distrai.wire.manifest import Boundary, UpdateBlob, UpdateManifest
 from validators.checks import PASS, MinerVerdict
 from validators.scoring import tokens_trained

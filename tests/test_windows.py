@@ -1,4 +1,4 @@
-"""Window arithmetic and the challenge draw (distrai/windows.py)."""
+"""Window arithmetic and the challenge draw (distrai/protocol/windows.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from distrai.run import load_run_config, shipped_config_path
-from distrai.windows import (
+from distrai.protocol.run import load_run_config, shipped_config_path
+from distrai.protocol.windows import (
     ChallengeInputs,
     Phase,
     WindowConfig,

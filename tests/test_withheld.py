@@ -18,18 +18,18 @@ import pytest
 from bittensor.keyfiles import Keypair
 from test_validator_replay import CONFIG, MINER, MINERS, OTHER, WINDOW, Window, publish, train
 
-from distrai.announce import Announcement
-from distrai.globalmodel import GlobalModel
-from distrai.layout import manifest_key, states_prefix, trajectory_key
-from distrai.run import challenge_inputs, load_run_config
-from distrai.runtime import build_runtime
+from distrai.protocol.announce import Announcement
+from distrai.protocol.globalmodel import GlobalModel
+from distrai.protocol.layout import manifest_key, states_prefix, trajectory_key
+from distrai.protocol.run import challenge_inputs, load_run_config
+from distrai.protocol.runtime import build_runtime
+from distrai.protocol.sync import StoreCache
+from distrai.protocol.trajectory import drawn_pieces
+from distrai.protocol.windows import miner_segments
 from distrai.store import FileStore, StoreError
-from distrai.sync import StoreCache
 from distrai.train.inner import window_start_state
 from distrai.train.outer import OuterState
 from distrai.train.state import state_hash
-from distrai.trajectory import drawn_pieces
-from distrai.windows import miner_segments
 from distrai.wire import sha256_hex, sign_document
 from distrai.wire.manifest import Finding
 from validators import findings

@@ -5,7 +5,7 @@ TYPE`).
 A `LeaderBehaviour` sees the window's verdicts before its report is signed (`judge`) and the
 aggregate the run's rule gives before the result hash is computed and the aggregate signed
 (`tamper`), so the report and the aggregate are internally consistent and apply cleanly; only the
-follower's checks of `distrai.follow` can tell. The follower's refusal names:
+follower's checks of `distrai.protocol.follow` can tell. The follower's refusal names:
 - `poison`: an accepted update swapped for a blob no miner committed, labelled with that miner's
   hotkey ("not one that miner's signed manifest names");
 - `reweight`: the rule's updates with weights of the leader's choosing ("its signed report's
@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from distrai.protocol.update import encode_update
 from distrai.train.outer import Contribution
-from distrai.update import encode_update
 from validators.adversaries import COLLUDE, LEADER_ADVERSARY_NAMES, check_leader_adversary
 from validators.checks import PASS
 

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from distrai.announce import Announcement
 from distrai.codec import CodecError
-from distrai.globalmodel import GlobalModel
-from distrai.layout import manifest_key
-from distrai.runtime import Runtime
+from distrai.protocol.announce import Announcement
+from distrai.protocol.globalmodel import GlobalModel
+from distrai.protocol.layout import manifest_key
+from distrai.protocol.runtime import Runtime
+from distrai.protocol.update import decode_update
 from distrai.store import StoreError
-from distrai.update import decode_update
 from distrai.wire import WireError, open_document
 from distrai.wire.manifest import UpdateManifest, parse_body
 from validators.inventory import Reader

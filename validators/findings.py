@@ -1,6 +1,6 @@
 """Findings: one validator's catch, re-checked and adopted by the others.
 
-The validators share each window's replays (`distrai.windows.replay_shares`), so a cheater is
+The validators share each window's replays (`distrai.protocol.windows.replay_shares`), so a cheater is
 replayed by `replicas` validators, not all of them. The rest would go on weighting it, and Yuma's
 consensus clips a weight that a minority of the stake sets, its zero included. So a validator that
 catches a miner in a replay check (`states`, `replay`, `trajectory`) publishes a signed finding at
@@ -27,16 +27,16 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from distrai.announce import Announcement
 from distrai.codec import CodecError
-from distrai.globalmodel import GlobalModel
-from distrai.layout import finding_key, findings_prefix, manifest_key, state_key, trajectory_key
-from distrai.runtime import Runtime
+from distrai.protocol.announce import Announcement
+from distrai.protocol.globalmodel import GlobalModel
+from distrai.protocol.layout import finding_key, findings_prefix, manifest_key, state_key, trajectory_key
+from distrai.protocol.runtime import Runtime
+from distrai.protocol.sync import StoreCache
+from distrai.protocol.trajectory import drawn_pieces
+from distrai.protocol.update import decode_update
+from distrai.protocol.windows import ChallengeInputs, miner_segments, run_starts
 from distrai.store import StoreError
-from distrai.sync import StoreCache
-from distrai.trajectory import drawn_pieces
-from distrai.update import decode_update
-from distrai.windows import ChallengeInputs, miner_segments, run_starts
 from distrai.wire import WireError, open_document, sha256_hex, sign_document
 from distrai.wire.manifest import REASON_CHARS, Finding, Recheck, parse_body
 from distrai.wire.signed import Signer

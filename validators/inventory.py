@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from distrai.announce import Announcement
-from distrai.layout import manifest_key, window_prefix
+from distrai.protocol.announce import Announcement
+from distrai.protocol.layout import manifest_key, window_prefix
+from distrai.protocol.sync import StoreCache
 from distrai.store import Store, StoreError
 from distrai.store.base import NotFound, blob_key
-from distrai.sync import StoreCache
 from distrai.wire import sha256_hex
 
 

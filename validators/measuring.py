@@ -8,9 +8,9 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from distrai.layout import measurements_key
-from distrai.sync import peer_view
-from distrai.windows import reveal_seed, score_patience
+from distrai.protocol.layout import measurements_key
+from distrai.protocol.sync import peer_view
+from distrai.protocol.windows import reveal_seed, score_patience
 from distrai.wire.manifest import Measurement, Measurements
 from validators.checks import MinerVerdict
 from validators.shared_scoring import (

@@ -24,7 +24,7 @@ class PendingWindow(BaseModel):
 
     window: int
     miners: list[str]
-    """the hotkeys registered at the window's roster block (`distrai.windows.roster_block`)"""
+    """the hotkeys registered at the window's roster block (`distrai.protocol.windows.roster_block`)"""
     noted_block: int
     inventory_block: int | None = None
     present: dict[str, list[str]] | None = None

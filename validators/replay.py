@@ -4,7 +4,7 @@ challenged segments, and the published update against its committed trajectory.
 What a challenged miner reveals (`miners/uploader.py`) is lean: the start state of its run of
 challenged segments (none when the run starts at segment 0, whose start is the window's base with
 a fresh optimizer, which the validator builds itself) and its trajectory reveal
-(`distrai.trajectory`). The segments are replayed in order, each from the end the one before it
+(`distrai.protocol.trajectory`). The segments are replayed in order, each from the end the one before it
 replayed to. Three verdicts, each added to the miner's `MinerVerdict`:
 - `states`: every revealed start state is well formed, for the right step, and hashes to the
   hash the manifest committed before the commit deadline; the trajectory reveal's digest lists
@@ -29,9 +29,11 @@ import time
 
 import torch
 
-from distrai.globalmodel import GlobalModel
-from distrai.layout import state_key, trajectory_key
-from distrai.runtime import Runtime
+from distrai.protocol.globalmodel import GlobalModel
+from distrai.protocol.layout import state_key, trajectory_key
+from distrai.protocol.runtime import Runtime
+from distrai.protocol.trajectory import TrajectoryReveal, decode_trajectory
+from distrai.protocol.windows import run_starts
 from distrai.store import StoreError
 from distrai.train.assignment import batch_indices
 from distrai.train.coded_state import decode_coded_state
@@ -42,8 +44,6 @@ from distrai.train.replay_class import Tolerance, replay_class_of, tolerance_for
 from distrai.train.sketch import sketch
 from distrai.train.state import TrainState, check_state, state_hash
 from distrai.train.step import StepConfig
-from distrai.trajectory import TrajectoryReveal, decode_trajectory
-from distrai.windows import run_starts
 from distrai.wire import WireError
 from distrai.wire.manifest import UpdateManifest
 from validators.checks import PASS, MinerVerdict

@@ -31,9 +31,9 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from distrai.layout import measurements_key
+from distrai.protocol.layout import measurements_key
+from distrai.protocol.sync import StoreCache
 from distrai.store import StoreError
-from distrai.sync import StoreCache
 from distrai.wire import WireError, open_document, sign_document
 from distrai.wire.manifest import REASON_CHARS, Measurement, MeasurementRecheck, Measurements, parse_body
 from distrai.wire.signed import Signer

@@ -1,4 +1,4 @@
-"""The validator's side of a trajectory reveal (`distrai.trajectory`): the revealed piece digests
+"""The validator's side of a trajectory reveal (`distrai.protocol.trajectory`): the revealed piece digests
 against the manifest's committed roots, the drawn pieces against their digests, and the encoding
 of each drawn piece against the published update and the committed outgoing residual."""
 
@@ -9,10 +9,10 @@ from collections.abc import Mapping
 import torch
 
 from distrai.codec import Codec, CodecError
+from distrai.protocol.trajectory import TrajectoryReveal, residual_ref
+from distrai.protocol.update import RESIDUAL_TAG
 from distrai.train.hashing import PieceRef, digest_of_piece, digests_root, piece_of
 from distrai.train.state import STATE_TAG, STEP_PIECE, step_digest
-from distrai.trajectory import TrajectoryReveal, residual_ref
-from distrai.update import RESIDUAL_TAG
 from distrai.wire.manifest import UpdateManifest
 from validators.refused import Refused
 

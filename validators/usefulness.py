@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from distrai.globalmodel import GlobalModel
-from distrai.runtime import Runtime
+from distrai.protocol.globalmodel import GlobalModel
+from distrai.protocol.runtime import Runtime
 from distrai.train.assignment import reserve_size, trained_sample, unassigned_indices
 from distrai.train.evaluate import sequence_losses
 

@@ -5,7 +5,7 @@ For window w:
    windows this happens while window w − 1 is still being checked).
 2. At the reveal deadline, reach the window's base and the model its aggregate applies to
    (the same model on sequential windows; on pipelined ones the base is one aggregate behind),
-   following the published aggregates that pass `distrai.follow`'s checks. List what the miners
+   following the published aggregates that pass `distrai.protocol.follow`'s checks. List what the miners
    had revealed (`inventory.py`, kept in `pending.py` across a restart): nothing absent then
    counts. Then check every update whose manifest the chain held before the commit deadline
    (`checks.py`), flag copies, verify the challenged miners by recomputation (`replay.py`),
@@ -13,14 +13,14 @@ For window w:
    (`duplicates.py`).
 3. Score every miner against the window's reference drop (`scoring.py`); publish the signed
    report, then the signed aggregate of the updates the run's rule takes from it
-   (`distrai.aggregation`), with copies of their blobs and their miners' manifests so followers
+   (`distrai.protocol.aggregation`), with copies of their blobs and their miners' manifests so followers
    need only this validator's store, and anchor the aggregate's hash on chain, all before the
    aggregate deadline. The validator with the most stake leads; every validator's aggregate is
    there for the next in line if the leader's is missing or refused.
 4. Fold the scores into the moving average, save the state atomically, and set weights when
    the chain's rate limit allows.
 Replay: the hash of the block at the commit deadline draws the miners challenged in the window
-and shares their replays among the validators taking part (`distrai.windows.replay_shares`). For
+and shares their replays among the validators taking part (`distrai.protocol.windows.replay_shares`). For
 the miners of its share this validator checks the revealed states, replays the challenged
 segments and checks the update against the trajectory (`replay.py`), and publishes a signed
 finding on each one caught (`findings.py`). While checking the next window it re-checks the other
@@ -39,23 +39,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from distrai.aggregation import Scored, accepted_by_rule
-from distrai.announce import Announcement, anchored_aggregates, committed_updates, sharing_validators
 from distrai.chain.base import Chain, ChainError, Commitment, Metagraph, WalletLike
-from distrai.globalmodel import GlobalModel, SyncUnavailable, encode_checkpoint, outer_config
-from distrai.layout import aggregate_key, checkpoint_key, report_key
-from distrai.metrics import Metrics
-from distrai.outage import OutageLog
-from distrai.participant import Participant
-from distrai.run import challenge_inputs
-from distrai.runtime import Runtime, params_hash
-from distrai.store import Store, StoreError
-from distrai.store.base import BLOB_PREFIX, blob_key
-from distrai.sync import StoreCache
-from distrai.train.inner import window_start_state
-from distrai.train.outer import Contribution, outer_state_hash, outer_step
-from distrai.train.state import state_hash
-from distrai.windows import (
+from distrai.node.metrics import Metrics
+from distrai.node.participant import Participant
+from distrai.protocol.aggregation import Scored, accepted_by_rule
+from distrai.protocol.announce import Announcement, anchored_aggregates, committed_updates, sharing_validators
+from distrai.protocol.globalmodel import GlobalModel, SyncUnavailable, encode_checkpoint, outer_config
+from distrai.protocol.layout import aggregate_key, checkpoint_key, report_key
+from distrai.protocol.run import challenge_inputs
+from distrai.protocol.runtime import Runtime, params_hash
+from distrai.protocol.sync import StoreCache
+from distrai.protocol.windows import (
     WindowConfig,
     aggregate_deadline,
     challenged,
@@ -71,6 +65,12 @@ from distrai.windows import (
     window_of,
     window_start,
 )
+from distrai.store import Store, StoreError
+from distrai.store.base import BLOB_PREFIX, blob_key
+from distrai.store.outage import OutageLog
+from distrai.train.inner import window_start_state
+from distrai.train.outer import Contribution, outer_state_hash, outer_step
+from distrai.train.state import state_hash
 from distrai.wire import sha256_hex, sign_document
 from distrai.wire.manifest import Recheck, Refusal
 from validators.behaviour import LeaderBehaviour

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from distrai.runtime import Runtime
+from distrai.protocol.runtime import Runtime
 from distrai.wire.manifest import Measurement
 from validators.checks import PASS, MinerVerdict
 from validators.duplicates import flag_duplicates

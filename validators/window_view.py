@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from distrai.announce import Announcement
-from distrai.globalmodel import GlobalModel
-from distrai.runtime import Runtime
+from distrai.protocol.announce import Announcement
+from distrai.protocol.globalmodel import GlobalModel
+from distrai.protocol.runtime import Runtime
+from distrai.protocol.sync import StoreCache
+from distrai.protocol.trajectory import drawn_pieces
+from distrai.protocol.windows import ChallengeInputs, miner_segments
 from distrai.store import StoreError
-from distrai.sync import StoreCache
-from distrai.trajectory import drawn_pieces
-from distrai.windows import ChallengeInputs, miner_segments
 from validators.checks import MinerVerdict, check_miner
 from validators.inventory import AtDeadline, Inventory
 from validators.replay import verify_challenge

@@ -23,11 +23,11 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
-from distrai.runtime import Runtime
+from distrai.protocol.runtime import Runtime
+from distrai.protocol.trajectory import drawn_pieces
+from distrai.protocol.windows import miner_segments
 from distrai.train.inner import window_start_state
 from distrai.train.state import state_hash
-from distrai.trajectory import drawn_pieces
-from distrai.windows import miner_segments
 from validators.checks import PASS, MinerVerdict, check_miner
 from validators.inventory import Reader
 from validators.replay import verify_challenge

@@ -8,7 +8,7 @@ import socket
 import threading
 from pathlib import Path
 
-from distrai.flags import FLAGS
+from distrai.node.flags import FLAGS
 
 DEFAULT_PORT = 8700
 DEFAULT_WORK = "~/.distrai/dashboard"
@@ -94,9 +94,9 @@ def run_dashboard(args: argparse.Namespace, console) -> None:
     from distrai.dashboard.nodes import NodeMetrics, wallet_labels
     from distrai.dashboard.reading import RunReader, store_opener
     from distrai.dashboard.server import create_app
-    from distrai.node import open_chain
-    from distrai.run import load_run_config, run_id
-    from distrai.sync import StoreCache
+    from distrai.node.build import open_chain
+    from distrai.protocol.run import load_run_config, run_id
+    from distrai.protocol.sync import StoreCache
 
     config_path = getattr(args, "run.config")
     if not config_path:
@@ -154,9 +154,9 @@ def curve_builder(args: argparse.Namespace, config, opener):
     """Builds the held-out curve (model, data, a chain of its own) in the thread that follows it."""
 
     def build(chain):
-        from distrai.heldout import HeldoutCurve
-        from distrai.runtime import build_runtime
-        from distrai.sync import StoreCache
+        from distrai.protocol.heldout import HeldoutCurve
+        from distrai.protocol.runtime import build_runtime
+        from distrai.protocol.sync import StoreCache
 
         access = None
         if config.data.source == "prepared":

@@ -25,11 +25,11 @@ from distrai.dashboard.records import (
     miner_page,
     run_view,
 )
-from distrai.globalmodel import SyncError
-from distrai.run import RunConfig
+from distrai.protocol.globalmodel import SyncError
+from distrai.protocol.run import RunConfig
+from distrai.protocol.sync import run_start_block
+from distrai.protocol.windows import activities, window_of
 from distrai.store import StoreError
-from distrai.sync import run_start_block
-from distrai.windows import activities, window_of
 
 log = logging.getLogger("distrai.dashboard")
 
@@ -41,7 +41,7 @@ HISTORY_SAMPLES = 2000
 class HeldoutFollower:
     """Builds G_w for each window once it is final and evaluates it on the run's held-out data.
 
-    `build_curve(chain)` makes a `distrai.heldout.HeldoutCurve`; it loads the model and the data, so
+    `build_curve(chain)` makes a `distrai.protocol.heldout.HeldoutCurve`; it loads the model and the data, so
     it runs in this thread, not at start-up."""
 
     def __init__(

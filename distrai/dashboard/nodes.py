@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from distrai.metrics import read_metrics, utilization
+from distrai.node.metrics import read_metrics, utilization
 
 METRICS_FILE = "metrics.jsonl"
 

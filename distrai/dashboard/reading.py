@@ -1,8 +1,8 @@
 """Reading a run from the chain and the validators' stores, as a follower would, into `records`.
 
 Every report is read with the run's size cap and opened only if its validator's signature verifies
-(`distrai.follow.signed_body`); an aggregate is shown as followed only if it passes every check a
-follower runs before the recomputation (`distrai.follow.checked_aggregate`). A window's documents
+(`distrai.protocol.follow.signed_body`); an aggregate is shown as followed only if it passes every check a
+follower runs before the recomputation (`distrai.protocol.follow.checked_aggregate`). A window's documents
 are read again at every refresh until they are final, then kept.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from distrai.announce import parse_announcement
 from distrai.chain.base import Chain, ChainError
 from distrai.dashboard.records import AggregateCheck, ChainState, Problem, WindowDocs, clip
-from distrai.follow import (
+from distrai.protocol.announce import parse_announcement
+from distrai.protocol.follow import (
     WindowAnchors,
     checked_aggregate,
     checked_manifest,
@@ -21,13 +21,13 @@ from distrai.follow import (
     signed_body,
     window_quorum,
 )
-from distrai.globalmodel import SyncError, SyncUnavailable, unreachable
-from distrai.layout import report_key
-from distrai.quorum import Quorum
-from distrai.run import RunConfig, run_id
+from distrai.protocol.globalmodel import SyncError, SyncUnavailable, unreachable
+from distrai.protocol.layout import report_key
+from distrai.protocol.quorum import Quorum
+from distrai.protocol.run import RunConfig, run_id
+from distrai.protocol.sync import StoreCache, run_start_block
+from distrai.protocol.windows import aggregate_deadline, window_of
 from distrai.store import NotFound, RetryPolicy, Store, StoreError, open_store
-from distrai.sync import StoreCache, run_start_block
-from distrai.windows import aggregate_deadline, window_of
 from distrai.wire import sha256_hex
 from distrai.wire.manifest import WindowReport
 
@@ -204,7 +204,7 @@ class RunReader:
 
     def quorum(self, w: int, state: ChainState, stores: dict[str, str], anchors: WindowAnchors) -> Quorum:
         """The signed reports of window `w` the quorum weighs, as a follower weighs them
-        (`distrai.quorum`); one out of reach stays pending, so the page says so rather than guess."""
+        (`distrai.protocol.quorum`); one out of reach stays pending, so the page says so rather than guess."""
         stake = {n.hotkey: n.stake for n in state.metagraph.neurons if n.validator_permit}
 
         def store_of(validator: str) -> Store:

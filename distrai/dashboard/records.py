@@ -12,7 +12,7 @@ from statistics import mean
 
 from distrai.chain.base import Metagraph
 from distrai.dashboard.words import explain, score_words
-from distrai.standing import standing
+from distrai.protocol.standing import standing
 from distrai.wire.manifest import WindowReport
 
 TEXT_CHARS = 400
@@ -138,7 +138,7 @@ class MinerWindow:
     """whether nodes followed an aggregate of this window at all (none, when every one came late or
     was refused)"""
     why_not: str | None
-    """why its update is not in the global model (`distrai.standing`); None when it is"""
+    """why its update is not in the global model (`distrai.protocol.standing`); None when it is"""
 
 
 @dataclass(frozen=True)
@@ -375,7 +375,7 @@ NOT_SETTLED = "the window's aggregate deadline has not passed yet"
 
 def why_not_taken(d: WindowDocs, hotkey: str, top_n: int) -> str | None:
     """Why `hotkey`'s update of window `d` is not in the global model, as the miner's log says it
-    (`distrai.standing`); None when it is."""
+    (`distrai.protocol.standing`); None when it is."""
     if not d.settled:
         return NOT_SETTLED
     accepted = d.aggregates[d.leader].accepted if d.leader else ()

@@ -7,6 +7,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from transformers import PreTrainedTokenizerFast
 
@@ -14,16 +15,22 @@ from distrai.data.cache import FIRST_PAUSE_S, PATIENCE_S, ShardCache, next_pause
 from distrai.data.dataset import PreparedData
 from distrai.data.manifest import MAX_MANIFEST_BYTES, DataManifest, DataManifestError, parse_manifest
 from distrai.data.tokenizers import rebuild_tokenizer
-from distrai.outage import OutageLog
-from distrai.run import DataConfig
 from distrai.store import Store, open_store
 from distrai.store.base import NotFound, StoreError
 from distrai.store.file import write_atomically
+from distrai.store.outage import OutageLog
 
 MAX_TOKENIZER_BYTES = 64 << 20
 
 
 log = logging.getLogger("distrai.data")
+
+
+class DataSource(Protocol):
+    """Where the run config says its prepared data is published (the run config's `data` section)."""
+
+    store: str | None
+    endpoint: str | None
 
 
 @dataclass(frozen=True)
@@ -38,7 +45,7 @@ class DataAccess:
 
 
 def open_data_access(
-    data: DataConfig,
+    data: DataSource,
     cache_dir: Path,
     own_url: str | None,
     own_endpoint: str | None = None,

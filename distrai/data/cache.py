@@ -8,7 +8,7 @@ changed on disk) is deleted and fetched again; a fetched one that fails is delet
 `patience_s` (an outage of the data store pauses the node), then refused with `ShardError` too. The
 pauses between tries grow to `MAX_PAUSE_S` and no further, so a node that waited through an outage
 goes on within that long of its end: a training miner still commits its window when the outage
-ends in time. The outage is logged once when it starts and once when it ends (`distrai.outage`).
+ends in time. The outage is logged once when it starts and once when it ends (`distrai.store.outage`).
 Nothing unchecked is ever read.
 
 At most `open_limit` shards are mapped at once (least recently used unmapped first), so the pages
@@ -27,9 +27,9 @@ from pathlib import Path
 import numpy as np
 
 from distrai.data.manifest import ShardEntry
-from distrai.outage import OutageLog
 from distrai.store import Store
 from distrai.store.base import NotFound, StoreError, TooLarge, blob_key
+from distrai.store.outage import OutageLog
 
 log = logging.getLogger("distrai.data")
 HASH_CHUNK = 1 << 22

@@ -90,7 +90,7 @@ def load_prepare_tokenizer(name: str, revision: str | None) -> PreTrainedTokeniz
     """'byte', a local tokenizer folder or a hub id (imported here: `distrai` starts fast)."""
     from transformers import AutoTokenizer
 
-    from distrai.train.tokenizer import byte_tokenizer
+    from distrai.data.byte_tokenizer import byte_tokenizer
 
     if name == "byte":
         return byte_tokenizer()

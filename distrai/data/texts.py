@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from distrai.train.corpus import offline_documents
+from distrai.data.corpus import offline_documents
 
 KINDS = ("builtin", "files", "hub")
 FILE_FORMATS = {

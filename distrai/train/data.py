@@ -1,7 +1,7 @@
 """Training data in memory: the built-in corpus, tokenized into fixed-length sequences at start-up,
 with a held-out split that is never trained on; and the shared definitions of the token stream.
 
-The built-in corpus (`corpus.py`) serves tests and the local network; a real run trains from
+The built-in corpus (`distrai/data/corpus.py`) serves tests and the local network; a real run trains from
 prepared token shards (`distrai.data`), which share the definitions here: each document is
 tokenized without special tokens and followed by the tokenizer's EOS, and the held-out split is
 whole documents, evenly spaced over the source (document i is held out when ⌊(i+1)·f⌋ > ⌊i·f⌋ for
@@ -19,8 +19,8 @@ from typing import Protocol
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from distrai.data.corpus import offline_documents
 from distrai.data.stream import is_heldout_document, tokenize_documents
-from distrai.train.corpus import offline_documents
 from distrai.train.hashing import hash_sections
 
 

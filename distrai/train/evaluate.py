@@ -9,7 +9,7 @@ from distrai.train.loss import LossFn, causal_lm_loss, rows_of
 
 COMPARED_BATCH = 4
 """Sequences per forward of an evaluation whose result nodes compare (the held-out re-measurement of
-`distrai.remeasure`): the same on every node, since a GEMM's bits can depend on its shape, and small
+`distrai.protocol.remeasure`): the same on every node, since a GEMM's bits can depend on its shape, and small
 enough that a batch's float32 logits (2,048 tokens over a 50k vocabulary) fit a CPU node's memory."""
 
 

@@ -3,7 +3,7 @@
 Tensors are hashed in pieces of `PIECE_ELEMENTS` elements of their flattened C-order values (a
 smaller tensor is one piece), and the hash of a set of tensors is the root over the pieces' digests.
 So a party that holds the list of piece digests can check any one piece alone: that is how a miner
-reveals a sample of its last state and residual (`distrai.trajectory`) instead of all of it.
+reveals a sample of its last state and residual (`distrai.protocol.trajectory`) instead of all of it.
 
 A piece's digest is the SHA-256 of one JSON line `[section, name, dtype, shape, piece index]`
 followed by the piece's raw little-endian bytes. The root is the SHA-256 of a domain tag line and

@@ -34,8 +34,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from distrai.data.byte_tokenizer import byte_tokenizer
 from distrai.train.kernels import KERNELS, PaddedHead, padded_vocab, use_kernels
-from distrai.train.tokenizer import byte_tokenizer
 
 ATTENTIONS = ("eager", "sdpa")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -21,13 +21,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
-from distrai.run import ClassTolerance
 from distrai.train.kernels import kernels_of
 from distrai.train.step import StepConfig
 from distrai.wire.manifest import ReplayClass
+
+
+class ClassRow(Protocol):
+    """One row of the run config's tolerance table (`distrai.protocol.run.ClassTolerance`)."""
+
+    devices: tuple[str, str]
+    replay: float
+    loss: float
+    measured: str
 
 
 @dataclass(frozen=True)
@@ -76,7 +85,7 @@ def replay_class_of(
 
 
 def tolerance_for(
-    miner: ReplayClass | None, validator: ReplayClass, table: Sequence[ClassTolerance], default: Tolerance
+    miner: ReplayClass | None, validator: ReplayClass, table: Sequence[ClassRow], default: Tolerance
 ) -> Tolerance:
     """How a validator of class `validator` compares its replay of a miner of class `miner` (None:
     the manifest names none). The validator replays with the miner's split (ranks, micro-batches and

@@ -159,7 +159,7 @@ class AggregateManifest(_Body):
     base_hash: Sha256
     report_sha256: Sha256
     """The validator's signed report of the window: the accepted updates and their weights follow
-    from its scores under the run's rule (`distrai.aggregation.accepted_by_rule`)."""
+    from its scores under the run's rule (`distrai.protocol.aggregation.accepted_by_rule`)."""
     accepted: list[AcceptedUpdate]
     result_hash: Sha256
     """Hash of the global model after the outer step: anyone applying it must reach this."""

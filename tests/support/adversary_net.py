@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from distrai.localnet import Localnet, LocalnetOptions
+from distrai.localnet.network import Localnet, LocalnetOptions
 from miners.behaviour import ADVERSARIES
 from support.background import start
 

@@ -22,7 +22,7 @@ from typing import Protocol
 
 import pytest
 
-from distrai.localnet import Localnet
+from distrai.localnet.network import Localnet
 
 TIMEOUT_S = 600.0
 """How long a network may run before it is stopped and counted as unfinished."""

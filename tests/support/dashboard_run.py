@@ -9,14 +9,14 @@ from pathlib import Path
 
 import bittensor as bt
 
-from distrai.announce import Announcement
 from distrai.dashboard.live import Live
 from distrai.dashboard.nodes import NodeMetrics, wallet_labels
 from distrai.dashboard.reading import RunReader
-from distrai.layout import report_key
-from distrai.run import RunConfig, load_run_config, run_commitment, run_id
+from distrai.protocol.announce import Announcement
+from distrai.protocol.layout import report_key
+from distrai.protocol.run import RunConfig, load_run_config, run_commitment, run_id
+from distrai.protocol.sync import StoreCache
 from distrai.store import open_store
-from distrai.sync import StoreCache
 from distrai.wire import sign_document
 from support.local_harness import LocalHarness, make_local_harness
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from distrai.localnet import Localnet, LocalnetOptions
+from distrai.localnet.network import Localnet, LocalnetOptions
 from support.background import start
 
 WINDOWS = 5

@@ -9,7 +9,7 @@ import bittensor as bt
 
 from distrai.chain.base import Hyperparameters
 from distrai.chain.local import LocalChain
-from distrai.wallets import create_dev_wallet
+from distrai.node.wallets import create_dev_wallet
 
 TEST_HYPERPARAMETERS = Hyperparameters(
     tempo=10,

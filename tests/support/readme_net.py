@@ -28,9 +28,9 @@ from pathlib import Path
 
 import boto3
 
-from distrai.localnet import Neuron
-from distrai.run import shipped_config_path
-from distrai.train.corpus import offline_documents
+from distrai.data.corpus import offline_documents
+from distrai.localnet.network import Neuron
+from distrai.protocol.run import shipped_config_path
 from support.s3server import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY, start_server, stop_server
 from support.tiny_models import write_corpus_files
 

@@ -22,10 +22,10 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from distrai.localnet import Localnet, LocalnetOptions
-from distrai.metrics import read_metrics
-from distrai.run import shipped_config_path
-from distrai.train.corpus import offline_documents
+from distrai.data.corpus import offline_documents
+from distrai.localnet.network import Localnet, LocalnetOptions
+from distrai.node.metrics import read_metrics
+from distrai.protocol.run import shipped_config_path
 from support.background import start
 from support.tiny_models import write_corpus_files
 

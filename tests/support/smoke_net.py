@@ -17,7 +17,7 @@ import sysconfig
 from collections.abc import Mapping
 from pathlib import Path
 
-from distrai.localnet import Neuron
+from distrai.localnet.network import Neuron
 
 CONFIG = Path(__file__).parent / "gpu-smoke-cpu.toml"
 WINDOWS = 3

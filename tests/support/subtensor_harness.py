@@ -14,7 +14,7 @@ import bittensor as bt
 from distrai.chain.base import Hyperparameters
 from distrai.chain.local import LocalChain
 from distrai.chain.subtensor import SubtensorChain
-from distrai.wallets import create_dev_wallet
+from distrai.node.wallets import create_dev_wallet
 from support.local_harness import FROZEN_BLOCK_TIME, OWNER_WALLET, TEST_HYPERPARAMETERS, LocalHarness
 from support.memory_substrate import MemorySubstrate
 

@@ -10,13 +10,13 @@ import pyarrow.parquet as pq
 import torch
 from transformers import LlamaForCausalLM, PreTrainedModel
 
+from distrai.data.byte_tokenizer import byte_tokenizer
 from distrai.train.data import DataSpec, TokenData, build_token_data
 from distrai.train.inner import InnerConfig, run_steps
 from distrai.train.loss import causal_lm_loss
 from distrai.train.model import ModelSpec, load_model, preset_config
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer
 from distrai.train.step import StepConfig
-from distrai.train.tokenizer import byte_tokenizer
 
 TINY = ModelSpec(preset="tiny")
 FAST_LR = 3e-3

@@ -3,7 +3,7 @@ aggregate of the window, weighed by stake, not on its aggregator's report alone.
 
 For each update an aggregate accepts, the validators whose reports count are split three ways:
 - **passed**: its report's line for the miner is one the run's rule would take on its own
-  (`distrai.aggregation.accepted_by_rule` given that line alone: every check passed, a score
+  (`distrai.protocol.aggregation.accepted_by_rule` given that line alone: every check passed, a score
   above zero);
 - **failed**: its report has a line for the miner that the rule would not take;
 - **abstained**: it published no report that counts (none anchored, none readable, not signed),
@@ -16,7 +16,7 @@ much stake as those that passed it (ties refuse), and at least one failed it. A 
 reach (`pending`) counts as whichever verdict would change the decision: if either would, the
 decision waits for it.
 
-Pure: the caller reads the reports and the stakes (`distrai.follow.window_quorum`).
+Pure: the caller reads the reports and the stakes (`distrai.protocol.follow.window_quorum`).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from distrai.aggregation import Scored, accepted_by_rule
-from distrai.globalmodel import SyncError, SyncUnavailable
+from distrai.protocol.aggregation import Scored, accepted_by_rule
+from distrai.protocol.globalmodel import SyncError, SyncUnavailable
 from distrai.wire.manifest import MinerEntry, WindowReport
 
 

@@ -21,19 +21,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from distrai.chain.base import Chain
-from distrai.flags import FLAGS
-from distrai.folders import writable_folder
-from distrai.metrics import Metrics
-from distrai.registration import require_registered
-from distrai.run import RUN_COMMITMENT_PREFIX, RunConfig, check_run_matches, load_run_config
+from distrai.node.flags import FLAGS
+from distrai.node.folders import writable_folder
+from distrai.node.metrics import Metrics
+from distrai.node.registration import require_registered
+from distrai.node.wallets import open_wallet
+from distrai.protocol.run import RUN_COMMITMENT_PREFIX, RunConfig, check_run_matches, load_run_config
 from distrai.store import Store, open_store
 from distrai.train.launch import Launch
-from distrai.wallets import open_wallet
 
 if TYPE_CHECKING:
     from distrai.data.access import DataAccess
-    from distrai.runtime import Runtime
-    from distrai.sync import StoreCache
+    from distrai.protocol.runtime import Runtime
+    from distrai.protocol.sync import StoreCache
 
 
 def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -113,7 +113,7 @@ def build_node(
         endpoint=getattr(args, "store.endpoint"),
         bandwidth_bytes_per_s=float(bandwidth) if bandwidth else None,
     )
-    from distrai.sync import StoreCache
+    from distrai.protocol.sync import StoreCache
     from distrai.train.determinism import configure_determinism  # the first import of torch
 
     configure_determinism(args.device)
@@ -177,7 +177,7 @@ def prepare_runtime(
     """The run's runtime on this process's device: on its rank of `launch` when given, its step
     fitted to `budget` bytes of memory (a miner may split its batch further; a validator replays the
     miner's split), the plan logged."""
-    from distrai.runtime import build_runtime, fit_memory, run_on_ranks
+    from distrai.protocol.runtime import build_runtime, fit_memory, run_on_ranks
 
     runtime = build_runtime(config, args.device, data_access(args, config))
     if launch is not None:

@@ -12,7 +12,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from distrai.codec import Codec, get_codec
 from distrai.data.access import DataAccess, open_prepared
 from distrai.data.tokenizers import tokenizer_sha256
-from distrai.run import ModelSource, RunConfig, run_id
+from distrai.protocol.run import ModelSource, RunConfig, run_id
 from distrai.train.data import DataSpec, TrainingData, build_token_data
 from distrai.train.distill import DistillationLoss, DistillConfig
 from distrai.train.hashing import hash_tensors

@@ -9,19 +9,19 @@ from rich.table import Table
 
 from distrai.chain.base import Metagraph
 from distrai.chain.local import LocalChain
-from distrai.heldout import HeldoutCurve
-from distrai.layout import report_key
-from distrai.localnet import Localnet
-from distrai.localnet_report import REPORT, node_metrics, read_summary, report_markdown, write_summary
-from distrai.metrics import node_records, read_metrics, utilization
-from distrai.run import run_id
-from distrai.runtime import Runtime, build_runtime
+from distrai.localnet.network import Localnet
+from distrai.localnet.report import REPORT, node_metrics, read_summary, report_markdown, write_summary
+from distrai.node.metrics import node_records, read_metrics, utilization
+from distrai.node.wallets import open_wallet
+from distrai.protocol.heldout import HeldoutCurve
+from distrai.protocol.layout import report_key
+from distrai.protocol.run import run_id
+from distrai.protocol.runtime import Runtime, build_runtime
+from distrai.protocol.sync import StoreCache
+from distrai.protocol.windows import activities, aggregate_deadline
 from distrai.store import StoreError, open_store
-from distrai.sync import StoreCache
 from distrai.train.model import count_parameters
 from distrai.train.replay_class import device_name
-from distrai.wallets import open_wallet
-from distrai.windows import activities, aggregate_deadline
 from distrai.wire import WireError, open_document
 
 
@@ -249,7 +249,7 @@ def _heldout(net: Localnet, windows: list[int]) -> tuple[list[float], Runtime]:
 
 
 def summarize(net: Localnet, windows: list[int]) -> dict:
-    """What the run's end measures for its report (`localnet_report.py`): the held-out curve over
+    """What the run's end measures for its report (`report.py`): the held-out curve over
     `windows`, the device and the model's size; written to the network's folder."""
     losses, runtime = _heldout(net, windows)
     summary = {
@@ -264,7 +264,7 @@ def summarize(net: Localnet, windows: list[int]) -> dict:
 
 
 def network_report(net: Localnet) -> str:
-    """The network's report (`localnet_report.py`) from its folder, written there as report.md."""
+    """The network's report (`report.py`) from its folder, written there as report.md."""
     summary = read_summary(net.work) or {}
     cfg = net.config
     miners = sum(n.role == "miner" for n in net.neurons)

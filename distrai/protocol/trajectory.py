@@ -4,7 +4,7 @@ encoding of its committed training, without uploading its whole last state.
 The manifest commits, before the challenge is drawn, to the last boundary's state hash and to the
 hashes of the codec residual carried into and out of the window; each hash is a root over piece
 digests (`distrai.train.hashing`). The window's shared reveal seed then draws a sample of the
-model's parameter pieces (`distrai.windows.trajectory_sample`), and the miner reveals:
+model's parameter pieces (`distrai.protocol.windows.trajectory_sample`), and the miner reveals:
 
 - the piece digests of its last state (parameters, optimizer state and step) and of both
   residuals: 32 bytes a piece, which the validator checks against the committed roots;
@@ -25,12 +25,12 @@ from dataclasses import dataclass
 
 import torch
 
+from distrai.protocol.update import RESIDUAL_SECTION
+from distrai.protocol.windows import ChallengeInputs, trajectory_sample
 from distrai.train.hashing import PIECE_ELEMENTS, PieceRef, piece_of, pieces
 from distrai.train.tensorfile import decode_tensors, encode_tensors
-from distrai.update import RESIDUAL_SECTION
-from distrai.windows import ChallengeInputs, trajectory_sample
 
-TRAJECTORY_FORMAT = "distrai.trajectory/1"
+TRAJECTORY_FORMAT = "distrai.protocol.trajectory/1"
 PARAM_SECTION = "param"
 """The section of a train state's hash that holds its parameters (`distrai.train.state`)."""
 _SHA256 = re.compile(r"[0-9a-f]{64}")

@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from distrai.globalmodel import SyncError
-from distrai.runtime import Runtime, model_spec
+from distrai.protocol.globalmodel import SyncError
+from distrai.protocol.runtime import Runtime, model_spec
 from distrai.train.evaluate import COMPARED_BATCH, evaluate
 from distrai.train.model import load_model
 

@@ -27,7 +27,7 @@ from transformers import PreTrainedTokenizerFast
 
 from distrai.data.prepare import PrepareOptions, prepare
 from distrai.data.stream import is_heldout_document
-from distrai.run import RunConfig, load_run_config
+from distrai.protocol.run import RunConfig, load_run_config
 from distrai.store import open_store
 
 EOS = "<|endoftext|>"

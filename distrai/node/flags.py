@@ -6,7 +6,7 @@ without loading what a node loads.
 
 from __future__ import annotations
 
-from distrai.wallets import DEFAULT_WALLET_PATH
+from distrai.node.wallets import DEFAULT_WALLET_PATH
 
 FLAGS = [
     # (flag, env, default, help)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from distrai.wire.manifest import WindowReport
 
 if TYPE_CHECKING:
-    from distrai.sync import Settled
+    from distrai.protocol.sync import Settled
 
 NO_AGGREGATE = "no aggregate of this window was followed (each came late or was refused)"
 
@@ -51,7 +51,7 @@ def standing(
     """`hotkey`'s standing in `window`: `reports` are the validators' signed reports of it, `leader`
     the validator whose aggregate the network followed (None when none was) and `accepted` that
     aggregate's (hotkey, weight) pairs, taken under the run's rule from the leader's report
-    (`distrai.aggregation`, at most `top_n`)."""
+    (`distrai.protocol.aggregation`, at most `top_n`)."""
     scores = {v: r.miners[hotkey].score for v, r in reports.items() if hotkey in r.miners}
     weight = dict(accepted).get(hotkey) if leader is not None else None
     if weight is not None:

@@ -2,7 +2,7 @@
 `report.md` in the network's folder at the end of every run): for docs/gpu.md's smoke window.
 
 What it reads: each node's metrics (`metrics.jsonl`: the miners' train and reveal records, the
-validators' window records, every record's peak memory, `distrai.metrics`), the validators' signed
+validators' window records, every record's peak memory, `distrai.node.metrics`), the validators' signed
 window reports in the network's store (each challenged miner's replay: seconds, steps, distance and
 tolerance), and what the run measured at its end (`summary.json`: the held-out losses, the device,
 the model's size).
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distrai.metrics import node_records
+from distrai.node.metrics import node_records
 
 SUMMARY = "summary.json"
 REPORT = "report.md"

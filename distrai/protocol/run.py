@@ -32,13 +32,13 @@ from pydantic import (
 )
 
 from distrai.codec import get_codec
+from distrai.protocol.windows import ChallengeInputs, WindowConfig
 from distrai.train.pieces import PIECE_ELEMENTS
-from distrai.windows import ChallengeInputs, WindowConfig
 
 RUN_COMMITMENT_PREFIX = "distrai-run:"
 MAX_COMMITMENT_BYTES = 128
 SHIPPED_CONFIGS = ("cpu-localnet", "gpu-subnet")
-_CONFIG_DIR = Path(__file__).parent / "configs"
+_CONFIG_DIR = Path(__file__).parents[1] / "configs"
 _RUN_ID = re.compile(r"[0-9a-f]{64}")
 _OPTION_NAME = re.compile(r"[a-z][a-z0-9_]*")
 _RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")

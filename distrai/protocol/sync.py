@@ -1,7 +1,7 @@
 """Reaching G_w from what the network published: checkpoints and aggregates in validators' stores.
 
 Validators are tried in order of stake (the leader first); the first whose aggregate of a window
-passes every check of `distrai.follow` and reaches its result hash is followed. Every aggregate
+passes every check of `distrai.protocol.follow` and reaches its result hash is followed. Every aggregate
 refused on the way is remembered with its reason (`take_refusals`), so a validator's report names
 the leader it would not follow. A window nobody aggregated leaves the model as it was. A node
 that joins late starts from the newest checkpoint that is the result of an aggregate it would
@@ -15,10 +15,10 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from distrai.announce import Announcement, parse_announcement
 from distrai.chain.base import Chain, ChainError, Metagraph
-from distrai.follow import WindowAnchors, checked_aggregate, read_anchors, window_quorum
-from distrai.globalmodel import (
+from distrai.protocol.announce import Announcement, parse_announcement
+from distrai.protocol.follow import WindowAnchors, checked_aggregate, read_anchors, window_quorum
+from distrai.protocol.globalmodel import (
     GlobalModel,
     SyncError,
     SyncUnavailable,
@@ -26,15 +26,15 @@ from distrai.globalmodel import (
     decode_checkpoint,
     skip_window,
 )
-from distrai.layout import checkpoint_prefix, checkpoint_window
-from distrai.outage import OutageLog
-from distrai.quorum import Quorum
-from distrai.remeasure import HeldoutJudge, check_not_worse, heldout_sample, loss_rise, sample_seed
-from distrai.run import RUN_COMMITMENT_PREFIX, parse_run_commitment
-from distrai.runtime import Runtime
+from distrai.protocol.layout import checkpoint_prefix, checkpoint_window
+from distrai.protocol.quorum import Quorum
+from distrai.protocol.remeasure import HeldoutJudge, check_not_worse, heldout_sample, loss_rise, sample_seed
+from distrai.protocol.run import RUN_COMMITMENT_PREFIX, parse_run_commitment
+from distrai.protocol.runtime import Runtime
+from distrai.protocol.windows import aggregate_deadline, window_of
 from distrai.store import Store, StoreError, open_store
+from distrai.store.outage import OutageLog
 from distrai.train.outer import OuterState
-from distrai.windows import aggregate_deadline, window_of
 from distrai.wire import WireError
 from distrai.wire.manifest import REASON_CHARS, AggregateManifest, Refusal, WindowReport
 
@@ -260,7 +260,7 @@ class Syncer:
 
     def quorum(self, w: int, view: PeerView, anchors: WindowAnchors) -> Quorum:
         """The signed reports of window w that the quorum weighs, with the permitted validators' stake
-        as this node sees it now (`distrai.quorum`)."""
+        as this node sees it now (`distrai.protocol.quorum`)."""
         stake = {n.hotkey: n.stake for n in view.metagraph.neurons if n.validator_permit}
         urls = dict(view.validators_by_stake())
         patience = self.patience(w)
@@ -293,7 +293,7 @@ class Syncer:
 
     def remeasure(self, w: int, base: GlobalModel, result: GlobalModel, validator: str) -> None:
         """Refuse (`SyncError`) a result of window w's aggregate that raises the loss on the window's
-        held-out sample over its base by more than the run's tolerance (`distrai.remeasure`)."""
+        held-out sample over its base by more than the run's tolerance (`distrai.protocol.remeasure`)."""
         if result.hash == base.hash:
             return
         follow = self.runtime.config.follow

@@ -11,7 +11,7 @@ before the reveal deadline: `(reveal_offset − commit_offset − 1)` blocks. In
   for it (one draw per window that every validator replays, so it does not grow with the
   validators; a run from segment 0 starts at the window's base, which validators build themselves,
   so one state is the worst case);
-- when challenged, the trajectory reveal (`distrai.trajectory`): `trajectory_fraction` of the last
+- when challenged, the trajectory reveal (`distrai.protocol.trajectory`): `trajectory_fraction` of the last
   state's parameters, the same share of the incoming codec residual (fp32; lossy codecs only), and
   32-byte piece digests (left out here: a few kB).
 
@@ -40,9 +40,9 @@ from dataclasses import dataclass
 import torch
 
 from distrai.codec import get_codec
-from distrai.run import RunConfig
+from distrai.protocol.run import RunConfig
+from distrai.protocol.windows import WindowConfig
 from distrai.store import Store, StoreError
-from distrai.windows import WindowConfig
 
 log = logging.getLogger("distrai.linkcheck")
 

@@ -59,7 +59,7 @@ def checkpoint_window(key: str) -> int | None:
 
 
 def trajectory_key(run_id: str, window: int, hotkey: str) -> str:
-    """A challenged miner's trajectory reveal (`distrai.trajectory`): the piece digests of its last
+    """A challenged miner's trajectory reveal (`distrai.protocol.trajectory`): the piece digests of its last
     state and residuals, and the drawn pieces of its last parameters and incoming residual."""
     return f"{window_prefix(run_id, window)}/trajectories/{hotkey}.safetensors"
 

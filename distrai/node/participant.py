@@ -7,14 +7,14 @@ import logging
 import threading
 import time
 
-from distrai.announce import Announcement, parse_announcement
 from distrai.chain.base import Chain, WalletLike
-from distrai.globalmodel import GlobalModel
-from distrai.metrics import Metrics
-from distrai.runtime import Runtime
+from distrai.node.metrics import Metrics
+from distrai.protocol.announce import Announcement, parse_announcement
+from distrai.protocol.globalmodel import GlobalModel
+from distrai.protocol.runtime import Runtime
+from distrai.protocol.sync import StoreCache, Syncer
+from distrai.protocol.windows import base_index, roster_block
 from distrai.store import Store
-from distrai.sync import StoreCache, Syncer
-from distrai.windows import base_index, roster_block
 
 log = logging.getLogger("distrai.node")
 
@@ -55,11 +55,11 @@ class Participant:
         self.chain.commit(self.wallet, Announcement(self.store_url).encode())
 
     def base_index(self, window: int) -> int:
-        """Which global model `window` trains from (`distrai.windows.base_index`)."""
+        """Which global model `window` trains from (`distrai.protocol.windows.base_index`)."""
         return base_index(self.windows, window, self.syncer.first_window())
 
     def window_miners(self, window: int) -> list[str]:
-        """`window`'s miner list, sorted: every hotkey registered at `distrai.windows.roster_block`.
+        """`window`'s miner list, sorted: every hotkey registered at `distrai.protocol.windows.roster_block`.
         Data assignment and challenges are dealt over it, so every node reads the same list, whenever
         in the window it reads it."""
         return sorted(self.chain.registrations(roster_block(self.windows, window)))

@@ -6,7 +6,7 @@ import argparse
 import shlex
 
 from distrai.chain.base import Chain
-from distrai.wallets import DEFAULT_WALLET_PATH
+from distrai.node.wallets import DEFAULT_WALLET_PATH
 
 
 def register_command(args: argparse.Namespace) -> str:

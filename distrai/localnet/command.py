@@ -12,9 +12,9 @@ from rich.console import Console
 from rich.live import Live
 
 from distrai.dashboard.cli import check_port_free
-from distrai.localnet import COLLUDING_LEADER, COLLUDING_MINER, Localnet, LocalnetOptions, Neuron
-from distrai.localnet_report import REPORT
-from distrai.localnet_view import (
+from distrai.localnet.network import COLLUDING_LEADER, COLLUDING_MINER, Localnet, LocalnetOptions, Neuron
+from distrai.localnet.report import REPORT
+from distrai.localnet.view import (
     accepted_note,
     live_table,
     miner_results,
@@ -24,15 +24,15 @@ from distrai.localnet_view import (
     summarize,
     trained_windows,
 )
-from distrai.run import shipped_config_path
-from miners.behaviour import ADVERSARIES
-from validators.behaviour import LEADER_ADVERSARIES
+from distrai.protocol.run import shipped_config_path
+from miners.adversaries import ADVERSARY_NAMES
+from validators.adversaries import LEADER_ADVERSARY_NAMES
 
 STARTUP_SECONDS = 120
 DASHBOARD_HOST = "127.0.0.1"
 
 
-def parse_adversaries(text: str, known=ADVERSARIES, flag: str = "--adversary") -> tuple[str, ...]:
+def parse_adversaries(text: str, known=ADVERSARY_NAMES, flag: str = "--adversary") -> tuple[str, ...]:
     """`--adversary lazy,noise` → ("lazy", "noise"); unknown or repeated types are refused."""
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     unknown = [name for name in names if name not in known]
@@ -68,7 +68,9 @@ def run_localnet(args: argparse.Namespace, console: Console) -> None:
         miner_ranks=args.miner_ranks,
         sharded_miner_ranks=args.sharded_miner_ranks,
         adversaries=parse_adversaries(args.adversary),
-        leader_adversaries=parse_adversaries(args.leader_adversary, LEADER_ADVERSARIES, "--leader-adversary"),
+        leader_adversaries=parse_adversaries(
+            args.leader_adversary, LEADER_ADVERSARY_NAMES, "--leader-adversary"
+        ),
         run_config=Path(args.run_config) if args.run_config else shipped_config_path("cpu-localnet"),
         device=args.device,
         data_files=tuple(args.data_files),

@@ -1,7 +1,7 @@
 """The held-out loss of the global model, window by window, rebuilt from what the network published.
 
 G_w (the base of window w) is the run's initial model at the run's first window, then the outer step
-of each window's followed aggregate (`distrai.sync`). Its loss on the run's held-out sequences is
+of each window's followed aggregate (`distrai.protocol.sync`). Its loss on the run's held-out sequences is
 what the local network prints at its end and what the dashboard charts. G_{w+1} is final once window
 w's aggregate deadline has passed: the anchors a follower reads are fixed then.
 """
@@ -9,11 +9,11 @@ w's aggregate deadline has passed: the anchors a follower reads are fixed then.
 from __future__ import annotations
 
 from distrai.chain.base import Chain
-from distrai.globalmodel import GlobalModel
-from distrai.runtime import Runtime
-from distrai.sync import StoreCache, Syncer
+from distrai.protocol.globalmodel import GlobalModel
+from distrai.protocol.runtime import Runtime
+from distrai.protocol.sync import StoreCache, Syncer
+from distrai.protocol.windows import aggregate_deadline
 from distrai.train.evaluate import evaluate
-from distrai.windows import aggregate_deadline
 
 
 class HeldoutCurve:

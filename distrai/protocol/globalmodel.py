@@ -14,13 +14,13 @@ from dataclasses import dataclass
 import torch
 
 from distrai.codec import Codec, CodecError
-from distrai.run import OuterConfig as RunOuterConfig
-from distrai.runtime import params_hash
+from distrai.protocol.run import OuterConfig as RunOuterConfig
+from distrai.protocol.runtime import params_hash
+from distrai.protocol.update import decode_update
 from distrai.store import StoreError
 from distrai.store.base import IntegrityError, NotFound, TooLarge
 from distrai.train.outer import Contribution, OuterConfig, OuterState, outer_state_hash, outer_step
 from distrai.train.tensorfile import decode_tensors, encode_tensors
-from distrai.update import decode_update
 from distrai.wire import WireError
 from distrai.wire.manifest import AggregateManifest
 

@@ -10,16 +10,16 @@ aggregator's own choice, and nothing in it may rest on the aggregator's word alo
   that the manifest names the accepted blob.
 - **Weights by the rule.** The aggregate names the hash of the validator's signed report of the
   window; the accepted updates and their weights must be exactly what the run's rule
-  (`distrai.aggregation.accepted_by_rule`) gives from that report's scores, so an update the
+  (`distrai.protocol.aggregation.accepted_by_rule`) gives from that report's scores, so an update the
   report rejected, or any other weighting, is refused.
 - **The report quorum.** Every accepted update must not be failed by the signed reports of
-  validators holding at least as much stake as those that passed it (`distrai.quorum`): the reports
+  validators holding at least as much stake as those that passed it (`distrai.protocol.quorum`): the reports
   that count are those named by the aggregates anchored on chain for the window
   (`window_quorum`).
 - **Recomputed.** Applying the outer step to the follower's own G_w must reach the aggregate's
-  result hash and outer-momentum hash (`distrai.globalmodel.apply_aggregate`).
+  result hash and outer-momentum hash (`distrai.protocol.globalmodel.apply_aggregate`).
 - **Re-measured.** The result must not raise the loss on a sample of the held-out split over its
-  base by more than the run's tolerance (`distrai.remeasure`; `distrai.sync` runs it, as it needs
+  base by more than the run's tolerance (`distrai.protocol.remeasure`; `distrai.protocol.sync` runs it, as it needs
   G_w).
 
 Any failure raises `SyncError` with the reason; the follower then tries the next validator by
@@ -31,16 +31,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from distrai.aggregation import Scored, accepted_by_rule
-from distrai.announce import anchored_aggregates, committed_updates
 from distrai.chain.base import Chain, ChainError
-from distrai.globalmodel import SyncError, SyncUnavailable, fetch_failed
-from distrai.layout import aggregate_key, report_key
-from distrai.quorum import Quorum
-from distrai.run import RunConfig
-from distrai.run import run_id as run_id_of
+from distrai.protocol.aggregation import Scored, accepted_by_rule
+from distrai.protocol.announce import anchored_aggregates, committed_updates
+from distrai.protocol.globalmodel import SyncError, SyncUnavailable, fetch_failed
+from distrai.protocol.layout import aggregate_key, report_key
+from distrai.protocol.quorum import Quorum
+from distrai.protocol.run import RunConfig
+from distrai.protocol.run import run_id as run_id_of
+from distrai.protocol.windows import aggregate_deadline, commit_deadline, reveal_seed, window_start
 from distrai.store import Store, StoreError
-from distrai.windows import aggregate_deadline, commit_deadline, reveal_seed, window_start
 from distrai.wire import WireError, open_document, sha256_hex
 from distrai.wire.manifest import AggregateManifest, UpdateManifest, WindowReport, parse_body
 

@@ -1,0 +1,142 @@
+"""The rooms of the house and their layering (docs/architecture.md): every product module belongs to
+one room, and a module imports only from its own room or from a room on a lower floor, so no room
+imports a room above it and no two rooms import each other. Imports inside functions count too.
+
+Read from the source with `ast`, nothing imported: a violation fails with the module and the import."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PRODUCT = ("distrai", "miners", "validators", "neurons")
+
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("distrai",),  # the package itself (its version)
+    ("chain", "codec", "store"),
+    ("wire",),
+    ("data",),
+    ("train",),
+    ("protocol",),
+    ("node",),
+    ("miners", "validators"),
+    ("dashboard",),
+    ("localnet",),
+    ("cli", "neurons"),
+)
+"""Lowest first. Rooms on one floor import nothing from each other."""
+
+CLI_MODULES = {"distrai.cli", "distrai.chain_cmd", "distrai.run_cmd"}
+"""The loose modules at the top of `distrai/`: the `distrai` command and its subcommands."""
+
+TOOLS = {"dashboard", "localnet", "cli"}
+ROLE_NAMES = ("miners.adversaries", "validators.adversaries")
+"""The tools start miners and validators as processes (`neurons/`); of the roles they read only these
+light modules of names."""
+
+FLOOR = {room: floor for floor, rooms in enumerate(FLOORS) for room in rooms}
+
+
+def room_of(module: str) -> str:
+    """The room a dotted name belongs to: `distrai.x` is room x's when x is a room, else the
+    package's own (an attribute of the package, or a loose module, which `violations` refuses)."""
+    parts = module.split(".")
+    if parts[0] != "distrai":
+        return parts[0]
+    if ".".join(parts[:2]) in CLI_MODULES:
+        return "cli"
+    return parts[1] if len(parts) > 1 and parts[1] in FLOOR else "distrai"
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported(tree: ast.AST, module: str, is_package: bool) -> list[tuple[int, str]]:
+    """(line, dotted name) of every import anywhere in the module, relative ones resolved."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                package = module.split(".") if is_package else module.split(".")[:-1]
+                base = package[: len(package) - (node.level - 1)]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            # `from distrai.node import linkcheck` may import a module: the name counts, not only its package
+            found += [(node.lineno, f"{name}.{alias.name}") for alias in node.names]
+    return found
+
+
+def product_files(root: Path) -> list[Path]:
+    return sorted(path for top in PRODUCT if (root / top).is_dir() for path in (root / top).rglob("*.py"))
+
+
+def violations(root: Path) -> list[str]:
+    found = []
+    for path in product_files(root):
+        module = module_name(path, root)
+        room = room_of(module)
+        where = path.relative_to(root)
+        if room == "distrai" and module != "distrai":
+            found.append(f"{where}: {module} is in no room (move it into one, or name it in FLOORS)")
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for line, name in imported(tree, module, path.name == "__init__.py"):
+            if name.split(".")[0] not in PRODUCT:
+                continue
+            target = room_of(name)
+            if target != room and FLOOR[target] >= FLOOR[room]:
+                side = "beside" if FLOOR[target] == FLOOR[room] else "above"
+                found.append(
+                    f"{where}:{line}: {module} (room {room}) imports {name} (room {target}, {side} it)"
+                )
+            elif room in TOOLS and target in ("miners", "validators") and not name.startswith(ROLE_NAMES):
+                found.append(
+                    f"{where}:{line}: {module} (a tool) imports {name}: tools read only {', '.join(ROLE_NAMES)}"
+                )
+    return found
+
+
+def test_every_module_imports_only_its_own_room_or_rooms_below():
+    found = violations(REPO)
+    assert not found, "imports against the layering (docs/architecture.md):\n" + "\n".join(found)
+
+
+def test_every_room_on_the_floors_exists():
+    rooms = {room_of(module_name(path, REPO)) for path in product_files(REPO)}
+    assert rooms == set(FLOOR)
+
+
+def test_a_room_importing_upward_or_sideways_fails(tmp_path):
+    """The check can fail: a fake tree whose protocol imports the node (lazily, inside a function),
+    whose miners import the validators, whose local network imports a miner's behaviours, and with a
+    loose module no room holds."""
+    for folder in ("distrai/protocol", "distrai/node", "miners", "validators"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "distrai/__init__.py").write_text("")
+    (tmp_path / "distrai/protocol/sync.py").write_text("def f():\n    from distrai.node.build import Node\n")
+    (tmp_path / "distrai/node/build.py").write_text("from distrai.protocol import sync\n")
+    (tmp_path / "miners/miner.py").write_text("import validators.checks\n")
+    (tmp_path / "validators/checks.py").write_text("from . import miner_free\n")
+    (tmp_path / "distrai/loose.py").write_text("")
+    (tmp_path / "distrai/localnet").mkdir()
+    (tmp_path / "distrai/localnet/command.py").write_text(
+        "from miners.adversaries import ADVERSARY_NAMES\nfrom miners.behaviour import ADVERSARIES\n"
+    )
+    found = violations(tmp_path)
+    assert found == [
+        "distrai/localnet/command.py:2: distrai.localnet.command (a tool) imports miners.behaviour.ADVERSARIES: "
+        "tools read only miners.adversaries, validators.adversaries",
+        "distrai/loose.py: distrai.loose is in no room (move it into one, or name it in FLOORS)",
+        "distrai/protocol/sync.py:2: distrai.protocol.sync (room protocol) imports distrai.node.build.Node "
+        "(room node, above it)",
+        "miners/miner.py:1: miners.miner (room miners) imports validators.checks (room validators, beside it)",
+    ]

@@ -2,8 +2,8 @@
 
 1. A real run on CPU (bench/verification-scale.toml, tiny model): 60 honest miners and 4 that cheat
    in ways only a replay catches, 4 validators sharing the replays, as separate processes through
-   the real entry points (the miners 8 to a process, `bench/_miner_swarm.py`: a process per miner
-   would need 32 GB). Per validator and window, from its signed report and metrics: the miners it
+   the real entry points (the honest miners 8 to a process, `bench/_miner_swarm.py`: a process per
+   miner would need 32 GB; each cheater in a process of its own, with a store of its own). Per validator and window, from its signed report and metrics: the miners it
    replayed, the bytes it downloaded, its seconds, the findings it published and re-checked; per
    window, the share of the miners replayed by anyone and the miners' median steps.
 2. The same accounting computed for the GPU config at 256 miners and 16 validators
@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import statistics
 import sys
@@ -31,7 +32,7 @@ from _scale_accounting import ScaleAccounting, account
 from rich.console import Console
 from rich.table import Table
 
-from distrai.localnet.network import Localnet, LocalnetOptions, Neuron
+from distrai.localnet.network import REPO, Localnet, LocalnetOptions
 from distrai.localnet.view import processed_windows, signed_reports
 from distrai.node import linkcheck
 from distrai.node.metrics import read_metrics
@@ -63,44 +64,43 @@ QUICK = Plan(honest=8, validators=2, windows=2, per_process=6)
 
 
 class SwarmLocalnet(Localnet):
-    """A local network whose miners run several to a process (`bench/_miner_swarm.py`)."""
+    """A local network whose honest miners run several to a process (`bench/_miner_swarm.py`).
+
+    `Localnet.setup` adds every node through `_add`; an honest single-process miner is held back
+    here with its flags, and the held miners with the same flags are then added in groups, each
+    group as one `_add` of Localnet's whose script is swapped for the swarm's. Every other node (the
+    validators, and the cheaters, each with a store of its own) is added by Localnet unchanged."""
 
     def __init__(self, options: LocalnetOptions, per_process: int):
         super().__init__(options)
         self.per_process = per_process
-        self.miner_entries: list[str] = []
+        self.held: dict[tuple[str, ...], list[str]] = defaultdict(list)
+        """a miner's extra flags → the names of the honest miners added with them"""
 
-    def _add(self, role: str, name: str, extra: list[str]) -> None:
-        if role != "miner":
-            super()._add(role, name, extra)
+    def _add(
+        self, role: str, name: str, extra: list[str], ranks: int = 1, store_url: str | None = None
+    ) -> None:
+        if role == "miner" and ranks == 1 and store_url is None and "--miner.adversary" not in extra:
+            self.held[tuple(extra)].append(name)
             return
-        adversary = extra[extra.index("--miner.adversary") + 1] if "--miner.adversary" in extra else None
-        self.miner_entries.append(f"{name}={adversary}" if adversary else name)
+        super()._add(role, name, extra, ranks, store_url)
 
     def setup(self) -> None:
         super().setup()
-        for i in range(0, len(self.miner_entries), self.per_process):
-            super()._add("validator", f"swarm{i // self.per_process}", [])
-            host = self.neurons[-1]
-            common = host.args[1:]
-            at = common.index("--wallet.name")
-            del common[at : at + 2]
-            at = common.index("--work.dir")
-            del common[at : at + 2]
-            self.neurons[-1] = Neuron(
-                host.name,
-                "miner",
-                host.wallet_name,
-                host.work_dir,
-                host.log_path,
-                [
-                    str(SWARM),
-                    *self.miner_entries[i : i + self.per_process],
-                    *common,
-                    "--work.root",
-                    str(self.work / "nodes"),
-                ],
-            )
+        for extra, names in self.held.items():
+            for i in range(0, len(names), self.per_process):
+                group = names[i : i + self.per_process]
+                super()._add("miner", f"swarm-{group[0]}", list(extra))
+                host = self.neurons[-1]
+                args = list(host.args)
+                for flag in ("--wallet.name", "--work.dir"):
+                    at = args.index(flag)
+                    del args[at : at + 2]
+                at = args.index(str(REPO / "neurons" / "miner.py"))
+                args[at : at + 1] = [str(SWARM), *group]
+                self.neurons[-1] = dataclasses.replace(
+                    host, args=[*args, "--work.root", str(self.work / "nodes")]
+                )
 
 
 @dataclass

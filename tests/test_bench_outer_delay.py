@@ -1,0 +1,54 @@
+"""Smoke test of bench/outer_delay.py: `--help` parses, and a `--quick --output` run (H = 15, two
+pipelined windows) prints the curve and writes a page with one row per window whose numbers parse,
+keeping the notes below the marker."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e  # runs bench/outer_delay.py as a process
+
+ROOT = Path(__file__).resolve().parent.parent
+MARKER = "<!-- Notes below this line are kept when the benchmark rewrites this file. -->"
+
+
+def bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "bench/outer_delay.py", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_help_parses_flags():
+    run = bench("--help")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "--quick" in run.stdout and "--output" in run.stdout
+
+
+def test_a_quick_run_writes_the_curve_and_keeps_the_notes(tmp_path):
+    output = tmp_path / "outer-delay.md"
+    output.write_text(f"# old\n\nstale\n\n{MARKER}\nHand-written notes.\n")
+    run = bench("pipe", "0.7", "0.3", "--quick", "--output", str(output))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    last = json.loads([line for line in run.stdout.splitlines() if line.startswith('{"mode"')][-1])
+    assert last["mode"] == "pipe" and last["H"] == 15 and len(last["curve"]) == 3
+    text = output.read_text()
+    assert text.startswith("# The outer step under delay\n") and "stale" not in text
+    assert text.endswith(f"{MARKER}\nHand-written notes.\n")
+    assert "python bench/outer_delay.py pipe 0.7 0.3 --quick --output" in text
+    assert "| window | held-out loss | seconds |" in text
+    rows = [line for line in text.splitlines() if re.match(r"\| \d+ \| ", line)]
+    assert [int(row.split("|")[1]) for row in rows] == [0, 1, 2]
+    losses = [float(row.split("|")[2]) for row in rows]
+    assert all(math.isfinite(loss) and loss > 0 for loss in losses)
+    assert losses == pytest.approx(last["curve"], abs=1e-4)

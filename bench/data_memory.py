@@ -7,10 +7,12 @@ run config naming the manifest, train a miner's whole window of its assigned bat
 CPU config's H and batch), read a validator's usefulness sample and reserve sample of every miner,
 and evaluate the global model on the held-out split. Each process reports its peak resident memory
 (`VmHWM`), the shards it fetched, and the bytes it holds on disk. Writes the table to
-docs/data.md, between the markers of its "Memory" section.
+docs/data.md (or `--output`) between the markers of its "Memory" section, keeping the rest of the
+file (a file without the markers gets the section at its end).
 
-    python bench/data_memory.py            # about 10 minutes on 2 cores; writes docs/data.md
-    python bench/data_memory.py --quick    # a minute; every code path, small sizes, prints only
+    python bench/data_memory.py                          # about 10 minutes on 2 cores; writes docs/data.md
+    python bench/data_memory.py --quick                  # small sizes, every code path; prints only
+    python bench/data_memory.py --quick --output FILE    # ... and writes the section into FILE
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ BEGIN, END = "<!-- data_memory: begin -->", "<!-- data_memory: end -->"
 MINERS = [f"miner-{i:03d}" for i in range(16)]
 SHARD_TOKENS = 1 << 16
 """Small shards, so the smaller dataset still gives each of the 16 miners and the reserve a shard."""
+QUICK_INNER_STEPS = 30
+"""A --quick node's H: two segments of the CPU config's, the fewest its challenges allow."""
 DOCUMENTS_PER_MILLION_TOKENS = 3200
 """The built-in corpus holds about 318 bytes (= byte tokens, EOS included) per document."""
 
@@ -60,10 +64,13 @@ class Size:
     documents: int
 
 
-def node(store_url: str, manifest: str, cache: Path) -> dict:
-    """One node's window of data work, in this process; what it measured."""
+def node(store_url: str, manifest: str, cache: Path, inner_steps: int | None = None) -> dict:
+    """One node's window of data work, in this process; what it measured. `inner_steps`: the miner's
+    H, if not the shipped CPU config's."""
     document = tomllib.loads(shipped_config_path("cpu-localnet").read_text())
     document["data"] = {**document["data"], "manifest": manifest}
+    if inner_steps is not None:
+        document["train"] = {**document["train"], "inner_steps": inner_steps}
     config = parse_run_config(document)
     started = time.monotonic()
     runtime = build_runtime(config, data_access=DataAccess(open_store(store_url), cache))
@@ -105,6 +112,7 @@ def node(store_url: str, manifest: str, cache: Path) -> dict:
         "bytes_on_disk": sum(p.stat().st_size for p in cache.iterdir()),
         "heldout_loss": heldout,
         "heldout_sequences": int(data.heldout.shape[0]),
+        "inner_steps": cfg.inner_steps,
     }
 
 
@@ -141,7 +149,7 @@ def prepare_size(size: Size, folder: Path, shard_tokens: int, heldout_fraction: 
     }
 
 
-def run_node(prepared: dict, folder: Path) -> dict:
+def run_node(prepared: dict, folder: Path, inner_steps: int | None) -> dict:
     """A fresh process per node, so its peak memory is its own."""
     out = subprocess.run(
         [
@@ -151,12 +159,14 @@ def run_node(prepared: dict, folder: Path) -> dict:
             prepared["store_url"],
             prepared["manifest"],
             str(folder / "cache"),
+            *(["--inner-steps", str(inner_steps)] if inner_steps is not None else []),
         ],
         capture_output=True,
         text=True,
-        check=True,
         env={**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"},
     )
+    if out.returncode != 0:
+        raise SystemExit(f"the node process failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -165,11 +175,12 @@ def mib(n: float) -> str:
 
 
 def report(rows: list[dict], command: str, started: float, shard_tokens: int, heldout_fraction: float) -> str:
+    inner_steps = rows[0]["node"]["inner_steps"]
     lines = [
         BEGIN,
         f"Measured by `{command}` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {time.monotonic() - started:.0f} s "
         f"in all (2 shared cores, torch CPU). Each node is a fresh process: the shipped CPU run config (tiny "
-        f"model, seq_len 64, batch 8, H 90) over the prepared data, one miner's window of {len(MINERS)} miners, "
+        f"model, seq_len 64, batch 8, H {inner_steps}) over the prepared data, one miner's window of {len(MINERS)} miners, "
         "every miner's usefulness sample and reserve sample as a validator reads them, and the held-out "
         "evaluation. Peak RSS is the process's `VmHWM`.",
         "",
@@ -197,10 +208,15 @@ def report(rows: list[dict], command: str, started: float, shard_tokens: int, he
     return "\n".join(lines)
 
 
-def write_section(text: str) -> None:
-    doc = DOC.read_text()
-    start, end = doc.index(BEGIN), doc.index(END) + len(END)
-    DOC.write_text(doc[:start] + text + doc[end:])
+def write_section(path: Path, text: str) -> None:
+    """Replace the section between the markers in `path`, keeping the rest; append it where the
+    file has no markers (or does not exist)."""
+    doc = path.read_text() if path.exists() else ""
+    if BEGIN in doc and END in doc:
+        start, end = doc.index(BEGIN), doc.index(END) + len(END)
+        path.write_text(doc[:start] + text + doc[end:])
+    else:
+        path.write_text(doc + ("\n" if doc and not doc.endswith("\n") else "") + text + "\n")
 
 
 def main(argv: list[str]) -> int:
@@ -208,10 +224,17 @@ def main(argv: list[str]) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="small sizes, for the smoke test")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help=f"the file whose section to rewrite (default: {DOC.relative_to(ROOT)}; a --quick run prints only)",
+    )
     parser.add_argument("--node", nargs=3, metavar=("STORE", "MANIFEST", "CACHE"), help=argparse.SUPPRESS)
+    parser.add_argument("--inner-steps", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.node:
-        print(json.dumps(node(args.node[0], args.node[1], Path(args.node[2]))))
+        print(json.dumps(node(args.node[0], args.node[1], Path(args.node[2]), args.inner_steps)))
         return 0
     started = time.monotonic()
     shard_tokens = 4096 if args.quick else SHARD_TOKENS
@@ -232,10 +255,10 @@ def main(argv: list[str]) -> int:
             console.print(f"preparing {size.label} ({size.documents:,} documents)…")
             prepared = prepare_size(size, folder, shard_tokens, heldout_fraction)
             console.print(f"  {prepared['tokens']:,} tokens in {prepared['prepare_seconds']:.0f} s; node…")
-            prepared["node"] = run_node(prepared, folder)
+            prepared["node"] = run_node(prepared, folder, QUICK_INNER_STEPS if args.quick else None)
             rows.append(prepared)
-    command = "python bench/data_memory.py" + (" --quick" if args.quick else "")
-    text = report(rows, shlex.join(command.split()), started, shard_tokens, heldout_fraction)
+    command = shlex.join(["python", "bench/data_memory.py", *argv])
+    text = report(rows, command, started, shard_tokens, heldout_fraction)
     table = Table("dataset", "tokens", "node peak RSS (MiB)", "shards fetched / total")
     for r in rows:
         table.add_row(
@@ -245,11 +268,12 @@ def main(argv: list[str]) -> int:
             f"{r['node']['shards_fetched']} / {r['node']['shards_total']}",
         )
     console.print(table)
-    if args.quick:
+    output = args.output or (None if args.quick else DOC)
+    if output is None:
         print(text)
     else:
-        write_section(text)
-        console.print(f"wrote {DOC}")
+        write_section(output, text)
+        console.print(f"wrote {output}")
     return 0
 
 

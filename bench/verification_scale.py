@@ -3,14 +3,19 @@
 1. A real run on CPU (bench/verification-scale.toml, tiny model): 60 honest miners and 4 that cheat
    in ways only a replay catches, 4 validators sharing the replays, as separate processes through
    the real entry points (the honest miners 8 to a process, `bench/_miner_swarm.py`: a process per
-   miner would need 32 GB; each cheater in a process of its own, with a store of its own). Per validator and window, from its signed report and metrics: the miners it
-   replayed, the bytes it downloaded, its seconds, the findings it published and re-checked; per
-   window, the share of the miners replayed by anyone and the miners' median steps.
+   miner would need 32 GB; each cheater in a process of its own, with a store of its own). Per
+   validator and window, from its signed report and metrics: the miners it replayed, the bytes it
+   downloaded, its seconds, the findings it published and re-checked; per window, the share of the
+   miners replayed by anyone and the miners' median steps.
 2. The same accounting computed for the GPU config at 256 miners and 16 validators
    (`bench/_scale_accounting.py`), with the targets.
 
     python bench/verification_scale.py            # about 15 minutes on 2 cores
-    python bench/verification_scale.py --quick    # 12 miners, 2 validators, 2 windows: every code path
+    python bench/verification_scale.py --quick    # 8 honest miners and the 4 cheaters, 2 validators, 2 windows
+
+A --quick run writes the whole page, but whether a cheater is challenged (and so caught) is drawn each
+window; it takes about 5 minutes and 90 CPU-s on 2 shared cores (two 130-s windows, 8 processes), too
+much for the test suite, so no smoke test runs it.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 
 from rich.console import Console
@@ -296,7 +296,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if verdict.ok else 1
 
 
-COMMANDS = {
+COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int | None]] = {
     ("wallet", "create"): cmd_wallet_create,
     **{("chain", name): partial(command, console=console) for name, command in CHAIN_COMMANDS.items()},
     ("run", "publish"): lambda args: cmd_run_publish(args, console),

@@ -39,8 +39,10 @@ def stored_settings(conn: sqlite3.Connection, netuid: int) -> SubnetSettings | N
     ).fetchone()
     if row is None:
         return None
+    block_time = stored_block_time(conn)
+    assert block_time is not None, "a subnet's row is written with the chain's block time"
     return SubnetSettings(
-        block_time=stored_block_time(conn),
+        block_time=block_time,
         hyperparameters=Hyperparameters(**json.loads(row[0])),
         emission_per_block=row[1],
         owner_cut=row[2],

@@ -316,7 +316,8 @@ class SubtensorChain(Chain):
     def metagraph(self) -> Metagraph:
         with sdk_refusals():
             view = self._sdk.at()
-            mg = view.subnets.metagraph(self.netuid)
+            # SyncSnapshot sets its namespaces (subnets, ...) with setattr, out of the type checker's sight.
+            mg = view.subnets.metagraph(self.netuid)  # type: ignore[attr-defined]
             trust = view.query(bt.storage.SubtensorModule.ValidatorTrust, [self.netuid]) or []
         if mg is None:
             raise ChainError("SubnetNotExists", f"subnet {self.netuid} does not exist on {self.network}")

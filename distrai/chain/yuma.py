@@ -231,6 +231,7 @@ def _yuma3_bonds(
     weights: Matrix, bonds: Matrix, consensus: Vector, incentive: Vector, active_stake: Vector, p: EpochParams
 ) -> tuple[Matrix, Vector]:
     """Yuma3 (`compute_bonds`): bonds are an EMA of weights per (validator, miner)."""
+    alpha: Matrix | float
     if p.liquid_alpha and np.any(consensus != 0):
         alpha = liquid_alphas(weights, bonds, consensus, p.alpha_low, p.alpha_high, p.alpha_sigmoid_steepness)
         ema = np.minimum((1.0 - alpha) * bonds + alpha * weights, 1.0)

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import Field, dataclass, fields
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 if TYPE_CHECKING:
@@ -147,6 +147,8 @@ class Codec(ABC):
 
     name: ClassVar[str]
     version: ClassVar[str] = "1"
+    # Declared (never set here) so that `dataclasses.fields` accepts a Codec: every subclass is a dataclass.
+    __dataclass_fields__: ClassVar[dict[str, Field[object]]]
 
     @abstractmethod
     def layout(self, numel: int) -> dict[str, FieldSpec]:
@@ -260,6 +262,7 @@ def _option_text(value: object) -> str:
 
 
 def _decayed(residual: torch.Tensor, decay: float | None) -> torch.Tensor:
+    assert decay is not None, "encode refuses a residual for a codec that keeps none"
     return residual if decay == 1.0 else residual * decay
 
 

@@ -138,8 +138,10 @@ class RunReader:
         for hotkey in state.validators():
             commitment = state.metagraph.commitments.get(hotkey)
             announced = parse_announcement(commitment.data) if commitment else None
-            if self.store_url or announced:
-                out[hotkey] = self.store_url or announced.store_url
+            if self.store_url:
+                out[hotkey] = self.store_url
+            elif announced:
+                out[hotkey] = announced.store_url
         return out
 
     def window(self, w: int, state: ChainState, stores: dict[str, str]) -> WindowDocs:

@@ -15,7 +15,7 @@ import math
 import re
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, ExceptionHandler, Message, Receive, Scope, Send
 
 from distrai.dashboard.live import Live
 from distrai.dashboard.records import clip
@@ -146,6 +146,7 @@ def create_app(live: Live) -> ASGIApp:
             Route("/api/miner/{hotkey}", api_miner),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ],
-        exception_handlers={HTTPException: http_error, Exception: server_error},
+        # Starlette hands http_error only the HTTPExceptions it is registered for.
+        exception_handlers={HTTPException: cast(ExceptionHandler, http_error), Exception: server_error},
     )
     return SecurityHeaders(app)

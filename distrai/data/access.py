@@ -55,6 +55,7 @@ def open_data_access(
 ) -> DataAccess:
     """Where a node reads the run's prepared data: a mirror it names, else the run config's
     `data.store`, else its own store."""
+    url: str | None
     if mirror_url:
         url, endpoint = mirror_url, mirror_endpoint
     elif data.store:

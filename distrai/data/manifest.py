@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-FORMAT = "distrai-tokens-1"
+FORMAT: Final = "distrai-tokens-1"
 HEX64 = r"^[0-9a-f]{64}$"
-DTYPE_LIMITS = {"uint16": 1 << 16, "uint32": 1 << 32}
+TokenDtype = Literal["uint16", "uint32"]
+DTYPE_LIMITS: dict[TokenDtype, int] = {"uint16": 1 << 16, "uint32": 1 << 32}
 DTYPE_BYTES = {"uint16": 2, "uint32": 4}
 MAX_MANIFEST_BYTES = 64 << 20
 """The largest manifest a node reads: 64 MiB lists about 700,000 shards (10¹² tokens in shards of
@@ -58,7 +59,7 @@ class TokenizerEntry(_Frozen):
 class DataManifest(_Frozen):
     format: Literal["distrai-tokens-1"] = FORMAT
     source: str = Field(min_length=1, max_length=1024, description="what text was prepared, for people")
-    dtype: Literal["uint16", "uint32"]
+    dtype: TokenDtype
     shard_tokens: int = Field(ge=2)
     tokenizer: TokenizerEntry
     documents: int = Field(ge=2, description="documents read, held-out ones included")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from distrai.data.manifest import DTYPE_LIMITS, DataManifest, ShardEntry
+from distrai.data.manifest import DTYPE_LIMITS, DataManifest, ShardEntry, TokenDtype
 from distrai.data.stream import is_heldout_document, tokenize_documents
 from distrai.data.tokenizers import describe_tokenizer
 from distrai.store import Store
@@ -55,7 +55,7 @@ class Progress:
     shards: int = 0
 
 
-def token_dtype(vocab_size: int) -> str:
+def token_dtype(vocab_size: int) -> TokenDtype:
     """uint16 for vocabularies up to 65,536 tokens, else uint32."""
     for name, limit in DTYPE_LIMITS.items():
         if vocab_size <= limit:

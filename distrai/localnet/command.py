@@ -120,6 +120,7 @@ def watch(net: Localnet, options: LocalnetOptions, console: Console, timeout: fl
         return False
     finally:
         net.stop()
+    assert net.chain is not None, "the localnet made or opened its chain"
     stopped = net.chain.metagraph()  # at once: the embedded chain goes on paying on the last weights
     console.print()
     console.print(f"the network stopped at block {stopped.block}")
@@ -175,7 +176,5 @@ def keep_serving(dashboard: Neuron, port: int, console: Console) -> None:
             time.sleep(0.5)
     except KeyboardInterrupt:
         console.print("stopping the dashboard…")
-    if not dashboard.running() and dashboard.process.returncode:
-        console.print(
-            f"[red]the dashboard exited ({dashboard.process.returncode}); see {dashboard.log_path}[/]"
-        )
+    if not dashboard.running() and (process := dashboard.process) is not None and process.returncode:
+        console.print(f"[red]the dashboard exited ({process.returncode}); see {dashboard.log_path}[/]")

@@ -104,6 +104,8 @@ def prepare_local_data(template: Path, files: Sequence[str | Path], store_url: s
             f"{template} names no prepared data (data.manifest): give local text with --data.files, "
             "which the network prepares with a BPE of data.vocab_size tokens"
         )
+    if config.data.vocab_size is None:
+        raise ValueError(f"{template} names no data.vocab_size for the network's BPE of its data")
     documents = read_documents(files)
     training = [text for i, text in enumerate(documents) if not is_heldout_document(i, HELDOUT_FRACTION)]
     tokenizer = train_bpe(training, config.data.vocab_size)

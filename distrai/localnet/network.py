@@ -145,15 +145,18 @@ class Neuron:
         """SIGINT first (the node finishes its step and saves), then SIGKILL if it does not exit."""
         if not self.running():
             return
-        self.process.send_signal(signal.SIGINT)
+        process = self.process
+        assert process is not None, "running() says it was started"
+        process.send_signal(signal.SIGINT)
         try:
-            self.process.wait(timeout)
+            process.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+            process.kill()
+            process.wait()
 
     def kill(self) -> None:
         if self.running():
+            assert self.process is not None, "running() says it was started"
             self.process.kill()
             self.process.wait()
 
@@ -412,6 +415,7 @@ class Localnet:
     def stop(self) -> None:
         for neuron in self.neurons:
             if neuron.running():
+                assert neuron.process is not None, "running() says it was started"
                 neuron.process.send_signal(signal.SIGINT)
         for neuron in self.neurons:
             neuron.stop()

@@ -8,7 +8,6 @@ from statistics import mean
 from rich.table import Table
 
 from distrai.chain.base import Metagraph
-from distrai.chain.local import LocalChain
 from distrai.localnet.network import Localnet
 from distrai.localnet.report import REPORT, node_metrics, read_summary, report_markdown, write_summary
 from distrai.node.metrics import node_records, read_metrics, utilization
@@ -27,6 +26,7 @@ from distrai.wire import WireError, open_document
 
 def live_table(net: Localnet) -> Table:
     chain = net.chain
+    assert chain is not None, "the localnet made or opened its chain"
     block = chain.block()
     cfg = net.config.windows
     mg = chain.metagraph()
@@ -95,17 +95,19 @@ class MinerResult:
 def miner_results(net: Localnet, windows: list[int], mg: Metagraph) -> list[MinerResult]:
     """Per miner, from the leading validator's signed reports and the chain; standing and earnings
     from `mg`, read when the network stopped (the chain goes on paying on the last weights)."""
-    chain: LocalChain = net.chain
+    chain = net.chain
+    assert chain is not None, "the localnet made or opened its chain"
     leader = _hotkey(net, "validator0")
     reports = [r["miners"] for r in signed_reports(net, windows) if r["validator"] == leader]
     leader_uid = mg.uid_of(leader)
-    weights = chain.weights().get(leader_uid, {})
+    weights = chain.weights().get(leader_uid, {}) if leader_uid is not None else {}
     results = []
     for neuron in net.neurons:
         if neuron.role != "miner":
             continue
         hotkey = _hotkey(net, neuron.name)
         uid = mg.uid_of(hotkey)
+        assert uid is not None, "the localnet registered every miner"
         scores = [r[hotkey]["score"] for r in reports if hotkey in r]
         reasons = [r[hotkey]["reason"] for r in reports if hotkey in r and r[hotkey]["reason"]]
         n = mg.neurons[uid]
@@ -163,7 +165,7 @@ def results_table(results: list[MinerResult], block: int, note: str = "") -> Tab
 
 def trained_windows(net: Localnet) -> list[int]:
     """The windows any miner trained, in order."""
-    windows = set()
+    windows: set[int] = set()
     for neuron in net.neurons:
         if neuron.role == "miner":
             records = node_records(neuron.work_dir / "metrics.jsonl")
@@ -204,6 +206,7 @@ def accepted_note(checked: list[int], trained: list[int], windows: int) -> str:
 def signed_reports(net: Localnet, windows: list[int]) -> list[dict]:
     """Every validator's report of each of `windows`, signature checked, as report bodies."""
     store = open_store(net.store_url)
+    assert net.chain is not None, "the localnet made or opened its chain"
     mg = net.chain.metagraph()
     max_bytes = net.config.limits.max_report_bytes
     bodies = []
@@ -240,11 +243,13 @@ def heldout_losses(net: Localnet, first: int, last: int) -> tuple[float, float]:
 
 def _heldout(net: Localnet, windows: list[int]) -> tuple[list[float], Runtime]:
     cfg = net.config.windows
-    net.chain.wait_for_block(
-        aggregate_deadline(cfg, windows[-1]), timeout=2 * cfg.blocks_per_window * net.chain.block_time()
+    chain = net.chain
+    assert chain is not None, "the localnet made or opened its chain"
+    chain.wait_for_block(
+        aggregate_deadline(cfg, windows[-1]), timeout=2 * cfg.blocks_per_window * chain.block_time()
     )
     runtime = build_runtime(net.config, net.options.device, data_access=net.data_access())
-    curve = HeldoutCurve(runtime, net.chain, StoreCache())
+    curve = HeldoutCurve(runtime, chain, StoreCache())
     return [curve.loss(target) for target in [windows[0], *(w + 1 for w in windows)]], runtime
 
 
@@ -283,7 +288,7 @@ def network_report(net: Localnet) -> str:
 
 def processed_windows(net: Localnet) -> list[int]:
     """The windows the validators reported on, in order."""
-    windows = set()
+    windows: set[int] = set()
     for neuron in net.neurons:
         path = neuron.work_dir / "metrics.jsonl"
         if neuron.role == "validator" and path.exists():

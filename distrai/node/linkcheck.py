@@ -77,9 +77,11 @@ def parameter_count(config: RunConfig) -> int:
             kind = "byte" if config.tokenizer == "data" else config.tokenizer
             shape = preset_config(source.preset, load_tokenizer(ModelSpec(preset=source.preset), kind))
             if config.tokenizer == "data":
+                assert config.data.vocab_size is not None, "the run config sets it with tokenizer 'data'"
                 shape.vocab_size = config.data.vocab_size
             model = LlamaForCausalLM(shape)
         else:
+            assert source.path_or_id is not None, "a model source names exactly one of preset and path_or_id"
             hf_config = AutoConfig.from_pretrained(source.path_or_id, revision=source.revision)
             model = AutoModelForCausalLM.from_config(hf_config)
     return sum(p.numel() for p in model.parameters())

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 
 class Metrics:
@@ -37,7 +37,7 @@ class Metrics:
         if wandb_project:
             import wandb
 
-            mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
+            mode: Literal["online", "offline"] = "online" if os.environ.get("WANDB_API_KEY") else "offline"
             self._wandb = wandb.init(
                 project=wandb_project,
                 entity=wandb_entity,

@@ -114,6 +114,7 @@ def sharing_validators(
         if (
             parsed is not None
             and parsed.aggregate_sha256 is not None
+            and parsed.window is not None
             and window - RECENT_AGGREGATE_WINDOWS <= parsed.window < window
         ):
             active.append(hotkey)

@@ -71,8 +71,9 @@ def read_anchors(chain: Chain, config: RunConfig, window: int) -> WindowAnchors:
     manifests = committed_updates(at_commit, window, lambda b: first <= b < commit_end)
     aggregates = anchored_aggregates(at_aggregate, window, lambda b: first <= b < aggregate_end)
     return WindowAnchors(
-        manifests={hk: a.manifest_sha256 for hk, a in manifests.items()},
-        aggregates={hk: a.aggregate_sha256 for hk, a in aggregates.items()},
+        # Both lists hold only announcements with that anchor: the filters say so again for the types.
+        manifests={hk: a.manifest_sha256 for hk, a in manifests.items() if a.manifest_sha256 is not None},
+        aggregates={hk: a.aggregate_sha256 for hk, a in aggregates.items() if a.aggregate_sha256 is not None},
         seed=seed,
     )
 

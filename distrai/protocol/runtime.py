@@ -48,7 +48,7 @@ def inner_config(config: RunConfig, run: str) -> InnerConfig:
         segment_steps=t.segment_steps,
         optimizer=InnerOptimizerConfig(
             lr=t.lr,
-            betas=tuple(t.betas),
+            betas=t.betas,
             eps=t.eps,
             weight_decay=t.weight_decay,
             warmup_steps=t.warmup_steps,
@@ -155,6 +155,7 @@ def _shard_ranks(runtime: Runtime) -> None:
             "train.compile with a sharded model is not supported (not measured to replay bit for bit)"
         )
     ranks = runtime.parallel
+    assert ranks is not None, "only a miner on several ranks shards (fit_memory checks)"
     parallel = FullyShardedParallel(ranks.rank, ranks.world, runtime.device, runtime.model)
     parallel.shard()
     runtime.parallel = parallel
@@ -208,6 +209,7 @@ def build_runtime(config: RunConfig, device: str = "cpu", data_access: DataAcces
         model.compile()  # in place: the module, its parameters and their names stay as they are
     loss_fn: LossFn = causal_lm_loss if spec.kernels == "aten" else one_hot_causal_lm_loss
     if config.task.kind == "distill":
+        assert config.task.teacher is not None, "the run config's task names a teacher for distill"
         teacher = load_teacher(model_spec(config.task.teacher), tokenizer=tokenizer, device=device)
         loss_fn = DistillationLoss(
             teacher, DistillConfig(config.task.alpha, config.task.temperature, config.task.top_k)

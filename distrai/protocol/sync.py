@@ -98,8 +98,8 @@ def run_start_block(chain: Chain, run_id: str) -> int | None:
         c.block
         for hotkey, c in mg.commitments.items()
         if c.data.startswith(RUN_COMMITMENT_PREFIX)
-        and mg.neuron(hotkey) is not None
-        and mg.neuron(hotkey).coldkey == owner
+        and (neuron := mg.neuron(hotkey)) is not None
+        and neuron.coldkey == owner
         and _run_of(c.data) == run_id
     ]
     return min(blocks) if blocks else None
@@ -193,10 +193,14 @@ class Syncer:
                 except (StoreError, OSError) as exc:
                     raise SyncUnavailable(f"its store {url} cannot be opened: {exc}") from exc
                 aggregate = checked_aggregate(config, self.runtime.run_id, w, hotkey, store, anchors, quorum)
+
+                def fetch(sha: str, s: Store = store) -> bytes:
+                    return self._counted(s.get_blob(sha, self.limits.max_update_bytes))
+
                 following = apply_aggregate(
                     model,
                     aggregate,
-                    lambda sha, s=store: self._counted(s.get_blob(sha, self.limits.max_update_bytes)),
+                    fetch,
                     self.runtime.codec,
                     config.outer,
                     self.limits.max_update_bytes,

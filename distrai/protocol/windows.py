@@ -83,7 +83,7 @@ class WindowConfig(BaseModel):
     @classmethod
     def _offsets_increase_within_reach(cls, value: int, info: ValidationInfo) -> int:
         previous = {"reveal_offset": "commit_offset", "aggregate_offset": "reveal_offset"}.get(
-            info.field_name
+            info.field_name or ""
         )
         if previous is not None and previous in info.data and value <= info.data[previous]:
             raise ValueError(f"{value} must be after {previous} ({info.data[previous]})")

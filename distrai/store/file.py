@@ -63,7 +63,7 @@ def fsync_directory(directory: Path) -> None:
 
 
 def write_atomically(
-    path: Path, fill: Callable[[BinaryIO], None], left_over: Callable[[Path], None] | None = None
+    path: Path, fill: Callable[[BinaryIO], object], left_over: Callable[[Path], None] | None = None
 ) -> None:
     """Create or replace `path` all or nothing: `fill` a temp file beside it, fsync, rename.
 

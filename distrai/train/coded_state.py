@@ -183,7 +183,7 @@ def _decode_tensor(
     """One tensor's frames decompressed (each to exactly its plane's size), joined, and added to the
     base when it is a difference."""
     dtype, shape, delta, frame_lengths = layout
-    raw = memoryview(stored.numpy())
+    raw = stored.numpy().data
     count = math.prod(shape)
     planes, offset = [], 0
     for i, length in enumerate(frame_lengths):

@@ -29,8 +29,11 @@ class TrainingData(Protocol):
     units of `unit` (the assignment's unit: one shard of prepared data, one sequence in memory), and
     the held-out sequences."""
 
-    seq_len: int
-    unit: int
+    @property
+    def seq_len(self) -> int: ...
+
+    @property
+    def unit(self) -> int: ...
 
     @property
     def n_train(self) -> int: ...

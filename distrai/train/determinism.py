@@ -108,7 +108,8 @@ def configure_determinism(device: torch.device | str) -> None:
         torch.backends.cudnn.allow_tf32 = False
     torch.use_deterministic_algorithms(True)
     # No NaN fills of new tensors: the module's docstring says why.
-    torch.utils.deterministic.fill_uninitialized_memory = False
+    # The module swaps in a class with this property at import, which the stubs cannot see.
+    torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
 
 
 def fingerprint(device: torch.device | str) -> dict[str, str]:

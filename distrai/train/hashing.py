@@ -44,7 +44,7 @@ class PieceRef:
 def tensor_bytes(tensor: torch.Tensor) -> memoryview:
     """The raw bytes of a tensor in C order, copied to the CPU when needed."""
     flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-    return memoryview(flat.view(torch.uint8).numpy())
+    return flat.view(torch.uint8).numpy().data
 
 
 def piece_count(numel: int, piece_elements: int = PIECE_ELEMENTS) -> int:

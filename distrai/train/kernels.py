@@ -35,10 +35,15 @@ compiled graph breaks into pieces around them and the step ran slower than eager
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import torch
 import torch.nn.functional as F
 
 from distrai.train.loss import causal_lm_rows, next_token_logits
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 KERNELS = ("aten", "atomic_free")
 """aten: PyTorch's embedding and a gathered loss; atomic_free: the forms above."""
@@ -141,11 +146,12 @@ def one_hot_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.
     return -torch.where(hot, log_probs, 0.0).sum(-1)
 
 
-def use_kernels(model: torch.nn.Module, kernels: str) -> None:
+def use_kernels(model: PreTrainedModel, kernels: str) -> None:
     """Put `kernels`' embedding in `model` (in place: the parameter and its name stay)."""
     if kernels not in KERNELS:
         raise ValueError(f"unknown kernels {kernels!r}; choose one of {KERNELS}")
-    embedding = model.get_input_embeddings()
+    # transformers types it as any Module; a causal LM's input embedding is an nn.Embedding.
+    embedding = cast(torch.nn.Embedding, model.get_input_embeddings())
     if kernels == "atomic_free" and not isinstance(embedding, AtomicFreeEmbedding):
         model.set_input_embeddings(AtomicFreeEmbedding.of(embedding))
 

@@ -130,7 +130,7 @@ def compress(data: bytes, level: int = ZSTD_LEVEL) -> bytes:
     return zstandard.ZstdCompressor(level=level, write_content_size=True, write_checksum=True).compress(data)
 
 
-def decompress_exact(frame: bytes, size: int) -> bytes:
+def decompress_exact(frame: bytes | memoryview, size: int) -> bytes:
     """The content of one zstd frame that must be exactly `size` bytes, with nothing after it."""
     try:
         declared = zstandard.frame_content_size(frame)

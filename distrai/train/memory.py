@@ -49,8 +49,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 GIB = 1 << 30
 HEADROOM = 0.9
@@ -85,7 +89,7 @@ class ModelShape:
     """elements of the largest parameter (what a base in host memory is copied through at a time)"""
 
     @classmethod
-    def of(cls, model: torch.nn.Module, autocast: str | None) -> ModelShape:
+    def of(cls, model: PreTrainedModel, autocast: str | None) -> ModelShape:
         config = model.config
         dtype = next(model.parameters()).dtype
         param_bytes = DTYPE_BYTES[dtype]
@@ -237,7 +241,7 @@ def device_budget(device: torch.device) -> int | None:
     return int(HEADROOM * torch.cuda.get_device_properties(device).total_memory)
 
 
-def set_checkpointing(model: torch.nn.Module, on: bool) -> None:
+def set_checkpointing(model: PreTrainedModel, on: bool) -> None:
     """Turn transformers' activation checkpointing of every decoder layer on or off."""
     if on:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})

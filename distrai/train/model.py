@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 from transformers import (
@@ -110,7 +111,8 @@ def preset_config(
     if name not in PRESETS:
         raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
     preset = PRESETS[name]
-    return LlamaConfig(
+    # PretrainedConfig takes attn_implementation through **kwargs, which LlamaConfig's signature hides.
+    return LlamaConfig(  # type: ignore[call-arg]
         vocab_size=padded_vocab(len(tokenizer), pad_vocab_to),
         hidden_size=preset.hidden_size,
         intermediate_size=preset.intermediate_size,
@@ -158,15 +160,18 @@ def load_model(
     """Build a preset or load a checkpoint, dropout-free, with the spec's attention and kernels, on
     `device`."""
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(spec)
+    model: PreTrainedModel
     if spec.preset is not None:
         config = preset_config(spec.preset, tokenizer, spec.attention, spec.pad_vocab_to)
         with _INIT_LOCK, torch.random.fork_rng(devices=[]):
             torch.manual_seed(spec.init_seed)
             model = LlamaForCausalLM(config)
-        model = model.to(dtype=spec.torch_dtype)
+        # transformers' decorator on `to` hides its signature from the type checker.
+        model = model.to(dtype=spec.torch_dtype)  # type: ignore[call-arg]
         if config.vocab_size > len(tokenizer):
             model.set_output_embeddings(PaddedHead.of(model.get_output_embeddings(), len(tokenizer)))
     else:
+        assert spec.path_or_id is not None, "a ModelSpec holds exactly one of preset and path_or_id"
         config = AutoConfig.from_pretrained(spec.path_or_id, revision=spec.revision)
         _zero_dropout(config)
         config.use_cache = False
@@ -180,7 +185,7 @@ def load_model(
     use_kernels(model, spec.kernels)
     _check_fits(model, tokenizer)
     _check_no_dropout(model)
-    return model.to(device)
+    return model.to(device)  # type: ignore[arg-type]  # as above: the decorated `to`
 
 
 def load_teacher(
@@ -216,7 +221,8 @@ def _check_no_dropout(model: torch.nn.Module) -> None:
 
 
 def _check_fits(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
-    rows = model.get_input_embeddings().num_embeddings
+    # transformers types it as any Module; a causal LM's input embedding is an nn.Embedding.
+    rows = cast(torch.nn.Embedding, model.get_input_embeddings()).num_embeddings
     if rows < len(tokenizer):
         raise ValueError(
             f"tokenizer has {len(tokenizer)} tokens but the model's embedding has only {rows} rows"

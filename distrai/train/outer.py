@@ -129,8 +129,8 @@ def outer_step(
     _check_params(global_params)
     if not contributions:
         empty = Aggregate(update={}, norms={}, clip_factors={})
-        params = {name: tensor.clone() for name, tensor in global_params.items()}
-        return OuterResult(params=params, state=state, aggregate=empty)
+        unchanged = {name: tensor.clone() for name, tensor in global_params.items()}
+        return OuterResult(params=unchanged, state=state, aggregate=empty)
     combined = aggregate(global_params, contributions, clip_to_median_norm=config.clip_to_median_norm)
     mu = torch.tensor(config.momentum, dtype=torch.float32)
     lr = torch.tensor(config.lr, dtype=torch.float32)

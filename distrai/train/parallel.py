@@ -98,6 +98,10 @@ class DataParallel:
             self._ddp.register_comm_hook(None, rank_ordered_all_reduce)
         return self._ddp
 
+    def load(self, params: Mapping[str, torch.Tensor] | None) -> None:
+        """Only sharded ranks take parameters this way (`FullyShardedParallel.load`)."""
+        raise RuntimeError("the model is not sharded: load the parameters into it directly")
+
     def accumulate(
         self, chunks: Sequence[torch.Tensor], forward: Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]
     ) -> list[torch.Tensor]:
@@ -217,7 +221,9 @@ class RankOrderedReduceScatter(ReduceScatter):
     1/world, rank 0's first (`step._accumulate_ranks`). FSDP2 itself then divides by nothing
     (`FullyShardedParallel.shard`)."""
 
-    def allocate(self, size: Sequence[int], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    def allocate(
+        self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device
+    ) -> torch.Tensor:
         return torch.empty(*size, dtype=dtype, device=device)
 
     def __call__(

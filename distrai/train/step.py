@@ -218,6 +218,7 @@ def _accumulate_ranks(
         losses.extend(forward(model, chunk) for chunk in chunks[rank * per_rank : (rank + 1) * per_rank])
         with torch.no_grad():
             for i, p in enumerate(params):
+                assert p.grad is not None, "every trainable parameter has a gradient after backward"
                 scaled = p.grad.mul_(1.0 / ranks)
                 if rank == 0:
                     total.append(scaled)

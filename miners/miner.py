@@ -271,6 +271,7 @@ class Miner(Participant):
                 log.info("window %d: carrying on the codec residual its manifest committed to", job.window)
             if block < reveal_deadline(self.windows, job.window):
                 log.info("window %d: resuming its reveal after a restart", job.window)
+                assert self.uploader is not None, "run() starts the uploader first"
                 self.uploader.submit(job)
             else:
                 log.warning(
@@ -345,6 +346,7 @@ class Miner(Participant):
         if encoded.residual is not None:
             self.residual = encoded.residual
             self._save_residual()
+        assert self.uploader is not None, "run() starts the uploader first"
         self.uploader.submit(job)
         self.last_window = w
         self.last_end = time.monotonic()
@@ -441,6 +443,7 @@ class Miner(Participant):
             return data.batch(indices)
 
         def keep(boundary: BoundaryState) -> None:
+            assert boundary.state is not None, "inner_loop keeps the states unless asked not to"
             save_state(boundary.state, states_dir / f"{boundary.step:06d}.safetensors")
 
         inner = self.rt.inner if steps is None else dataclasses.replace(self.rt.inner, inner_steps=steps)
@@ -474,6 +477,7 @@ class Miner(Participant):
         save_state(start, first)
         for step in steps[1:]:
             os.link(first, states_dir / f"{step:06d}.safetensors")
+        assert self.model is not None, "the miner caught its model up before the window"
         zero = {name: torch.zeros_like(p) for name, p in self.model.params.items()}
         return Trained(zero, [0.0] * self.rt.inner.inner_steps, [(s, digest, numbers) for s in steps], 0, 0)
 
@@ -485,6 +489,7 @@ class Miner(Participant):
         codec_metadata: dict[str, str],
         residual_out: dict[str, torch.Tensor] | None,
     ) -> dict:
+        assert self.model is not None, "the miner caught its model up before the window"
         return {
             "kind": "update",
             "run_id": self.rt.run_id,

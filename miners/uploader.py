@@ -314,7 +314,11 @@ class Uploader:
                     self.failing_since = block
                 self.outages.failed(what, exc)
                 began = self.failing_since
-                if began is not None and block >= give_up_block(self.miner.windows, w, began):
+                if (
+                    began is not None
+                    and block is not None
+                    and block >= give_up_block(self.miner.windows, w, began)
+                ):
                     self.outages.gave_up(what, f"block {block}: past the reveal deadline, block {deadline}")
                     log.error("window %d: reveal failed at %s: %s", w, piece.key or "the update blob", exc)
                     return False
@@ -340,10 +344,12 @@ class Uploader:
     def _put(self, piece: Piece) -> None:
         store = self.miner.store
         if piece.key is None:
+            assert piece.data is not None, "the update blob is built in memory"
             store.put_blob(piece.data)
         elif piece.data is not None:
             store.put(piece.key, piece.data)
         else:
+            assert piece.path is not None, "a piece not in memory is a file"
             store.put_file(piece.key, piece.path)
 
     def _warn_if_late(self, w: int, deadline: int, remaining: int, sent: int, started: float) -> bool:

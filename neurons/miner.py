@@ -163,6 +163,7 @@ def run_follower(args, launch: Launch, budget: int | None) -> int:
     if not parallel.all_started(True, args.device):
         return 2
     log.info("rank %d of %d: following rank 0's steps on %s", launch.rank, launch.world, args.device)
+    assert runtime.parallel is not None, "prepare_runtime sets the ranks up under torchrun"
     steps = follow(runtime.parallel, runtime.loss_fn, runtime.inner)
     log.info("rank %d of %d: rank 0 stopped after %d steps here", launch.rank, launch.world, steps)
     return 0

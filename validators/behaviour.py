@@ -141,5 +141,6 @@ def leader_behaviour(name: str, colluder: str | None = None) -> LeaderBehaviour:
     if name == "honest":
         return LeaderBehaviour()
     if name == Collude.name:
+        assert colluder is not None, "check_leader_adversary refuses collude without a colluder"
         return Collude(colluder)
     return LEADER_ADVERSARIES[name]()

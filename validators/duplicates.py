@@ -77,7 +77,8 @@ def flag_duplicates(
     data; record each passed update's largest cosine to any other as `max_cosine` (what
     calibrates the threshold)."""
     passed = {v.hotkey: v for v in verdicts if v.passed and v.update is not None}
-    sketches = {hk: update_sketch(v.update, seed) for hk, v in passed.items()}
+    # `passed` holds updates only; the filter says so again for the types.
+    sketches = {hk: update_sketch(v.update, seed) for hk, v in passed.items() if v.update is not None}
     for hk, v in passed.items():
         others = [cosine(sketches[hk], s) for other, s in sketches.items() if other != hk]
         v.numbers["max_cosine"] = max(others, default=0.0)

@@ -26,6 +26,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final, Literal
 
 from distrai.codec import CodecError
 from distrai.protocol.announce import Announcement
@@ -47,9 +48,13 @@ from validators.withheld import reread
 
 log = logging.getLogger("distrai.validator")
 
-REPLAY_CHECKS = ("states", "replay", "trajectory")
+ReplayCheck = Literal["states", "replay", "trajectory"]
+REPLAY_CHECKS: tuple[ReplayCheck, ...] = ("states", "replay", "trajectory")
 """The checks only the validators whose share holds a miner run; the others' findings come from these."""
-ADOPTED, REFUTED, NOT_RECHECKED = "adopted", "refuted", "not re-checked"
+ADOPTED: Final = "adopted"
+REFUTED: Final = "refuted"
+NOT_RECHECKED: Final = "not re-checked"
+RecheckOutcome = Literal["adopted", "refuted", "not re-checked"]
 
 
 @dataclass(frozen=True)
@@ -87,7 +92,7 @@ def held_window(
     return HeldWindow(window, base, inputs, shares, miners, kept, readers, announcements)
 
 
-def replay_failure(verdict: MinerVerdict) -> str | None:
+def replay_failure(verdict: MinerVerdict) -> ReplayCheck | None:
     """The replay check a verdict failed as fraud, or None."""
     if not verdict.fraud:
         return None
@@ -134,6 +139,7 @@ def publish_findings(
         verdict = held.verdicts.get(miner)
         if verdict is None or replay_failure(verdict) is None:
             continue
+        assert verdict.manifest is not None, "only a miner whose manifest passed is replayed"
         segments = miner_segments(held.inputs, miner, verdict.manifest.n_segments)
         body = finding_body(runtime, held.window, me, verdict, held.announcements[miner].store_url, segments)
         if put(finding_key(runtime.run_id, held.window, me, miner), sign_document(keypair, body)):
@@ -190,7 +196,7 @@ def recheck(runtime: Runtime, held: HeldWindow, finding: Finding, stores: StoreC
     (a finding of withheld objects: by reading them from the miner's store as it is now)."""
     miner = finding.miner
 
-    def judged(outcome: str, why: str) -> Recheck:
+    def judged(outcome: RecheckOutcome, why: str) -> Recheck:
         return Recheck(
             validator=finding.validator,
             miner=miner,
@@ -216,6 +222,7 @@ def recheck(runtime: Runtime, held: HeldWindow, finding: Finding, stores: StoreC
         return judged(NOT_RECHECKED, f"the miner's update was not checked here: {verdict.reason}")
     if all(verdict.verdicts.get(c) == PASS for c in REPLAY_CHECKS):
         return judged(REFUTED, "this validator replayed the miner too, and every replay check passed")
+    assert verdict.manifest is not None, "a passed update check read the manifest"
     limits = runtime.config.limits
     try:
         blob = held.readers[miner].get_blob(verdict.manifest.update.sha256, limits.max_update_bytes)
@@ -240,7 +247,11 @@ def recheck(runtime: Runtime, held: HeldWindow, finding: Finding, stores: StoreC
 
 
 def recheck_withheld(
-    runtime: Runtime, held: HeldWindow, miner: str, stores: StoreCache, judged: Callable[[str, str], Recheck]
+    runtime: Runtime,
+    held: HeldWindow,
+    miner: str,
+    stores: StoreCache,
+    judged: Callable[[RecheckOutcome, str], Recheck],
 ) -> Recheck:
     """A finding that a challenged miner withheld its reveal: read it now and judge what is there."""
     try:

@@ -92,7 +92,10 @@ class WindowMeasuring:
         return pooled
 
     def measure(self, verdicts: dict[str, MinerVerdict]) -> dict[str, Measurement]:
-        updates = {hk: (v.manifest.steps, v.update) for hk, v in verdicts.items()}
+        updates = {}
+        for hk, v in verdicts.items():
+            assert v.manifest is not None and v.update is not None, "only passed updates are measured"
+            updates[hk] = (v.manifest.steps, v.update)
         measured = measure_updates(
             self.rt, self.view.base, self.view.window, self.seed, self.view.miners, updates
         )

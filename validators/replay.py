@@ -63,6 +63,7 @@ class Revealed:
         self.window = window
         self.verdict = verdict
         self.store = store
+        assert verdict.manifest is not None, "a challenged miner's manifest passed the cheap checks"
         self.hashes = {b.step: b.state_hash for b in verdict.manifest.boundaries}
         self.states: dict[int, TrainState] = {}
         self.bytes = 0
@@ -101,6 +102,7 @@ class Revealed:
             reveal = decode_trajectory(data, max_bytes=self.rt.config.limits.max_checkpoint_bytes)
         except (ValueError, WireError) as exc:
             raise Refused("states", f"the trajectory reveal is malformed: {exc}") from exc
+        assert self.verdict.manifest is not None, "a challenged miner's manifest passed the cheap checks"
         check_roots(reveal, self.verdict.manifest)
         check_last_pieces(reveal, sample, dict(self.rt.model.named_parameters()), PIECE_ELEMENTS)
         return reveal
@@ -141,6 +143,7 @@ def verify_challenge(
         verdict.verdicts["replay"] = PASS
         runtime.load_params(model.params)  # G_w in the model's dtype, as the miner's pseudo-gradient saw it
         base = float_params(runtime.model)
+        assert verdict.update is not None, "a challenged miner's update passed the cheap checks"
         check_encoding(runtime.codec, reveal, sample, base, verdict.update, PIECE_ELEMENTS)
         verdict.verdicts["trajectory"] = PASS
         verdict.numbers["replay_distance"] = distance
@@ -167,6 +170,8 @@ def replay_one(
 ) -> float:
     """Replay one segment, anchored to this validator's own G_w; returns its distance (0.0 for a
     bit-exact match)."""
+    manifest = verdict.manifest
+    assert manifest is not None, "a challenged miner's manifest passed the cheap checks"
     k = runtime.inner.segment_steps
     first = segment * k
     start = revealed.state(first)
@@ -186,12 +191,12 @@ def replay_one(
         )
         for t in range(first, first + k)
     ]
-    inner = dataclasses.replace(runtime.inner, step=miner_split(runtime, verdict.manifest))
+    inner = dataclasses.replace(runtime.inner, step=miner_split(runtime, manifest))
     replayed = replay_segment(runtime.model, start, batches, runtime.loss_fn, inner, base=model.params)
     revealed.replayed_steps += k
     revealed.states.setdefault(first + k, replayed.end)  # the next segment of the run starts here
     where = f"segment {segment} (steps {first}–{first + k})"
-    committed_losses = verdict.manifest.losses[first : first + k]
+    committed_losses = manifest.losses[first : first + k]
     tolerance = replay_tolerance(runtime, verdict)
     verdict.numbers["replay_tolerance"] = tolerance.replay
     if tolerance.exact:
@@ -200,9 +205,7 @@ def replay_one(
         if replayed.losses != committed_losses:
             raise Refused("replay", f"{where} replayed to other per-step losses than the committed ones")
         return 0.0
-    distance = sketch_distance(
-        runtime, start, replayed.end, verdict.manifest.boundaries[first // k + 1].sketch
-    )
+    distance = sketch_distance(runtime, start, replayed.end, manifest.boundaries[first // k + 1].sketch)
     if not distance <= tolerance.replay:
         raise Refused(
             "replay",
@@ -223,6 +226,7 @@ def replay_tolerance(runtime: Runtime, verdict: MinerVerdict) -> Tolerance:
     replay class, else within the run config's tolerance for the two (`distrai.train.replay_class`)."""
     verification = runtime.config.verification
     manifest = verdict.manifest
+    assert manifest is not None, "a challenged miner's manifest passed the cheap checks"
     return tolerance_for(
         manifest.replay_class,
         replay_class_of(

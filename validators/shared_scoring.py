@@ -30,6 +30,7 @@ import hashlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final, Literal
 
 from distrai.protocol.layout import measurements_key
 from distrai.protocol.sync import StoreCache
@@ -41,7 +42,8 @@ from validators.usefulness import Usefulness
 
 log = logging.getLogger("distrai.validator")
 
-CONFIRMED, REFUTED = "confirmed", "refuted"
+CONFIRMED: Final = "confirmed"
+REFUTED: Final = "refuted"
 MEASUREMENT_TOLERANCE = 1e-4
 """The least relative difference of two measurements of one update that refutes one of them: on a
 CPU the same evaluation repeats bit for bit, but other CPUs may sum in another order; a lie this
@@ -127,6 +129,7 @@ def recheck_measurement(
     validator: str, miner: str, window: int, mine: Measurement, theirs: Measurement, tolerance: float
 ) -> MeasurementRecheck:
     """The re-check of one published measurement against this validator's own."""
+    outcome: Literal["confirmed", "refuted"]
     if agrees(mine, theirs, tolerance):
         outcome, why = CONFIRMED, "measured here to the same drops"
     else:

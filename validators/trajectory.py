@@ -83,6 +83,8 @@ def check_encoding(
                 raise Refused(
                     "trajectory", f"piece {rref.key} of the incoming residual does not hash to its digest"
                 )
+            if decay is None:
+                raise ValueError(f"codec {codec.name} keeps no residual, but an incoming one was revealed")
             accumulated = (residual if decay == 1.0 else residual * decay) + accumulated
         if not bool(torch.isfinite(accumulated).all()):
             raise Refused("trajectory", f"G_w − θ_H plus the residual is not finite in piece {ref.key}")

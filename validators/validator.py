@@ -285,6 +285,7 @@ class Validator(Participant):
         parts.append((f"checking the miners (reading their stores: {urls})", time.monotonic() - mark))
         mark = time.monotonic()
         put = self.publishing(w, stop)
+        assert self.held is not None, "check_window holds the window it checked"
         published = publish_findings(self.rt, self.held, self.wallet.hotkey, put)
         report = self.publish_report(w, verdicts, inventory.block, refused, rechecks, pooled, put)
         accepted = self.aggregate(w, verdicts, report, put) if report is not None else []
@@ -325,7 +326,7 @@ class Validator(Participant):
                     "findings_refuted": sum(r.outcome == REFUTED for r in rechecks),
                     "bytes_received": self.syncer.bytes_received
                     + sum(int(v.numbers.get("update_bytes", 0)) for v in verdicts),
-                    "emission": mg.neuron(self.hotkey).total_emission if mg.neuron(self.hotkey) else 0.0,
+                    "emission": me.total_emission if (me := mg.neuron(self.hotkey)) else 0.0,
                     **{f"weight/{uid}": x for uid, x in enumerate(weights)},
                     **{f"score/{v.uid}": v.score for v in verdicts if not v.unmeasured},
                     **{f"unmeasured/{v.uid}": 1 for v in verdicts if v.unmeasured},
@@ -369,6 +370,7 @@ class Validator(Participant):
                 "window %d: window %d was not checked here; the miners' residual chains start again", w, w - 1
             )
             self.state.residuals.clear()
+        assert self.base is not None, "run_window caught the base up before checking"
         view = WindowView(
             w,
             self.base,
@@ -501,6 +503,7 @@ class Validator(Participant):
             return []
         rechecks = []
         for finding in findings:
+            assert self.held is not None, "the findings of the window held here (checked above)"
             result = recheck(self.rt, self.held, finding, self.stores)
             rechecks.append(result)
             if result.outcome == ADOPTED:
@@ -549,7 +552,11 @@ class Validator(Participant):
         and manifests it names, and anchor its hash on chain; `put` publishes each (`publishing`)."""
         put = put or self.publish
         by_hotkey = {v.hotkey: v for v in verdicts}
-        seed = reveal_seed(self.held.inputs.block_hash, self.rt.run_id, w)
+        held, model = self.held, self.model
+        assert held is not None and model is not None, (
+            "check_window held the window and the model is caught up"
+        )
+        seed = reveal_seed(held.inputs.block_hash, self.rt.run_id, w)
         chosen = accepted_by_rule(
             {v.hotkey: Scored(v.passed, v.score) for v in verdicts},
             self.rt.config.scoring.aggregate_top_n,
@@ -557,32 +564,32 @@ class Validator(Participant):
         )
         accepted = [by_hotkey[hk] for hk, _ in chosen]
         for v in accepted:
+            assert v.blob is not None and v.manifest_bytes is not None, "an accepted update passed its checks"
             for blob in (v.blob, v.manifest_bytes):
                 if not put(blob_key(sha256_hex(blob)), blob):
                     log.error("window %d: the accepted updates could not be published, so no aggregate", w)
                     return []
-        listed, contributions = self.options.behaviour.tamper(
-            self,
-            w,
-            [
+        entries, weighted = [], []
+        for v, (hk, weight) in zip(accepted, chosen, strict=True):
+            assert v.manifest_bytes is not None and v.manifest is not None and v.update is not None, (
+                "an accepted update passed its checks"
+            )
+            entries.append(
                 {
                     "hotkey": v.hotkey,
                     "manifest_sha256": sha256_hex(v.manifest_bytes),
                     "update_sha256": v.manifest.update.sha256,
                     "weight": weight,
                 }
-                for v, (_, weight) in zip(accepted, chosen, strict=True)
-            ],
-            [Contribution(hk, by_hotkey[hk].update, weight) for hk, weight in chosen],
-        )
-        result = outer_step(
-            self.model.params, contributions, self.model.outer, outer_config(self.rt.config.outer)
-        )
+            )
+            weighted.append(Contribution(hk, v.update, weight))
+        listed, contributions = self.options.behaviour.tamper(self, w, entries, weighted)
+        result = outer_step(model.params, contributions, model.outer, outer_config(self.rt.config.outer))
         body = {
             "kind": "aggregate",
             "run_id": self.rt.run_id,
             "window": w,
-            "base_hash": self.model.hash,
+            "base_hash": model.hash,
             "report_sha256": sha256_hex(report),
             "accepted": listed,
             "result_hash": params_hash(result.params),

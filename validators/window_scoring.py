@@ -50,6 +50,7 @@ def score_window(
             v.score = 0.0
             continue
         v.verdicts["useful"] = PASS
+        assert v.manifest is not None, "a passed verdict holds its manifest"
         tokens = tokens_trained(v.manifest.steps, train.batch_size, runtime.config.data.seq_len)
         factor = quality(v.numbers["mark_z"], judged)
         v.numbers.update(tokens=float(tokens), mark_judged=float(judged), quality=factor)

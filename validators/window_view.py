@@ -100,5 +100,6 @@ def replay_challenge(
         return
     fraction = runtime.config.verification.trajectory_fraction
     sample = drawn_pieces(view.inputs, verdict.hotkey, view.base.params, fraction)
+    assert verdict.manifest is not None, "a passed verdict holds its manifest"
     segments = miner_segments(view.inputs, verdict.hotkey, verdict.manifest.n_segments)
     verify_challenge(runtime, view.base, view.window, verdict, reader, segments, list(view.miners), sample)

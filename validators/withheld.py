@@ -89,6 +89,7 @@ def reread(runtime: Runtime, held: HeldWindow, hotkey: str, store: Reader) -> Mi
     if verdict.passed:
         fraction = runtime.config.verification.trajectory_fraction
         sample = drawn_pieces(held.inputs, hotkey, base.params, fraction)
+        assert verdict.manifest is not None, "a passed verdict holds its manifest"
         segments = miner_segments(held.inputs, hotkey, verdict.manifest.n_segments)
         verify_challenge(runtime, base, held.window, verdict, store, segments, held.miners, sample)
     return verdict

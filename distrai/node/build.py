@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from distrai.chain.base import Chain
+from distrai.chain.base import Chain, WalletLike
 from distrai.node.flags import FLAGS
 from distrai.node.folders import writable_folder
 from distrai.node.metrics import Metrics
@@ -47,7 +47,7 @@ def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
 class Node:
     runtime: Runtime
     chain: Chain
-    wallet: object
+    wallet: WalletLike
     store: Store
     store_url: str
     work_dir: Path

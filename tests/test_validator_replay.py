@@ -15,6 +15,7 @@ import pytest
 import torch
 from bittensor.keyfiles import Keypair
 
+from distrai.codec import get_codec
 from distrai.protocol.globalmodel import GlobalModel
 from distrai.protocol.layout import state_key, trajectory_key
 from distrai.protocol.run import ClassTolerance, load_run_config
@@ -447,6 +448,34 @@ def test_the_encoding_check_cuts_a_tensor_into_pieces_as_the_codec_chunks_it(run
     update[target.name].view(-1)[2 * piece + 7] += 1.0
     with pytest.raises(Refused, match=f"piece {re.escape(target.key)}"):
         check_encoding(runtime.codec, reveal, middle, model.params, update, piece)
+
+
+def test_an_incoming_residual_under_a_codec_that_keeps_none_fails_the_trajectory(runtime, model, honest):
+    """A miner may reveal an incoming residual under any codec: where the run's codec keeps none, that
+    is a failed trajectory, not a validator's crash."""
+    piece = 4096
+    residual = {n: 1e-4 * torch.ones(p.shape) for n, p in model.params.items()}
+    plain = get_codec("none")
+    encoded = plain.encode(honest.pseudo_gradient, None)
+    update = plain.decode(
+        encoded.payload, encoded.metadata, {n: tuple(p.shape) for n, p in model.params.items()}
+    )
+    end = honest.states[runtime.inner.inner_steps]
+    drawn = [ref for ref in param_pieces(model.params, piece).values() if ref.index == 0]
+    reveal = build_trajectory(
+        drawn,
+        end.params,
+        piece_digests({"param": end.params}, piece),
+        residual,
+        piece_digests({"tensors": residual}, piece),
+        None,
+        piece,
+    )
+    with pytest.raises(
+        Refused, match="codec none keeps no residual, but an incoming one was revealed"
+    ) as caught:
+        check_encoding(plain, reveal, drawn, model.params, update, piece)
+    assert caught.value.check == "trajectory" and caught.value.fraud
 
 
 def tolerance_class(runtime, replay=0.01, loss=1e-3, tolerances=()):

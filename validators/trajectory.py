@@ -84,7 +84,9 @@ def check_encoding(
                     "trajectory", f"piece {rref.key} of the incoming residual does not hash to its digest"
                 )
             if decay is None:
-                raise ValueError(f"codec {codec.name} keeps no residual, but an incoming one was revealed")
+                raise Refused(
+                    "trajectory", f"codec {codec.name} keeps no residual, but an incoming one was revealed"
+                )
             accumulated = (residual if decay == 1.0 else residual * decay) + accumulated
         if not bool(torch.isfinite(accumulated).all()):
             raise Refused("trajectory", f"G_w − θ_H plus the residual is not finite in piece {ref.key}")

@@ -16,7 +16,14 @@ import os
 import pytest
 from support.adversary_net import start_adversary_net
 from support.background import FinishedNet, Networks
-from support.bench_jobs import CommandJob, start_convergence_bench, start_gpu_bench, start_incentives_bench
+from support.bench_jobs import (
+    CommandJob,
+    start_convergence_bench,
+    start_data_memory_bench,
+    start_gpu_bench,
+    start_incentives_bench,
+    start_outer_delay_bench,
+)
 from support.chaos_run import ChaosJob, start_chaos_run
 from support.findings_net import start_findings_net
 from support.leader_net import start_leader_net
@@ -32,6 +39,8 @@ NETWORKS = {
     "findings_net": start_findings_net,
     "gpu_bench": start_gpu_bench,
     "restart_net": start_restart_net,
+    "outer_delay_bench": start_outer_delay_bench,
+    "data_memory_bench": start_data_memory_bench,
     "incentives_bench": start_incentives_bench,
     "convergence_bench": start_convergence_bench,
     "readme_net": start_readme_net,
@@ -39,11 +48,11 @@ NETWORKS = {
 """The background jobs, by the name of the fixture that gives each, in the order their readers run
 (about the order in which they end)."""
 LANES = (
-    ("leader_net", "adversary_net", "findings_net", "restart_net"),
+    ("leader_net", "adversary_net", "findings_net", "restart_net", "outer_delay_bench", "data_memory_bench"),
     ("smoke_net", "chaos_run", "gpu_bench", "incentives_bench", "convergence_bench", "readme_net"),
 )
 """The order in which the jobs run, one at a time in each lane: the local networks, paced by the
-chain's blocks, in the first; in the second the light smoke run beside the leader network, whose
+chain's blocks, in the first, then two benchmarks' quick runs; in the second the light smoke run beside the leader network, whose
 timing is tightest, then the chaos run, the benchmarks, which take a core each, and the README's walk
 beside the other networks."""
 
@@ -145,6 +154,18 @@ def readme_net(networks) -> FinishedNet:
 def chaos_run(networks) -> ChaosJob:
     """The chaos run of `support.chaos_run`, run to its end."""
     return networks.result("chaos_run").net
+
+
+@pytest.fixture(scope="session")
+def outer_delay_bench(networks) -> CommandJob:
+    """`bench/outer_delay.py pipe 0.7 0.3 --quick` (`support.bench_jobs`), run to its end."""
+    return networks.result("outer_delay_bench").net
+
+
+@pytest.fixture(scope="session")
+def data_memory_bench(networks) -> CommandJob:
+    """`bench/data_memory.py --quick` (`support.bench_jobs`), run to its end."""
+    return networks.result("data_memory_bench").net
 
 
 @pytest.fixture(scope="session")

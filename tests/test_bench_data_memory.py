@@ -5,36 +5,24 @@ numbers parse and add up, keeping the rest of the file."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from support.bench_jobs import DATA_AFTER, DATA_BEFORE, DATA_BEGIN, DATA_END
 
 pytestmark = pytest.mark.e2e  # runs bench/data_memory.py and its node processes
-
-ROOT = Path(__file__).resolve().parent.parent
-BEGIN, END = "<!-- data_memory: begin -->", "<!-- data_memory: end -->"
 
 
 def number(cell: str) -> float:
     return float(cell.replace(",", ""))
 
 
-def test_a_quick_run_rewrites_its_section_and_keeps_the_rest(tmp_path):
-    output = tmp_path / "data.md"
-    before, after = "# Data\n\nWritten by hand.\n\n", "\n\nHand-written notes.\n"
-    output.write_text(f"{before}{BEGIN}\nstale\n{END}{after}")
-    run = subprocess.run(
-        [sys.executable, "bench/data_memory.py", "--quick", "--output", str(output)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def test_a_quick_run_rewrites_its_section_and_keeps_the_rest(data_memory_bench):
+    run = data_memory_bench.completed()
+    output = data_memory_bench.report
+    before, after = DATA_BEFORE, DATA_AFTER
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     text = output.read_text()
-    assert text.startswith(before + BEGIN) and text.endswith(END + after)
+    assert text.startswith(before + DATA_BEGIN) and text.endswith(DATA_END + after)
     assert "stale" not in text
     section = text[len(before) : -len(after)]
     assert f"`python bench/data_memory.py --quick --output {output}`" in section

@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.bench_jobs import KEPT, MARKER
 
 pytestmark = pytest.mark.e2e  # runs bench/outer_delay.py as a process
 
 ROOT = Path(__file__).resolve().parent.parent
-MARKER = "<!-- Notes below this line are kept when the benchmark rewrites this file. -->"
 
 
 def bench(*args: str) -> subprocess.CompletedProcess:
@@ -35,16 +35,15 @@ def test_help_parses_flags():
     assert "--quick" in run.stdout and "--output" in run.stdout
 
 
-def test_a_quick_run_writes_the_curve_and_keeps_the_notes(tmp_path):
-    output = tmp_path / "outer-delay.md"
-    output.write_text(f"# old\n\nstale\n\n{MARKER}\nHand-written notes.\n")
-    run = bench("pipe", "0.7", "0.3", "--quick", "--output", str(output))
+def test_a_quick_run_writes_the_curve_and_keeps_the_notes(outer_delay_bench):
+    run = outer_delay_bench.completed()
+    output = outer_delay_bench.report
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     last = json.loads([line for line in run.stdout.splitlines() if line.startswith('{"mode"')][-1])
     assert last["mode"] == "pipe" and last["H"] == 15 and len(last["curve"]) == 3
     text = output.read_text()
-    assert text.startswith("# The outer step under delay\n") and "stale" not in text
-    assert text.endswith(f"{MARKER}\nHand-written notes.\n")
+    assert text.startswith("# The outer step under delay\n") and "# old report" not in text
+    assert text.endswith(f"{MARKER}\n{KEPT}")
     assert "python bench/outer_delay.py pipe 0.7 0.3 --quick --output" in text
     assert "| window | held-out loss | seconds |" in text
     rows = [line for line in text.splitlines() if re.match(r"\| \d+ \| ", line)]

@@ -67,3 +67,21 @@ def start_convergence_bench(work: Path, env: Mapping[str, str]) -> CommandJob:
 
 def start_incentives_bench(work: Path, env: Mapping[str, str]) -> CommandJob:
     return bench_job(work, env, "incentives.py", "incentives.md", "--quick")
+
+
+def start_outer_delay_bench(work: Path, env: Mapping[str, str]) -> CommandJob:
+    return bench_job(work, env, "outer_delay.py", "outer-delay.md", "pipe", "0.7", "0.3", "--quick")
+
+
+DATA_BEGIN, DATA_END = "<!-- data_memory: begin -->", "<!-- data_memory: end -->"
+DATA_BEFORE, DATA_AFTER = "# Data\n\nWritten by hand.\n\n", "\n\nHand-written notes.\n"
+"""bench/data_memory.py rewrites only its section between the markers of a page it shares."""
+
+
+def start_data_memory_bench(work: Path, env: Mapping[str, str]) -> CommandJob:
+    work.mkdir(parents=True)
+    output = work / "data.md"
+    output.write_text(f"{DATA_BEFORE}{DATA_BEGIN}\nstale\n{DATA_END}{DATA_AFTER}")
+    return CommandJob(
+        [sys.executable, "bench/data_memory.py", "--quick", "--output", str(output)], work, env, output
+    )

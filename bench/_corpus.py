@@ -65,9 +65,9 @@ def corpus_sha256(root: Path, files: tuple[str, ...]) -> str:
     return digest.hexdigest()
 
 
-def _eligible(root: Path, path: Path) -> bool:
+def _eligible(root: Path, path: Path, excluded: tuple[str, ...] = EXCLUDED_FOLDERS) -> bool:
     parts = path.relative_to(root).parts
-    if any(part in EXCLUDED_FOLDERS or part.startswith("test") for part in parts):
+    if any(part in excluded or part.startswith("test") for part in parts):
         return False
     data = path.read_bytes()
     if len(data) > MAX_FILE_BYTES:
@@ -78,10 +78,9 @@ def _eligible(root: Path, path: Path) -> bool:
         return False
 
 
-def stdlib_corpus(max_bytes: int, root: Path | None = None) -> Corpus:
-    """The corpus of at most `max_bytes` from the standard library at `root` (default: this Python's)."""
-    root = Path(sysconfig.get_paths()["stdlib"]) if root is None else root
-    candidates = [path for path in sorted(root.rglob("*.py")) if path.is_file() and _eligible(root, path)]
+def _chosen(root: Path, candidates: list[Path], max_bytes: int) -> Corpus:
+    """The candidates (files under `root`) taken in the order of their relative paths' SHA-256 while
+    they fit `max_bytes`, then sorted by path."""
     names = {path.relative_to(root).as_posix(): path.stat().st_size for path in candidates}
     chosen: list[str] = []
     total = 0
@@ -90,9 +89,35 @@ def stdlib_corpus(max_bytes: int, root: Path | None = None) -> Corpus:
             chosen.append(name)
             total += names[name]
     if not chosen:
-        raise ValueError(f"no standard-library file under {root} fits {max_bytes} bytes")
+        raise ValueError(f"no source file under {root} fits {max_bytes} bytes")
     files = tuple(sorted(chosen))
     return Corpus(root, files, total, corpus_sha256(root, files), platform.python_version(), max_bytes)
+
+
+def stdlib_corpus(max_bytes: int, root: Path | None = None) -> Corpus:
+    """The corpus of at most `max_bytes` from the standard library at `root` (default: this Python's)."""
+    root = Path(sysconfig.get_paths()["stdlib"]) if root is None else root
+    candidates = [path for path in sorted(root.rglob("*.py")) if path.is_file() and _eligible(root, path)]
+    return _chosen(root, candidates, max_bytes)
+
+
+def installed_corpus(max_bytes: int) -> Corpus:
+    """The corpus of at most `max_bytes` from every `.py` source this Python has installed: its standard
+    library (as `stdlib_corpus` reads it) and its site-packages (tests and files over the cap left out),
+    named by their paths from the file system's root. A larger corpus than the standard library alone,
+    for the device mode; two machines read the same text exactly when their hashes agree."""
+    root = Path("/")
+    stdlib = Path(sysconfig.get_paths()["stdlib"]).resolve()
+    folders = {stdlib: EXCLUDED_FOLDERS}
+    for key in ("purelib", "platlib"):
+        folders.setdefault(Path(sysconfig.get_paths()[key]).resolve(), ())
+    candidates = {
+        path
+        for folder, excluded in folders.items()
+        for path in folder.rglob("*.py")
+        if path.is_file() and _eligible(folder, path, excluded)
+    }
+    return _chosen(root, sorted(candidates), max_bytes)
 
 
 def read_documents(corpus: Corpus) -> list[str]:

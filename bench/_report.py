@@ -33,6 +33,8 @@ SECTION_TITLES = {
     "templated": "Templated corpus (built-in documents, byte tokenizer)",
     "real": "Real text (the Python standard library's sources, BPE tokenizer)",
 }
+SECTION_KEYS = (*CORPORA, "device")
+"""The report's sections in order: one per corpus, then the device mode's (`_device_report.py`)."""
 CORPUS_HASH = re.compile(r"corpus sha256 `([0-9a-f]{64})`")
 HEADERS = (
     "method",
@@ -362,7 +364,7 @@ def sections(path: Path) -> dict[str, str]:
     if not path.exists():
         return {}
     head = path.read_text().partition(NOTES_MARKER)[0]
-    marks = [(head.find(SECTION_MARK.format(c)), c) for c in CORPORA]
+    marks = [(head.find(SECTION_MARK.format(c)), c) for c in SECTION_KEYS]
     starts = sorted((start, corpus) for start, corpus in marks if start >= 0)
     bounds = [start for start, _ in starts] + [len(head)]
     return {
@@ -379,7 +381,7 @@ def recorded_corpus_sha256(path: Path) -> str | None:
 def markdown(new: dict[str, str], path: Path) -> str:
     """The whole report: the `new` sections, the existing report's other sections, then its notes."""
     merged = {**sections(path), **new}
-    body = "\n".join(merged[c] for c in CORPORA if c in merged)
+    body = "\n".join(merged[c] for c in SECTION_KEYS if c in merged)
     return INTRO + "\n" + body + "\n" + NOTES_MARKER + "\n" + kept_notes(path)
 
 

@@ -10,6 +10,12 @@ second. Each corpus has its own section of the report: the templated built-in co
     python bench/convergence.py                  # the templated corpus (about 10 minutes on 2 cores)
     python bench/convergence.py --corpus real    # real text
     python bench/convergence.py --quick --corpus templated real   # seconds; every code path, meaningless numbers
+    python bench/convergence.py --device cuda    # one GPU: DDP against DiLoCo at a fair budget (under 8 minutes on an H100)
+    python bench/convergence.py --device cpu --quick              # the device mode's every code path, on a CPU
+
+The device mode (`_device.py`) replaces the corpus runs: one process, DDP as one large batch and DiLoCo's
+workers one after another on the same device, on the running Python's installed sources; it writes its
+own section of the report.
 """
 
 from __future__ import annotations
@@ -21,13 +27,16 @@ import socket
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
 import torch.multiprocessing as mp
 from _config import CORPORA, BenchConfig, PreparedSource, for_corpus, load_data, quick, worker_schedule
-from _corpus import Corpus, prepare_corpus, stdlib_corpus, token_bytes
+from _corpus import Corpus, installed_corpus, prepare_corpus, stdlib_corpus, token_bytes
+from _device import DeviceConfig, quick_device, run_device
+from _device_report import device_section, print_device
 from _distill import compare_distillation
 from _ranks import RESULTS_FILE, TEACHER_FILE, run_rank
 from _report import Machine, Report, markdown, print_tables, recorded_corpus_sha256, section
@@ -57,6 +66,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="replace a real-text section measured on another corpus (another hash) than this machine's",
     )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="markdown file to write")
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        help="the device mode on this device instead of the corpus runs (see above)",
+    )
+    parser.add_argument(
+        "--run-seconds",
+        type=float,
+        help=f"device mode: the most the whole run may take; the steps are cut to fit (default {DeviceConfig().run_seconds:g})",
+    )
+    parser.add_argument(
+        "--inner-steps", type=int, help=f"device mode: DiLoCo's H (default {DeviceConfig().inner_steps})"
+    )
     return parser.parse_args(argv)
 
 
@@ -118,8 +140,32 @@ def run_corpus(config: BenchConfig, corpus: Corpus | None, command: str, console
     )
 
 
+def run_device_mode(args: argparse.Namespace, console: Console) -> str:
+    """The device mode's run and its report section."""
+    config = DeviceConfig(device=args.device)
+    if args.quick:
+        config = quick_device(config)
+    if args.run_seconds is not None:
+        config = replace(config, run_seconds=args.run_seconds)
+    if args.inner_steps is not None:
+        config = replace(config, inner_steps=args.inner_steps)
+    date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    corpus = installed_corpus(config.corpus_bytes)
+    with tempfile.TemporaryDirectory() as folder:
+        run = run_device(config, corpus, Path(folder) / "tokenizer", console.print)
+    print_device(run, console)
+    return device_section(run, shlex.join(["python", *sys.argv]), date)
+
+
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
+    if args.device is not None:
+        console = Console(width=180)
+        new = {"device": run_device_mode(args, console)}
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(markdown(new, args.output))
+        console.print(f"wrote {args.output}")
+        return
     configs = [quick(for_corpus(c)) if args.quick else for_corpus(c) for c in dict.fromkeys(args.corpus)]
     console = Console(width=180)
     started = time.perf_counter()

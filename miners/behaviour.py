@@ -31,7 +31,7 @@ from distrai.protocol.windows import commit_deadline, committed_in_time, read_pa
 from distrai.store import StoreError
 from distrai.train.inner import pseudo_gradient, window_start_state
 from distrai.train.sketch import sketch
-from distrai.train.state import load_state, save_state, state_hash
+from distrai.train.train_state import load_state, save_state, state_hash
 from distrai.wire import sign_document
 from distrai.wire.manifest import UpdateManifest
 from miners.adversaries import ADVERSARY_NAMES

@@ -63,7 +63,7 @@ from distrai.train.assignment import batch_indices
 from distrai.train.inner import BoundaryState, inner_loop, window_start_state
 from distrai.train.replay_class import replay_class_of
 from distrai.train.sketch import sketch
-from distrai.train.state import TrainState, load_state, save_state, state_hash
+from distrai.train.train_state import TrainState, load_state, save_state, state_hash
 from distrai.wire import encode_tensors
 from miners.behaviour import Behaviour, behaviour, honest
 from miners.pacing import Pacer, blocks_needed, commit_by, stop_time

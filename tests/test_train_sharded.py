@@ -17,7 +17,7 @@ from support.window_rank import batches, config, model, record, window_base
 from distrai.train.inner import InnerResult, inner_loop
 from distrai.train.loss import causal_lm_loss
 from distrai.train.replay import replay_segment
-from distrai.train.state import load_state, state_hash
+from distrai.train.train_state import load_state, state_hash
 
 
 def one_process(ranks: int, sharded: bool, micro_batches: int, kind: str) -> InnerResult:

@@ -29,7 +29,7 @@ from distrai.train.hashing import piece_digests
 from distrai.train.inner import inner_loop, pseudo_gradient, window_start_state
 from distrai.train.outer import OuterState
 from distrai.train.replay_class import replay_class_of
-from distrai.train.state import encode_state, state_digests, state_hash
+from distrai.train.train_state import encode_state, state_digests, state_hash
 from distrai.wire.manifest import UpdateManifest
 from validators.checks import PASS, MinerVerdict
 from validators.refused import Refused

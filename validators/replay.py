@@ -42,8 +42,8 @@ from distrai.train.inner import float_params, window_start_state
 from distrai.train.replay import replay_segment
 from distrai.train.replay_class import Tolerance, replay_class_of, tolerance_for
 from distrai.train.sketch import sketch
-from distrai.train.state import TrainState, check_state, state_hash
 from distrai.train.step import StepConfig
+from distrai.train.train_state import TrainState, check_state, state_hash
 from distrai.wire import WireError
 from distrai.wire.manifest import UpdateManifest
 from validators.checks import PASS, MinerVerdict

@@ -70,7 +70,7 @@ from distrai.store.base import BLOB_PREFIX, blob_key
 from distrai.store.outage import OutageLog
 from distrai.train.inner import window_start_state
 from distrai.train.outer import Contribution, outer_state_hash, outer_step
-from distrai.train.state import state_hash
+from distrai.train.train_state import state_hash
 from distrai.wire import sha256_hex, sign_document
 from distrai.wire.manifest import Recheck, Refusal
 from validators.behaviour import LeaderBehaviour
@@ -91,7 +91,7 @@ from validators.scoring import ema_update, weights_from_averages
 from validators.shared_scoring import (
     Pooled,
 )
-from validators.state import Suspension, ValidatorState, load_state, save_state
+from validators.validator_state import Suspension, ValidatorState, load_state, save_state
 from validators.window_scoring import score_window
 from validators.window_view import WindowView, check_one, replay_challenge
 from validators.withheld import after_reread, own_outage, reread, settle

@@ -28,8 +28,8 @@ from distrai.train.loss import LossFn
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer, set_lr
 from distrai.train.parallel import LOAD, SHUTDOWN, STATE, STEP, WINDOW, DataParallel
 from distrai.train.sketch import sketch
-from distrai.train.state import TrainState, capture_state, state_hash
 from distrai.train.step import Anchor, StepConfig, StepResult, anchor_to, step_with
+from distrai.train.train_state import TrainState, capture_state, state_hash
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from distrai.train.memory import set_checkpointing
 from distrai.train.model import ModelSpec, load_model
 from distrai.train.optimizer import InnerOptimizerConfig
 from distrai.train.parallel import DataParallel, FullyShardedParallel, Launch, join, launched, leave
-from distrai.train.state import save_state
 from distrai.train.step import StepConfig
+from distrai.train.train_state import save_state
 from support.tiny_models import FAST_LR, tiny_data
 
 STEPS, SEGMENT, ROWS = 4, 2, 12

@@ -304,7 +304,7 @@ class Calibration:
 
 def loss_drift(trained: Sequence[float], replayed: Sequence[float]) -> float:
     """The largest relative difference of a replayed step's loss from the trained one, as validators
-    compare them (`validators/replay.py`)."""
+    compare them (`validators/replay_check.py`)."""
     return max(abs(r - t) / max(abs(t), 1e-12) for t, r in zip(trained, replayed, strict=True))
 
 

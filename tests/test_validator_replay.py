@@ -33,7 +33,7 @@ from distrai.train.train_state import encode_state, state_digests, state_hash
 from distrai.wire.manifest import UpdateManifest
 from validators.checks import PASS, MinerVerdict
 from validators.refused import Refused
-from validators.replay import verify_challenge
+from validators.replay_check import verify_challenge
 from validators.trajectory import check_encoding
 
 CONFIG = Path(__file__).parent / "support" / "adversary-localnet.toml"

@@ -35,7 +35,7 @@ from distrai.wire.manifest import Finding
 from validators import findings
 from validators.checks import check_miner
 from validators.findings import ADOPTED, REFUTED, finding_body, recheck
-from validators.replay import verify_challenge
+from validators.replay_check import verify_challenge
 from validators.validator_state import Suspension, ValidatorState
 from validators.withheld import after_reread, own_outage, reread, settle
 

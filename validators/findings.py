@@ -43,7 +43,7 @@ from distrai.wire.manifest import REASON_CHARS, Finding, Recheck, parse_body
 from distrai.wire.signed import Signer
 from validators.checks import PASS, MinerVerdict
 from validators.inventory import Reader
-from validators.replay import verify_challenge
+from validators.replay_check import verify_challenge
 from validators.withheld import reread
 
 log = logging.getLogger("distrai.validator")

@@ -8,7 +8,7 @@ For window w:
    following the published aggregates that pass `distrai.protocol.follow`'s checks. List what the miners
    had revealed (`inventory.py`, kept in `pending.py` across a restart): nothing absent then
    counts. Then check every update whose manifest the chain held before the commit deadline
-   (`checks.py`), flag copies, verify the challenged miners by recomputation (`replay.py`),
+   (`checks.py`), flag copies, verify the challenged miners by recomputation (`replay_check.py`),
    measure usefulness (`usefulness.py`), and give one share to each piece of work
    (`duplicates.py`).
 3. Score every miner against the window's reference drop (`scoring.py`); publish the signed
@@ -22,7 +22,7 @@ For window w:
 Replay: the hash of the block at the commit deadline draws the miners challenged in the window
 and shares their replays among the validators taking part (`distrai.protocol.windows.replay_shares`). For
 the miners of its share this validator checks the revealed states, replays the challenged
-segments and checks the update against the trajectory (`replay.py`), and publishes a signed
+segments and checks the update against the trajectory (`replay_check.py`), and publishes a signed
 finding on each one caught (`findings.py`). While checking the next window it re-checks the other
 validators' findings and adopts the confirmed ones. A miner caught in fraud, here or by an adopted
 finding, has its window score zeroed, its moving average reset, and is barred for `ban_windows`

@@ -30,7 +30,7 @@ from distrai.train.inner import window_start_state
 from distrai.train.train_state import state_hash
 from validators.checks import PASS, MinerVerdict, check_miner
 from validators.inventory import Reader
-from validators.replay import verify_challenge
+from validators.replay_check import verify_challenge
 from validators.validator_state import ValidatorState
 
 if TYPE_CHECKING:

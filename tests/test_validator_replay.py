@@ -34,7 +34,7 @@ from distrai.wire.manifest import UpdateManifest
 from validators.checks import PASS, MinerVerdict
 from validators.refused import Refused
 from validators.replay_check import verify_challenge
-from validators.trajectory import check_encoding
+from validators.trajectory_check import check_encoding
 
 CONFIG = Path(__file__).parent / "support" / "adversary-localnet.toml"
 WINDOW = 5

@@ -49,7 +49,7 @@ from distrai.wire.manifest import UpdateManifest
 from validators.checks import PASS, MinerVerdict
 from validators.inventory import Reader
 from validators.refused import Refused, not_read
-from validators.trajectory import check_encoding, check_last_pieces, check_roots
+from validators.trajectory_check import check_encoding, check_last_pieces, check_roots
 
 
 class Revealed:

@@ -33,7 +33,7 @@ from distrai.train.inner import pseudo_gradient, window_start_state
 from distrai.train.sketch import sketch
 from distrai.train.train_state import load_state, save_state, state_hash
 from distrai.wire import sign_document
-from distrai.wire.manifest import UpdateManifest
+from distrai.wire.window_documents import UpdateManifest
 from miners.adversaries import ADVERSARY_NAMES
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from distrai.train.replay_class import (
     tolerance_for,
 )
 from distrai.train.step import StepConfig
-from distrai.wire.manifest import ReplayClass
+from distrai.wire.window_documents import ReplayClass
 
 H100, H200, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB"
 DEFAULT = Tolerance(0.03, 0.02, "the run's default tolerance")

@@ -30,7 +30,7 @@ from distrai.train.inner import inner_loop, pseudo_gradient, window_start_state
 from distrai.train.outer import OuterState
 from distrai.train.replay_class import replay_class_of
 from distrai.train.train_state import encode_state, state_digests, state_hash
-from distrai.wire.manifest import UpdateManifest
+from distrai.wire.window_documents import UpdateManifest
 from validators.checks import PASS, MinerVerdict
 from validators.refused import Refused
 from validators.replay_check import verify_challenge

@@ -31,7 +31,7 @@ from distrai.train.inner import window_start_state
 from distrai.train.outer import OuterState
 from distrai.train.train_state import state_hash
 from distrai.wire import sha256_hex, sign_document
-from distrai.wire.manifest import Finding
+from distrai.wire.window_documents import Finding
 from validators import findings
 from validators.checks import check_miner
 from validators.findings import ADOPTED, REFUTED, finding_body, recheck

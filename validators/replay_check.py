@@ -45,7 +45,7 @@ from distrai.train.sketch import sketch
 from distrai.train.step import StepConfig
 from distrai.train.train_state import TrainState, check_state, state_hash
 from distrai.wire import WireError
-from distrai.wire.manifest import UpdateManifest
+from distrai.wire.window_documents import UpdateManifest
 from validators.checks import PASS, MinerVerdict
 from validators.inventory import Reader
 from validators.refused import Refused, not_read

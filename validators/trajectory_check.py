@@ -13,7 +13,7 @@ from distrai.protocol.trajectory import TrajectoryReveal, residual_ref
 from distrai.protocol.update import RESIDUAL_TAG
 from distrai.train.hashing import PieceRef, digest_of_piece, digests_root, piece_of
 from distrai.train.train_state import STATE_TAG, STEP_PIECE, step_digest
-from distrai.wire.manifest import UpdateManifest
+from distrai.wire.window_documents import UpdateManifest
 from validators.refused import Refused
 
 

@@ -72,7 +72,7 @@ from distrai.train.inner import window_start_state
 from distrai.train.outer import Contribution, outer_state_hash, outer_step
 from distrai.train.train_state import state_hash
 from distrai.wire import sha256_hex, sign_document
-from distrai.wire.manifest import Recheck, Refusal
+from distrai.wire.window_documents import Recheck, Refusal
 from validators.behaviour import LeaderBehaviour
 from validators.checks import MinerVerdict, flag_copies
 from validators.findings import (

@@ -34,7 +34,7 @@ from distrai.train.sketch import sketch
 from distrai.train.train_state import load_state, save_state, state_hash
 from distrai.wire import sign_document
 from distrai.wire.window_documents import UpdateManifest
-from miners.adversaries import ADVERSARY_NAMES
+from miners.adversary_names import ADVERSARY_NAMES
 
 if TYPE_CHECKING:
     from miners.miner import Miner, Trained
@@ -423,7 +423,7 @@ ADVERSARIES: dict[str, type[Behaviour]] = {
     )
 }
 if tuple(ADVERSARIES) != ADVERSARY_NAMES:  # the names the miner's flag offers before this module loads
-    raise ImportError(f"miners.adversaries.ADVERSARY_NAMES must list {tuple(ADVERSARIES)}, in this order")
+    raise ImportError(f"miners.adversary_names.ADVERSARY_NAMES must list {tuple(ADVERSARIES)}, in this order")
 
 EXPECTED_CHECK: dict[str, str] = {
     "idle": "states",

@@ -40,7 +40,7 @@ from distrai.node.build import (  # noqa: E402
 )
 from distrai.protocol.run import load_run_config  # noqa: E402
 from distrai.train.launch import Launch, launched  # noqa: E402
-from miners.adversaries import ADVERSARY_NAMES  # noqa: E402
+from miners.adversary_names import ADVERSARY_NAMES  # noqa: E402
 
 
 def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> int:

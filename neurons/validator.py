@@ -25,7 +25,7 @@ if __name__ == "__main__":
 
 from distrai.chain.base import ChainError  # noqa: E402
 from distrai.node.build import build_node, build_parser  # noqa: E402
-from validators.adversaries import LEADER_ADVERSARY_NAMES, check_leader_adversary  # noqa: E402
+from validators.adversary_names import LEADER_ADVERSARY_NAMES, check_leader_adversary  # noqa: E402
 
 
 def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> int:

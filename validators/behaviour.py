@@ -27,7 +27,7 @@ import torch
 
 from distrai.protocol.update import encode_update
 from distrai.train.outer import Contribution
-from validators.adversaries import COLLUDE, LEADER_ADVERSARY_NAMES, check_leader_adversary
+from validators.adversary_names import COLLUDE, LEADER_ADVERSARY_NAMES, check_leader_adversary
 from validators.checks import PASS
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ class Collude(LeaderBehaviour):
 LEADER_ADVERSARIES: dict[str, type[LeaderBehaviour]] = {cls.name: cls for cls in (Poison, Reweight, Collude)}
 if tuple(LEADER_ADVERSARIES) != LEADER_ADVERSARY_NAMES:  # what the validator's flag offers before this loads
     raise ImportError(
-        f"validators.adversaries.LEADER_ADVERSARY_NAMES must list {tuple(LEADER_ADVERSARIES)}, in this order"
+        f"validators.adversary_names.LEADER_ADVERSARY_NAMES must list {tuple(LEADER_ADVERSARIES)}, in this order"
     )
 
 

@@ -1,4 +1,4 @@
-"""The names of the miner adversaries (`miners.behaviour.ADVERSARIES` holds their classes, in this
+"""The names of the miner adversaries (`miners.adversaries.ADVERSARIES` holds their classes, in this
 order), in a module that imports nothing: `neurons/miner.py` offers them as `--miner.adversary`
 choices before it loads torch and the model code."""
 

@@ -10,7 +10,7 @@ follower's checks of `distrai.protocol.follow` can tell. The follower's refusal 
   hotkey ("not one that miner's signed manifest names");
 - `reweight`: the rule's updates with weights of the leader's choosing ("its signed report's
   scores give" other weights);
-- `collude`: a report that passes its colluding miner's poisoned update (`miners.behaviour.Poison`,
+- `collude`: a report that passes its colluding miner's poisoned update (`miners.adversaries.Poison`,
   committed and anchored like honest work) and fails every honest one, and the aggregate that this
   report implies. Every check of the aggregator's own word passes; the report quorum ("which the
   signed reports of validators holding … stake failed") or, when the leader holds most of the

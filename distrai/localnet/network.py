@@ -100,7 +100,7 @@ class LocalnetOptions:
     """Processes of miner1 when above 1 (torchrun, `--miner.shard`: the model, gradients and optimizer
     state sharded over them, FSDP2 over gloo)."""
     adversaries: tuple[str, ...] = ()
-    """One extra miner per entry, cheating in that way (`miners.behaviour.ADVERSARIES`), each with a
+    """One extra miner per entry, cheating in that way (`miners.adversaries.ADVERSARIES`), each with a
     store of its own under `stores/` (as each miner has its own bucket on a real subnet), reading the
     run's data from the network's store."""
     leader_adversaries: tuple[str, ...] = ()

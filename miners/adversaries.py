@@ -1,10 +1,9 @@
-"""What a miner does at each point of its window: honestly, or as one of the adversaries of
-DESIGN.md's threat model, which validators must reject (`python neurons/miner.py
---miner.adversary TYPE`, `distrai localnet --adversary TYPE[,TYPE…]`).
+"""The miner adversaries of DESIGN.md's threat model, which validators must reject (`python
+neurons/miner.py --miner.adversary TYPE`, `distrai localnet --adversary TYPE[,TYPE…]`).
 
-A `Behaviour` has one hook per point of the window; the honest one does what the protocol asks,
-and each adversary overrides the hooks it cheats in. The validator's report names the check
-that catches each one (`EXPECTED_CHECK`).
+Each adversary is a `Behaviour` (`miners.miner`, the honest miner) that overrides the hooks it
+cheats in. The validator's report names the check that catches each one (`EXPECTED_CHECK`); their
+names alone, in this order, are `miners.adversary_names.ADVERSARY_NAMES`.
 """
 
 from __future__ import annotations
@@ -16,14 +15,10 @@ import json
 import logging
 import secrets
 import threading
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
-from distrai.chain.base import Chain
 from distrai.chain.signing import Keypair
-from distrai.codec import Encoded
 from distrai.protocol.announce import committed_updates
 from distrai.protocol.layout import manifest_key
 from distrai.protocol.update import encode_update
@@ -35,9 +30,7 @@ from distrai.train.train_state import load_state, save_state, state_hash
 from distrai.wire import sign_document
 from distrai.wire.window_documents import UpdateManifest
 from miners.adversary_names import ADVERSARY_NAMES
-
-if TYPE_CHECKING:
-    from miners.miner import Miner, Trained
+from miners.miner import Behaviour
 
 log = logging.getLogger("distrai.miner")
 
@@ -45,43 +38,6 @@ SCALE = 10.0
 """How much the `scaled` adversary multiplies its update by."""
 POISON_SCALE = 100.0
 """How much larger than its honest update, and turned against it, the `poison` adversary's update is."""
-
-
-class Behaviour:
-    """An honest miner."""
-
-    name = "honest"
-
-    def train(self, miner: Miner, w: int, miners: list[str], states_dir: Path) -> Trained:
-        return miner.train(w, miners, states_dir)
-
-    def update(self, miner: Miner, pseudo_gradient: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return pseudo_gradient
-
-    def blob(self, miner: Miner, w: int, encoded: Encoded) -> bytes:
-        return encode_update(encoded.payload, encoded.metadata, miner.hotkey, w)
-
-    def manifest(self, miner: Miner, w: int, body: dict) -> dict:
-        return body
-
-    def sign(self, miner: Miner, w: int, body: dict) -> bytes:
-        return sign_document(miner.wallet.hotkey, body)
-
-    def commits(self, miner: Miner) -> bool:
-        """Whether to commit this window at all."""
-        return True
-
-    def reveal_blob(self, miner: Miner, w: int, blob: bytes, chain: Chain) -> bytes | None:
-        """The blob to upload at reveal (None: upload none); runs in the uploading thread, which
-        reads the chain through `chain`."""
-        return blob
-
-    def revealed(self, miner: Miner, w: int, challenged: bool, chain: Chain) -> None:
-        """Called in the uploading thread once window w's reveal is uploaded."""
-
-
-def honest() -> Behaviour:
-    return Behaviour()
 
 
 class Untrained(Behaviour):
@@ -450,7 +406,7 @@ EXPECTED_CHECK: dict[str, str] = {
 def behaviour(name: str) -> Behaviour:
     """The honest behaviour, or the adversary called `name`; ValueError lists the known ones."""
     if name == "honest":
-        return honest()
+        return Behaviour()
     if name not in ADVERSARIES:
         raise ValueError(f"unknown adversary {name!r}; known: {', '.join(ADVERSARIES)}")
     return ADVERSARIES[name]()

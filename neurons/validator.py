@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
         node.metrics.close()
         return 0
     from distrai.data.cache import ShardError
-    from validators.behaviour import leader_behaviour
+    from validators.adversaries import leader_behaviour
     from validators.validator import Validator, ValidatorOptions
 
     behaviour = leader_behaviour(adversary, colluder)

@@ -73,7 +73,6 @@ from distrai.train.outer import Contribution, outer_state_hash, outer_step
 from distrai.train.train_state import state_hash
 from distrai.wire import sha256_hex, sign_document
 from distrai.wire.window_documents import Recheck, Refusal
-from validators.behaviour import LeaderBehaviour
 from validators.checks import MinerVerdict, flag_copies
 from validators.findings import (
     ADOPTED,
@@ -99,11 +98,26 @@ from validators.withheld import after_reread, own_outage, reread, settle
 log = logging.getLogger("distrai.validator")
 
 
+class LeaderBehaviour:
+    """An honest validator: the report is what its checks found, the aggregate what the rule gives.
+    Each leader adversary (`adversaries.py`) overrides the hooks it cheats in."""
+
+    name = "honest"
+
+    def judge(self, validator: Validator, w: int, verdicts: list[MinerVerdict]) -> None:
+        """Change the window's verdicts (in place) before the report is signed."""
+
+    def tamper(
+        self, validator: Validator, w: int, accepted: list[dict], contributions: list[Contribution]
+    ) -> tuple[list[dict], list[Contribution]]:
+        return accepted, contributions
+
+
 @dataclass(frozen=True)
 class ValidatorOptions:
     work_dir: Path
     behaviour: LeaderBehaviour = field(default_factory=LeaderBehaviour)
-    """Honest, or one of the leaders of `behaviour.LEADER_ADVERSARIES` (for demonstrations and tests)."""
+    """Honest, or one of the leaders of `adversaries.LEADER_ADVERSARIES` (for demonstrations and tests)."""
 
 
 MODELS = "the models to check a window against (the validators' aggregates)"

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from distrai.train.hashing import hash_tensors
-from distrai.train.inner import InnerConfig, InnerResult, follow, inner_loop
+from distrai.train.inner import InnerConfig, InnerResult, inner_loop, train_rank_zero_steps
 from distrai.train.loss import causal_lm_loss
 from distrai.train.memory import set_checkpointing
 from distrai.train.model import ModelSpec, load_model
@@ -85,7 +85,7 @@ def window(launch: Launch, out: Path, mode: str, micro_batches: int, kind: str) 
         ranks.shard()
     inner = config(launch.world, sharded, micro_batches, kind)
     if not ranks.leader:
-        follow(ranks, causal_lm_loss, inner)
+        train_rank_zero_steps(ranks, causal_lm_loss, inner)
         return
     work = batches()
     base = window_base(kind)

@@ -85,7 +85,7 @@ def poisoned(pseudo_gradient: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
 class Poison(Behaviour):
     """Trains honestly but publishes a poisoned update (`poisoned`), which it encodes, commits and
     anchors like an honest one: nothing but its effect gives it away. On its own it is caught as
-    `scaled` is; beside a colluding leader (`validators.adversaries.Collude`), only the followers'
+    `scaled` is; beside a colluding leader (`validators.leader_adversaries.Collude`), only the followers'
     report quorum and held-out re-measurement stop it (docs/protocol.md, "Following an aggregate")."""
 
     name = "poison"

@@ -31,7 +31,7 @@ CLI_MODULES = {"distrai.cli", "distrai.chain_cmd", "distrai.run_cmd"}
 """The loose modules at the top of `distrai/`: the `distrai` command and its subcommands."""
 
 TOOLS = {"dashboard", "localnet", "cli"}
-ROLE_NAMES = ("miners.adversary_names", "validators.adversary_names")
+ROLE_NAMES = ("miners.adversary_names", "validators.leader_adversary_names")
 """The tools start miners and validators as processes (`neurons/`); of the roles they read only these
 light modules of names."""
 
@@ -134,7 +134,7 @@ def test_a_room_importing_upward_or_sideways_fails(tmp_path):
     found = violations(tmp_path)
     assert found == [
         "distrai/localnet/command.py:2: distrai.localnet.command (a tool) imports miners.adversaries.ADVERSARIES: "
-        "tools read only miners.adversary_names, validators.adversary_names",
+        "tools read only miners.adversary_names, validators.leader_adversary_names",
         "distrai/loose.py: distrai.loose is in no room (move it into one, or name it in FLOORS)",
         "distrai/protocol/sync.py:2: distrai.protocol.sync (room protocol) imports distrai.node.build.Node "
         "(room node, above it)",

@@ -100,7 +100,7 @@ log = logging.getLogger("distrai.validator")
 
 class LeaderBehaviour:
     """An honest validator: the report is what its checks found, the aggregate what the rule gives.
-    Each leader adversary (`adversaries.py`) overrides the hooks it cheats in."""
+    Each leader adversary (`leader_adversaries.py`) overrides the hooks it cheats in."""
 
     name = "honest"
 

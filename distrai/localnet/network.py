@@ -105,7 +105,7 @@ class LocalnetOptions:
     run's data from the network's store."""
     leader_adversaries: tuple[str, ...] = ()
     """The i-th entry makes the validator with the i-th most stake try to steer the global model
-    in that way (`validators.adversaries.LEADER_ADVERSARIES`); followers must refuse it. A `collude`
+    in that way (`validators.leader_adversaries.LEADER_ADVERSARIES`); followers must refuse it. A `collude`
     leader colludes with the `poison` adversary among `adversaries` (it is given that miner's hotkey)."""
     run_config: Path = field(default_factory=lambda: shipped_config_path("cpu-localnet"))
     miner_bandwidth: float | None = None

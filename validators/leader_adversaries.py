@@ -16,7 +16,7 @@ follower's refusal names:
   signed reports of validators holding … stake failed") or, when the leader holds most of the
   stake, the held-out re-measurement ("raises the loss on the window's held-out sample") refuses it.
 
-Their names alone, in this order, are `validators.adversary_names.LEADER_ADVERSARY_NAMES`.
+Their names alone, in this order, are `validators.leader_adversary_names.LEADER_ADVERSARY_NAMES`.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from dataclasses import replace
 import torch
 
 from distrai.protocol.update import encode_update
-from validators.adversary_names import COLLUDE, LEADER_ADVERSARY_NAMES, check_leader_adversary
 from validators.checks import PASS
+from validators.leader_adversary_names import COLLUDE, LEADER_ADVERSARY_NAMES, check_leader_adversary
 from validators.validator import LeaderBehaviour
 
 POISON_SCALE = 50.0
@@ -113,7 +113,7 @@ class Collude(LeaderBehaviour):
 LEADER_ADVERSARIES: dict[str, type[LeaderBehaviour]] = {cls.name: cls for cls in (Poison, Reweight, Collude)}
 if tuple(LEADER_ADVERSARIES) != LEADER_ADVERSARY_NAMES:  # what the validator's flag offers before this loads
     raise ImportError(
-        f"validators.adversary_names.LEADER_ADVERSARY_NAMES must list {tuple(LEADER_ADVERSARIES)}, in this order"
+        f"validators.leader_adversary_names.LEADER_ADVERSARY_NAMES must list {tuple(LEADER_ADVERSARIES)}, in this order"
     )
 
 

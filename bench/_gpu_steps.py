@@ -38,7 +38,7 @@ from _gpu_loops import (
 )
 
 from distrai.train.memory import GIB
-from distrai.train.state import capture_state, state_hash
+from distrai.train.train_state import capture_state, state_hash
 
 DONE = 0.8
 GOAL = 0.9

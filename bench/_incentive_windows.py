@@ -31,8 +31,8 @@ from distrai.train.evaluate import evaluate
 from distrai.train.inner import inner_loop
 from distrai.train.outer import Contribution, OuterConfig, outer_step
 from distrai.train.step import over_ranks
-from distrai.wire.manifest import Boundary, UpdateBlob, UpdateManifest
 from distrai.wire.tensors import encode_tensors
+from distrai.wire.window_documents import Boundary, UpdateBlob, UpdateManifest
 from validators.checks import PASS, MinerVerdict
 from validators.scoring import tokens_trained
 from validators.shared_scoring import as_measurement

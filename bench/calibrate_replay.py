@@ -47,7 +47,7 @@ from distrai.train.inner import InnerConfig, inner_loop
 from distrai.train.model import count_parameters, load_model
 from distrai.train.outer import Contribution, OuterState, outer_step
 from distrai.train.replay import replay_distance, replay_segment
-from distrai.train.state import TrainState, load_state, save_state, state_hash
+from distrai.train.train_state import TrainState, load_state, save_state, state_hash
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "docs" / "replay-tolerance.md"
@@ -304,7 +304,7 @@ class Calibration:
 
 def loss_drift(trained: Sequence[float], replayed: Sequence[float]) -> float:
     """The largest relative difference of a replayed step's loss from the trained one, as validators
-    compare them (`validators/replay.py`)."""
+    compare them (`validators/replay_check.py`)."""
     return max(abs(r - t) / max(abs(t), 1e-12) for t, r in zip(trained, replayed, strict=True))
 
 

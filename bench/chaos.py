@@ -88,11 +88,11 @@ from distrai.protocol.windows import (
 )
 from distrai.store.temps import TEMP_SUFFIX
 from distrai.train.coded_state import CODED_STATE_FORMAT, check_coded_state
-from distrai.train.state import load_state as load_train_state
 from distrai.train.tensorfile import blob_format
 from distrai.train.tensorfile import decode_tensors as decode_record_tensors
-from validators.state import ValidatorState
-from validators.state import load_state as load_validator_state
+from distrai.train.train_state import load_state as load_train_state
+from validators.validator_state import ValidatorState
+from validators.validator_state import load_state as load_validator_state
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "docs" / "reliability.md"

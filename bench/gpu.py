@@ -81,8 +81,8 @@ from distrai.train.determinism import configure_determinism
 from distrai.train.loss import causal_lm_loss
 from distrai.train.memory import GIB, ModelShape, plan_memory
 from distrai.train.model import preset_config
-from distrai.train.state import capture_state, state_hash
 from distrai.train.step import StepConfig, step_with
+from distrai.train.train_state import capture_state, state_hash
 
 ROOT = Path(__file__).resolve().parent.parent
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0}

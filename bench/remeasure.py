@@ -68,7 +68,7 @@ def honest_and_poisoned(rt):
     from distrai.train.assignment import batch_indices
     from distrai.train.inner import inner_loop
     from distrai.train.outer import Contribution, OuterState, outer_step
-    from miners.behaviour import poisoned
+    from miners.adversaries import poisoned
 
     base = rt.initial_params()
     rt.load_params(base)

@@ -57,8 +57,8 @@ from distrai.train.loss import causal_lm_loss
 from distrai.train.lossless import compress, delta_words, split_planes, words_of
 from distrai.train.model import ModelSpec, load_model
 from distrai.train.optimizer import make_inner_optimizer
-from distrai.train.state import TrainState, capture_state, state_hash, states_equal
 from distrai.train.tensorfile import decode_tensors
+from distrai.train.train_state import TrainState, capture_state, state_hash, states_equal
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "docs" / "reveal-size.md"

@@ -42,7 +42,7 @@ from distrai.node.metrics import read_metrics
 from distrai.node.wallets import open_wallet
 from distrai.protocol.run import load_run_config, shipped_config_path
 from distrai.protocol.windows import ChallengeInputs, challenge_count, challenged, miner_segments
-from miners.behaviour import ADVERSARIES, EXPECTED_CHECK
+from miners.adversaries import ADVERSARIES, EXPECTED_CHECK
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "docs" / "verification.md"

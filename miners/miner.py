@@ -19,8 +19,8 @@ uploading in the background while the next window trains.
 Every window logs its train, idle and other seconds and the utilization (train / wall seconds);
 every reveal logs its upload seconds, bytes and rate beside the rate it needed.
 
-What the miner does at each of these points is its `Behaviour` (`behaviour.py`): honest by
-default; `--miner.adversary TYPE` swaps in one of the cheats a validator must catch.
+What the miner does at each of these points is its `Behaviour`: the honest one here by default;
+`--miner.adversary TYPE` swaps in one of the cheats a validator must catch (`adversaries.py`).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 
 from distrai.chain.base import Chain, ChainError, WalletLike
+from distrai.codec import Encoded
 from distrai.node.build import Node
 from distrai.node.linkcheck import LinkVerdict, format_rate, measure_upload_rate, reveal_bytes, reveal_seconds
 from distrai.node.metrics import Metrics
@@ -48,7 +49,7 @@ from distrai.protocol.layout import manifest_key
 from distrai.protocol.runtime import Runtime
 from distrai.protocol.standing import standing_lines
 from distrai.protocol.sync import StoreCache
-from distrai.protocol.update import residual_hash
+from distrai.protocol.update import encode_update, residual_hash
 from distrai.protocol.windows import (
     commit_deadline,
     committed_in_time,
@@ -63,9 +64,8 @@ from distrai.train.assignment import batch_indices
 from distrai.train.inner import BoundaryState, inner_loop, window_start_state
 from distrai.train.replay_class import replay_class_of
 from distrai.train.sketch import sketch
-from distrai.train.state import TrainState, load_state, save_state, state_hash
-from distrai.wire import encode_tensors
-from miners.behaviour import Behaviour, behaviour, honest
+from distrai.train.train_state import TrainState, load_state, save_state, state_hash
+from distrai.wire import encode_tensors, sign_document
 from miners.pacing import Pacer, blocks_needed, commit_by, stop_time
 from miners.reveal_job import RevealJob, job_folder, sealed_jobs
 from miners.uploader import RETRY_PAUSE_S, Uploader
@@ -83,11 +83,45 @@ FINISH_MARGIN = 1.5
 (one block's time before any window has committed)."""
 
 
+class Behaviour:
+    """An honest miner: one hook per point of the window, each doing what the protocol asks. Each
+    adversary (`adversaries.py`) overrides the hooks it cheats in."""
+
+    name = "honest"
+
+    def train(self, miner: Miner, w: int, miners: list[str], states_dir: Path) -> Trained:
+        return miner.train(w, miners, states_dir)
+
+    def update(self, miner: Miner, pseudo_gradient: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return pseudo_gradient
+
+    def blob(self, miner: Miner, w: int, encoded: Encoded) -> bytes:
+        return encode_update(encoded.payload, encoded.metadata, miner.hotkey, w)
+
+    def manifest(self, miner: Miner, w: int, body: dict) -> dict:
+        return body
+
+    def sign(self, miner: Miner, w: int, body: dict) -> bytes:
+        return sign_document(miner.wallet.hotkey, body)
+
+    def commits(self, miner: Miner) -> bool:
+        """Whether to commit this window at all."""
+        return True
+
+    def reveal_blob(self, miner: Miner, w: int, blob: bytes, chain: Chain) -> bytes | None:
+        """The blob to upload at reveal (None: upload none); runs in the uploading thread, which
+        reads the chain through `chain`."""
+        return blob
+
+    def revealed(self, miner: Miner, w: int, challenged: bool, chain: Chain) -> None:
+        """Called in the uploading thread once window w's reveal is uploaded."""
+
+
 @dataclass(frozen=True)
 class MinerOptions:
     work_dir: Path
-    behaviour: Behaviour = field(default_factory=honest)
-    """Honest, or one of the adversaries of `behaviour.ADVERSARIES` (for demonstrations and tests)."""
+    behaviour: Behaviour = field(default_factory=Behaviour)
+    """Honest, or one of the adversaries of `adversaries.ADVERSARIES` (for demonstrations and tests)."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +169,9 @@ class Miner(Participant):
     @classmethod
     def from_node(cls, node: Node, adversary: str = "honest") -> Miner:
         """The miner of a node built from the command line (`distrai.node.build.build_node`), honest or
-        cheating in the way `adversary` names (`miners.behaviour.ADVERSARIES`)."""
+        cheating in the way `adversary` names (`miners.adversaries.ADVERSARIES`)."""
+        from miners.adversaries import behaviour  # the adversaries build on this module's `Behaviour`
+
         return cls(
             node.runtime,
             node.chain,

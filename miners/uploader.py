@@ -45,7 +45,7 @@ from distrai.protocol.windows import (
 from distrai.store import StoreError
 from distrai.store.outage import OutageLog
 from distrai.train.coded_state import encode_coded_state
-from distrai.train.state import load_state, state_digests
+from distrai.train.train_state import load_state, state_digests
 from distrai.wire import decode_tensors
 from miners.reveal_job import RevealJob
 

@@ -40,7 +40,7 @@ from distrai.node.build import (  # noqa: E402
 )
 from distrai.protocol.run import load_run_config  # noqa: E402
 from distrai.train.launch import Launch, launched  # noqa: E402
-from miners.adversaries import ADVERSARY_NAMES  # noqa: E402
+from miners.adversary_names import ADVERSARY_NAMES  # noqa: E402
 
 
 def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> int:
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
         budget = parallel.smallest(own, device)
         if launch.rank == 0:
             return run_miner(args, adversary, stop, launch, budget)
-        return run_follower(args, launch, budget)
+        return run_other_rank(args, launch, budget)
     finally:
         parallel.leave()
 
@@ -145,11 +145,11 @@ def run_miner(
     return 0
 
 
-def run_follower(args, launch: Launch, budget: int | None) -> int:
+def run_other_rank(args, launch: Launch, budget: int | None) -> int:
     """A rank other than 0: build the same model and train the steps rank 0 sends, until it stops."""
     from distrai.train import parallel
     from distrai.train.determinism import configure_determinism
-    from distrai.train.inner import follow
+    from distrai.train.inner import train_rank_zero_steps
 
     configure_logging(getattr(args, "logging.level"))
     log = logging.getLogger("distrai.miner")
@@ -164,7 +164,7 @@ def run_follower(args, launch: Launch, budget: int | None) -> int:
         return 2
     log.info("rank %d of %d: following rank 0's steps on %s", launch.rank, launch.world, args.device)
     assert runtime.parallel is not None, "prepare_runtime sets the ranks up under torchrun"
-    steps = follow(runtime.parallel, runtime.loss_fn, runtime.inner)
+    steps = train_rank_zero_steps(runtime.parallel, runtime.loss_fn, runtime.inner)
     log.info("rank %d of %d: rank 0 stopped after %d steps here", launch.rank, launch.world, steps)
     return 0
 

@@ -25,7 +25,7 @@ if __name__ == "__main__":
 
 from distrai.chain.base import ChainError  # noqa: E402
 from distrai.node.build import build_node, build_parser  # noqa: E402
-from validators.adversaries import LEADER_ADVERSARY_NAMES, check_leader_adversary  # noqa: E402
+from validators.leader_adversary_names import LEADER_ADVERSARY_NAMES, check_leader_adversary  # noqa: E402
 
 
 def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> int:
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
         node.metrics.close()
         return 0
     from distrai.data.cache import ShardError
-    from validators.behaviour import leader_behaviour
+    from validators.leader_adversaries import leader_behaviour
     from validators.validator import Validator, ValidatorOptions
 
     behaviour = leader_behaviour(adversary, colluder)

@@ -14,7 +14,7 @@ from test_localnet_e2e import hotkey
 
 from distrai.localnet.network import Localnet
 from distrai.localnet.view import signed_reports
-from miners.behaviour import ADVERSARIES, EXPECTED_CHECK
+from miners.adversaries import ADVERSARIES, EXPECTED_CHECK
 
 
 def reports(net: Localnet) -> list[dict]:

@@ -27,8 +27,8 @@ from distrai.train.lossless import (
 )
 from distrai.train.model import ModelSpec, load_model
 from distrai.train.optimizer import InnerOptimizerConfig
-from distrai.train.state import encode_state, state_hash, states_equal
 from distrai.train.tensorfile import blob_format, decode_tensors, encode_tensors
+from distrai.train.train_state import encode_state, state_hash, states_equal
 
 LIMIT = 1 << 30
 

@@ -28,7 +28,7 @@ from distrai.dashboard.words import CHECKS, explain, score_words
 from distrai.node.metrics import Metrics
 from distrai.node.wallets import create_dev_wallet
 from distrai.protocol.standing import NO_AGGREGATE, standing
-from distrai.wire.manifest import WindowReport
+from distrai.wire.window_documents import WindowReport
 
 V0, V1 = "5V0" + "a" * 45, "5V1" + "b" * 45
 M0, M1 = "5M0" + "c" * 45, "5M1" + "d" * 45

@@ -23,7 +23,7 @@ from distrai.protocol.windows import aggregate_deadline
 from distrai.store import FileStore
 from distrai.train.evaluate import evaluate
 from distrai.train.model import load_model
-from miners.behaviour import poisoned
+from miners.adversaries import poisoned
 
 HONEST = {"miner0": 1.0, "miner1": 0.8}
 COLLUDING = {"miner2": 1.0}

@@ -33,7 +33,7 @@ from distrai.protocol.run import OuterConfig as RunOuterConfig
 from distrai.protocol.runtime import params_hash
 from distrai.protocol.update import decode_update, encode_update
 from distrai.train.outer import Contribution, OuterState, outer_state_hash, outer_step
-from distrai.wire.manifest import AggregateManifest
+from distrai.wire.window_documents import AggregateManifest
 
 CODEC = get_codec("int8")
 OUTER = RunOuterConfig()

@@ -14,7 +14,7 @@ import pytest
 from support.smoke_net import CONFIG, data_files
 
 from distrai.data.stream import is_heldout_document
-from distrai.localnet.data import (
+from distrai.localnet.local_data import (
     EOS,
     HELDOUT_FRACTION,
     needs_local_data,

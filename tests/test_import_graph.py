@@ -31,7 +31,7 @@ CLI_MODULES = {"distrai.cli", "distrai.chain_cmd", "distrai.run_cmd"}
 """The loose modules at the top of `distrai/`: the `distrai` command and its subcommands."""
 
 TOOLS = {"dashboard", "localnet", "cli"}
-ROLE_NAMES = ("miners.adversaries", "validators.adversaries")
+ROLE_NAMES = ("miners.adversary_names", "validators.leader_adversary_names")
 """The tools start miners and validators as processes (`neurons/`); of the roles they read only these
 light modules of names."""
 
@@ -129,12 +129,12 @@ def test_a_room_importing_upward_or_sideways_fails(tmp_path):
     (tmp_path / "distrai/loose.py").write_text("")
     (tmp_path / "distrai/localnet").mkdir()
     (tmp_path / "distrai/localnet/command.py").write_text(
-        "from miners.adversaries import ADVERSARY_NAMES\nfrom miners.behaviour import ADVERSARIES\n"
+        "from miners.adversary_names import ADVERSARY_NAMES\nfrom miners.adversaries import ADVERSARIES\n"
     )
     found = violations(tmp_path)
     assert found == [
-        "distrai/localnet/command.py:2: distrai.localnet.command (a tool) imports miners.behaviour.ADVERSARIES: "
-        "tools read only miners.adversaries, validators.adversaries",
+        "distrai/localnet/command.py:2: distrai.localnet.command (a tool) imports miners.adversaries.ADVERSARIES: "
+        "tools read only miners.adversary_names, validators.leader_adversary_names",
         "distrai/loose.py: distrai.loose is in no room (move it into one, or name it in FLOORS)",
         "distrai/protocol/sync.py:2: distrai.protocol.sync (room protocol) imports distrai.node.build.Node "
         "(room node, above it)",

@@ -21,7 +21,7 @@ from distrai.train.inner import InnerConfig, inner_loop
 from distrai.train.loss import causal_lm_loss
 from distrai.train.model import ModelSpec, count_parameters, load_model
 from distrai.train.optimizer import InnerOptimizerConfig
-from distrai.train.state import encode_state
+from distrai.train.train_state import encode_state
 
 TINY_PARAMS = 985_536
 GPU_PARAMS = 257_092_608

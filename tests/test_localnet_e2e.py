@@ -15,7 +15,7 @@ from distrai.localnet.view import heldout_losses, processed_windows
 from distrai.node.metrics import read_metrics
 from distrai.node.wallets import open_wallet
 from distrai.protocol.run import load_run_config, run_id
-from validators.state import load_state
+from validators.validator_state import load_state
 
 
 def hotkey(net: Localnet, name: str) -> str:

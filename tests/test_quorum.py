@@ -8,7 +8,7 @@ import pytest
 
 from distrai.protocol.globalmodel import SyncError, SyncUnavailable
 from distrai.protocol.quorum import Quorum, passes
-from distrai.wire.manifest import MinerEntry, WindowReport
+from distrai.wire.window_documents import MinerEntry, WindowReport
 
 RUN = "ab" * 32
 MINER, OTHER = "5" + "M" * 47, "5" + "N" * 47

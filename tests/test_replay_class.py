@@ -18,7 +18,7 @@ from distrai.train.replay_class import (
     tolerance_for,
 )
 from distrai.train.step import StepConfig
-from distrai.wire.manifest import ReplayClass
+from distrai.wire.window_documents import ReplayClass
 
 H100, H200, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A100-SXM4-80GB"
 DEFAULT = Tolerance(0.03, 0.02, "the run's default tolerance")
@@ -77,7 +77,7 @@ def test_this_machine_s_class():
 def test_a_validator_replays_a_split_over_any_number_of_ranks_bit_for_bit(validator_ranks, sharded):
     # a miner's ranks add their gradients in rank order (DDP's all-reduce hook, FSDP2's reduce-scatter),
     # which one process repeats at any width (tests/test_train_parallel.py, test_train_sharded.py). A
-    # validator's own class carries the miner's split when it replays (validators/replay.py).
+    # validator's own class carries the miner's split when it replays (validators/replay_check.py).
     def validator(miner: ReplayClass) -> ReplayClass:
         return cls(H100) if validator_ranks == 1 else miner.model_copy(update={"device": H100})
 

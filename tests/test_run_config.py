@@ -30,7 +30,7 @@ from distrai.protocol.run import (
 )
 from distrai.protocol.windows import challenge_count, challenged, miner_segments
 from distrai.wire import sign_document
-from distrai.wire.manifest import Boundary, UpdateBlob, UpdateManifest
+from distrai.wire.window_documents import Boundary, UpdateBlob, UpdateManifest
 
 MINIMAL_TOML = """\
 name = "test-run"

@@ -21,7 +21,7 @@ from distrai.protocol.layout import measurements_key
 from distrai.protocol.sync import StoreCache
 from distrai.protocol.windows import ChallengeInputs, score_shares
 from distrai.store import FileStore
-from distrai.wire.manifest import Measurement, Measurements
+from distrai.wire.window_documents import Measurement, Measurements
 from validators.scoring import weights_from_averages
 from validators.shared_scoring import (
     REFUTED,

@@ -85,10 +85,10 @@ def test_the_keypair_is_the_sdks_and_its_signatures_verify_either_way(tmp_path):
 
 
 def test_the_light_adversary_names_are_the_behaviour_classes():
-    from miners.adversaries import ADVERSARY_NAMES
-    from miners.behaviour import ADVERSARIES
-    from validators.adversaries import LEADER_ADVERSARY_NAMES
-    from validators.behaviour import LEADER_ADVERSARIES
+    from miners.adversaries import ADVERSARIES
+    from miners.adversary_names import ADVERSARY_NAMES
+    from validators.leader_adversaries import LEADER_ADVERSARIES
+    from validators.leader_adversary_names import LEADER_ADVERSARY_NAMES
 
     assert tuple(ADVERSARIES) == ADVERSARY_NAMES
     assert all(ADVERSARIES[name].name == name for name in ADVERSARY_NAMES)

@@ -15,8 +15,8 @@ from distrai.train.loss import causal_lm_loss
 from distrai.train.model import ModelSpec, load_teacher
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer
 from distrai.train.replay import replay_segment
-from distrai.train.state import states_equal
 from distrai.train.step import train_step
+from distrai.train.train_state import states_equal
 
 DATA = tiny_data(seq_len=32, documents=200)
 CONFIG = DistillConfig(alpha=0.5, temperature=2.0, top_k=16)

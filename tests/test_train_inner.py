@@ -16,7 +16,7 @@ from distrai.train.loss import causal_lm_loss
 from distrai.train.optimizer import InnerOptimizerConfig
 from distrai.train.replay import replay_distance, replay_segment
 from distrai.train.sketch import sketch
-from distrai.train.state import decode_state, encode_state, state_hash, states_equal
+from distrai.train.train_state import decode_state, encode_state, state_hash, states_equal
 
 DATA = tiny_data(seq_len=32, documents=120)
 MINERS = ["alice", "bob", "carol"]

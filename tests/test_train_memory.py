@@ -14,8 +14,8 @@ from distrai.train.loss import causal_lm_loss
 from distrai.train.memory import GIB, HEADROOM, DoesNotFit, ModelShape, plan_memory, set_checkpointing
 from distrai.train.model import ModelSpec, load_model, preset_config
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer
-from distrai.train.state import capture_state, state_hash
 from distrai.train.step import train_step
+from distrai.train.train_state import capture_state, state_hash
 
 DATA = tiny_data(seq_len=32, documents=120)
 BATCHES = [DATA.train[i * 4 : (i + 1) * 4] for i in range(3)]

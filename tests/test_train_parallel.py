@@ -16,8 +16,8 @@ from support.tiny_models import FAST_LR, tiny_model
 from distrai.train.loss import causal_lm_loss
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer
 from distrai.train.parallel import DataParallel
-from distrai.train.state import capture_state, state_hash
 from distrai.train.step import StepConfig, over_ranks, train_step
+from distrai.train.train_state import capture_state, state_hash
 
 
 def run_ranks_records(out: Path, world: int, micro_batches: int) -> list[dict]:

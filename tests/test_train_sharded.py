@@ -1,5 +1,5 @@
 """A miner's window on several gloo processes, through the leader's inner loop and the followers'
-`follow`: under DDP and with the model, gradients and AdamW state sharded (FSDP2), the window ends
+`train_rank_zero_steps`: under DDP and with the model, gradients and AdamW state sharded (FSDP2), the window ends
 where one process replaying its split ends, bit for bit (every boundary hash and sketch, every loss,
 the update); the boundary states the leader gathers from the shards restore into one unsharded
 model, and a validator's replay of a segment from one reaches the next committed boundary."""
@@ -17,7 +17,7 @@ from support.window_rank import batches, config, model, record, window_base
 from distrai.train.inner import InnerResult, inner_loop
 from distrai.train.loss import causal_lm_loss
 from distrai.train.replay import replay_segment
-from distrai.train.state import load_state, state_hash
+from distrai.train.train_state import load_state, state_hash
 
 
 def one_process(ranks: int, sharded: bool, micro_batches: int, kind: str) -> InnerResult:

@@ -16,7 +16,8 @@ from distrai.train.loss import causal_lm_loss
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer
 from distrai.train.outer import OuterState, encode_outer_state
 from distrai.train.sketch import sketch
-from distrai.train.state import (
+from distrai.train.step import train_step
+from distrai.train.train_state import (
     TrainState,
     capture_state,
     check_state,
@@ -28,7 +29,6 @@ from distrai.train.state import (
     state_hash,
     states_equal,
 )
-from distrai.train.step import train_step
 from distrai.wire import WireError
 
 DATA = tiny_data(seq_len=32, documents=120)

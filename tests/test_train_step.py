@@ -10,8 +10,8 @@ from support.tiny_models import FAST_LR, tiny_data, tiny_model
 from distrai.train.loss import causal_lm_loss
 from distrai.train.model import ModelSpec, load_model
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer
-from distrai.train.state import capture_state, state_hash, states_equal
 from distrai.train.step import Anchor, StepConfig, anchor_to, train_step
+from distrai.train.train_state import capture_state, state_hash, states_equal
 
 DATA = tiny_data(seq_len=32, documents=120)
 BATCHES = [DATA.train[i * 4 : (i + 1) * 4] for i in range(3)]

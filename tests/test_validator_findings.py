@@ -21,7 +21,7 @@ from distrai.protocol.sync import StoreCache
 from distrai.store import FileStore
 from distrai.train.outer import OuterState
 from distrai.wire import sha256_hex, sign_document
-from distrai.wire.manifest import Finding
+from distrai.wire.window_documents import Finding
 from validators import findings
 from validators.checks import MinerVerdict
 from validators.findings import (

@@ -29,12 +29,12 @@ from distrai.train.hashing import piece_digests
 from distrai.train.inner import inner_loop, pseudo_gradient, window_start_state
 from distrai.train.outer import OuterState
 from distrai.train.replay_class import replay_class_of
-from distrai.train.state import encode_state, state_digests, state_hash
-from distrai.wire.manifest import UpdateManifest
+from distrai.train.train_state import encode_state, state_digests, state_hash
+from distrai.wire.window_documents import UpdateManifest
 from validators.checks import PASS, MinerVerdict
 from validators.refused import Refused
-from validators.replay import verify_challenge
-from validators.trajectory import check_encoding
+from validators.replay_check import verify_challenge
+from validators.trajectory_check import check_encoding
 
 CONFIG = Path(__file__).parent / "support" / "adversary-localnet.toml"
 WINDOW = 5

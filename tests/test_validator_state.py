@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from validators.state import ValidatorState, load_state, save_state
+from validators.validator_state import ValidatorState, load_state, save_state
 
 
 def test_state_round_trips_exactly(tmp_path):
@@ -43,7 +43,7 @@ def test_failed_write_keeps_the_old_state(tmp_path, monkeypatch):
     def broken_replace(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr("validators.state.os.replace", broken_replace)
+    monkeypatch.setattr("validators.validator_state.os.replace", broken_replace)
     with pytest.raises(OSError):
         save_state(ValidatorState(run_id="r1", window=2), path)
     assert json.loads(path.read_text())["window"] == 1

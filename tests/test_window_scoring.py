@@ -31,7 +31,7 @@ from distrai.protocol.windows import reveal_seed
 from distrai.train.assignment import batch_indices
 from distrai.train.inner import inner_loop
 from distrai.train.outer import OuterState
-from distrai.wire.manifest import Boundary, UpdateBlob, UpdateManifest
+from distrai.wire.window_documents import Boundary, UpdateBlob, UpdateManifest
 from validators.checks import PASS, MinerVerdict
 from validators.scoring import tokens_trained
 from validators.shared_scoring import as_measurement

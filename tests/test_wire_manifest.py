@@ -6,7 +6,7 @@ import pytest
 from bittensor.keyfiles import Keypair
 
 from distrai.wire import Reason, WireError, open_document, sign_document
-from distrai.wire.manifest import AggregateManifest, UpdateManifest, WindowReport, parse_body
+from distrai.wire.window_documents import AggregateManifest, UpdateManifest, WindowReport, parse_body
 
 H = "ab" * 32
 ALICE = Keypair.create_from_uri("//Alice")

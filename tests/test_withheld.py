@@ -29,14 +29,14 @@ from distrai.protocol.windows import miner_segments
 from distrai.store import FileStore, StoreError
 from distrai.train.inner import window_start_state
 from distrai.train.outer import OuterState
-from distrai.train.state import state_hash
+from distrai.train.train_state import state_hash
 from distrai.wire import sha256_hex, sign_document
-from distrai.wire.manifest import Finding
+from distrai.wire.window_documents import Finding
 from validators import findings
 from validators.checks import check_miner
 from validators.findings import ADOPTED, REFUTED, finding_body, recheck
-from validators.replay import verify_challenge
-from validators.state import Suspension, ValidatorState
+from validators.replay_check import verify_challenge
+from validators.validator_state import Suspension, ValidatorState
 from validators.withheld import after_reread, own_outage, reread, settle
 
 CATCHER = Keypair.create_from_uri("//Catcher")

@@ -19,7 +19,7 @@ from distrai.protocol.runtime import Runtime
 from distrai.protocol.update import decode_update
 from distrai.store import StoreError
 from distrai.wire import WireError, open_document
-from distrai.wire.manifest import UpdateManifest, parse_body
+from distrai.wire.window_documents import UpdateManifest, parse_body
 from validators.inventory import Reader
 from validators.refused import answered
 

@@ -39,11 +39,11 @@ from distrai.protocol.update import decode_update
 from distrai.protocol.windows import ChallengeInputs, miner_segments, run_starts
 from distrai.store import StoreError
 from distrai.wire import WireError, open_document, sha256_hex, sign_document
-from distrai.wire.manifest import REASON_CHARS, Finding, Recheck, parse_body
 from distrai.wire.signed import Signer
+from distrai.wire.window_documents import REASON_CHARS, Finding, Recheck, parse_body
 from validators.checks import PASS, MinerVerdict
 from validators.inventory import Reader
-from validators.replay import verify_challenge
+from validators.replay_check import verify_challenge
 from validators.withheld import reread
 
 log = logging.getLogger("distrai.validator")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from distrai.protocol.layout import measurements_key
 from distrai.protocol.sync import peer_view
 from distrai.protocol.windows import reveal_seed, score_patience
-from distrai.wire.manifest import Measurement, Measurements
+from distrai.wire.window_documents import Measurement, Measurements
 from validators.checks import MinerVerdict
 from validators.shared_scoring import (
     CONFIRMED,

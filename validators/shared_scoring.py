@@ -36,8 +36,14 @@ from distrai.protocol.layout import measurements_key
 from distrai.protocol.sync import StoreCache
 from distrai.store import StoreError
 from distrai.wire import WireError, open_document, sign_document
-from distrai.wire.manifest import REASON_CHARS, Measurement, MeasurementRecheck, Measurements, parse_body
 from distrai.wire.signed import Signer
+from distrai.wire.window_documents import (
+    REASON_CHARS,
+    Measurement,
+    MeasurementRecheck,
+    Measurements,
+    parse_body,
+)
 from validators.usefulness import Usefulness
 
 log = logging.getLogger("distrai.validator")

@@ -8,7 +8,7 @@ For window w:
    following the published aggregates that pass `distrai.protocol.follow`'s checks. List what the miners
    had revealed (`inventory.py`, kept in `pending.py` across a restart): nothing absent then
    counts. Then check every update whose manifest the chain held before the commit deadline
-   (`checks.py`), flag copies, verify the challenged miners by recomputation (`replay.py`),
+   (`checks.py`), flag copies, verify the challenged miners by recomputation (`replay_check.py`),
    measure usefulness (`usefulness.py`), and give one share to each piece of work
    (`duplicates.py`).
 3. Score every miner against the window's reference drop (`scoring.py`); publish the signed
@@ -22,7 +22,7 @@ For window w:
 Replay: the hash of the block at the commit deadline draws the miners challenged in the window
 and shares their replays among the validators taking part (`distrai.protocol.windows.replay_shares`). For
 the miners of its share this validator checks the revealed states, replays the challenged
-segments and checks the update against the trajectory (`replay.py`), and publishes a signed
+segments and checks the update against the trajectory (`replay_check.py`), and publishes a signed
 finding on each one caught (`findings.py`). While checking the next window it re-checks the other
 validators' findings and adopts the confirmed ones. A miner caught in fraud, here or by an adopted
 finding, has its window score zeroed, its moving average reset, and is barred for `ban_windows`
@@ -70,10 +70,9 @@ from distrai.store.base import BLOB_PREFIX, blob_key
 from distrai.store.outage import OutageLog
 from distrai.train.inner import window_start_state
 from distrai.train.outer import Contribution, outer_state_hash, outer_step
-from distrai.train.state import state_hash
+from distrai.train.train_state import state_hash
 from distrai.wire import sha256_hex, sign_document
-from distrai.wire.manifest import Recheck, Refusal
-from validators.behaviour import LeaderBehaviour
+from distrai.wire.window_documents import Recheck, Refusal
 from validators.checks import MinerVerdict, flag_copies
 from validators.findings import (
     ADOPTED,
@@ -91,7 +90,7 @@ from validators.scoring import ema_update, weights_from_averages
 from validators.shared_scoring import (
     Pooled,
 )
-from validators.state import Suspension, ValidatorState, load_state, save_state
+from validators.validator_state import Suspension, ValidatorState, load_state, save_state
 from validators.window_scoring import score_window
 from validators.window_view import WindowView, check_one, replay_challenge
 from validators.withheld import after_reread, own_outage, reread, settle
@@ -99,11 +98,26 @@ from validators.withheld import after_reread, own_outage, reread, settle
 log = logging.getLogger("distrai.validator")
 
 
+class LeaderBehaviour:
+    """An honest validator: the report is what its checks found, the aggregate what the rule gives.
+    Each leader adversary (`leader_adversaries.py`) overrides the hooks it cheats in."""
+
+    name = "honest"
+
+    def judge(self, validator: Validator, w: int, verdicts: list[MinerVerdict]) -> None:
+        """Change the window's verdicts (in place) before the report is signed."""
+
+    def tamper(
+        self, validator: Validator, w: int, accepted: list[dict], contributions: list[Contribution]
+    ) -> tuple[list[dict], list[Contribution]]:
+        return accepted, contributions
+
+
 @dataclass(frozen=True)
 class ValidatorOptions:
     work_dir: Path
     behaviour: LeaderBehaviour = field(default_factory=LeaderBehaviour)
-    """Honest, or one of the leaders of `behaviour.LEADER_ADVERSARIES` (for demonstrations and tests)."""
+    """Honest, or one of the leaders of `adversaries.LEADER_ADVERSARIES` (for demonstrations and tests)."""
 
 
 MODELS = "the models to check a window against (the validators' aggregates)"

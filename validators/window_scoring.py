@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from distrai.protocol.runtime import Runtime
-from distrai.wire.manifest import Measurement
+from distrai.wire.window_documents import Measurement
 from validators.checks import PASS, MinerVerdict
 from validators.duplicates import flag_duplicates
 from validators.scoring import marks_judged, quality, tokens_trained

@@ -5,7 +5,7 @@ Everything here is decided by the chain and the stores at the window's deadlines
 commitments count, the challenge drawn from the block hash at the commit deadline and how the
 replays are shared, the listing of the miners' stores at the reveal deadline, and the window's
 base model. `check_one` runs a miner's cheap checks (`checks.py`) and, for the miners of this
-validator's share of the replays, the verification by recomputation (`replay.py`); it is called
+validator's share of the replays, the verification by recomputation (`replay_check.py`); it is called
 again for a miner whose store did not answer, until the read patience runs out.
 """
 
@@ -23,7 +23,7 @@ from distrai.protocol.windows import ChallengeInputs, miner_segments
 from distrai.store import StoreError
 from validators.checks import MinerVerdict, check_miner
 from validators.inventory import AtDeadline, Inventory
-from validators.replay import verify_challenge
+from validators.replay_check import verify_challenge
 
 
 @dataclass(frozen=True)

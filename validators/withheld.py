@@ -10,7 +10,7 @@ reads that ended past it (`Validator.check_window`), and what is still unread th
   zeroed and the hotkey barred, and a validator whose share held the miner publishes a finding that
   the others re-check by reading the same objects themselves (they adopt it when they cannot read
   them either, or when what they read fails its replay). One window later the validator reads them
-  again itself (`validators.state.Suspension`): if they are there and pass, the bar is lifted and the average given
+  again itself (`validators.validator_state.Suspension`): if they are there and pass, the bar is lifted and the average given
   back, so an honest miner whose store was down loses that window's pay, nothing more; if they are
   still unread, or fail, the bar stands.
 - a miner nobody challenged: absent, like a miner that published nothing: the window scores 0.
@@ -27,11 +27,11 @@ from distrai.protocol.runtime import Runtime
 from distrai.protocol.trajectory import drawn_pieces
 from distrai.protocol.windows import miner_segments
 from distrai.train.inner import window_start_state
-from distrai.train.state import state_hash
+from distrai.train.train_state import state_hash
 from validators.checks import PASS, MinerVerdict, check_miner
 from validators.inventory import Reader
-from validators.replay import verify_challenge
-from validators.state import ValidatorState
+from validators.replay_check import verify_challenge
+from validators.validator_state import ValidatorState
 
 if TYPE_CHECKING:
     from validators.findings import HeldWindow

@@ -29,7 +29,7 @@ from distrai.protocol.sync import StoreCache, run_start_block
 from distrai.protocol.windows import aggregate_deadline, window_of
 from distrai.store import NotFound, RetryPolicy, Store, StoreError, open_store
 from distrai.wire import sha256_hex
-from distrai.wire.manifest import WindowReport
+from distrai.wire.window_documents import WindowReport
 
 QUICK_RETRY = RetryPolicy(attempts=2, base_delay_s=0.2, max_delay_s=1.0)
 """A page says a store is down rather than wait for it: few retries, short waits."""

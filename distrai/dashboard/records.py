@@ -13,7 +13,7 @@ from statistics import mean
 from distrai.chain.base import Metagraph
 from distrai.dashboard.words import explain, score_words
 from distrai.protocol.standing import standing
-from distrai.wire.manifest import WindowReport
+from distrai.wire.window_documents import WindowReport
 
 TEXT_CHARS = 400
 """Participant-written text is cut to this many characters for display."""

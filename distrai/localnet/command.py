@@ -25,8 +25,8 @@ from distrai.localnet.view import (
     trained_windows,
 )
 from distrai.protocol.run import shipped_config_path
-from miners.adversaries import ADVERSARY_NAMES
-from validators.adversaries import LEADER_ADVERSARY_NAMES
+from miners.adversary_names import ADVERSARY_NAMES
+from validators.leader_adversary_names import LEADER_ADVERSARY_NAMES
 
 STARTUP_SECONDS = 120
 DASHBOARD_HOST = "127.0.0.1"

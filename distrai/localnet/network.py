@@ -21,7 +21,7 @@ from distrai.data.access import DataAccess, open_data_access
 from distrai.data.byte_tokenizer import byte_tokenizer
 from distrai.data.prepare import PrepareOptions, prepare
 from distrai.data.texts import TextSource, read_texts
-from distrai.localnet.data import needs_local_data, prepare_local_data
+from distrai.localnet.local_data import needs_local_data, prepare_local_data
 from distrai.node.folders import unwritable, writable_folder
 from distrai.node.wallets import create_dev_wallet
 from distrai.protocol.run import RunConfig, load_run_config, run_commitment, shipped_config_path
@@ -32,7 +32,7 @@ from distrai.store.base import blob_key
 MARKER = ".distrai-localnet"
 RUN_CONFIG = "run.toml"
 """The run config the network ran, in its folder: the one given, or the template given with the
-manifest of the data the network prepared from local files (`data.py`)."""
+manifest of the data the network prepared from local files (`local_data.py`)."""
 REPO = Path(__file__).resolve().parents[2]
 BUILTIN_TEXT = TextSource("builtin", builtin_documents=1000)
 BUILTIN_PREPARE = PrepareOptions(shard_tokens=2048, heldout_fraction=0.1)
@@ -100,12 +100,12 @@ class LocalnetOptions:
     """Processes of miner1 when above 1 (torchrun, `--miner.shard`: the model, gradients and optimizer
     state sharded over them, FSDP2 over gloo)."""
     adversaries: tuple[str, ...] = ()
-    """One extra miner per entry, cheating in that way (`miners.behaviour.ADVERSARIES`), each with a
+    """One extra miner per entry, cheating in that way (`miners.adversaries.ADVERSARIES`), each with a
     store of its own under `stores/` (as each miner has its own bucket on a real subnet), reading the
     run's data from the network's store."""
     leader_adversaries: tuple[str, ...] = ()
     """The i-th entry makes the validator with the i-th most stake try to steer the global model
-    in that way (`validators.behaviour.LEADER_ADVERSARIES`); followers must refuse it. A `collude`
+    in that way (`validators.leader_adversaries.LEADER_ADVERSARIES`); followers must refuse it. A `collude`
     leader colludes with the `poison` adversary among `adversaries` (it is given that miner's hotkey)."""
     run_config: Path = field(default_factory=lambda: shipped_config_path("cpu-localnet"))
     miner_bandwidth: float | None = None

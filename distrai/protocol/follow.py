@@ -42,7 +42,7 @@ from distrai.protocol.run import run_id as run_id_of
 from distrai.protocol.windows import aggregate_deadline, commit_deadline, reveal_seed, window_start
 from distrai.store import Store, StoreError
 from distrai.wire import WireError, open_document, sha256_hex
-from distrai.wire.manifest import AggregateManifest, UpdateManifest, WindowReport, parse_body
+from distrai.wire.window_documents import AggregateManifest, UpdateManifest, WindowReport, parse_body
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from distrai.store.base import IntegrityError, NotFound, TooLarge
 from distrai.train.outer import Contribution, OuterConfig, OuterState, outer_state_hash, outer_step
 from distrai.train.tensorfile import decode_tensors, encode_tensors
 from distrai.wire import WireError
-from distrai.wire.manifest import AggregateManifest
+from distrai.wire.window_documents import AggregateManifest
 
 CHECKPOINT_FORMAT = "distrai.global_checkpoint/1"
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from distrai.protocol.aggregation import Scored, accepted_by_rule
 from distrai.protocol.globalmodel import SyncError, SyncUnavailable
-from distrai.wire.manifest import MinerEntry, WindowReport
+from distrai.wire.window_documents import MinerEntry, WindowReport
 
 
 def passes(entry: MinerEntry) -> bool:

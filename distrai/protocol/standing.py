@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from distrai.wire.manifest import WindowReport
+from distrai.wire.window_documents import WindowReport
 
 if TYPE_CHECKING:
     from distrai.protocol.sync import Settled

@@ -36,7 +36,7 @@ from distrai.store import Store, StoreError, open_store
 from distrai.store.outage import OutageLog
 from distrai.train.outer import OuterState
 from distrai.wire import WireError
-from distrai.wire.manifest import REASON_CHARS, AggregateManifest, Refusal, WindowReport
+from distrai.wire.window_documents import REASON_CHARS, AggregateManifest, Refusal, WindowReport
 
 log = logging.getLogger(__name__)
 

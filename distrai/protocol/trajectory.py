@@ -32,7 +32,7 @@ from distrai.train.tensorfile import decode_tensors, encode_tensors
 
 TRAJECTORY_FORMAT = "distrai.protocol.trajectory/1"
 PARAM_SECTION = "param"
-"""The section of a train state's hash that holds its parameters (`distrai.train.state`)."""
+"""The section of a train state's hash that holds its parameters (`distrai.train.train_state`)."""
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _TENSOR_KEY = re.compile(r"(param|residual)/(.+)#(\d+)")
 

@@ -2,7 +2,7 @@
 
 A challenged miner reveals the start state of its run of challenged segments; the validator must
 restore it bit for bit (the replay is bit-exact) and it must hash to the committed state hash, which
-covers the plain tensors (`distrai.train.state`). So the coding is transport only: each parameter is
+covers the plain tensors (`distrai.train.train_state`). So the coding is transport only: each parameter is
 coded as its difference from the window's base G_w, which the validator holds, and each optimizer
 tensor as it is, both split into byte planes and compressed with zstd (`distrai.train.lossless`).
 
@@ -36,8 +36,8 @@ from distrai.train.lossless import (
     undelta_words,
     words_of,
 )
-from distrai.train.state import OPTIM_PREFIX, PARAM_PREFIX, TrainState
 from distrai.train.tensorfile import decode_tensors, encode_tensors
+from distrai.train.train_state import OPTIM_PREFIX, PARAM_PREFIX, TrainState
 
 CODED_STATE_FORMAT = "distrai.coded_train_state/1"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

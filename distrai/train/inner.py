@@ -12,9 +12,10 @@ subtracts, as DiLoCo defines it.
 `run_steps` is the shared core of training and replay: it sets the scheduled learning rate of
 each inner step and calls the one `train_step`, anchored to the window's base when the run sets
 `base_anchor` (see `step.py`). A miner on several processes (`parallel.py`) runs `inner_loop` on
-its leader, which sends each window's start and each step's batch to the followers; they run the
-same steps in `follow`. Sharded ranks also gather every boundary state together (STATE), so the
-leader's states, hashes and update are those of one process holding the whole model.
+its leader (rank 0), which sends each window's start and each step's batch to the followers; they
+run the same steps in `train_rank_zero_steps`. Sharded ranks also gather every boundary state
+together (STATE), so the leader's states, hashes and update are those of one process holding the
+whole model.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from distrai.train.loss import LossFn
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer, set_lr
 from distrai.train.parallel import LOAD, SHUTDOWN, STATE, STEP, WINDOW, DataParallel
 from distrai.train.sketch import sketch
-from distrai.train.state import TrainState, capture_state, state_hash
 from distrai.train.step import Anchor, StepConfig, StepResult, anchor_to, step_with
+from distrai.train.train_state import TrainState, capture_state, state_hash
 
 
 @dataclass(frozen=True)
@@ -220,7 +221,7 @@ def inner_loop(
     )
 
 
-def follow(parallel: DataParallel, loss_fn: LossFn, config: InnerConfig) -> int:
+def train_rank_zero_steps(parallel: DataParallel, loss_fn: LossFn, config: InnerConfig) -> int:
     """A follower's life: train the steps the leader sends, window after window, until it stops;
     returns the number of steps trained. A step whose loss is not finite ends the window on every
     rank alike (the loss is the mean of every rank's), and the follower waits for the next."""

@@ -45,7 +45,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
 from distrai.train.launch import Launch, launched  # noqa: F401 (`parallel.launched` for the ranks)
-from distrai.train.state import PARAM_PREFIX, TrainState, capture_state, state_entries
+from distrai.train.train_state import PARAM_PREFIX, TrainState, capture_state, state_entries
 
 all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 """One all-gather into one tensor: torch 2.13 names it `all_gather_single` and deprecates the older

@@ -18,7 +18,7 @@ import torch
 from distrai.train.inner import InnerConfig, base_anchor, run_steps
 from distrai.train.loss import LossFn
 from distrai.train.optimizer import make_inner_optimizer
-from distrai.train.state import TrainState, capture_state, restore_state
+from distrai.train.train_state import TrainState, capture_state, restore_state
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import torch
 
 from distrai.train.kernels import kernels_of
 from distrai.train.step import StepConfig
-from distrai.wire.manifest import ReplayClass
+from distrai.wire.window_documents import ReplayClass
 
 
 class ClassRow(Protocol):

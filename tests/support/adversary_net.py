@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from distrai.localnet.network import Localnet, LocalnetOptions
-from miners.behaviour import ADVERSARIES
+from miners.adversaries import ADVERSARIES
 from support.background import start
 
 WINDOWS = 3

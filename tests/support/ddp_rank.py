@@ -10,8 +10,8 @@ from pathlib import Path
 from distrai.train.loss import causal_lm_loss
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer
 from distrai.train.parallel import DataParallel, Launch, join, launched, leave
-from distrai.train.state import capture_state, state_hash
 from distrai.train.step import train_step
+from distrai.train.train_state import capture_state, state_hash
 from support.tiny_models import FAST_LR, tiny_data, tiny_model
 
 STEPS, ROWS = 3, 8

@@ -15,14 +15,14 @@ from pathlib import Path
 import torch
 
 from distrai.train.hashing import hash_tensors
-from distrai.train.inner import InnerConfig, InnerResult, follow, inner_loop
+from distrai.train.inner import InnerConfig, InnerResult, inner_loop, train_rank_zero_steps
 from distrai.train.loss import causal_lm_loss
 from distrai.train.memory import set_checkpointing
 from distrai.train.model import ModelSpec, load_model
 from distrai.train.optimizer import InnerOptimizerConfig
 from distrai.train.parallel import DataParallel, FullyShardedParallel, Launch, join, launched, leave
-from distrai.train.state import save_state
 from distrai.train.step import StepConfig
+from distrai.train.train_state import save_state
 from support.tiny_models import FAST_LR, tiny_data
 
 STEPS, SEGMENT, ROWS = 4, 2, 12
@@ -85,7 +85,7 @@ def window(launch: Launch, out: Path, mode: str, micro_batches: int, kind: str) 
         ranks.shard()
     inner = config(launch.world, sharded, micro_batches, kind)
     if not ranks.leader:
-        follow(ranks, causal_lm_loss, inner)
+        train_rank_zero_steps(ranks, causal_lm_loss, inner)
         return
     work = batches()
     base = window_base(kind)

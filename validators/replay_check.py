@@ -42,14 +42,14 @@ from distrai.train.inner import float_params, window_start_state
 from distrai.train.replay import replay_segment
 from distrai.train.replay_class import Tolerance, replay_class_of, tolerance_for
 from distrai.train.sketch import sketch
-from distrai.train.state import TrainState, check_state, state_hash
 from distrai.train.step import StepConfig
+from distrai.train.train_state import TrainState, check_state, state_hash
 from distrai.wire import WireError
-from distrai.wire.manifest import UpdateManifest
+from distrai.wire.window_documents import UpdateManifest
 from validators.checks import PASS, MinerVerdict
 from validators.inventory import Reader
 from validators.refused import Refused, not_read
-from validators.trajectory import check_encoding, check_last_pieces, check_roots
+from validators.trajectory_check import check_encoding, check_last_pieces, check_roots
 
 
 class Revealed:

@@ -1,55 +1,38 @@
-"""How a validator builds its report and its aggregate: honestly, or as a leader that tries to steer
-the global model, which every follower must refuse (`python neurons/validator.py --validator.adversary
-TYPE`).
+"""The aggregating leader's adversaries: validators that try to steer the global model, which every
+follower must refuse (`python neurons/validator.py --validator.adversary TYPE`).
 
-A `LeaderBehaviour` sees the window's verdicts before its report is signed (`judge`) and the
-aggregate the run's rule gives before the result hash is computed and the aggregate signed
-(`tamper`), so the report and the aggregate are internally consistent and apply cleanly; only the
-follower's checks of `distrai.protocol.follow` can tell. The follower's refusal names:
+Each is a `LeaderBehaviour` (`validators.validator`, the honest one) that sees the window's verdicts
+before its report is signed (`judge`) and the aggregate the run's rule gives before the result hash
+is computed and the aggregate signed (`tamper`), so the report and the aggregate are internally
+consistent and apply cleanly; only the follower's checks of `distrai.protocol.follow` can tell. The
+follower's refusal names:
 - `poison`: an accepted update swapped for a blob no miner committed, labelled with that miner's
   hotkey ("not one that miner's signed manifest names");
 - `reweight`: the rule's updates with weights of the leader's choosing ("its signed report's
   scores give" other weights);
-- `collude`: a report that passes its colluding miner's poisoned update (`miners.behaviour.Poison`,
+- `collude`: a report that passes its colluding miner's poisoned update (`miners.adversaries.Poison`,
   committed and anchored like honest work) and fails every honest one, and the aggregate that this
   report implies. Every check of the aggregator's own word passes; the report quorum ("which the
   signed reports of validators holding … stake failed") or, when the leader holds most of the
   stake, the held-out re-measurement ("raises the loss on the window's held-out sample") refuses it.
+
+Their names alone, in this order, are `validators.leader_adversary_names.LEADER_ADVERSARY_NAMES`.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import torch
 
 from distrai.protocol.update import encode_update
-from distrai.train.outer import Contribution
-from validators.adversaries import COLLUDE, LEADER_ADVERSARY_NAMES, check_leader_adversary
 from validators.checks import PASS
-
-if TYPE_CHECKING:
-    from validators.checks import MinerVerdict
-    from validators.validator import Validator
+from validators.leader_adversary_names import COLLUDE, LEADER_ADVERSARY_NAMES, check_leader_adversary
+from validators.validator import LeaderBehaviour
 
 POISON_SCALE = 50.0
 """How much larger than the victim's update the poisoned one is."""
-
-
-class LeaderBehaviour:
-    """An honest validator: the report is what its checks found, the aggregate what the rule gives."""
-
-    name = "honest"
-
-    def judge(self, validator: Validator, w: int, verdicts: list[MinerVerdict]) -> None:
-        """Change the window's verdicts (in place) before the report is signed."""
-
-    def tamper(
-        self, validator: Validator, w: int, accepted: list[dict], contributions: list[Contribution]
-    ) -> tuple[list[dict], list[Contribution]]:
-        return accepted, contributions
 
 
 class Poison(LeaderBehaviour):
@@ -130,7 +113,7 @@ class Collude(LeaderBehaviour):
 LEADER_ADVERSARIES: dict[str, type[LeaderBehaviour]] = {cls.name: cls for cls in (Poison, Reweight, Collude)}
 if tuple(LEADER_ADVERSARIES) != LEADER_ADVERSARY_NAMES:  # what the validator's flag offers before this loads
     raise ImportError(
-        f"validators.adversaries.LEADER_ADVERSARY_NAMES must list {tuple(LEADER_ADVERSARIES)}, in this order"
+        f"validators.leader_adversary_names.LEADER_ADVERSARY_NAMES must list {tuple(LEADER_ADVERSARIES)}, in this order"
     )
 
 

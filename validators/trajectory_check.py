@@ -12,8 +12,8 @@ from distrai.codec import Codec, CodecError
 from distrai.protocol.trajectory import TrajectoryReveal, residual_ref
 from distrai.protocol.update import RESIDUAL_TAG
 from distrai.train.hashing import PieceRef, digest_of_piece, digests_root, piece_of
-from distrai.train.state import STATE_TAG, STEP_PIECE, step_digest
-from distrai.wire.manifest import UpdateManifest
+from distrai.train.train_state import STATE_TAG, STEP_PIECE, step_digest
+from distrai.wire.window_documents import UpdateManifest
 from validators.refused import Refused
 
 

@@ -1,0 +1,23 @@
+"""The names of the miner adversaries (`miners.adversaries.ADVERSARIES` holds their classes, in this
+order), in a module that imports nothing: `neurons/miner.py` offers them as `--miner.adversary`
+choices before it loads torch and the model code."""
+
+ADVERSARY_NAMES: tuple[str, ...] = (
+    "idle",
+    "noise",
+    "copycat",
+    "stale",
+    "lazy",
+    "withhold",
+    "oldbase",
+    "wrongdata",
+    "forged",
+    "scaled",
+    "poison",
+    "nan",
+    "oversize",
+    "pickle",
+    "badsig",
+    "unregistered",
+    "replay",
+)

@@ -209,3 +209,22 @@ def test_a_window_cut_short_is_the_full_window_s_first_segments(honest):
     assert cut.losses == full.losses[:4]
     end = full.boundaries[2].state.params
     assert all(torch.equal(cut.pseudo_gradient[n], start[n] - end[n].float()) for n in start)
+
+
+def test_a_window_carries_nothing_from_the_window_before(honest):
+    """The inner recipe (docs/training.md, "The inner recipe"): every window starts a fresh AdamW and
+    its warm-up, so a miner that trained window 0 and a fresh process given only window 1's base train
+    window 1 to the same bits, and its boundary 0 is the base with zero moments."""
+    _, end, _ = honest
+    carried = tiny_model()
+    inner_loop(carried, batch_for("bob"), causal_lm_loss, CONFIG)
+    after = inner_loop(carried, batch_for("bob", window=1), causal_lm_loss, CONFIG)
+    fresh = tiny_model()
+    with torch.no_grad():
+        for name, p in fresh.named_parameters():
+            p.copy_(end[name])
+    base_state = state_hash(window_start_state(fresh))
+    alone = inner_loop(fresh, batch_for("bob", window=1), causal_lm_loss, CONFIG)
+    assert after.losses == alone.losses
+    assert [b.state_hash for b in after.boundaries] == [b.state_hash for b in alone.boundaries]
+    assert after.boundaries[0].state_hash == base_state, "boundary 0: the base and an optimizer with no state"

@@ -10,6 +10,7 @@ second. Each corpus has its own section of the report: the templated built-in co
     python bench/convergence.py                  # the templated corpus (about 10 minutes on 2 cores)
     python bench/convergence.py --corpus real    # real text
     python bench/convergence.py --quick --corpus templated real   # seconds; every code path, meaningless numbers
+    python bench/convergence.py --peer torchft   # also torchft's DiLoCo (pip install -e .[bench])
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ import socket
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+import _peer_torchft
 import torch
 import torch.multiprocessing as mp
-from _config import CORPORA, BenchConfig, PreparedSource, for_corpus, load_data, quick, worker_schedule
+from _config import CORPORA, PEERS, BenchConfig, PreparedSource, for_corpus, load_data, quick, worker_schedule
 from _corpus import Corpus, prepare_corpus, stdlib_corpus, token_bytes
 from _distill import compare_distillation
 from _ranks import RESULTS_FILE, TEACHER_FILE, run_rank
@@ -55,6 +58,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--new-corpus",
         action="store_true",
         help="replace a real-text section measured on another corpus (another hash) than this machine's",
+    )
+    parser.add_argument(
+        "--peer",
+        choices=PEERS,
+        help="also train another implementation's DiLoCo (torchft's; needs `pip install -e .[bench]`)",
     )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="markdown file to write")
     return parser.parse_args(argv)
@@ -86,7 +94,8 @@ def run_corpus(config: BenchConfig, corpus: Corpus | None, command: str, console
             )
             source = PreparedSource(text.store, text.manifest_sha256)
         prepare_seconds = time.perf_counter() - started
-        console.print(f"training {len(config.codecs) + 1} methods on {config.workers} worker processes …")
+        methods = len(config.codecs) + 1 + (config.peer is not None)
+        console.print(f"training {methods} methods on {config.workers} worker processes …")
         mp.spawn(run_rank, args=(config, workdir, free_port(), source), nprocs=config.workers, join=True)
         rows = json.loads((Path(workdir) / RESULTS_FILE).read_text())["rows"]
         tokenizer, data = load_data(config, source, Path(workdir) / "cache-main")
@@ -120,7 +129,12 @@ def run_corpus(config: BenchConfig, corpus: Corpus | None, command: str, console
 
 def main(argv: list[str]) -> None:
     args = parse_args(argv)
-    configs = [quick(for_corpus(c)) if args.quick else for_corpus(c) for c in dict.fromkeys(args.corpus)]
+    configs = [
+        replace(quick(for_corpus(c)) if args.quick else for_corpus(c), peer=args.peer)
+        for c in dict.fromkeys(args.corpus)
+    ]
+    if args.peer is not None and (why := _peer_torchft.missing()) is not None:
+        sys.exit(why)
     console = Console(width=180)
     started = time.perf_counter()
     corpus = None

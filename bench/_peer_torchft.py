@@ -40,6 +40,7 @@ runs.
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import logging
 import os
 from datetime import timedelta
@@ -74,11 +75,9 @@ def bytes_per_param(config: BenchConfig) -> float:
 
 
 def missing() -> str | None:
-    """Why the peer cannot run here (torchft is not installed), or None."""
-    try:
-        import torchft  # noqa: F401
-    except ImportError as error:
-        return f"--peer {PEER} needs torchft ({error}); install it with `{INSTALL}`"
+    """Why the peer cannot run here (torchft is not installed), or None; looks without importing."""
+    if importlib.util.find_spec(PEER) is None:
+        return f"--peer {PEER} needs torchft, which is not installed here; install it with `{INSTALL}`"
     return None
 
 

@@ -262,7 +262,7 @@ def _peer_setup(report: Report) -> list[str]:
         return []
     fp32 = next(choice for choice in report.config.codecs if choice.name == "none")
     return [
-        f"- peer: {peer['method']}, `torchft.local_sgd.DiLoCo` of {peer['peer']}, fp32, sync_every "
+        f"- peer: `torchft.local_sgd.DiLoCo` of {peer['peer']}, fp32, sync_every "
         f"H = {peer['inner_steps']}, outer `torch.optim.SGD` ({_outer_text(fp32)}, no clip); one inner AdamW "
         "(the same settings and `train_step`) kept across rounds, its warm-up once, at the first steps"
     ]
@@ -274,13 +274,13 @@ def _peer_paragraph(report: Report) -> list[str]:
         return []
     return [
         "",
-        f"The peer ({peer['method']}) is another implementation of DiLoCo, torchft's, as its authors designed "
-        "it, on the same model, data and batches: each worker is one torchft replica group (a `Manager` over "
-        "`ProcessGroupGloo`, quorum from a `LighthouseServer` on 127.0.0.1), its inner step the project's "
-        "`train_step` with one AdamW kept across rounds and the warm-up once (the project's loop starts each "
-        "round with a fresh AdamW and warm-up, and clips updates to the median norm). Its bytes are the ring "
-        "all-reduce formula of its fp32 pseudo-gradient, 2·(N−1)/N fp32 values per parameter per round, not a "
-        "measurement of what gloo sent. Its target line compares the project's DiLoCo fp32 with it.",
+        f"The peer row ({peer['method']}) is another implementation of DiLoCo, torchft's, as its authors "
+        "designed it, on the same model, data and batches: each worker is one torchft replica group (a "
+        "`Manager` over `ProcessGroupGloo`, quorum from a `LighthouseServer` on 127.0.0.1), its inner step the "
+        "project's `train_step` with one AdamW kept across rounds and the warm-up once (the project's loop "
+        "starts each round with a fresh AdamW and warm-up, and clips updates to the median norm). Its bytes are "
+        "the ring all-reduce formula of its fp32 pseudo-gradient, 2·(N−1)/N fp32 values per parameter per "
+        "round, not a measurement of what gloo sent. Its target line compares the project's DiLoCo fp32 with it.",
     ]
 
 

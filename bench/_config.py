@@ -30,6 +30,7 @@ from distrai.train.step import StepConfig
 
 RUN_ID = "bench-convergence"
 CORPORA = ("templated", "real")
+PEERS = ("torchft",)
 
 
 @dataclass(frozen=True)
@@ -92,10 +93,14 @@ class BenchConfig:
     throughput_steps: int = 100
     throughput_segments: tuple[int, ...] = (25, 10, 5)
     throughput_repeats: int = 3
+    peer: str | None = None
+    """another implementation to train beside the project's methods (`PEERS`), or None"""
 
     def __post_init__(self) -> None:
         if self.corpus not in CORPORA:
             raise ValueError(f"unknown corpus {self.corpus!r}; choose one of {CORPORA}")
+        if self.peer not in (None, *PEERS):
+            raise ValueError(f"unknown peer {self.peer!r}; choose one of {PEERS}")
         if self.workers < 2:
             raise ValueError(f"the benchmark needs at least 2 workers, got {self.workers}")
         for name in ("steps", "data_window", "batch_size", "distill_steps", "throughput_repeats"):

@@ -7,6 +7,7 @@ project's `inner_loop` for H steps from the global model, encodes the pseudo-gra
 codec (error feedback carried per worker), all-gathers the encoded bytes, decodes every peer's
 update and applies the project's `outer_step`; every worker computes the same new global model.
 Rank 0 times each method between barriers, evaluates the held-out loss and writes the results.
+With a peer (`config.peer`), torchft's DiLoCo trains last (`_peer_torchft`).
 """
 
 from __future__ import annotations
@@ -77,10 +78,27 @@ def run_rank(
             model = new_model(config, tokenizer)
             traffic, seconds = _timed(lambda m=model, c=choice: _train_diloco(m, config, data, schedule, c))
             rows.append(_row(rank, choice.label, choice.inner_steps, model, data, traffic, seconds))
+        if config.peer is not None:
+            rows.append(_peer_row(rank, config, new_model(config, tokenizer), data, schedule))
         if rank == 0:
             (Path(workdir) / RESULTS_FILE).write_text(json.dumps({"rows": rows}))
     finally:
         dist.destroy_process_group()
+
+
+def _peer_row(
+    rank: int, config: BenchConfig, model: torch.nn.Module, data: TrainingData, schedule: list[list[int]]
+) -> dict[str, object]:
+    """The peer's row (`_peer_torchft`), marked with the peer's name and version."""
+    import _peer_torchft as peer
+
+    def work() -> Traffic:
+        sent = peer.train_peer(model, config, data, schedule)
+        return Traffic(payload=sent, file=sent)
+
+    traffic, seconds = _timed(work)
+    h = peer.fp32_choice(config).inner_steps
+    return {**_row(rank, peer.LABEL, h, model, data, traffic, seconds), "peer": peer.version()}
 
 
 def _timed(work: Callable[[], Traffic]) -> tuple[Traffic, float]:

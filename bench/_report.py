@@ -2,7 +2,8 @@
 
 Targets (from the issue): held-out loss within 2% of DDP; int8 at least 1,000× and top-k at
 least 5,000× less traffic than DDP; the project's inner loop at least 95% of a bare loop's
-tokens per second. The report has one section per corpus, each opened by a SECTION_MARK line: a
+tokens per second; with a peer (`--peer torchft`), the project's DiLoCo fp32 held-out loss within
+1% of the peer's DiLoCo. The report has one section per corpus, each opened by a SECTION_MARK line: a
 run rewrites the sections of the corpora it ran and keeps the others, and the text after the
 NOTES_MARKER line. A real-text section records its corpus's hash, and a run on another corpus does
 not replace it unless told to (`recorded_corpus_sha256`).
@@ -25,6 +26,8 @@ from rich.console import Console
 from rich.table import Table
 
 LOSS_TOLERANCE = 0.02
+PEER_TOLERANCE = 0.01
+"""The project's DiLoCo fp32 against the peer's DiLoCo (a row marked "peer"), when one ran."""
 TRAFFIC_TARGETS = {"int8": 1000.0, "topk": 5000.0}
 THROUGHPUT_TARGET = 0.95
 NOTES_MARKER = "<!-- Notes below this line are kept when the benchmark rewrites this file. -->"
@@ -101,6 +104,11 @@ def _reduction(report: Report, row: dict) -> float:
     return report.rows[0]["bytes_per_param"] / row["bytes_per_param"]
 
 
+def _peer(report: Report) -> dict | None:
+    """The peer's row, if a peer ran (`bench/_peer_torchft.py`)."""
+    return next((row for row in report.rows if "peer" in row), None)
+
+
 def _traffic_target(report: Report, row: dict) -> float | None:
     codec = next((c.name for c in report.config.codecs if c.label == row["method"]), "")
     return TRAFFIC_TARGETS.get(codec)
@@ -111,7 +119,8 @@ def table_rows(report: Report) -> list[list[str]]:
     cells = []
     for index, row in enumerate(report.rows):
         ratio, reduction = _loss_ratio(report, row), _reduction(report, row)
-        verdicts = [] if index == 0 else [f"loss ≤ 1.02×: {_met(ratio <= 1 + LOSS_TOLERANCE)}"]
+        peer = "peer" in row
+        verdicts = [] if index == 0 or peer else [f"loss ≤ 1.02×: {_met(ratio <= 1 + LOSS_TOLERANCE)}"]
         target = _traffic_target(report, row)
         if target is not None:
             verdicts.append(f"≥ {target:,.0f}×: {_met(reduction >= target)}")
@@ -126,7 +135,7 @@ def table_rows(report: Report) -> list[list[str]]:
                 f"{row['bytes_per_param']:.4g}",
                 f"{reduction:,.0f}×",
                 f"{row['seconds']:.1f}",
-                "; ".join(verdicts) or "baseline",
+                "; ".join(verdicts) or ("peer (reference)" if peer else "baseline"),
             ]
         )
     return cells
@@ -136,10 +145,20 @@ def target_sentences(report: Report) -> list[str]:
     """One sentence per target: met or missed, with the number."""
     sentences = []
     for row in report.rows[1:]:
+        if "peer" in row:
+            continue
         ratio = _loss_ratio(report, row)
         sentences.append(
             f"Held-out loss, {row['method']}: {ratio:.4f}× DDP's; target ≤ {1 + LOSS_TOLERANCE:.2f}×: "
             f"{_met(ratio <= 1 + LOSS_TOLERANCE)}."
+        )
+    peer = _peer(report)
+    if peer is not None:
+        fp32 = next(r for r in report.rows if r["method"] == _fp32_label(report.config))
+        ratio = fp32["heldout_loss"] / peer["heldout_loss"]
+        sentences.append(
+            f"Held-out loss, {fp32['method']}: {ratio:.4f}× the peer's; target ≤ {1 + PEER_TOLERANCE:.2f}×: "
+            f"{_met(ratio <= 1 + PEER_TOLERANCE)}."
         )
     for row in report.rows[1:]:
         target = _traffic_target(report, row)
@@ -162,6 +181,10 @@ def target_sentences(report: Report) -> list[str]:
         f"pre-training at {d.steps} steps ({verdict})."
     )
     return sentences
+
+
+def _fp32_label(config: BenchConfig) -> str:
+    return next(choice.label for choice in config.codecs if choice.name == "none")
 
 
 def _markdown_table(headers: tuple[str, ...] | list[str], rows: list[list[str]]) -> str:
@@ -231,6 +254,35 @@ def _setup_lines(report: Report) -> list[str]:
         f"once for DDP); committed boundary every {c.segment_steps} inner steps",
         "- DiLoCo rows:",
         *codecs,
+        *_peer_setup(report),
+    ]
+
+
+def _peer_setup(report: Report) -> list[str]:
+    peer = _peer(report)
+    if peer is None:
+        return []
+    fp32 = next(choice for choice in report.config.codecs if choice.name == "none")
+    return [
+        f"- peer: `torchft.local_sgd.DiLoCo` of {peer['peer']}, fp32, sync_every "
+        f"H = {peer['inner_steps']}, outer `torch.optim.SGD` ({_outer_text(fp32)}, no clip); one inner AdamW "
+        "(the same settings and `train_step`) kept across rounds, its warm-up once, at the first steps"
+    ]
+
+
+def _peer_paragraph(report: Report) -> list[str]:
+    peer = _peer(report)
+    if peer is None:
+        return []
+    return [
+        "",
+        f"The peer row ({peer['method']}) is another implementation of DiLoCo, torchft's, as its authors "
+        "designed it, on the same model, data and batches: each worker is one torchft replica group (a "
+        "`Manager` over `ProcessGroupGloo`, quorum from a `LighthouseServer` on 127.0.0.1), its inner step the "
+        "project's `train_step` with one AdamW kept across rounds and the warm-up once (the project's loop "
+        "starts each round with a fresh AdamW and warm-up, and clips updates to the median norm). Its bytes are "
+        "the ring all-reduce formula of its fp32 pseudo-gradient, 2·(N−1)/N fp32 values per parameter per "
+        "round, not a measurement of what gloo sent. Its target line compares the project's DiLoCo fp32 with it.",
     ]
 
 
@@ -282,6 +334,7 @@ def section(report: Report) -> str:
         f"{row['method']} {row['file_bytes_per_param']:.4g} bytes / param, "
         f"{report.rows[0]['bytes_per_param'] / row['file_bytes_per_param']:,.0f}× less than DDP"
         for row in report.rows[1:]
+        if "peer" not in row
     )
     data_sentence = (
         "Every process builds the same templated corpus in memory."
@@ -318,6 +371,7 @@ def section(report: Report) -> str:
         "the machine is shared with other work, so wall times are noisy, losses and bytes are not. Held-out "
         "loss: the project's `evaluate` over the whole held-out split, the same sequences for every method, in "
         "nats per token; nats / byte divides it by the bytes of text per predicted token.",
+        *_peer_paragraph(report),
         "",
         "### Distillation versus plain pre-training",
         "",

@@ -10,6 +10,7 @@ second. Each corpus has its own section of the report: the templated built-in co
     python bench/convergence.py                  # the templated corpus (about 10 minutes on 2 cores)
     python bench/convergence.py --corpus real    # real text
     python bench/convergence.py --quick --corpus templated real   # seconds; every code path, meaningless numbers
+    python bench/convergence.py --peer torchft   # also torchft's DiLoCo (pip install -e .[bench])
     python bench/convergence.py --device cuda    # one GPU: DDP against DiLoCo at a fair budget (under 8 minutes on an H100)
     python bench/convergence.py --device cpu --quick              # the device mode's every code path, on a CPU
 
@@ -31,9 +32,10 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+import _peer_torchft
 import torch
 import torch.multiprocessing as mp
-from _config import CORPORA, BenchConfig, PreparedSource, for_corpus, load_data, quick, worker_schedule
+from _config import CORPORA, PEERS, BenchConfig, PreparedSource, for_corpus, load_data, quick, worker_schedule
 from _corpus import Corpus, installed_corpus, prepare_corpus, stdlib_corpus, token_bytes
 from _device import DeviceConfig, quick_device, run_device
 from _device_report import device_section, print_device
@@ -64,6 +66,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--new-corpus",
         action="store_true",
         help="replace a real-text section measured on another corpus (another hash) than this machine's",
+    )
+    parser.add_argument(
+        "--peer",
+        choices=PEERS,
+        help="also train another implementation's DiLoCo (torchft's; needs `pip install -e .[bench]`)",
     )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="markdown file to write")
     parser.add_argument(
@@ -108,7 +115,8 @@ def run_corpus(config: BenchConfig, corpus: Corpus | None, command: str, console
             )
             source = PreparedSource(text.store, text.manifest_sha256)
         prepare_seconds = time.perf_counter() - started
-        console.print(f"training {len(config.codecs) + 1} methods on {config.workers} worker processes …")
+        methods = len(config.codecs) + 1 + (config.peer is not None)
+        console.print(f"training {methods} methods on {config.workers} worker processes …")
         mp.spawn(run_rank, args=(config, workdir, free_port(), source), nprocs=config.workers, join=True)
         rows = json.loads((Path(workdir) / RESULTS_FILE).read_text())["rows"]
         tokenizer, data = load_data(config, source, Path(workdir) / "cache-main")
@@ -166,7 +174,12 @@ def main(argv: list[str]) -> None:
         args.output.write_text(markdown(new, args.output))
         console.print(f"wrote {args.output}")
         return
-    configs = [quick(for_corpus(c)) if args.quick else for_corpus(c) for c in dict.fromkeys(args.corpus)]
+    configs = [
+        replace(quick(for_corpus(c)) if args.quick else for_corpus(c), peer=args.peer)
+        for c in dict.fromkeys(args.corpus)
+    ]
+    if args.peer is not None and (why := _peer_torchft.missing()) is not None:
+        sys.exit(why)
     console = Console(width=180)
     started = time.perf_counter()
     corpus = None

@@ -1,14 +1,17 @@
 """Smoke tests of bench/convergence.py and bench/incentives.py.
 
 bench/convergence.py: a `--quick` run on both corpora (the templated built-in one and
-real text from the Python standard library) writes a well-formed, self-consistent report.
+real text from the Python standard library), with torchft's DiLoCo as the peer, writes a
+well-formed, self-consistent report.
 
 The numbers of a quick run mean nothing; what is checked is the report's shape and the accounting
 that follows from first principles: a ring all-reduce sends 2·(N−1)/N fp32 values per parameter
-per step, an uncompressed DiLoCo upload is 4 bytes per parameter per round, and nats per byte are
-nats per token over bytes per token. Then, in this process: the real-text corpus is a fixed list
-pinned by its hash, a run does not replace numbers measured on another corpus, and a run keeps the
-sections of the corpora it did not run.
+per step, an uncompressed DiLoCo upload is 4 bytes per parameter per round (the peer's ring
+all-reduce of it 2·(N−1)/N · 4 bytes), nats per byte are nats per token over bytes per token, and
+the peer's target line follows from the rows. Then, in this process: the real-text corpus is a
+fixed list pinned by its hash, a run does not replace numbers measured on another corpus, a run
+keeps the sections of the corpora it did not run, and the benchmark imports torchft only for the
+peer, which without torchft is refused with the install command.
 
 bench/incentives.py: a `--quick` run writes every table of docs/incentives.md, each target's verdict
 follows from its numbers, and the validator's cost adds up from its parts with the GPU config's
@@ -68,7 +71,10 @@ def report(convergence_bench) -> tuple[str, subprocess.CompletedProcess]:
 def test_report_names_the_command_and_keeps_notes(report):
     text, _ = report
     for corpus in ("templated", "real"):
-        assert "bench/convergence.py --quick --corpus templated real --output" in corpus_section(text, corpus)
+        assert (
+            "bench/convergence.py --quick --corpus templated real --peer torchft --output"
+            in corpus_section(text, corpus)
+        )
     assert "# old report" not in text
     assert text.endswith(f"{MARKER}\n{KEPT}")
     assert text.index("## Templated corpus") < text.index("## Real text") < text.index(MARKER)
@@ -89,8 +95,14 @@ def test_convergence_table_is_complete_and_consistent(report, corpus):
         "wall time (s)",
     ]
     methods = [row[0] for row in rows]
-    assert methods == ["DDP (all-reduce every step)", "DiLoCo fp32", "DiLoCo + int8", "DiLoCo + top-k"]
-    ddp, fp32, int8, topk = rows
+    assert methods == [
+        "DDP (all-reduce every step)",
+        "DiLoCo fp32",
+        "DiLoCo + int8",
+        "DiLoCo + top-k",
+        "torchft DiLoCo (peer)",
+    ]
+    ddp, fp32, int8, topk, peer = rows
     bytes_per_token = float(re.search(r"([\d.]+) bytes of text per held-out token", text).group(1))
     for row in rows:
         assert len(row) == len(header)
@@ -110,6 +122,16 @@ def test_convergence_table_is_complete_and_consistent(report, corpus):
     assert number(topk[5]) < number(int8[5])
     for line in ("Traffic, DiLoCo + int8", "Traffic, DiLoCo + top-k", "Held-out loss, DiLoCo fp32"):
         assert line in text
+    assert peer[1] == fp32[1] and peer[8] == "peer (reference)"
+    assert number(peer[5]) == pytest.approx(2 * (workers - 1) / workers * 4 * rounds)
+    assert "Held-out loss, torchft DiLoCo (peer)" not in text
+    stated = re.search(
+        r"Held-out loss, DiLoCo fp32: ([\d.]+)× the peer's; target ≤ 1\.01×: (met|MISSED)\.", text
+    )
+    ratio = number(fp32[2]) / number(peer[2])
+    assert float(stated.group(1)) == pytest.approx(ratio, abs=1e-3)
+    if abs(ratio - 1.01) > 1e-3:
+        assert stated.group(2) == ("met" if ratio <= 1.01 else "MISSED")
 
 
 def test_real_text_section_pins_its_corpus_tokenizer_and_shards(report):
@@ -190,6 +212,19 @@ def test_a_run_on_another_corpus_is_refused_and_other_sections_are_kept(tmp_path
     assert old_templated in text and new_real in text and "0" * 64 not in text
     assert text.endswith(f"{MARKER}\n{KEPT}")
     assert text.startswith(report.INTRO)
+
+
+def test_torchft_is_imported_only_for_the_peer(tmp_path, monkeypatch):
+    probe = (
+        "import sys; sys.path.insert(0, 'bench'); import convergence, _ranks, _report, _peer_torchft; "
+        "assert 'torchft' not in sys.modules, 'torchft imported'"
+    )
+    subprocess.run([sys.executable, "-c", probe], cwd=ROOT, check=True)
+    convergence = bench_module("convergence")
+    monkeypatch.setitem(sys.modules, "torchft", None)
+    with pytest.raises(SystemExit, match=re.escape("pip install -e .[bench]")):
+        convergence.main(["--quick", "--peer", "torchft", "--output", str(tmp_path / "benchmarks.md")])
+    assert not (tmp_path / "benchmarks.md").exists()
 
 
 # -- bench/incentives.py -----------------------------------------------------------------------------

@@ -62,7 +62,8 @@ def start_gpu_bench(work: Path, env: Mapping[str, str]) -> CommandJob:
 
 
 def start_convergence_bench(work: Path, env: Mapping[str, str]) -> CommandJob:
-    return bench_job(work, env, "convergence.py", "benchmarks.md", "--quick", "--corpus", "templated", "real")
+    flags = ("--quick", "--corpus", "templated", "real", "--peer", "torchft")
+    return bench_job(work, env, "convergence.py", "benchmarks.md", *flags)
 
 
 def start_incentives_bench(work: Path, env: Mapping[str, str]) -> CommandJob:

@@ -31,6 +31,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from _corpus import Corpus, read_documents, token_bytes, train_tokenizer
@@ -182,7 +183,7 @@ class Tokens:
     tokenize_seconds: float
 
 
-def tokenize_corpus(corpus: Corpus, config: DeviceConfig, folder) -> Tokens:
+def tokenize_corpus(corpus: Corpus, config: DeviceConfig, folder: Path) -> Tokens:
     """Train the BPE on the first training documents up to `tokenizer_bytes`, tokenize every document
     (EOS after each), and cut each split's stream into rows of `seq_len` tokens."""
     documents = read_documents(corpus)
@@ -382,7 +383,7 @@ class DeviceRun:
     total_seconds: float
 
 
-def run_device(config: DeviceConfig, corpus: Corpus, folder, log: Callable[[str], None]) -> DeviceRun:
+def run_device(config: DeviceConfig, corpus: Corpus, folder: Path, log: Callable[[str], None]) -> DeviceRun:
     """Tokenize, calibrate, plan, then train and evaluate every method in turn."""
     started = time.perf_counter()
     device = torch.device(config.device)

@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from support.io_errors import serve_again, serve_io_errors
 from support.local_harness import LocalHarness, make_local_harness
 
 from distrai.chain.local import LocalChain
@@ -29,6 +30,7 @@ from distrai.protocol.announce import anchored_aggregates
 from distrai.protocol.layout import aggregate_key, report_key
 from distrai.protocol.run import load_run_config
 from distrai.protocol.runtime import build_runtime
+from distrai.protocol.sync import StoreCache
 from distrai.protocol.windows import (
     aggregate_deadline,
     commit_deadline,
@@ -36,7 +38,7 @@ from distrai.protocol.windows import (
     reveal_deadline,
     window_start,
 )
-from distrai.store import FileStore
+from distrai.store import FileStore, RetryPolicy, open_store
 from miners.miner import Miner, MinerOptions
 from miners.uploader import Uploader
 from validators.validator import Validator, ValidatorOptions, publish_until
@@ -81,23 +83,22 @@ def restore(store: FileStore, away: Path) -> None:
     away.rename(store.root)
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, config):
-    """Two miners that revealed WINDOW in time, each into its own store (trained once for the
-    module: the validators of the tests read these stores and never write to them)."""
-    root = tmp_path_factory.mktemp("trained")
+def train(root: Path, config, store_of: dict[str, str]):
+    """Miners (name → the name of its store folder) that revealed WINDOW in time: the chain's
+    harness and each miner's store by hotkey."""
     harness = make_local_harness(root)
     validator_wallet = harness.new_wallet("validator")
     harness.chain.register(validator_wallet)
     harness.add_stake(validator_wallet, 1000.0)
-    wallets = [harness.new_wallet(name) for name in ("alpha", "beta")]
+    wallets = [harness.new_wallet(name) for name in store_of]
     for wallet in wallets:
         harness.chain.register(wallet)
     harness.advance(harness.chain.hyperparameters().tempo + 2)
     harness.advance(window_start(config.windows, WINDOW) - harness.local.block())
-    stores, miners = {}, []
+    stores, miners, opened = {}, [], {}
     for wallet in wallets:
-        store = FileStore(root / f"store-{wallet.name}")
+        folder = store_of[wallet.name]
+        store = opened.setdefault(folder, FileStore(root / f"store-{folder}"))
         miner = Miner(
             build_runtime(config),
             harness.chain,
@@ -118,11 +119,16 @@ def trained(tmp_path_factory, config):
     return harness, stores
 
 
-@pytest.fixture
-def revealed(tmp_path, config, trained):
-    """The trained miners' chain, copied for this test, with a validator at the window's reveal
-    deadline; a miner store a test cut is put back afterwards."""
-    original, stores = trained
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, config):
+    """Two miners that revealed WINDOW in time, each into its own store (trained once for the
+    module: the validators of the tests read these stores and never write to them)."""
+    return train(tmp_path_factory.mktemp("trained"), config, {"alpha": "alpha", "beta": "beta"})
+
+
+def at_the_reveal_deadline(tmp_path, config, trained, stores: StoreCache | None = None):
+    """The trained miners' chain, copied, with a validator at the window's reveal deadline."""
+    original, _ = trained
     copy = tmp_path / "chain.db"
     with (
         contextlib.closing(sqlite3.connect(original.local.path)) as src,
@@ -139,7 +145,17 @@ def revealed(tmp_path, config, trained):
         validator_store,
         validator_store.url,
         ValidatorOptions(tmp_path / "validator"),
+        stores=stores,
     )
+    return harness, validator, validator_store
+
+
+@pytest.fixture
+def revealed(tmp_path, config, trained):
+    """The trained miners' chain, copied for this test, with a validator at the window's reveal
+    deadline; a miner store a test cut is put back afterwards."""
+    stores = trained[1]
+    harness, validator, validator_store = at_the_reveal_deadline(tmp_path, config, trained)
     yield harness, validator, stores, validator_store
     for store in stores.values():
         away = store.root.with_name(store.root.name + ".away")
@@ -266,3 +282,113 @@ def test_a_validator_stops_publishing_when_its_aggregate_could_no_longer_count(r
     lines = outage_lines(caplog)
     assert len(lines) == 2, lines
     assert "is out of reach" in lines[0] and "not tried any more" in lines[1]
+
+
+# A store that gives up in an outage within a pass of reads (`distrai.store.breaker`): three miners
+# share one store, a fourth has its own; the stores' objects answer reads with EIO, a transient error
+# the stores retry (without waiting here: the retries are counted by their log lines, not timed).
+
+NO_WAIT = RetryPolicy(attempts=5, base_delay_s=0.0, max_delay_s=0.0)
+RETRY_LOGGER = "distrai.store.retry"
+
+
+@pytest.fixture(scope="module")
+def trained_shared(tmp_path_factory, config):
+    """Three miners that revealed WINDOW into one store, and one into its own."""
+    folders = {"gamma": "shared", "delta": "shared", "epsilon": "shared", "zeta": "zeta"}
+    return train(tmp_path_factory.mktemp("trained-shared"), config, folders)
+
+
+@pytest.fixture
+def shared(tmp_path, config, trained_shared):
+    """A validator at the reveal deadline of the miners of `trained_shared`, whose reads of their
+    stores retry without waiting; the objects of a store a test makes fail are put back afterwards."""
+    stores = trained_shared[1]
+    no_wait = StoreCache(lambda url: open_store(url, create=False, retry=NO_WAIT))
+    harness, validator, _ = at_the_reveal_deadline(tmp_path, config, trained_shared, no_wait)
+    failing: dict[Path, Path] = {}
+
+    def fail(store: FileStore) -> None:
+        failing[store.root] = serve_io_errors(store.root)
+
+    def back(store: FileStore) -> None:
+        serve_again(store.root, failing.pop(store.root))
+
+    yield harness, validator, stores, fail, back
+    for root, away in failing.items():
+        serve_again(root, away)
+
+
+def read_blocks(validator) -> list[tuple[str, int]]:
+    """Every miner the validator reads, with the block: the first pass's reads are at one block, and
+    each pass of asking again at a block of its own."""
+    check, reads = validator.check_miner, []
+
+    def recorded(view, hotkey, uid, mg, replay=True):
+        reads.append((hotkey, validator.chain.block()))
+        return check(view, hotkey, uid, mg, replay=replay)
+
+    validator.check_miner = recorded
+    return reads
+
+
+def exhausted(caplog) -> int:
+    """Store operations that spent all their retries."""
+    last = f"retry {NO_WAIT.attempts - 1} of {NO_WAIT.attempts - 1}"
+    return sum(r.name == RETRY_LOGGER and last in r.getMessage() for r in caplog.records)
+
+
+def test_a_pass_over_several_miners_on_a_store_in_an_outage_spends_one_operations_retries(shared, caplog):
+    harness, validator, stores, fail, _ = shared
+    sharing = sorted(hk for hk, store in stores.items() if list(stores.values()).count(store) == 3)
+    fail(stores[sharing[0]])
+    reads = read_blocks(validator)
+
+    with caplog.at_level(logging.WARNING, logger=RETRY_LOGGER):
+        assert validator.run_window(WINDOW, Ticking(harness))
+
+    # The listing at the deadline gives up on the store after one manifest read; the first pass then
+    # leaves its miners unread (their store's listing did not finish), and each pass of asking again
+    # lists it again and gives up after one read.
+    asked_again = len({block for _, block in reads}) - 1
+    assert asked_again >= 2, "the validator did not ask the silent store again"
+    assert exhausted(caplog) == 1 + asked_again, "one operation's retries a pass, not one a miner"
+    for hotkey in sharing:  # unread: three of four miners' stores silent reads as this validator's outage
+        verdict = validator.held.verdicts[hotkey]
+        assert not verdict.passed and not verdict.fraud, verdict.verdicts
+    (other,) = set(stores) - set(sharing)
+    assert validator.held.verdicts[other].passed, "the store of another miner was read in full"
+
+
+def test_a_miners_dead_store_does_not_stop_the_reads_of_another_store(shared, caplog):
+    harness, validator, stores, fail, _ = shared
+    (alone,) = [hk for hk, store in stores.items() if list(stores.values()).count(store) == 1]
+    fail(stores[alone])  # a withholding miner: its store never serves the reveal
+
+    with caplog.at_level(logging.WARNING, logger=RETRY_LOGGER):
+        assert validator.run_window(WINDOW, Ticking(harness))
+
+    for hotkey in set(stores) - {alone}:
+        assert validator.held.verdicts[hotkey].passed, validator.held.verdicts[hotkey].verdicts
+    verdict = validator.held.verdicts[alone]
+    assert verdict.withheld and verdict.fraud, verdict.verdicts
+    assert alone in validator.state.banned_until
+
+
+def test_the_next_pass_reads_a_store_that_gave_up_again_and_it_passes_once_back(shared, caplog):
+    harness, validator, stores, fail, back = shared
+    sharing = sorted(hk for hk, store in stores.items() if list(stores.values()).count(store) == 3)
+    store = stores[sharing[0]]
+    fail(store)
+    start = harness.local.block()
+    stop = Ticking(harness, {start + 1: lambda: back(store)})  # back by the first pass of asking again
+
+    with caplog.at_level(logging.WARNING, logger=RETRY_LOGGER):
+        assert validator.run_window(WINDOW, stop)
+
+    assert start + 1 not in stop.at, "the store did not come back while the validator was asking"
+    assert exhausted(caplog) == 1, "the listing gave up after one operation; the next pass read it all"
+    for hotkey in stores:
+        verdict = validator.held.verdicts[hotkey]
+        assert verdict.passed and not verdict.withheld, verdict.verdicts
+        assert hotkey not in validator.state.banned_until

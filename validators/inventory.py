@@ -4,7 +4,8 @@ At the reveal deadline the validator lists, in every store a miner announced, th
 (manifests, boundary states, codec residuals) and checks which committed update blobs exist. From
 then on it reads the miners' stores only through `AtDeadline`, which refuses any key absent from
 that listing: an upload that lands later, even before the validator gets to it, never counts, and
-the refusal says so. A store that could not be listed at the deadline is listed again until the read
+the refusal says so. A store that could not be listed at the deadline (or stopped answering while
+it was listed: its committed manifest or update could not be read) is listed again until the read
 patience (`windows.read_patience`): an outage under way at the deadline also held up the miner's
 uploads, which try again through it (`miners.uploader`), so a key absent from a listing taken after
 the deadline is not yet an answer; what is still absent at the read patience is withheld
@@ -23,7 +24,7 @@ from distrai.protocol.announce import Announcement
 from distrai.protocol.layout import manifest_key, window_prefix
 from distrai.protocol.sync import StoreCache
 from distrai.store import Store, StoreError
-from distrai.store.base import NotFound, blob_key
+from distrai.store.base import IntegrityError, NotFound, TooLarge, blob_key
 from distrai.wire import sha256_hex
 
 
@@ -78,9 +79,18 @@ def take_inventory(
             present[url] = set()
             unreachable.add(url)
     for hotkey, announcement in sorted(miners.items()):
-        digest = _committed_update(stores, run_id, window, hotkey, announcement, present, max_manifest_bytes)
-        if digest is not None and _exists(stores, announcement.store_url, blob_key(digest)):
-            present[announcement.store_url].add(blob_key(digest))
+        url = announcement.store_url
+        if url in unreachable:
+            continue
+        try:
+            digest = _committed_update(
+                stores, run_id, window, hotkey, announcement, present, max_manifest_bytes
+            )
+            if digest is not None and _exists(stores, url, blob_key(digest)):
+                present[url].add(blob_key(digest))
+        except StoreError:  # it stopped answering after its listing: the listing is not finished
+            present[url] = set()
+            unreachable.add(url)
     return Inventory(
         block_now(), {url: frozenset(keys) for url, keys in present.items()}, frozenset(unreachable)
     )
@@ -96,7 +106,7 @@ def _committed_update(
     max_bytes: int,
 ) -> str | None:
     """The update hash the miner's committed manifest names, read leniently: anything malformed is
-    left for the full checks to name."""
+    left for the full checks to name. A store that does not answer raises its `StoreError`."""
     key = manifest_key(run_id, window, hotkey)
     if key not in present[announcement.store_url]:
         return None
@@ -105,7 +115,7 @@ def _committed_update(
         if sha256_hex(data) != announcement.manifest_sha256:
             return None
         digest = json.loads(data)["body"]["update"]["sha256"]
-    except (StoreError, ValueError, KeyError, TypeError):
+    except (NotFound, TooLarge, IntegrityError, ValueError, KeyError, TypeError):
         return None
     try:
         blob_key(digest)
@@ -115,9 +125,10 @@ def _committed_update(
 
 
 def _exists(stores: StoreCache, url: str, key: str) -> bool:
+    """Whether the store holds `key`; a store that does not answer raises its `StoreError`."""
     try:
         return stores.get(url).exists(key)
-    except (StoreError, ValueError):
+    except ValueError:
         return False
 
 

@@ -67,6 +67,7 @@ from distrai.protocol.windows import (
 )
 from distrai.store import Store, StoreError
 from distrai.store.base import BLOB_PREFIX, blob_key
+from distrai.store.breaker import PassBreaker
 from distrai.store.outage import OutageLog
 from distrai.train.inner import window_start_state
 from distrai.train.outer import Contribution, outer_state_hash, outer_step
@@ -177,6 +178,11 @@ class Validator(Participant):
         """the last window this process set out to check (None before the first)"""
         self.unreached: int | None = None
         """the window last put off because the models to check it were out of reach"""
+        self.breaker = PassBreaker()
+        self.miner_stores = StoreCache(lambda url: self.breaker.guard(self.stores.get(url)))
+        """the miners' stores as a window's passes of reads see them: within one pass (the listing at
+        the reveal deadline, the first pass of checks, each pass of asking again), a store on which an
+        operation gave up in an outage is not waited on again (`distrai.store.breaker`)"""
 
     def run(self, stop: threading.Event, max_windows: int | None = None) -> None:
         done = 0
@@ -256,14 +262,15 @@ class Validator(Participant):
         inventory = pending.inventory()
         parts, mark = [], time.monotonic()
         if inventory is None:
-            inventory = take_inventory(
-                self.stores,
-                self.rt.run_id,
-                w,
-                in_time,
-                self.rt.config.limits.max_manifest_bytes,
-                self.chain.block,
-            )
+            with self.breaker.one_pass():
+                inventory = take_inventory(
+                    self.miner_stores,
+                    self.rt.run_id,
+                    w,
+                    in_time,
+                    self.rt.config.limits.max_manifest_bytes,
+                    self.chain.block,
+                )
             self.pending.save(pending.with_inventory(inventory))
             for url in sorted(inventory.unreachable):
                 log.warning("window %d: the store %s could not be listed at the reveal deadline", w, url)
@@ -399,13 +406,14 @@ class Validator(Participant):
             reveal_deadline(self.windows, w),
         )
         uids = {hk: uid for hk in sorted(in_time) if (uid := mg.uid_of(hk)) is not None}
-        checked = {hk: self.check_miner(view, hk, uid, mg, replay=False) for hk, uid in uids.items()}
         measuring = WindowMeasuring(
             self, view, score_shares(inputs, sharing, self.rt.config.scoring.score_replicas)
         )
-        measuring.measure_share([v for v, _ in checked.values()])
-        for verdict, reader in checked.values():
-            replay_challenge(self.rt, view, verdict, reader)
+        with self.breaker.one_pass():  # the first pass of reads
+            checked = {hk: self.check_miner(view, hk, uid, mg, replay=False) for hk, uid in uids.items()}
+            measuring.measure_share([v for v, _ in checked.values()])
+            for verdict, reader in checked.values():
+                replay_challenge(self.rt, view, verdict, reader)
         patience = read_patience(self.windows, w)
         unread = sorted(hk for hk, (v, _) in checked.items() if v.unread)
         first_pass_end = self.block_now()
@@ -430,10 +438,11 @@ class Validator(Participant):
             stop.wait(self.chain.block_time())
             last_asked = self.chain.block()
             asked_again += 1
-            if view.inventory.unreachable or view.inventory.late:
-                view = self.list_again(view, pending)
-            for hk in unread:
-                checked[hk] = self.check_miner(view, hk, uids[hk], mg)
+            with self.breaker.one_pass():  # each store is asked afresh
+                if view.inventory.unreachable or view.inventory.late:
+                    view = self.list_again(view, pending)
+                for hk in unread:
+                    checked[hk] = self.check_miner(view, hk, uids[hk], mg)
             unread = [hk for hk in unread if checked[hk][0].unread]
         outage = own_outage(len(unread), len(uids))
         if unread:
@@ -472,14 +481,14 @@ class Validator(Participant):
             self.state.residuals.pop(hotkey, None)
             return MinerVerdict(hotkey, uid).fail("banned", f"barred until window {until}", fraud=False), None
         return check_one(
-            self.rt, self.stores, view, hotkey, uid, lambda hk: mg.uid_of(hk) is not None, replay=replay
+            self.rt, self.miner_stores, view, hotkey, uid, lambda hk: mg.uid_of(hk) is not None, replay=replay
         )
 
     def list_again(self, view: WindowView, pending: PendingWindow) -> WindowView:
         """The view with the stores that could not be listed at the deadline listed again now."""
         after = view.inventory.unreachable | set(view.inventory.late)
         again = take_inventory(
-            self.stores,
+            self.miner_stores,
             self.rt.run_id,
             view.window,
             {hk: a for hk, a in view.announcements.items() if a.store_url in after},

@@ -32,6 +32,11 @@ class IntegrityError(StoreError):
     """A content-addressed blob did not hash to its key."""
 
 
+class Unreachable(StoreError):
+    """The store did not answer: the operation's last try failed with a transient error (an outage,
+    a timeout, a server error), after the retries its policy allows."""
+
+
 def check_key(key: str) -> str:
     if not KEY_PATTERN.fullmatch(key) or any(part in (".", "..") for part in key.split("/")):
         raise StoreError(f"invalid store key {key!r}: use `/`-separated names of letters, digits and ._-")

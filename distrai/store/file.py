@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
-from distrai.store.base import NotFound, Store, StoreError, TooLarge, check_key
+from distrai.store.base import NotFound, Store, StoreError, TooLarge, Unreachable, check_key
 from distrai.store.retry import RetryPolicy, call_with_retries
 from distrai.store.temps import sweep, temp_path
 from distrai.store.throttle import Bandwidth, check_max_bytes, copy_stream
@@ -198,13 +198,15 @@ class FileStore(Store):
         return f"{key!r} in {self.url}"
 
     def _run(self, describe: str, operation: Callable[[], T]) -> T:
-        """Run with retries; an OS error that is left becomes a `StoreError` naming the key."""
+        """Run with retries; an OS error that is left becomes a `StoreError` naming the key
+        (`Unreachable` when it is a transient one: the retries were spent on an outage)."""
         try:
             result = call_with_retries(
                 operation, policy=self._retry, is_transient=is_transient_os_error, describe=describe
             )
         except OSError as error:
-            raise StoreError(f"file store {describe} in {self.url} failed: {error}") from error
+            failed = Unreachable if is_transient_os_error(error) else StoreError
+            raise failed(f"file store {describe} in {self.url} failed: {error}") from error
         if self._left_over:
             self._remove_left_over()
         return result

@@ -43,7 +43,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, IncompleteReadError, SSLError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from distrai.store.base import NotFound, Store, StoreError, TooLarge, check_key
+from distrai.store.base import NotFound, Store, StoreError, TooLarge, Unreachable, check_key
 from distrai.store.file import is_key, write_atomically
 from distrai.store.retry import RetryPolicy, call_with_retries
 from distrai.store.throttle import Bandwidth, check_max_bytes, copy_stream
@@ -328,7 +328,9 @@ class S3Store(Store):
         return call_with_retries(operation, policy=self._retry, is_transient=is_transient, describe=describe)
 
     def _store_error(self, describe: str, key: str, error: BaseException) -> StoreError:
-        """The `StoreError` (or `NotFound`) that names `key`, this store and what `error` says."""
+        """The `StoreError` (or `NotFound`) that names `key`, this store and what `error` says;
+        `Unreachable` when `error` is a transient one (the retries were spent on an outage)."""
+        failed = Unreachable if is_transient_s3_error(error) else StoreError
         if isinstance(error, ClientError):
             code = error_code(error)
             if code in MISSING_CODES:
@@ -336,8 +338,8 @@ class S3Store(Store):
             if code == "NoSuchBucket":
                 return StoreError(f"bucket {self.config.bucket!r} does not exist at {self.url}")
             message = error.response.get("Error", {}).get("Message", "")
-            return StoreError(f"s3 {describe} in {self.url} failed: {code} {message}".rstrip())
-        return StoreError(f"s3 {describe} in {self.url} failed: {error}")
+            return failed(f"s3 {describe} in {self.url} failed: {code} {message}".rstrip())
+        return failed(f"s3 {describe} in {self.url} failed: {error}")
 
     @contextlib.contextmanager
     def _open_for_read(self, object_key: str, key: str, max_bytes: int) -> Iterator[Any]:

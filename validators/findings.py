@@ -125,7 +125,7 @@ def finding_body(
         segments=segments,
         evidence=evidence,
         withheld=verdict.withheld,
-    ).model_dump()
+    ).body()
 
 
 def publish_findings(

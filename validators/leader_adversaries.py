@@ -55,7 +55,7 @@ class Poison(LeaderBehaviour):
         decoded = validator.rt.codec.decode(
             encoded.payload, encoded.metadata, {k: tuple(v.shape) for k, v in poisoned.items()}
         )
-        first = {**accepted[0], "update_sha256": hashlib.sha256(blob).hexdigest()}
+        first = accepted[0].model_copy(update={"update_sha256": hashlib.sha256(blob).hexdigest()})
         return [first, *accepted[1:]], [replace(victim, pseudo_gradient=decoded), *contributions[1:]]
 
 
@@ -71,7 +71,7 @@ class Reweight(LeaderBehaviour):
         rest = 0.1 / max(1, len(contributions) - 1)
         weights = [0.9 if len(contributions) > 1 else 0.5] + [rest] * (len(contributions) - 1)
         return (
-            [{**a, "weight": x} for a, x in zip(accepted, weights, strict=True)],
+            [a.model_copy(update={"weight": x}) for a, x in zip(accepted, weights, strict=True)],
             [replace(c, weight=x) for c, x in zip(contributions, weights, strict=True)],
         )
 

@@ -72,7 +72,14 @@ from distrai.train.inner import window_start_state
 from distrai.train.outer import Contribution, outer_state_hash, outer_step
 from distrai.train.train_state import state_hash
 from distrai.wire import sha256_hex, sign_document
-from distrai.wire.window_documents import Recheck, Refusal
+from distrai.wire.window_documents import (
+    AcceptedUpdate,
+    AggregateManifest,
+    MinerEntry,
+    Recheck,
+    Refusal,
+    WindowReport,
+)
 from validators.checks import MinerVerdict, flag_copies
 from validators.findings import (
     ADOPTED,
@@ -108,8 +115,12 @@ class LeaderBehaviour:
         """Change the window's verdicts (in place) before the report is signed."""
 
     def tamper(
-        self, validator: Validator, w: int, accepted: list[dict], contributions: list[Contribution]
-    ) -> tuple[list[dict], list[Contribution]]:
+        self,
+        validator: Validator,
+        w: int,
+        accepted: list[AcceptedUpdate],
+        contributions: list[Contribution],
+    ) -> tuple[list[AcceptedUpdate], list[Contribution]]:
         return accepted, contributions
 
 
@@ -163,7 +174,7 @@ class Validator(Participant):
         self.options = options
         self.state_path = options.work_dir / "validator_state.json"
         self.state: ValidatorState = load_state(self.state_path, runtime.run_id)
-        self.own_aggregates: dict[int, dict] = {}
+        self.own_aggregates: dict[int, AggregateManifest] = {}
         self.pending = PendingWindows(options.work_dir / "pending")
         self.base: GlobalModel | None = None
         """the model window w's miners trained from (on pipelined windows, the one before `model`)"""
@@ -589,27 +600,26 @@ class Validator(Participant):
                 "an accepted update passed its checks"
             )
             entries.append(
-                {
-                    "hotkey": v.hotkey,
-                    "manifest_sha256": sha256_hex(v.manifest_bytes),
-                    "update_sha256": v.manifest.update.sha256,
-                    "weight": weight,
-                }
+                AcceptedUpdate(
+                    hotkey=v.hotkey,
+                    manifest_sha256=sha256_hex(v.manifest_bytes),
+                    update_sha256=v.manifest.update.sha256,
+                    weight=weight,
+                )
             )
             weighted.append(Contribution(hk, v.update, weight))
         listed, contributions = self.options.behaviour.tamper(self, w, entries, weighted)
         result = outer_step(model.params, contributions, model.outer, outer_config(self.rt.config.outer))
-        body = {
-            "kind": "aggregate",
-            "run_id": self.rt.run_id,
-            "window": w,
-            "base_hash": model.hash,
-            "report_sha256": sha256_hex(report),
-            "accepted": listed,
-            "result_hash": params_hash(result.params),
-            "outer_hash": outer_state_hash(result.state),
-        }
-        document = sign_document(self.wallet.hotkey, body)
+        body = AggregateManifest(
+            run_id=self.rt.run_id,
+            window=w,
+            base_hash=model.hash,
+            report_sha256=sha256_hex(report),
+            accepted=listed,
+            result_hash=params_hash(result.params),
+            outer_hash=outer_state_hash(result.state),
+        )
+        document = sign_document(self.wallet.hotkey, body.body())
         if not put(aggregate_key(self.rt.run_id, w, self.hotkey), document):
             return []
         try:
@@ -629,9 +639,9 @@ class Validator(Participant):
         if mine is None or followed is None:
             return None
         leader, theirs = followed
-        same = theirs.result_hash == mine["result_hash"] and sorted(
-            a.hotkey for a in theirs.accepted
-        ) == sorted(a["hotkey"] for a in mine["accepted"])
+        same = theirs.result_hash == mine.result_hash and sorted(a.hotkey for a in theirs.accepted) == sorted(
+            a.hotkey for a in mine.accepted
+        )
         if leader != self.hotkey:
             if same:
                 log.info("window %d: the leader's aggregate matches this validator's", w)
@@ -653,29 +663,24 @@ class Validator(Participant):
     ) -> bytes | None:
         """Publish the signed report of window w with `put` (`publishing`); returns its bytes (the
         aggregate names its hash), None when it could not be published."""
-        body = {
-            "kind": "report",
-            "run_id": self.rt.run_id,
-            "window": w,
-            "validator": self.hotkey,
-            "observed_block": observed_block,
-            "miners": {
-                v.hotkey: {
-                    "uid": v.uid,
-                    "verdicts": v.verdicts,
-                    "numbers": v.numbers,
-                    "score": v.score,
-                    "reason": v.reason,
-                }
+        body = WindowReport(
+            run_id=self.rt.run_id,
+            window=w,
+            validator=self.hotkey,
+            observed_block=observed_block,
+            miners={
+                v.hotkey: MinerEntry(
+                    uid=v.uid, verdicts=v.verdicts, numbers=v.numbers, score=v.score, reason=v.reason
+                )
                 for v in verdicts
             },
-            "refused": [r.model_dump() for r in refused],
-            "rechecks": [r.model_dump() for r in rechecks],
-            "measured_by": pooled.measured_by,
-            "measurement_rechecks": [r.model_dump() for r in pooled.rechecks],
-            "workers": pooled.workers,
-        }
-        document = sign_document(self.wallet.hotkey, body)
+            refused=refused,
+            rechecks=rechecks,
+            measured_by=pooled.measured_by,
+            measurement_rechecks=pooled.rechecks,
+            workers=pooled.workers,
+        )
+        document = sign_document(self.wallet.hotkey, body.body())
         if not (put or self.publish)(report_key(self.rt.run_id, w, self.hotkey), document):
             return None
         return document

@@ -29,6 +29,11 @@ Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
+    def body(self) -> dict[str, Any]:
+        """The document as the body of a signed envelope (`signed.sign_document`): plain JSON values,
+        every field written, defaults included, so a reader's `parse_body` gives back an equal model."""
+        return self.model_dump(mode="json")
+
 
 class Boundary(_Body):
     step: int = Field(ge=0)

@@ -28,6 +28,7 @@ from distrai.train.inner import pseudo_gradient, window_start_state
 from distrai.train.sketch import sketch
 from distrai.train.train_state import load_state, save_state, state_hash
 from distrai.wire import sign_document
+from distrai.wire.verdicts import Check
 from distrai.wire.window_documents import UpdateBlob, UpdateManifest
 from miners.adversary_names import ADVERSARY_NAMES
 from miners.miner import Behaviour
@@ -381,24 +382,24 @@ ADVERSARIES: dict[str, type[Behaviour]] = {
 if tuple(ADVERSARIES) != ADVERSARY_NAMES:  # the names the miner's flag offers before this module loads
     raise ImportError(f"miners.adversary_names.ADVERSARY_NAMES must list {tuple(ADVERSARIES)}, in this order")
 
-EXPECTED_CHECK: dict[str, str] = {
-    "idle": "states",
-    "noise": "trajectory",
-    "copycat": "update",
-    "stale": "update",
-    "lazy": "replay",
-    "withhold": "store",
-    "oldbase": "replay",
-    "wrongdata": "replay",
-    "forged": "states",
-    "scaled": "trajectory",
-    "poison": "trajectory",
-    "nan": "update",
-    "oversize": "consistency",
-    "pickle": "update",
-    "badsig": "manifest",
-    "unregistered": "manifest",
-    "replay": "manifest",
+EXPECTED_CHECK: dict[str, Check] = {
+    "idle": Check.STATES,
+    "noise": Check.TRAJECTORY,
+    "copycat": Check.UPDATE,
+    "stale": Check.UPDATE,
+    "lazy": Check.REPLAY,
+    "withhold": Check.STORE,
+    "oldbase": Check.REPLAY,
+    "wrongdata": Check.REPLAY,
+    "forged": Check.STATES,
+    "scaled": Check.TRAJECTORY,
+    "poison": Check.TRAJECTORY,
+    "nan": Check.UPDATE,
+    "oversize": Check.CONSISTENCY,
+    "pickle": Check.UPDATE,
+    "badsig": Check.MANIFEST,
+    "unregistered": Check.MANIFEST,
+    "replay": Check.MANIFEST,
 }
 """The check of the validator's report that rejects each adversary when it is challenged."""
 

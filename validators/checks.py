@@ -19,11 +19,10 @@ from distrai.protocol.runtime import Runtime
 from distrai.protocol.update import decode_update
 from distrai.store import StoreError
 from distrai.wire import WireError, open_document
+from distrai.wire.verdicts import PASS, Check, Number
 from distrai.wire.window_documents import UpdateManifest, parse_body
 from validators.inventory import Reader
 from validators.refused import answered
-
-PASS = "pass"
 
 
 @dataclass
@@ -64,13 +63,13 @@ class MinerVerdict:
                 return f"{name}: {verdict}"
         return None
 
-    def fail(self, check: str, why: str, *, fraud: bool = True) -> MinerVerdict:
+    def fail(self, check: Check, why: str, *, fraud: bool = True) -> MinerVerdict:
         """Record a failed check; `fraud=False` for absence (nothing published), which only scores zero."""
         self.verdicts[check] = why
         self.fraud = self.fraud or fraud
         return self
 
-    def unreadable(self, check: str, why: str) -> MinerVerdict:
+    def unreadable(self, check: Check, why: str) -> MinerVerdict:
         """Record a read the miner's store did not answer: nothing is decided until it is settled."""
         self.verdicts[check] = why
         self.unread = True
@@ -101,10 +100,10 @@ def check_miner(
         data = store.get(manifest_key(runtime.run_id, window, hotkey), limits.max_manifest_bytes)
     except StoreError as exc:
         if not answered(exc):
-            return verdict.unreadable("manifest", f"not fetched: {exc}")
-        return verdict.fail("manifest", f"not fetched: {exc}", fraud=challenged)
+            return verdict.unreadable(Check.MANIFEST, f"not fetched: {exc}")
+        return verdict.fail(Check.MANIFEST, f"not fetched: {exc}", fraud=challenged)
     if hashlib.sha256(data).hexdigest() != announcement.manifest_sha256:
-        return verdict.fail("manifest", "hash_mismatch: the manifest is not the one committed on chain")
+        return verdict.fail(Check.MANIFEST, "hash_mismatch: the manifest is not the one committed on chain")
     try:
         doc = open_document(
             data,
@@ -116,8 +115,8 @@ def check_miner(
         )
         manifest = parse_body(UpdateManifest, doc.body)
     except WireError as exc:
-        return verdict.fail("manifest", str(exc))
-    verdict.verdicts["manifest"] = PASS
+        return verdict.fail(Check.MANIFEST, str(exc))
+    verdict.verdicts[Check.MANIFEST] = PASS
     verdict.manifest = manifest
     verdict.manifest_bytes = data
     problems = []
@@ -146,14 +145,14 @@ def check_miner(
     if manifest.update.size > limits.max_update_bytes:
         problems.append(f"update of {manifest.update.size} bytes exceeds {limits.max_update_bytes}")
     if problems:
-        return verdict.fail("consistency", "; ".join(problems))
-    verdict.verdicts["consistency"] = PASS
+        return verdict.fail(Check.CONSISTENCY, "; ".join(problems))
+    verdict.verdicts[Check.CONSISTENCY] = PASS
     try:
         blob = store.get_blob(manifest.update.sha256, limits.max_update_bytes)
     except StoreError as exc:  # hiding, when challenged; a store that does not answer is tried again
         if not answered(exc):
-            return verdict.unreadable("update", f"not fetched: {exc}")
-        return verdict.fail("update", f"not fetched: {exc}", fraud=challenged)
+            return verdict.unreadable(Check.UPDATE, f"not fetched: {exc}")
+        return verdict.fail(Check.UPDATE, f"not fetched: {exc}", fraud=challenged)
     try:
         if len(blob) != manifest.update.size:
             raise StoreError(f"update is {len(blob)} bytes, the manifest says {manifest.update.size}")
@@ -161,9 +160,9 @@ def check_miner(
         verdict.update = decode_update(blob, runtime.codec, shapes, limits.max_update_bytes, hotkey, window)
         verdict.blob = blob
     except (StoreError, WireError, CodecError) as exc:
-        return verdict.fail("update", str(exc))
-    verdict.verdicts["update"] = PASS
-    verdict.numbers["update_bytes"] = float(len(blob))
+        return verdict.fail(Check.UPDATE, str(exc))
+    verdict.verdicts[Check.UPDATE] = PASS
+    verdict.numbers[Number.UPDATE_BYTES] = float(len(blob))
     return verdict
 
 
@@ -181,4 +180,4 @@ def flag_copies(verdicts: list[MinerVerdict], commit_blocks: dict[str, int]) -> 
         firsts = [v for v in group if commit_blocks[v.hotkey] == first]
         for v in group:
             if v not in firsts or len(firsts) > 1:
-                v.fail("copy", "identical to another hotkey's update committed no later")
+                v.fail(Check.COPY, "identical to another hotkey's update committed no later")

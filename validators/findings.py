@@ -26,7 +26,7 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, cast
 
 from distrai.codec import CodecError
 from distrai.protocol.announce import Announcement
@@ -40,17 +40,15 @@ from distrai.protocol.windows import ChallengeInputs, miner_segments, run_starts
 from distrai.store import StoreError
 from distrai.wire import WireError, open_document, sha256_hex, sign_document
 from distrai.wire.signed import Signer
-from distrai.wire.window_documents import REASON_CHARS, Finding, Recheck, parse_body
-from validators.checks import PASS, MinerVerdict
+from distrai.wire.verdicts import PASS, REPLAY_CHECKS, Check
+from distrai.wire.window_documents import REASON_CHARS, Finding, Recheck, ReplayCheckName, parse_body
+from validators.checks import MinerVerdict
 from validators.inventory import Reader
 from validators.replay_check import verify_challenge
 from validators.withheld import reread
 
 log = logging.getLogger("distrai.validator")
 
-ReplayCheck = Literal["states", "replay", "trajectory"]
-REPLAY_CHECKS: tuple[ReplayCheck, ...] = ("states", "replay", "trajectory")
-"""The checks only the validators whose share holds a miner run; the others' findings come from these."""
 ADOPTED: Final = "adopted"
 REFUTED: Final = "refuted"
 NOT_RECHECKED: Final = "not re-checked"
@@ -92,7 +90,7 @@ def held_window(
     return HeldWindow(window, base, inputs, shares, miners, kept, readers, announcements)
 
 
-def replay_failure(verdict: MinerVerdict) -> ReplayCheck | None:
+def replay_failure(verdict: MinerVerdict) -> Check | None:
     """The replay check a verdict failed as fraud, or None."""
     if not verdict.fraud:
         return None
@@ -118,7 +116,7 @@ def finding_body(
         window=window,
         validator=validator,
         miner=miner,
-        check=check,
+        check=cast(ReplayCheckName, check),  # one of REPLAY_CHECKS, the Literal's strings
         reason=verdict.verdicts[check][:REASON_CHARS],
         manifest_sha256=sha256_hex(verdict.manifest_bytes),
         store_url=store_url,
@@ -218,7 +216,7 @@ def recheck(runtime: Runtime, held: HeldWindow, finding: Finding, stores: StoreC
         return recheck_withheld(runtime, held, miner, stores, judged)
     if verdict.fraud:
         return judged(ADOPTED, f"failed here too: {verdict.reason}")
-    if verdict.verdicts.get("update") != PASS:
+    if verdict.verdicts.get(Check.UPDATE) != PASS:
         return judged(NOT_RECHECKED, f"the miner's update was not checked here: {verdict.reason}")
     if all(verdict.verdicts.get(c) == PASS for c in REPLAY_CHECKS):
         return judged(REFUTED, "this validator replayed the miner too, and every replay check passed")

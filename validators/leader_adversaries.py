@@ -27,7 +27,7 @@ from dataclasses import replace
 import torch
 
 from distrai.protocol.update import encode_update
-from validators.checks import PASS
+from distrai.wire.verdicts import PASS, Check
 from validators.leader_adversary_names import COLLUDE, LEADER_ADVERSARY_NAMES, check_leader_adversary
 from validators.validator import LeaderBehaviour
 
@@ -103,10 +103,12 @@ class Collude(LeaderBehaviour):
             return
         for v in verdicts:
             if v is partner:
-                v.verdicts = {check: PASS for check in v.verdicts} | {"useful": PASS}
+                v.verdicts = {check: PASS for check in v.verdicts} | {Check.USEFUL: PASS}
                 v.score, v.fraud = COLLUDING_SCORE, False
             else:
-                v.verdicts["useful"] = "the update does not lower the loss of the sequences it was trained on"
+                v.verdicts[Check.USEFUL] = (
+                    "the update does not lower the loss of the sequences it was trained on"
+                )
                 v.score = 0.0
 
 

@@ -72,6 +72,7 @@ from distrai.train.inner import window_start_state
 from distrai.train.outer import Contribution, outer_state_hash, outer_step
 from distrai.train.train_state import state_hash
 from distrai.wire import sha256_hex, sign_document
+from distrai.wire.verdicts import Check, Number
 from distrai.wire.window_documents import (
     AcceptedUpdate,
     AggregateManifest,
@@ -350,7 +351,7 @@ class Validator(Participant):
                     "findings_adopted": sum(r.outcome == ADOPTED for r in rechecks),
                     "findings_refuted": sum(r.outcome == REFUTED for r in rechecks),
                     "bytes_received": self.syncer.bytes_received
-                    + sum(int(v.numbers.get("update_bytes", 0)) for v in verdicts),
+                    + sum(int(v.numbers.get(Number.UPDATE_BYTES, 0)) for v in verdicts),
                     "emission": me.total_emission if (me := mg.neuron(self.hotkey)) else 0.0,
                     **{f"weight/{uid}": x for uid, x in enumerate(weights)},
                     **{f"score/{v.uid}": v.score for v in verdicts if not v.unmeasured},
@@ -481,7 +482,9 @@ class Validator(Participant):
         if self.state.is_banned(hotkey, view.window):
             until = self.state.banned_until[hotkey]
             self.state.residuals.pop(hotkey, None)
-            return MinerVerdict(hotkey, uid).fail("banned", f"barred until window {until}", fraud=False), None
+            return MinerVerdict(hotkey, uid).fail(
+                Check.BANNED, f"barred until window {until}", fraud=False
+            ), None
         return check_one(
             self.rt, self.stores, view, hotkey, uid, lambda hk: mg.uid_of(hk) is not None, replay=replay
         )
@@ -561,7 +564,7 @@ class Validator(Participant):
         before = self.state.residuals.get(verdict.hotkey)
         if before is not None and verdict.passed and verdict.manifest.residual_in_hash != before:
             verdict.fail(
-                "trajectory",
+                Check.TRAJECTORY,
                 "residual_in_hash does not continue the residual committed in the miner's last window",
                 fraud=False,
             )

@@ -21,6 +21,7 @@ from distrai.protocol.sync import StoreCache
 from distrai.protocol.trajectory import drawn_pieces
 from distrai.protocol.windows import ChallengeInputs, miner_segments
 from distrai.store import StoreError
+from distrai.wire.verdicts import Check
 from validators.checks import MinerVerdict, check_miner
 from validators.inventory import AtDeadline, Inventory
 from validators.replay_check import verify_challenge
@@ -68,12 +69,12 @@ def check_one(
     announcement = view.announcements[hotkey]
     url = announcement.store_url
     if url in view.inventory.unreachable:
-        verdict = MinerVerdict(hotkey, uid).unreadable("store", f"its store {url} could not be listed")
+        verdict = MinerVerdict(hotkey, uid).unreadable(Check.STORE, f"its store {url} could not be listed")
         return verdict, None
     try:
         reader = AtDeadline(stores.get(url), url, view.inventory, view.reveal_deadline)
     except (StoreError, ValueError) as exc:
-        return MinerVerdict(hotkey, uid).fail("store", f"unusable store URL: {exc}", fraud=False), None
+        return MinerVerdict(hotkey, uid).fail(Check.STORE, f"unusable store URL: {exc}", fraud=False), None
     verdict = check_miner(
         runtime,
         view.base,

@@ -28,7 +28,8 @@ from distrai.protocol.trajectory import drawn_pieces
 from distrai.protocol.windows import miner_segments
 from distrai.train.inner import window_start_state
 from distrai.train.train_state import state_hash
-from validators.checks import PASS, MinerVerdict, check_miner
+from distrai.wire.verdicts import PASS, Check
+from validators.checks import MinerVerdict, check_miner
 from validators.inventory import Reader
 from validators.replay_check import verify_challenge
 from validators.validator_state import ValidatorState
@@ -47,7 +48,7 @@ def settle(verdict: MinerVerdict, *, challenged: bool, outage: bool, patience_bl
     """Decide a verdict whose reads the miner's store still did not answer at `patience_block`."""
     if not verdict.unread:
         return
-    check, why = next((c, v) for c, v in verdict.verdicts.items() if v != PASS)
+    check, why = next((Check(c), v) for c, v in verdict.verdicts.items() if v != PASS)
     verdict.unread = False
     if outage:
         verdict.fail(

@@ -350,7 +350,7 @@ class Copycat(Untrained):
         while chain.block() < deadline:
             try:
                 return self.victim_store.get_blob(
-                    self.copied["sha256"], miner.rt.config.limits.max_update_bytes
+                    self.copied.sha256, miner.rt.config.limits.max_update_bytes
                 )
             except StoreError:
                 chain.wait_for_block(chain.block() + 1)

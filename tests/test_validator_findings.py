@@ -10,12 +10,12 @@ import dataclasses
 
 import pytest
 from bittensor.keyfiles import Keypair
-from test_validator_replay import CONFIG, MINER, MINERS, OTHER, WINDOW, publish, train, verify
+from test_validator_replay import CONFIG, MINER, OTHER, WINDOW, publish, train, verify, window_basis
 
 from distrai.protocol.announce import Announcement
 from distrai.protocol.globalmodel import GlobalModel
 from distrai.protocol.layout import finding_key, findings_prefix, trajectory_key
-from distrai.protocol.run import challenge_inputs, load_run_config
+from distrai.protocol.run import load_run_config
 from distrai.protocol.runtime import build_runtime
 from distrai.protocol.sync import StoreCache
 from distrai.store import FileStore
@@ -61,11 +61,9 @@ def signed_manifest(verdict: MinerVerdict) -> MinerVerdict:
 def held_window(runtime, model, store, verdict, shares) -> HeldWindow:
     """What a validator keeps of the window: its own verdict on the miner, without the decoded update."""
     store.put_blob(verdict.blob)
-    inputs = challenge_inputs(runtime.config, BLOCK_HASH, WINDOW, MINERS)
     announcement = Announcement(store.url, WINDOW, manifest_sha256=sha256_hex(verdict.manifest_bytes))
-    held = findings.held_window(
-        WINDOW, model, inputs, shares, MINERS, [verdict], {MINER: store}, {MINER: announcement}
-    )
+    basis = window_basis(runtime, model, BLOCK_HASH, shares=shares, announcements={MINER: announcement})
+    held = findings.held_window(basis, [verdict], {MINER: store})
     assert held.verdicts[MINER].update is None and verdict.update is not None
     return held
 

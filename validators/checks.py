@@ -12,10 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from distrai.codec import CodecError
-from distrai.protocol.announce import Announcement
-from distrai.protocol.globalmodel import GlobalModel
 from distrai.protocol.layout import manifest_key
-from distrai.protocol.runtime import Runtime
 from distrai.protocol.update import decode_update
 from distrai.store import StoreError
 from distrai.wire import WireError, open_document
@@ -23,6 +20,7 @@ from distrai.wire.verdicts import PASS, Check, Number
 from distrai.wire.window_documents import UpdateManifest, parse_body
 from validators.inventory import Reader
 from validators.refused import answered
+from validators.window import WindowBasis
 
 
 @dataclass
@@ -77,23 +75,17 @@ class MinerVerdict:
 
 
 def check_miner(
-    runtime: Runtime,
-    model: GlobalModel,
-    window: int,
-    hotkey: str,
-    uid: int,
-    announcement: Announcement,
-    store: Reader,
-    is_registered,
-    start_hash: str | None = None,
-    challenged: bool = False,
+    basis: WindowBasis, hotkey: str, uid: int, store: Reader, challenged: bool = False
 ) -> MinerVerdict:
-    """Fetch and check the miner's manifest and update; stops at the first failed check.
+    """Fetch and check the miner's manifest, committed as `basis.announcements[hotkey]` says, and
+    its update; stops at the first failed check.
 
-    `start_hash` is the hash of the window's starting state (G_w, no optimizer state, step 0),
-    which boundary 0 must commit to. A committed manifest or update that is missing is absence for
-    a miner nobody challenged, and fraud for a challenged one (it may be hiding its work); a read
-    the store did not answer is marked `unread`, to be tried again."""
+    Boundary 0 must commit to `basis.start_hash` (the hash of G_w with no optimizer state at step
+    0), when given. A committed manifest or update that is missing is absence for a miner nobody
+    challenged, and fraud for a challenged one (it may be hiding its work); a read the store did
+    not answer is marked `unread`, to be tried again."""
+    runtime, model, window, start_hash = basis.runtime, basis.base, basis.number, basis.start_hash
+    announcement = basis.announcements[hotkey]
     cfg, limits = runtime.config, runtime.config.limits
     verdict = MinerVerdict(hotkey=hotkey, uid=uid)
     try:
@@ -108,7 +100,7 @@ def check_miner(
         doc = open_document(
             data,
             max_bytes=limits.max_manifest_bytes,
-            is_registered=is_registered,
+            is_registered=basis.is_registered,
             run_id=runtime.run_id,
             window=window,
             signer=hotkey,

@@ -30,13 +30,11 @@ from typing import Final, Literal, cast
 
 from distrai.codec import CodecError
 from distrai.protocol.announce import Announcement
-from distrai.protocol.globalmodel import GlobalModel
 from distrai.protocol.layout import finding_key, findings_prefix, manifest_key, state_key, trajectory_key
 from distrai.protocol.runtime import Runtime
 from distrai.protocol.sync import StoreCache
-from distrai.protocol.trajectory import drawn_pieces
 from distrai.protocol.update import decode_update
-from distrai.protocol.windows import ChallengeInputs, miner_segments, run_starts
+from distrai.protocol.windows import run_starts
 from distrai.store import StoreError
 from distrai.wire import WireError, open_document, sha256_hex, sign_document
 from distrai.wire.signed import Signer
@@ -45,6 +43,7 @@ from distrai.wire.window_documents import REASON_CHARS, Finding, Recheck, Replay
 from validators.checks import MinerVerdict
 from validators.inventory import Reader
 from validators.replay_check import verify_challenge
+from validators.window import WindowBasis
 from validators.withheld import reread
 
 log = logging.getLogger("distrai.validator")
@@ -59,35 +58,23 @@ RecheckOutcome = Literal["adopted", "refuted", "not re-checked"]
 class HeldWindow:
     """What a validator keeps of the window it checked last, to re-check the others' findings of it."""
 
-    window: int
-    base: GlobalModel
-    inputs: ChallengeInputs
-    shares: dict[str, list[str]]
-    """validator → the miners it replays (`replay_shares`)"""
-    miners: list[str]
-    """the miners noted at the window's start (the data assignment)"""
+    basis: WindowBasis
+    """the window as every check of it read it"""
     verdicts: dict[str, MinerVerdict]
     """miner → this validator's verdict, without the decoded update (a dense copy of the model per
     miner is too much to keep for a window; a re-check decodes the one it needs again)"""
     readers: dict[str, Reader]
     """miner → its store as it stood at the reveal deadline"""
-    announcements: dict[str, Announcement]
-    """miner → its commitment for the window"""
+
+    @property
+    def window(self) -> int:
+        return self.basis.number
 
 
-def held_window(
-    window: int,
-    base: GlobalModel,
-    inputs: ChallengeInputs,
-    shares: dict[str, list[str]],
-    miners: list[str],
-    verdicts: list[MinerVerdict],
-    readers: dict[str, Reader],
-    announcements: dict[str, Announcement],
-) -> HeldWindow:
+def held_window(basis: WindowBasis, verdicts: list[MinerVerdict], readers: dict[str, Reader]) -> HeldWindow:
     """What to keep of a window just checked; the verdicts lose their decoded updates and blobs."""
     kept = {v.hotkey: dataclasses.replace(v, update=None, blob=None) for v in verdicts}
-    return HeldWindow(window, base, inputs, shares, miners, kept, readers, announcements)
+    return HeldWindow(basis, kept, readers)
 
 
 def replay_failure(verdict: MinerVerdict) -> Check | None:
@@ -133,13 +120,14 @@ def publish_findings(
     check as fraud; returns how many were published."""
     me = keypair.ss58_address
     published = 0
-    for miner in held.shares.get(me, []):
+    for miner in held.basis.shares.get(me, []):
         verdict = held.verdicts.get(miner)
         if verdict is None or replay_failure(verdict) is None:
             continue
         assert verdict.manifest is not None, "only a miner whose manifest passed is replayed"
-        segments = miner_segments(held.inputs, miner, verdict.manifest.n_segments)
-        body = finding_body(runtime, held.window, me, verdict, held.announcements[miner].store_url, segments)
+        segments = held.basis.segments(miner, verdict.manifest.n_segments)
+        store_url = held.basis.announcements[miner].store_url
+        body = finding_body(runtime, held.window, me, verdict, store_url, segments)
         if put(finding_key(runtime.run_id, held.window, me, miner), sign_document(keypair, body)):
             published += 1
     return published
@@ -205,7 +193,7 @@ def recheck(runtime: Runtime, held: HeldWindow, finding: Finding, stores: StoreC
 
     if finding.window != held.window:
         return judged(NOT_RECHECKED, f"window {finding.window} was not the one checked here last")
-    if miner not in held.shares.get(finding.validator, []):
+    if miner not in held.basis.shares.get(finding.validator, []):
         return judged(NOT_RECHECKED, "the miner is not in its author's share of the replays")
     verdict = held.verdicts.get(miner)
     if verdict is None or verdict.manifest_bytes is None:
@@ -230,13 +218,8 @@ def recheck(runtime: Runtime, held: HeldWindow, finding: Finding, stores: StoreC
     except (StoreError, WireError, CodecError) as exc:
         return judged(NOT_RECHECKED, f"the miner's update could not be read again: {exc}")
     replayed = dataclasses.replace(verdict, verdicts={}, numbers={}, fraud=False, update=update)
-    sample = drawn_pieces(
-        held.inputs, miner, held.base.params, runtime.config.verification.trajectory_fraction
-    )
-    segments = miner_segments(held.inputs, miner, verdict.manifest.n_segments)
-    verify_challenge(
-        runtime, held.base, held.window, replayed, held.readers[miner], segments, held.miners, sample
-    )
+    segments = held.basis.segments(miner, verdict.manifest.n_segments)
+    verify_challenge(held.basis, replayed, held.readers[miner], segments, held.basis.sample(miner))
     if replayed.fraud:
         return judged(ADOPTED, f"re-checked: {replayed.reason}")
     if replayed.passed:
@@ -253,7 +236,7 @@ def recheck_withheld(
 ) -> Recheck:
     """A finding that a challenged miner withheld its reveal: read it now and judge what is there."""
     try:
-        store = stores.get(held.announcements[miner].store_url)
+        store = stores.get(held.basis.announcements[miner].store_url)
     except (StoreError, ValueError) as exc:
         return judged(NOT_RECHECKED, f"the miner's store cannot be opened here: {exc}")
     again = reread(runtime, held, miner, store)

@@ -51,6 +51,7 @@ from validators.checks import MinerVerdict
 from validators.inventory import Reader
 from validators.refused import Refused, not_read
 from validators.trajectory_check import check_encoding, check_last_pieces, check_roots
+from validators.window import WindowBasis
 
 
 class Revealed:
@@ -118,29 +119,21 @@ class Revealed:
 
 
 def verify_challenge(
-    runtime: Runtime,
-    model: GlobalModel,
-    window: int,
-    verdict: MinerVerdict,
-    store: Reader,
-    segments: list[int],
-    miners: list[str],
-    sample: list[PieceRef],
+    basis: WindowBasis, verdict: MinerVerdict, store: Reader, segments: list[int], sample: list[PieceRef]
 ) -> None:
     """Check the challenged `segments` and the drawn trajectory `sample` of a miner whose cheap
-    checks passed; adds the `states`, `replay` and `trajectory` verdicts (fraud on failure) and the
-    numbers measured."""
+    checks passed (`basis.segments`, `basis.sample`: the window's draw); adds the `states`, `replay`
+    and `trajectory` verdicts (fraud on failure) and the numbers measured."""
+    runtime, model = basis.runtime, basis.base
     started = time.monotonic()
-    revealed = Revealed(runtime, model, window, verdict, store)
+    revealed = Revealed(runtime, model, basis.number, verdict, store)
     k = runtime.inner.segment_steps
     try:
         for segment in run_starts(segments):
             revealed.state(segment * k)
         reveal = revealed.trajectory(sample)
         verdict.verdicts[Check.STATES] = PASS
-        distance = max(
-            replay_one(runtime, model, window, verdict, revealed, s, miners) for s in sorted(segments)
-        )
+        distance = max(replay_one(basis, verdict, revealed, s) for s in sorted(segments))
         verdict.verdicts[Check.REPLAY] = PASS
         runtime.load_params(model.params)  # G_w in the model's dtype, as the miner's pseudo-gradient saw it
         base = float_params(runtime.model)
@@ -160,17 +153,10 @@ def verify_challenge(
         verdict.numbers[Number.REVEALED_BYTES] = float(revealed.bytes)
 
 
-def replay_one(
-    runtime: Runtime,
-    model: GlobalModel,
-    window: int,
-    verdict: MinerVerdict,
-    revealed: Revealed,
-    segment: int,
-    miners: list[str],
-) -> float:
+def replay_one(basis: WindowBasis, verdict: MinerVerdict, revealed: Revealed, segment: int) -> float:
     """Replay one segment, anchored to this validator's own G_w; returns its distance (0.0 for a
     bit-exact match)."""
+    runtime, model, window, miners = basis.runtime, basis.base, basis.number, list(basis.miners)
     manifest = verdict.manifest
     assert manifest is not None, "a challenged miner's manifest passed the cheap checks"
     k = runtime.inner.segment_steps

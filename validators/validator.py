@@ -99,6 +99,7 @@ from validators.shared_scoring import (
     Pooled,
 )
 from validators.validator_state import Suspension, ValidatorState, load_state, save_state
+from validators.window import WindowBasis
 from validators.window_scoring import score_window
 from validators.window_view import WindowView, check_one, replay_challenge
 from validators.withheld import after_reread, own_outage, reread, settle
@@ -397,27 +398,28 @@ class Validator(Participant):
             )
             self.state.residuals.clear()
         assert self.base is not None, "run_window caught the base up before checking"
-        view = WindowView(
+        basis = WindowBasis(
+            self.rt,
             w,
             self.base,
-            self.start_hash,
             inputs,
-            frozenset(challenged(inputs)),
-            shares,
-            self.hotkey,
             tuple(miners),
+            shares,
             in_time,
-            inventory,
-            reveal_deadline(self.windows, w),
+            lambda hk: mg.uid_of(hk) is not None,
+            self.start_hash,
+        )
+        view = WindowView(
+            basis, frozenset(challenged(inputs)), self.hotkey, inventory, reveal_deadline(self.windows, w)
         )
         uids = {hk: uid for hk in sorted(in_time) if (uid := mg.uid_of(hk)) is not None}
-        checked = {hk: self.check_miner(view, hk, uid, mg, replay=False) for hk, uid in uids.items()}
+        checked = {hk: self.check_miner(view, hk, uid, replay=False) for hk, uid in uids.items()}
         measuring = WindowMeasuring(
             self, view, score_shares(inputs, sharing, self.rt.config.scoring.score_replicas)
         )
         measuring.measure_share([v for v, _ in checked.values()])
         for verdict, reader in checked.values():
-            replay_challenge(self.rt, view, verdict, reader)
+            replay_challenge(view, verdict, reader)
         patience = read_patience(self.windows, w)
         unread = sorted(hk for hk, (v, _) in checked.items() if v.unread)
         first_pass_end = self.block_now()
@@ -445,7 +447,7 @@ class Validator(Participant):
             if view.inventory.unreachable or view.inventory.late:
                 view = self.list_again(view, pending)
             for hk in unread:
-                checked[hk] = self.check_miner(view, hk, uids[hk], mg)
+                checked[hk] = self.check_miner(view, hk, uids[hk])
             unread = [hk for hk in unread if checked[hk][0].unread]
         outage = own_outage(len(unread), len(uids))
         if unread:
@@ -473,21 +475,19 @@ class Validator(Participant):
         pooled = measuring.pool(verdicts, stop)
         score_window(self.rt, verdicts, pooled.measurements, commit_blocks)
         readers = {hk: reader for hk, (_, reader) in checked.items() if reader is not None}
-        self.held = held_window(w, self.base, inputs, shares, miners, verdicts, readers, in_time)
+        self.held = held_window(basis, verdicts, readers)
         return verdicts, pooled
 
-    def check_miner(self, view: WindowView, hotkey: str, uid: int, mg: Metagraph, replay: bool = True):
+    def check_miner(self, view: WindowView, hotkey: str, uid: int, replay: bool = True):
         """One miner's verdict and its store as it stood at the deadline (`window_view.check_one`);
         a barred miner is not read."""
-        if self.state.is_banned(hotkey, view.window):
+        if self.state.is_banned(hotkey, view.basis.number):
             until = self.state.banned_until[hotkey]
             self.state.residuals.pop(hotkey, None)
             return MinerVerdict(hotkey, uid).fail(
                 Check.BANNED, f"barred until window {until}", fraud=False
             ), None
-        return check_one(
-            self.rt, self.stores, view, hotkey, uid, lambda hk: mg.uid_of(hk) is not None, replay=replay
-        )
+        return check_one(self.stores, view, hotkey, uid, replay=replay)
 
     def list_again(self, view: WindowView, pending: PendingWindow) -> WindowView:
         """The view with the stores that could not be listed at the deadline listed again now."""
@@ -495,14 +495,14 @@ class Validator(Participant):
         again = take_inventory(
             self.stores,
             self.rt.run_id,
-            view.window,
-            {hk: a for hk, a in view.announcements.items() if a.store_url in after},
+            view.basis.number,
+            {hk: a for hk, a in view.basis.announcements.items() if a.store_url in after},
             self.rt.config.limits.max_manifest_bytes,
             self.chain.block,
         )
         inventory = view.inventory.merged(again)
         for url in sorted(view.inventory.unreachable - inventory.unreachable):
-            log.info("window %d: the store %s answered at block %d", view.window, url, again.block)
+            log.info("window %d: the store %s answered at block %d", view.basis.number, url, again.block)
         self.pending.save(pending.with_inventory(inventory))
         return dataclasses.replace(view, inventory=inventory)
 
@@ -584,7 +584,7 @@ class Validator(Participant):
         assert held is not None and model is not None, (
             "check_window held the window and the model is caught up"
         )
-        seed = reveal_seed(held.inputs.block_hash, self.rt.run_id, w)
+        seed = reveal_seed(held.basis.inputs.block_hash, self.rt.run_id, w)
         chosen = accepted_by_rule(
             {v.hotkey: Scored(v.passed, v.score) for v in verdicts},
             self.rt.config.scoring.aggregate_top_n,
@@ -806,7 +806,7 @@ class Validator(Participant):
                 "this validator did not check that window (it restarted), so it cannot read it again",
             )
         try:
-            store = self.stores.get(held.announcements[hotkey].store_url)
+            store = self.stores.get(held.basis.announcements[hotkey].store_url)
         except (StoreError, ValueError) as exc:
             return False, f"its store cannot be opened: {exc}"
         again = reread(self.rt, held, hotkey, store)

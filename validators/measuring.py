@@ -96,9 +96,7 @@ class WindowMeasuring:
         for hk, v in verdicts.items():
             assert v.manifest is not None and v.update is not None, "only passed updates are measured"
             updates[hk] = (v.manifest.steps, v.update)
-        measured = measure_updates(
-            self.rt, self.view.basis.base, self.view.basis.number, self.seed, self.view.basis.miners, updates
-        )
+        measured = measure_updates(self.view.basis, self.seed, updates)
         return {hk: as_measurement(result) for hk, result in measured.items()}
 
     def collect(self, validators: list[str], stop: threading.Event) -> dict[str, Measurements]:

@@ -349,9 +349,7 @@ class Copycat(Untrained):
         deadline = reveal_deadline(miner.windows, w) - 1
         while chain.block() < deadline:
             try:
-                return self.victim_store.get_blob(
-                    self.copied.sha256, miner.rt.config.limits.max_update_bytes
-                )
+                return self.victim_store.get_blob(self.copied.sha256, miner.rt.config.limits.max_update_bytes)
             except StoreError:
                 chain.wait_for_block(chain.block() + 1)
         return None

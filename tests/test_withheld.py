@@ -88,9 +88,13 @@ def first_look(runtime, model, store, announcement):
     return verdict, basis.inputs
 
 
+def basis_of(runtime, model, announcement, shares=None):
+    """The window as the checks read it, the miner committed as `announcement` says."""
+    return window_basis(runtime, model, BLOCK_HASH, shares=shares or {}, announcements={MINER: announcement})
+
+
 def held(runtime, model, verdict, store, announcement, shares):
-    basis = window_basis(runtime, model, BLOCK_HASH, shares=shares, announcements={MINER: announcement})
-    return findings.held_window(basis, [verdict], {MINER: store})
+    return findings.held_window(basis_of(runtime, model, announcement, shares), [verdict], {MINER: store})
 
 
 def withheld_window(runtime, model, tmp_path, window: Window):
@@ -110,7 +114,7 @@ def test_a_challenged_reveal_its_store_will_not_serve_is_withheld(runtime, model
     settle(verdict, challenged=True, outage=False, patience_block=123)
     assert verdict.withheld and verdict.fraud and not verdict.unread
     assert verdict.reason.startswith("states: withheld:") and "block 123" in verdict.reason
-    body = finding_body(runtime, WINDOW, CATCHER.ss58_address, verdict, store.url, [0, 1, 2, 3])
+    body = finding_body(basis_of(runtime, model, announcement), CATCHER.ss58_address, verdict, [0, 1, 2, 3])
     finding = Finding.model_validate(body)
     assert finding.withheld
     shares = {CATCHER.ss58_address: [MINER]}
@@ -131,7 +135,7 @@ def test_an_honest_reveal_read_a_window_late_lifts_the_bar(runtime, model, tmp_p
     again = reread(runtime, window, MINER, store)
     assert again.passed, again.verdicts
     finding = Finding.model_validate(
-        finding_body(runtime, WINDOW, CATCHER.ss58_address, verdict, store.url, [0, 1, 2, 3])
+        finding_body(basis_of(runtime, model, announcement), CATCHER.ss58_address, verdict, [0, 1, 2, 3])
     )
     result = recheck(runtime, window, finding, StoreCache(lambda url: store))
     assert result.outcome == REFUTED and "is there and passes" in result.reason, result
@@ -146,7 +150,7 @@ def test_a_cheat_that_withholds_and_reveals_later_still_fails(runtime, model, tm
     again = reread(runtime, window, MINER, store)
     assert again.fraud and "replay" in again.verdicts, again.verdicts
     finding = Finding.model_validate(
-        finding_body(runtime, WINDOW, CATCHER.ss58_address, verdict, store.url, [0, 1, 2, 3])
+        finding_body(basis_of(runtime, model, announcement), CATCHER.ss58_address, verdict, [0, 1, 2, 3])
     )
     result = recheck(runtime, window, finding, StoreCache(lambda url: store))
     assert result.outcome == ADOPTED and "replay" in result.reason, result

@@ -84,15 +84,14 @@ def replay_failure(verdict: MinerVerdict) -> Check | None:
     return next((c for c in REPLAY_CHECKS if verdict.verdicts.get(c, PASS) != PASS), None)
 
 
-def finding_body(
-    runtime: Runtime, window: int, validator: str, verdict: MinerVerdict, store_url: str, segments: list[int]
-) -> dict:
-    """The body of the finding on a verdict that failed a replay check as fraud."""
+def finding_body(basis: WindowBasis, validator: str, verdict: MinerVerdict, segments: list[int]) -> dict:
+    """The body of the finding on a verdict that failed a replay check as fraud, in the window of
+    `basis` (the miner's store as its commitment announced it)."""
     check = replay_failure(verdict)
     if check is None or verdict.manifest_bytes is None:
         raise ValueError(f"{verdict.hotkey} failed no replay check as fraud: nothing to find")
-    k = runtime.inner.segment_steps
-    run_id, miner = runtime.run_id, verdict.hotkey
+    runtime, window, miner = basis.runtime, basis.number, verdict.hotkey
+    k, run_id = runtime.inner.segment_steps, runtime.run_id
     evidence = [
         manifest_key(run_id, window, miner),
         *(state_key(run_id, window, miner, s * k) for s in run_starts(segments)),
@@ -106,7 +105,7 @@ def finding_body(
         check=cast(ReplayCheckName, check),  # one of REPLAY_CHECKS, the Literal's strings
         reason=verdict.verdicts[check][:REASON_CHARS],
         manifest_sha256=sha256_hex(verdict.manifest_bytes),
-        store_url=store_url,
+        store_url=basis.announcements[miner].store_url,
         segments=segments,
         evidence=evidence,
         withheld=verdict.withheld,
@@ -126,8 +125,7 @@ def publish_findings(
             continue
         assert verdict.manifest is not None, "only a miner whose manifest passed is replayed"
         segments = held.basis.segments(miner, verdict.manifest.n_segments)
-        store_url = held.basis.announcements[miner].store_url
-        body = finding_body(runtime, held.window, me, verdict, store_url, segments)
+        body = finding_body(held.basis, me, verdict, segments)
         if put(finding_key(runtime.run_id, held.window, me, miner), sign_document(keypair, body)):
             published += 1
     return published

@@ -28,7 +28,8 @@ from distrai.train.inner import pseudo_gradient, window_start_state
 from distrai.train.sketch import sketch
 from distrai.train.train_state import load_state, save_state, state_hash
 from distrai.wire import sign_document
-from distrai.wire.window_documents import UpdateManifest
+from distrai.wire.verdicts import Check
+from distrai.wire.window_documents import UpdateBlob, UpdateManifest
 from miners.adversary_names import ADVERSARY_NAMES
 from miners.miner import Behaviour
 
@@ -204,10 +205,8 @@ class Forged(Behaviour):
     name = "forged"
 
     def manifest(self, miner, w, body):
-        boundaries = [dict(b) for b in body["boundaries"]]
-        for b in boundaries[1:]:
-            b["state_hash"] = secrets.token_hex(32)
-        return {**body, "boundaries": boundaries}
+        forged = [b.model_copy(update={"state_hash": secrets.token_hex(32)}) for b in body.boundaries[1:]]
+        return body.model_copy(update={"boundaries": [body.boundaries[0], *forged]})
 
 
 class Nan(Untrained):
@@ -250,7 +249,7 @@ class BadSig(Untrained):
     name = "badsig"
 
     def sign(self, miner, w, body):
-        envelope = sign_document(miner.wallet.hotkey, body)
+        envelope = sign_document(miner.wallet.hotkey, body.body())
         marker = b'"signature":"'
         at = envelope.index(marker) + len(marker)
         flipped = b"0" if envelope[at : at + 1] != b"0" else b"1"
@@ -266,7 +265,7 @@ class Unregistered(Untrained):
         self.key = Keypair.create_from_mnemonic(Keypair.generate_mnemonic())
 
     def sign(self, miner, w, body):
-        return sign_document(self.key, {**body, "hotkey": self.key.ss58_address})
+        return sign_document(self.key, body.model_copy(update={"hotkey": self.key.ss58_address}).body())
 
 
 class Stale(Untrained):
@@ -293,7 +292,9 @@ class Replay(Untrained):
 
     def sign(self, miner, w, body):
         if self.old is None:
-            self.old = sign_document(miner.wallet.hotkey, {**body, "window": max(w - 1, 0)})
+            self.old = sign_document(
+                miner.wallet.hotkey, body.model_copy(update={"window": max(w - 1, 0)}).body()
+            )
         return self.old
 
 
@@ -305,7 +306,7 @@ class Copycat(Untrained):
     name = "copycat"
 
     def __init__(self) -> None:
-        self.copied: dict | None = None
+        self.copied: UpdateBlob | None = None
         self.victim_store = None
 
     def train(self, miner, w, miners, states_dir):
@@ -318,7 +319,7 @@ class Copycat(Untrained):
                 miner.chain.wait_for_block(miner.chain.block() + 1)
         return trained
 
-    def find_victim(self, miner, w) -> dict | None:
+    def find_victim(self, miner, w) -> UpdateBlob | None:
         mg = miner.chain.metagraph()
         in_time = committed_updates(mg.commitments, w, lambda b: committed_in_time(miner.windows, w, b))
         for hotkey, announcement in sorted(in_time.items()):
@@ -333,14 +334,14 @@ class Copycat(Untrained):
             if hashlib.sha256(data).hexdigest() == announcement.manifest_sha256:
                 self.victim_store = store
                 log.info("copycat: copying the update %s… of %s", body.update.sha256[:12], hotkey[:10])
-                return body.update.model_dump()
+                return body.update
         return None
 
     def commits(self, miner):
         return self.copied is not None
 
     def manifest(self, miner, w, body):
-        return body if self.copied is None else {**body, "update": self.copied}
+        return body if self.copied is None else body.model_copy(update={"update": self.copied})
 
     def reveal_blob(self, miner, w, blob, chain):
         if self.copied is None:
@@ -348,9 +349,7 @@ class Copycat(Untrained):
         deadline = reveal_deadline(miner.windows, w) - 1
         while chain.block() < deadline:
             try:
-                return self.victim_store.get_blob(
-                    self.copied["sha256"], miner.rt.config.limits.max_update_bytes
-                )
+                return self.victim_store.get_blob(self.copied.sha256, miner.rt.config.limits.max_update_bytes)
             except StoreError:
                 chain.wait_for_block(chain.block() + 1)
         return None
@@ -381,24 +380,24 @@ ADVERSARIES: dict[str, type[Behaviour]] = {
 if tuple(ADVERSARIES) != ADVERSARY_NAMES:  # the names the miner's flag offers before this module loads
     raise ImportError(f"miners.adversary_names.ADVERSARY_NAMES must list {tuple(ADVERSARIES)}, in this order")
 
-EXPECTED_CHECK: dict[str, str] = {
-    "idle": "states",
-    "noise": "trajectory",
-    "copycat": "update",
-    "stale": "update",
-    "lazy": "replay",
-    "withhold": "store",
-    "oldbase": "replay",
-    "wrongdata": "replay",
-    "forged": "states",
-    "scaled": "trajectory",
-    "poison": "trajectory",
-    "nan": "update",
-    "oversize": "consistency",
-    "pickle": "update",
-    "badsig": "manifest",
-    "unregistered": "manifest",
-    "replay": "manifest",
+EXPECTED_CHECK: dict[str, Check] = {
+    "idle": Check.STATES,
+    "noise": Check.TRAJECTORY,
+    "copycat": Check.UPDATE,
+    "stale": Check.UPDATE,
+    "lazy": Check.REPLAY,
+    "withhold": Check.STORE,
+    "oldbase": Check.REPLAY,
+    "wrongdata": Check.REPLAY,
+    "forged": Check.STATES,
+    "scaled": Check.TRAJECTORY,
+    "poison": Check.TRAJECTORY,
+    "nan": Check.UPDATE,
+    "oversize": Check.CONSISTENCY,
+    "pickle": Check.UPDATE,
+    "badsig": Check.MANIFEST,
+    "unregistered": Check.MANIFEST,
+    "replay": Check.MANIFEST,
 }
 """The check of the validator's report that rejects each adversary when it is challenged."""
 

@@ -66,6 +66,7 @@ from distrai.train.replay_class import replay_class_of
 from distrai.train.sketch import sketch
 from distrai.train.train_state import TrainState, load_state, save_state, state_hash
 from distrai.wire import encode_tensors, sign_document
+from distrai.wire.window_documents import Boundary, UpdateBlob, UpdateManifest
 from miners.pacing import Pacer, blocks_needed, commit_by, stop_time
 from miners.reveal_job import RevealJob, job_folder, sealed_jobs
 from miners.uploader import RETRY_PAUSE_S, Uploader
@@ -98,11 +99,11 @@ class Behaviour:
     def blob(self, miner: Miner, w: int, encoded: Encoded) -> bytes:
         return encode_update(encoded.payload, encoded.metadata, miner.hotkey, w)
 
-    def manifest(self, miner: Miner, w: int, body: dict) -> dict:
+    def manifest(self, miner: Miner, w: int, body: UpdateManifest) -> UpdateManifest:
         return body
 
-    def sign(self, miner: Miner, w: int, body: dict) -> bytes:
-        return sign_document(miner.wallet.hotkey, body)
+    def sign(self, miner: Miner, w: int, body: UpdateManifest) -> bytes:
+        return sign_document(miner.wallet.hotkey, body.body())
 
     def commits(self, miner: Miner) -> bool:
         """Whether to commit this window at all."""
@@ -524,37 +525,37 @@ class Miner(Participant):
         blob: bytes,
         codec_metadata: dict[str, str],
         residual_out: dict[str, torch.Tensor] | None,
-    ) -> dict:
+    ) -> UpdateManifest:
+        """The window's signed manifest's body: what the miner commits to (`UpdateManifest`)."""
         assert self.model is not None, "the miner caught its model up before the window"
-        return {
-            "kind": "update",
-            "run_id": self.rt.run_id,
-            "window": w,
-            "hotkey": self.hotkey,
-            "base_hash": self.model.hash,
-            "update": {
-                "sha256": hashlib.sha256(blob).hexdigest(),
-                "size": len(blob),
-                "codec": self.rt.config.codec.name,
-                "codec_metadata": dict(codec_metadata),
-            },
-            "micro_batches": self.rt.inner.step.micro_batches,
-            "ranks": self.rt.inner.step.ranks,
-            "sharded": self.rt.inner.step.sharded,
-            "checkpointing": self.rt.model.is_activation_checkpointing,
-            "base_on_host": self.rt.inner.base_on_host,
-            "replay_class": replay_class_of(
+        return UpdateManifest(
+            run_id=self.rt.run_id,
+            window=w,
+            hotkey=self.hotkey,
+            base_hash=self.model.hash,
+            update=UpdateBlob(
+                sha256=hashlib.sha256(blob).hexdigest(),
+                size=len(blob),
+                codec=self.rt.config.codec.name,
+                codec_metadata=dict(codec_metadata),
+            ),
+            micro_batches=self.rt.inner.step.micro_batches,
+            ranks=self.rt.inner.step.ranks,
+            sharded=self.rt.inner.step.sharded,
+            checkpointing=self.rt.model.is_activation_checkpointing,
+            base_on_host=self.rt.inner.base_on_host,
+            replay_class=replay_class_of(
                 self.rt.model,
                 self.rt.device,
                 self.rt.inner.step,
                 self.rt.inner.optimizer.implementation,
                 self.rt.config.train.compile,
-            ).model_dump(),
-            "losses": trained.losses,
-            "boundaries": [{"step": s, "state_hash": h, "sketch": k} for s, h, k in trained.boundaries],
-            "residual_in_hash": None if self.residual is None else residual_hash(self.residual),
-            "residual_out_hash": None if residual_out is None else residual_hash(residual_out),
-        }
+            ),
+            losses=trained.losses,
+            boundaries=[Boundary(step=s, state_hash=h, sketch=k) for s, h, k in trained.boundaries],
+            residual_in_hash=None if self.residual is None else residual_hash(self.residual),
+            residual_out_hash=None if residual_out is None else residual_hash(residual_out),
+        )
 
     def commit(self, w: int, manifest: bytes) -> bool:
         deadline = commit_deadline(self.windows, w)

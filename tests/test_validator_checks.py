@@ -15,7 +15,7 @@ from distrai.localnet.network import local_runtime
 from distrai.protocol.announce import Announcement
 from distrai.protocol.globalmodel import GlobalModel
 from distrai.protocol.layout import manifest_key
-from distrai.protocol.run import load_run_config, shipped_config_path
+from distrai.protocol.run import challenge_inputs, load_run_config, shipped_config_path
 from distrai.protocol.sync import StoreCache
 from distrai.protocol.update import encode_update
 from distrai.store import FileStore
@@ -23,6 +23,7 @@ from distrai.train.outer import OuterState
 from distrai.wire import sign_document
 from validators.checks import PASS, check_miner, flag_copies
 from validators.inventory import AtDeadline, Inventory, take_inventory
+from validators.window import WindowBasis
 
 WINDOW = 3
 MINER = Keypair.create_from_uri("//Miner")
@@ -83,11 +84,20 @@ def publish(store, runtime, hotkey, manifest: bytes, blob: bytes | None) -> Anno
     return Announcement(store.url, WINDOW, hashlib.sha256(manifest).hexdigest())
 
 
-def check(runtime, model, store, announcement, hotkey=MINER.ss58_address, **options):
+def check(runtime, model, store, announcement, hotkey=MINER.ss58_address, start_hash=None, challenged=False):
     registered = {MINER.ss58_address, THIEF.ss58_address}
-    return check_miner(
-        runtime, model, WINDOW, hotkey, 1, announcement, store, lambda hk: hk in registered, **options
+    basis = WindowBasis(
+        runtime=runtime,
+        number=WINDOW,
+        base=model,
+        inputs=challenge_inputs(runtime.config, "0x" + "00" * 32, WINDOW, [hotkey]),
+        miners=(hotkey,),
+        shares={},
+        announcements={hotkey: announcement},
+        is_registered=lambda hk: hk in registered,
+        start_hash=start_hash,
     )
+    return check_miner(basis, hotkey, 1, store, challenged=challenged)
 
 
 def test_honest_update_passes(runtime, model, tmp_path):

@@ -10,12 +10,12 @@ import dataclasses
 
 import pytest
 from bittensor.keyfiles import Keypair
-from test_validator_replay import CONFIG, MINER, MINERS, OTHER, WINDOW, publish, train, verify
+from test_validator_replay import CONFIG, MINER, OTHER, WINDOW, publish, train, verify, window_basis
 
 from distrai.protocol.announce import Announcement
 from distrai.protocol.globalmodel import GlobalModel
 from distrai.protocol.layout import finding_key, findings_prefix, trajectory_key
-from distrai.protocol.run import challenge_inputs, load_run_config
+from distrai.protocol.run import load_run_config
 from distrai.protocol.runtime import build_runtime
 from distrai.protocol.sync import StoreCache
 from distrai.store import FileStore
@@ -58,14 +58,16 @@ def signed_manifest(verdict: MinerVerdict) -> MinerVerdict:
     return verdict
 
 
+def basis_of(runtime, model, store, verdict, shares=None):
+    """The window as the checks read it, the miner's manifest committed from `store`."""
+    announcement = Announcement(store.url, WINDOW, manifest_sha256=sha256_hex(verdict.manifest_bytes))
+    return window_basis(runtime, model, BLOCK_HASH, shares=shares or {}, announcements={MINER: announcement})
+
+
 def held_window(runtime, model, store, verdict, shares) -> HeldWindow:
     """What a validator keeps of the window: its own verdict on the miner, without the decoded update."""
     store.put_blob(verdict.blob)
-    inputs = challenge_inputs(runtime.config, BLOCK_HASH, WINDOW, MINERS)
-    announcement = Announcement(store.url, WINDOW, manifest_sha256=sha256_hex(verdict.manifest_bytes))
-    held = findings.held_window(
-        WINDOW, model, inputs, shares, MINERS, [verdict], {MINER: store}, {MINER: announcement}
-    )
+    held = findings.held_window(basis_of(runtime, model, store, verdict, shares), [verdict], {MINER: store})
     assert held.verdicts[MINER].update is None and verdict.update is not None
     return held
 
@@ -152,7 +154,7 @@ def test_findings_outside_the_share_or_about_another_manifest_are_not_adopted(
 ):
     miner_store, cheap, caught = cheat
     not_its_share = {CATCHER.ss58_address: [], CHECKER.ss58_address: [MINER]}
-    body = finding_body(runtime, WINDOW, CATCHER.ss58_address, caught, miner_store.url, [0])
+    body = finding_body(basis_of(runtime, model, miner_store, caught), CATCHER.ss58_address, caught, [0])
     finding = Finding.model_validate(body)
     held = held_window(runtime, model, miner_store, fresh(cheap), not_its_share)
     assert recheck(runtime, held, finding, StoreCache()).outcome == NOT_RECHECKED
@@ -161,7 +163,7 @@ def test_findings_outside_the_share_or_about_another_manifest_are_not_adopted(
     held = held_window(runtime, model, miner_store, fresh(cheap), shares)
     assert recheck(runtime, held, other, StoreCache()).outcome == REFUTED
     with pytest.raises(ValueError, match="failed no replay check"):
-        finding_body(runtime, WINDOW, CATCHER.ss58_address, fresh(cheap), "file:///x", [0])
+        finding_body(basis_of(runtime, model, miner_store, cheap), CATCHER.ss58_address, fresh(cheap), [0])
 
 
 def test_a_finding_signed_by_another_key_or_under_another_key_name_is_not_read(
@@ -169,7 +171,7 @@ def test_a_finding_signed_by_another_key_or_under_another_key_name_is_not_read(
 ):
     miner_store, _, caught = cheat
     catcher_store = FileStore(tmp_path / "catcher")
-    body = finding_body(runtime, WINDOW, CATCHER.ss58_address, caught, miner_store.url, [0])
+    body = finding_body(basis_of(runtime, model, miner_store, caught), CATCHER.ss58_address, caught, [0])
     prefix = findings_prefix(runtime.run_id, WINDOW, CATCHER.ss58_address)
     catcher_store.put(prefix + f"{MINER}.json", sign_document(CHECKER, body))  # not the catcher's signature
     catcher_store.put(

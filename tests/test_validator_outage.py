@@ -170,9 +170,9 @@ def slow_first_pass(harness, validator, store_back) -> list[tuple[str, int]]:
     check = validator.check_miner
     reads = []
 
-    def slow(view, hotkey, uid, mg, replay=True):
+    def slow(view, hotkey, uid, replay=True):
         reads.append((hotkey, harness.local.block()))
-        result = check(view, hotkey, uid, mg, replay=replay)
+        result = check(view, hotkey, uid, replay=replay)
         if not replay:  # the first pass
             for _ in range(SLOW_READ_BLOCKS):
                 harness.advance(1)

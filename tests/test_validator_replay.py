@@ -18,7 +18,7 @@ from bittensor.keyfiles import Keypair
 from distrai.codec import get_codec
 from distrai.protocol.globalmodel import GlobalModel
 from distrai.protocol.layout import state_key, trajectory_key
-from distrai.protocol.run import ClassTolerance, load_run_config
+from distrai.protocol.run import ClassTolerance, challenge_inputs, load_run_config
 from distrai.protocol.runtime import build_runtime
 from distrai.protocol.trajectory import build_trajectory, decode_trajectory, encode_trajectory, param_pieces
 from distrai.protocol.update import decode_update, encode_update, residual_digests, residual_hash
@@ -35,12 +35,14 @@ from validators.checks import PASS, MinerVerdict
 from validators.refused import Refused
 from validators.replay_check import verify_challenge
 from validators.trajectory_check import check_encoding
+from validators.window import WindowBasis
 
 CONFIG = Path(__file__).parent / "support" / "adversary-localnet.toml"
 WINDOW = 5
 MINER = Keypair.create_from_uri("//ReplayMiner").ss58_address
 OTHER = Keypair.create_from_uri("//OtherMiner").ss58_address
 MINERS = sorted([MINER, OTHER])
+BLOCK_HASH = "0x" + "3c" * 32
 
 
 @pytest.fixture(scope="module")
@@ -151,11 +153,26 @@ def publish(
     return verdict
 
 
+def window_basis(runtime, model, block_hash=BLOCK_HASH, **fields) -> WindowBasis:
+    """Window WINDOW as the checks read it: from `model`, of MINERS, its challenge drawn from
+    `block_hash`; `fields` the rest (shares, announcements, is_registered, start_hash)."""
+    return WindowBasis(
+        runtime=runtime,
+        number=WINDOW,
+        base=model,
+        inputs=challenge_inputs(runtime.config, block_hash, WINDOW, MINERS),
+        miners=tuple(MINERS),
+        shares=fields.pop("shares", {}),
+        announcements=fields.pop("announcements", {}),
+        is_registered=fields.pop("is_registered", lambda hk: True),
+        **fields,
+    )
+
+
 def verify(runtime, model, store, verdict, segments=(0, 1, 2, 3), sample=None):
     pieces = list(param_pieces(model.params).values())
-    verify_challenge(
-        runtime, model, WINDOW, verdict, store, list(segments), MINERS, pieces if sample is None else sample
-    )
+    basis = window_basis(runtime, model)
+    verify_challenge(basis, verdict, store, list(segments), pieces if sample is None else sample)
     return verdict
 
 

@@ -25,7 +25,7 @@ from bittensor.keyfiles import Keypair
 
 from distrai.protocol.aggregation import Scored, accepted_by_rule
 from distrai.protocol.globalmodel import GlobalModel
-from distrai.protocol.run import load_run_config
+from distrai.protocol.run import challenge_inputs, load_run_config
 from distrai.protocol.runtime import build_runtime
 from distrai.protocol.windows import reveal_seed
 from distrai.train.assignment import batch_indices
@@ -36,6 +36,7 @@ from validators.checks import PASS, MinerVerdict
 from validators.scoring import tokens_trained
 from validators.shared_scoring import as_measurement
 from validators.usefulness import measure_updates
+from validators.window import WindowBasis
 from validators.window_scoring import score_window
 
 CONFIG = Path(__file__).parent / "support" / "scoring.toml"
@@ -153,7 +154,17 @@ def window(runtime, model):
     commit_blocks = {hk: (9 if hk == RELABELLED else 10) for hk in MINERS}
     seed = reveal_seed("0x" + "3c" * 32, runtime.run_id, WINDOW)
     updates = {v.hotkey: (v.manifest.steps, v.update) for v in verdicts}
-    measured = measure_updates(runtime, model, WINDOW, seed, MINERS, updates)
+    basis = WindowBasis(
+        runtime=runtime,
+        number=WINDOW,
+        base=model,
+        inputs=challenge_inputs(runtime.config, "0x" + "3c" * 32, WINDOW, MINERS),
+        miners=tuple(MINERS),
+        shares={},
+        announcements={},
+        is_registered=lambda hk: True,
+    )
+    measured = measure_updates(basis, seed, updates)
     score_window(runtime, verdicts, {hk: as_measurement(r) for hk, r in measured.items()}, commit_blocks)
     return {v.hotkey: v for v in verdicts}
 

@@ -16,16 +16,14 @@ import dataclasses
 
 import pytest
 from bittensor.keyfiles import Keypair
-from test_validator_replay import CONFIG, MINER, MINERS, OTHER, WINDOW, Window, publish, train
+from test_validator_replay import CONFIG, MINER, OTHER, WINDOW, Window, publish, train, window_basis
 
 from distrai.protocol.announce import Announcement
 from distrai.protocol.globalmodel import GlobalModel
 from distrai.protocol.layout import manifest_key, states_prefix, trajectory_key
-from distrai.protocol.run import challenge_inputs, load_run_config
+from distrai.protocol.run import load_run_config
 from distrai.protocol.runtime import build_runtime
 from distrai.protocol.sync import StoreCache
-from distrai.protocol.trajectory import drawn_pieces
-from distrai.protocol.windows import miner_segments
 from distrai.store import FileStore, StoreError
 from distrai.train.inner import window_start_state
 from distrai.train.outer import OuterState
@@ -82,30 +80,21 @@ def first_look(runtime, model, store, announcement):
     """The validator of the miner's share: cheap checks, then the challenged segments."""
     runtime.load_params(model.params)
     start = state_hash(window_start_state(runtime.model))
-    verdict = check_miner(
-        runtime,
-        model,
-        WINDOW,
-        MINER,
-        1,
-        announcement,
-        store,
-        lambda hk: True,
-        start_hash=start,
-        challenged=True,
-    )
+    basis = window_basis(runtime, model, BLOCK_HASH, announcements={MINER: announcement}, start_hash=start)
+    verdict = check_miner(basis, MINER, 1, store, challenged=True)
     assert verdict.passed, verdict.verdicts
-    inputs = challenge_inputs(runtime.config, BLOCK_HASH, WINDOW, MINERS)
-    sample = drawn_pieces(inputs, MINER, model.params, runtime.config.verification.trajectory_fraction)
-    segments = miner_segments(inputs, MINER, verdict.manifest.n_segments)
-    verify_challenge(runtime, model, WINDOW, verdict, store, segments, MINERS, sample)
-    return verdict, inputs
+    segments = basis.segments(MINER, verdict.manifest.n_segments)
+    verify_challenge(basis, verdict, store, segments, basis.sample(MINER))
+    return verdict, basis.inputs
 
 
-def held(model, inputs, verdict, store, announcement, shares):
-    return findings.held_window(
-        WINDOW, model, inputs, shares, MINERS, [verdict], {MINER: store}, {MINER: announcement}
-    )
+def basis_of(runtime, model, announcement, shares=None):
+    """The window as the checks read it, the miner committed as `announcement` says."""
+    return window_basis(runtime, model, BLOCK_HASH, shares=shares or {}, announcements={MINER: announcement})
+
+
+def held(runtime, model, verdict, store, announcement, shares):
+    return findings.held_window(basis_of(runtime, model, announcement, shares), [verdict], {MINER: store})
 
 
 def withheld_window(runtime, model, tmp_path, window: Window):
@@ -125,13 +114,13 @@ def test_a_challenged_reveal_its_store_will_not_serve_is_withheld(runtime, model
     settle(verdict, challenged=True, outage=False, patience_block=123)
     assert verdict.withheld and verdict.fraud and not verdict.unread
     assert verdict.reason.startswith("states: withheld:") and "block 123" in verdict.reason
-    body = finding_body(runtime, WINDOW, CATCHER.ss58_address, verdict, store.url, [0, 1, 2, 3])
+    body = finding_body(basis_of(runtime, model, announcement), CATCHER.ss58_address, verdict, [0, 1, 2, 3])
     finding = Finding.model_validate(body)
     assert finding.withheld
     shares = {CATCHER.ss58_address: [MINER]}
     # another validator, one window later, cannot read it either: it adopts the finding
     checker = held(
-        model, inputs, dataclasses.replace(verdict, fraud=False, withheld=False), store, announcement, shares
+        runtime, model, dataclasses.replace(verdict, fraud=False, withheld=False), store, announcement, shares
     )
     stores = StoreCache(lambda url: store)
     result = recheck(runtime, checker, finding, stores)
@@ -142,11 +131,11 @@ def test_an_honest_reveal_read_a_window_late_lifts_the_bar(runtime, model, tmp_p
     store, announcement, verdict, inputs = withheld_window(runtime, model, tmp_path, train(runtime, model))
     settle(verdict, challenged=True, outage=False, patience_block=123)
     store.refusing = False  # the store is back
-    window = held(model, inputs, verdict, store, announcement, {CATCHER.ss58_address: [MINER]})
+    window = held(runtime, model, verdict, store, announcement, {CATCHER.ss58_address: [MINER]})
     again = reread(runtime, window, MINER, store)
     assert again.passed, again.verdicts
     finding = Finding.model_validate(
-        finding_body(runtime, WINDOW, CATCHER.ss58_address, verdict, store.url, [0, 1, 2, 3])
+        finding_body(basis_of(runtime, model, announcement), CATCHER.ss58_address, verdict, [0, 1, 2, 3])
     )
     result = recheck(runtime, window, finding, StoreCache(lambda url: store))
     assert result.outcome == REFUTED and "is there and passes" in result.reason, result
@@ -157,11 +146,11 @@ def test_a_cheat_that_withholds_and_reveals_later_still_fails(runtime, model, tm
     store, announcement, verdict, inputs = withheld_window(runtime, model, tmp_path, cheat)
     settle(verdict, challenged=True, outage=False, patience_block=123)
     store.refusing = False
-    window = held(model, inputs, verdict, store, announcement, {CATCHER.ss58_address: [MINER]})
+    window = held(runtime, model, verdict, store, announcement, {CATCHER.ss58_address: [MINER]})
     again = reread(runtime, window, MINER, store)
     assert again.fraud and "replay" in again.verdicts, again.verdicts
     finding = Finding.model_validate(
-        finding_body(runtime, WINDOW, CATCHER.ss58_address, verdict, store.url, [0, 1, 2, 3])
+        finding_body(basis_of(runtime, model, announcement), CATCHER.ss58_address, verdict, [0, 1, 2, 3])
     )
     result = recheck(runtime, window, finding, StoreCache(lambda url: store))
     assert result.outcome == ADOPTED and "replay" in result.reason, result

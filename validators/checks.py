@@ -12,18 +12,15 @@ from dataclasses import dataclass, field
 import torch
 
 from distrai.codec import CodecError
-from distrai.protocol.announce import Announcement
-from distrai.protocol.globalmodel import GlobalModel
 from distrai.protocol.layout import manifest_key
-from distrai.protocol.runtime import Runtime
 from distrai.protocol.update import decode_update
 from distrai.store import StoreError
 from distrai.wire import WireError, open_document
+from distrai.wire.verdicts import PASS, Check, Number
 from distrai.wire.window_documents import UpdateManifest, parse_body
 from validators.inventory import Reader
 from validators.refused import answered
-
-PASS = "pass"
+from validators.window import WindowBasis
 
 
 @dataclass
@@ -64,13 +61,13 @@ class MinerVerdict:
                 return f"{name}: {verdict}"
         return None
 
-    def fail(self, check: str, why: str, *, fraud: bool = True) -> MinerVerdict:
+    def fail(self, check: Check, why: str, *, fraud: bool = True) -> MinerVerdict:
         """Record a failed check; `fraud=False` for absence (nothing published), which only scores zero."""
         self.verdicts[check] = why
         self.fraud = self.fraud or fraud
         return self
 
-    def unreadable(self, check: str, why: str) -> MinerVerdict:
+    def unreadable(self, check: Check, why: str) -> MinerVerdict:
         """Record a read the miner's store did not answer: nothing is decided until it is settled."""
         self.verdicts[check] = why
         self.unread = True
@@ -78,46 +75,40 @@ class MinerVerdict:
 
 
 def check_miner(
-    runtime: Runtime,
-    model: GlobalModel,
-    window: int,
-    hotkey: str,
-    uid: int,
-    announcement: Announcement,
-    store: Reader,
-    is_registered,
-    start_hash: str | None = None,
-    challenged: bool = False,
+    basis: WindowBasis, hotkey: str, uid: int, store: Reader, challenged: bool = False
 ) -> MinerVerdict:
-    """Fetch and check the miner's manifest and update; stops at the first failed check.
+    """Fetch and check the miner's manifest, committed as `basis.announcements[hotkey]` says, and
+    its update; stops at the first failed check.
 
-    `start_hash` is the hash of the window's starting state (G_w, no optimizer state, step 0),
-    which boundary 0 must commit to. A committed manifest or update that is missing is absence for
-    a miner nobody challenged, and fraud for a challenged one (it may be hiding its work); a read
-    the store did not answer is marked `unread`, to be tried again."""
+    Boundary 0 must commit to `basis.start_hash` (the hash of G_w with no optimizer state at step
+    0), when given. A committed manifest or update that is missing is absence for a miner nobody
+    challenged, and fraud for a challenged one (it may be hiding its work); a read the store did
+    not answer is marked `unread`, to be tried again."""
+    runtime, model, window, start_hash = basis.runtime, basis.base, basis.number, basis.start_hash
+    announcement = basis.announcements[hotkey]
     cfg, limits = runtime.config, runtime.config.limits
     verdict = MinerVerdict(hotkey=hotkey, uid=uid)
     try:
         data = store.get(manifest_key(runtime.run_id, window, hotkey), limits.max_manifest_bytes)
     except StoreError as exc:
         if not answered(exc):
-            return verdict.unreadable("manifest", f"not fetched: {exc}")
-        return verdict.fail("manifest", f"not fetched: {exc}", fraud=challenged)
+            return verdict.unreadable(Check.MANIFEST, f"not fetched: {exc}")
+        return verdict.fail(Check.MANIFEST, f"not fetched: {exc}", fraud=challenged)
     if hashlib.sha256(data).hexdigest() != announcement.manifest_sha256:
-        return verdict.fail("manifest", "hash_mismatch: the manifest is not the one committed on chain")
+        return verdict.fail(Check.MANIFEST, "hash_mismatch: the manifest is not the one committed on chain")
     try:
         doc = open_document(
             data,
             max_bytes=limits.max_manifest_bytes,
-            is_registered=is_registered,
+            is_registered=basis.is_registered,
             run_id=runtime.run_id,
             window=window,
             signer=hotkey,
         )
         manifest = parse_body(UpdateManifest, doc.body)
     except WireError as exc:
-        return verdict.fail("manifest", str(exc))
-    verdict.verdicts["manifest"] = PASS
+        return verdict.fail(Check.MANIFEST, str(exc))
+    verdict.verdicts[Check.MANIFEST] = PASS
     verdict.manifest = manifest
     verdict.manifest_bytes = data
     problems = []
@@ -146,14 +137,14 @@ def check_miner(
     if manifest.update.size > limits.max_update_bytes:
         problems.append(f"update of {manifest.update.size} bytes exceeds {limits.max_update_bytes}")
     if problems:
-        return verdict.fail("consistency", "; ".join(problems))
-    verdict.verdicts["consistency"] = PASS
+        return verdict.fail(Check.CONSISTENCY, "; ".join(problems))
+    verdict.verdicts[Check.CONSISTENCY] = PASS
     try:
         blob = store.get_blob(manifest.update.sha256, limits.max_update_bytes)
     except StoreError as exc:  # hiding, when challenged; a store that does not answer is tried again
         if not answered(exc):
-            return verdict.unreadable("update", f"not fetched: {exc}")
-        return verdict.fail("update", f"not fetched: {exc}", fraud=challenged)
+            return verdict.unreadable(Check.UPDATE, f"not fetched: {exc}")
+        return verdict.fail(Check.UPDATE, f"not fetched: {exc}", fraud=challenged)
     try:
         if len(blob) != manifest.update.size:
             raise StoreError(f"update is {len(blob)} bytes, the manifest says {manifest.update.size}")
@@ -161,9 +152,9 @@ def check_miner(
         verdict.update = decode_update(blob, runtime.codec, shapes, limits.max_update_bytes, hotkey, window)
         verdict.blob = blob
     except (StoreError, WireError, CodecError) as exc:
-        return verdict.fail("update", str(exc))
-    verdict.verdicts["update"] = PASS
-    verdict.numbers["update_bytes"] = float(len(blob))
+        return verdict.fail(Check.UPDATE, str(exc))
+    verdict.verdicts[Check.UPDATE] = PASS
+    verdict.numbers[Number.UPDATE_BYTES] = float(len(blob))
     return verdict
 
 
@@ -181,4 +172,4 @@ def flag_copies(verdicts: list[MinerVerdict], commit_blocks: dict[str, int]) -> 
         firsts = [v for v in group if commit_blocks[v.hotkey] == first]
         for v in group:
             if v not in firsts or len(firsts) > 1:
-                v.fail("copy", "identical to another hotkey's update committed no later")
+                v.fail(Check.COPY, "identical to another hotkey's update committed no later")

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from distrai.train.sketch import sketch
+from distrai.wire.verdicts import Check, Number
 from validators.checks import MinerVerdict
 
 SKETCH_SIZE = 8192
@@ -46,7 +47,7 @@ def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def fit_to_own_data(verdict: MinerVerdict) -> float:
     """The mark of the miner's own data on the update (`usefulness.Usefulness.mark`)."""
-    return verdict.numbers.get("mark", 0.0)
+    return verdict.numbers.get(Number.MARK, 0.0)
 
 
 def duplicate_groups(sketches: Mapping[str, torch.Tensor], threshold: float) -> list[list[str]]:
@@ -81,7 +82,7 @@ def flag_duplicates(
     sketches = {hk: update_sketch(v.update, seed) for hk, v in passed.items() if v.update is not None}
     for hk, v in passed.items():
         others = [cosine(sketches[hk], s) for other, s in sketches.items() if other != hk]
-        v.numbers["max_cosine"] = max(others, default=0.0)
+        v.numbers[Number.MAX_COSINE] = max(others, default=0.0)
     for group in duplicate_groups(sketches, threshold):
         keeper = min(
             group,
@@ -91,7 +92,7 @@ def flag_duplicates(
             if hk != keeper:
                 similarity = cosine(sketches[hk], sketches[keeper])
                 passed[hk].fail(
-                    "duplicate",
+                    Check.DUPLICATE,
                     f"the same work as {keeper}'s update, trained on {keeper}'s data "
                     f"(cosine {similarity:.4f} ≥ {threshold}): one piece of work earns one share",
                     fraud=False,

@@ -26,31 +26,28 @@ import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, cast
 
 from distrai.codec import CodecError
 from distrai.protocol.announce import Announcement
-from distrai.protocol.globalmodel import GlobalModel
 from distrai.protocol.layout import finding_key, findings_prefix, manifest_key, state_key, trajectory_key
 from distrai.protocol.runtime import Runtime
 from distrai.protocol.sync import StoreCache
-from distrai.protocol.trajectory import drawn_pieces
 from distrai.protocol.update import decode_update
-from distrai.protocol.windows import ChallengeInputs, miner_segments, run_starts
+from distrai.protocol.windows import run_starts
 from distrai.store import StoreError
 from distrai.wire import WireError, open_document, sha256_hex, sign_document
 from distrai.wire.signed import Signer
-from distrai.wire.window_documents import REASON_CHARS, Finding, Recheck, parse_body
-from validators.checks import PASS, MinerVerdict
+from distrai.wire.verdicts import PASS, REPLAY_CHECKS, Check
+from distrai.wire.window_documents import REASON_CHARS, Finding, Recheck, ReplayCheckName, parse_body
+from validators.checks import MinerVerdict
 from validators.inventory import Reader
 from validators.replay_check import verify_challenge
+from validators.window import WindowBasis
 from validators.withheld import reread
 
 log = logging.getLogger("distrai.validator")
 
-ReplayCheck = Literal["states", "replay", "trajectory"]
-REPLAY_CHECKS: tuple[ReplayCheck, ...] = ("states", "replay", "trajectory")
-"""The checks only the validators whose share holds a miner run; the others' findings come from these."""
 ADOPTED: Final = "adopted"
 REFUTED: Final = "refuted"
 NOT_RECHECKED: Final = "not re-checked"
@@ -61,53 +58,40 @@ RecheckOutcome = Literal["adopted", "refuted", "not re-checked"]
 class HeldWindow:
     """What a validator keeps of the window it checked last, to re-check the others' findings of it."""
 
-    window: int
-    base: GlobalModel
-    inputs: ChallengeInputs
-    shares: dict[str, list[str]]
-    """validator → the miners it replays (`replay_shares`)"""
-    miners: list[str]
-    """the miners noted at the window's start (the data assignment)"""
+    basis: WindowBasis
+    """the window as every check of it read it"""
     verdicts: dict[str, MinerVerdict]
     """miner → this validator's verdict, without the decoded update (a dense copy of the model per
     miner is too much to keep for a window; a re-check decodes the one it needs again)"""
     readers: dict[str, Reader]
     """miner → its store as it stood at the reveal deadline"""
-    announcements: dict[str, Announcement]
-    """miner → its commitment for the window"""
+
+    @property
+    def window(self) -> int:
+        return self.basis.number
 
 
-def held_window(
-    window: int,
-    base: GlobalModel,
-    inputs: ChallengeInputs,
-    shares: dict[str, list[str]],
-    miners: list[str],
-    verdicts: list[MinerVerdict],
-    readers: dict[str, Reader],
-    announcements: dict[str, Announcement],
-) -> HeldWindow:
+def held_window(basis: WindowBasis, verdicts: list[MinerVerdict], readers: dict[str, Reader]) -> HeldWindow:
     """What to keep of a window just checked; the verdicts lose their decoded updates and blobs."""
     kept = {v.hotkey: dataclasses.replace(v, update=None, blob=None) for v in verdicts}
-    return HeldWindow(window, base, inputs, shares, miners, kept, readers, announcements)
+    return HeldWindow(basis, kept, readers)
 
 
-def replay_failure(verdict: MinerVerdict) -> ReplayCheck | None:
+def replay_failure(verdict: MinerVerdict) -> Check | None:
     """The replay check a verdict failed as fraud, or None."""
     if not verdict.fraud:
         return None
     return next((c for c in REPLAY_CHECKS if verdict.verdicts.get(c, PASS) != PASS), None)
 
 
-def finding_body(
-    runtime: Runtime, window: int, validator: str, verdict: MinerVerdict, store_url: str, segments: list[int]
-) -> dict:
-    """The body of the finding on a verdict that failed a replay check as fraud."""
+def finding_body(basis: WindowBasis, validator: str, verdict: MinerVerdict, segments: list[int]) -> dict:
+    """The body of the finding on a verdict that failed a replay check as fraud, in the window of
+    `basis` (the miner's store as its commitment announced it)."""
     check = replay_failure(verdict)
     if check is None or verdict.manifest_bytes is None:
         raise ValueError(f"{verdict.hotkey} failed no replay check as fraud: nothing to find")
-    k = runtime.inner.segment_steps
-    run_id, miner = runtime.run_id, verdict.hotkey
+    runtime, window, miner = basis.runtime, basis.number, verdict.hotkey
+    k, run_id = runtime.inner.segment_steps, runtime.run_id
     evidence = [
         manifest_key(run_id, window, miner),
         *(state_key(run_id, window, miner, s * k) for s in run_starts(segments)),
@@ -118,14 +102,14 @@ def finding_body(
         window=window,
         validator=validator,
         miner=miner,
-        check=check,
+        check=cast(ReplayCheckName, check),  # one of REPLAY_CHECKS, the Literal's strings
         reason=verdict.verdicts[check][:REASON_CHARS],
         manifest_sha256=sha256_hex(verdict.manifest_bytes),
-        store_url=store_url,
+        store_url=basis.announcements[miner].store_url,
         segments=segments,
         evidence=evidence,
         withheld=verdict.withheld,
-    ).model_dump()
+    ).body()
 
 
 def publish_findings(
@@ -135,13 +119,13 @@ def publish_findings(
     check as fraud; returns how many were published."""
     me = keypair.ss58_address
     published = 0
-    for miner in held.shares.get(me, []):
+    for miner in held.basis.shares.get(me, []):
         verdict = held.verdicts.get(miner)
         if verdict is None or replay_failure(verdict) is None:
             continue
         assert verdict.manifest is not None, "only a miner whose manifest passed is replayed"
-        segments = miner_segments(held.inputs, miner, verdict.manifest.n_segments)
-        body = finding_body(runtime, held.window, me, verdict, held.announcements[miner].store_url, segments)
+        segments = held.basis.segments(miner, verdict.manifest.n_segments)
+        body = finding_body(held.basis, me, verdict, segments)
         if put(finding_key(runtime.run_id, held.window, me, miner), sign_document(keypair, body)):
             published += 1
     return published
@@ -207,7 +191,7 @@ def recheck(runtime: Runtime, held: HeldWindow, finding: Finding, stores: StoreC
 
     if finding.window != held.window:
         return judged(NOT_RECHECKED, f"window {finding.window} was not the one checked here last")
-    if miner not in held.shares.get(finding.validator, []):
+    if miner not in held.basis.shares.get(finding.validator, []):
         return judged(NOT_RECHECKED, "the miner is not in its author's share of the replays")
     verdict = held.verdicts.get(miner)
     if verdict is None or verdict.manifest_bytes is None:
@@ -218,7 +202,7 @@ def recheck(runtime: Runtime, held: HeldWindow, finding: Finding, stores: StoreC
         return recheck_withheld(runtime, held, miner, stores, judged)
     if verdict.fraud:
         return judged(ADOPTED, f"failed here too: {verdict.reason}")
-    if verdict.verdicts.get("update") != PASS:
+    if verdict.verdicts.get(Check.UPDATE) != PASS:
         return judged(NOT_RECHECKED, f"the miner's update was not checked here: {verdict.reason}")
     if all(verdict.verdicts.get(c) == PASS for c in REPLAY_CHECKS):
         return judged(REFUTED, "this validator replayed the miner too, and every replay check passed")
@@ -232,13 +216,8 @@ def recheck(runtime: Runtime, held: HeldWindow, finding: Finding, stores: StoreC
     except (StoreError, WireError, CodecError) as exc:
         return judged(NOT_RECHECKED, f"the miner's update could not be read again: {exc}")
     replayed = dataclasses.replace(verdict, verdicts={}, numbers={}, fraud=False, update=update)
-    sample = drawn_pieces(
-        held.inputs, miner, held.base.params, runtime.config.verification.trajectory_fraction
-    )
-    segments = miner_segments(held.inputs, miner, verdict.manifest.n_segments)
-    verify_challenge(
-        runtime, held.base, held.window, replayed, held.readers[miner], segments, held.miners, sample
-    )
+    segments = held.basis.segments(miner, verdict.manifest.n_segments)
+    verify_challenge(held.basis, replayed, held.readers[miner], segments, held.basis.sample(miner))
     if replayed.fraud:
         return judged(ADOPTED, f"re-checked: {replayed.reason}")
     if replayed.passed:
@@ -255,7 +234,7 @@ def recheck_withheld(
 ) -> Recheck:
     """A finding that a challenged miner withheld its reveal: read it now and judge what is there."""
     try:
-        store = stores.get(held.announcements[miner].store_url)
+        store = stores.get(held.basis.announcements[miner].store_url)
     except (StoreError, ValueError) as exc:
         return judged(NOT_RECHECKED, f"the miner's store cannot be opened here: {exc}")
     again = reread(runtime, held, miner, store)

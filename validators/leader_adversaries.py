@@ -27,7 +27,7 @@ from dataclasses import replace
 import torch
 
 from distrai.protocol.update import encode_update
-from validators.checks import PASS
+from distrai.wire.verdicts import PASS, Check
 from validators.leader_adversary_names import COLLUDE, LEADER_ADVERSARY_NAMES, check_leader_adversary
 from validators.validator import LeaderBehaviour
 
@@ -55,7 +55,7 @@ class Poison(LeaderBehaviour):
         decoded = validator.rt.codec.decode(
             encoded.payload, encoded.metadata, {k: tuple(v.shape) for k, v in poisoned.items()}
         )
-        first = {**accepted[0], "update_sha256": hashlib.sha256(blob).hexdigest()}
+        first = accepted[0].model_copy(update={"update_sha256": hashlib.sha256(blob).hexdigest()})
         return [first, *accepted[1:]], [replace(victim, pseudo_gradient=decoded), *contributions[1:]]
 
 
@@ -71,7 +71,7 @@ class Reweight(LeaderBehaviour):
         rest = 0.1 / max(1, len(contributions) - 1)
         weights = [0.9 if len(contributions) > 1 else 0.5] + [rest] * (len(contributions) - 1)
         return (
-            [{**a, "weight": x} for a, x in zip(accepted, weights, strict=True)],
+            [a.model_copy(update={"weight": x}) for a, x in zip(accepted, weights, strict=True)],
             [replace(c, weight=x) for c, x in zip(contributions, weights, strict=True)],
         )
 
@@ -103,10 +103,12 @@ class Collude(LeaderBehaviour):
             return
         for v in verdicts:
             if v is partner:
-                v.verdicts = {check: PASS for check in v.verdicts} | {"useful": PASS}
+                v.verdicts = {check: PASS for check in v.verdicts} | {Check.USEFUL: PASS}
                 v.score, v.fraud = COLLUDING_SCORE, False
             else:
-                v.verdicts["useful"] = "the update does not lower the loss of the sequences it was trained on"
+                v.verdicts[Check.USEFUL] = (
+                    "the update does not lower the loss of the sequences it was trained on"
+                )
                 v.score = 0.0
 
 

@@ -34,14 +34,14 @@ log = logging.getLogger("distrai.validator")
 
 
 class WindowMeasuring:
-    """The measuring of window `view.window` by one validator, whose share is `shares[its hotkey]`."""
+    """The measuring of window `view.basis.number` by one validator, whose share is `shares[its hotkey]`."""
 
     def __init__(self, validator: Validator, view: WindowView, shares: dict[str, list[str]]):
         self.validator = validator
         self.rt = validator.rt
         self.view = view
         self.shares = shares
-        self.seed = reveal_seed(view.inputs.block_hash, view.inputs.run_id, view.window)
+        self.seed = reveal_seed(view.basis.inputs.block_hash, view.basis.inputs.run_id, view.basis.number)
         self.own: dict[str, Measurement] = {}
 
     def measure_share(self, verdicts: list[MinerVerdict]) -> None:
@@ -49,7 +49,7 @@ class WindowMeasuring:
         their checks so far and are not yet measured, and publish every measurement of the share, so
         the other validators can take them early (outside the sharing validators, with no permit
         yet, it measures every passed update itself and publishes nothing)."""
-        me, w = self.validator.hotkey, self.view.window
+        me, w = self.validator.hotkey, self.view.basis.number
         passed = {v.hotkey: v for v in verdicts if v.passed}
         share = [hk for hk in self.shares.get(me, passed) if hk in passed and hk not in self.own]
         if self.own and not share:
@@ -62,7 +62,7 @@ class WindowMeasuring:
     def pool(self, verdicts: list[MinerVerdict], stop: threading.Event) -> Pooled:
         """Take the other validators' measurements as they come until the score patience runs out,
         re-check a drawn few, and pool them with this validator's own (`shared_scoring.pool`)."""
-        me, w, scoring = self.validator.hotkey, self.view.window, self.rt.config.scoring
+        me, w, scoring = self.validator.hotkey, self.view.basis.number, self.rt.config.scoring
         passed = {v.hotkey: v for v in verdicts if v.passed}
         published = self.collect([v for v in self.shares if v != me], stop)
         pairs = recheck_draw(self.seed, me, published, set(passed) - set(self.own), scoring.score_rechecks)
@@ -96,15 +96,13 @@ class WindowMeasuring:
         for hk, v in verdicts.items():
             assert v.manifest is not None and v.update is not None, "only passed updates are measured"
             updates[hk] = (v.manifest.steps, v.update)
-        measured = measure_updates(
-            self.rt, self.view.base, self.view.window, self.seed, self.view.miners, updates
-        )
+        measured = measure_updates(self.view.basis, self.seed, updates)
         return {hk: as_measurement(result) for hk, result in measured.items()}
 
     def collect(self, validators: list[str], stop: threading.Event) -> dict[str, Measurements]:
         """The other validators' measurements of the window, read until all are there or the score
         patience (`windows.score_patience`) runs out."""
-        v, w = self.validator, self.view.window
+        v, w = self.validator, self.view.basis.number
         found: dict[str, Measurements] = {}
         patience = score_patience(v.windows, w)
         while not stop.is_set():

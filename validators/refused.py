@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from distrai.store import StoreError
 from distrai.store.base import IntegrityError, NotFound, TooLarge
+from distrai.wire.verdicts import Check
 
 
 class Refused(Exception):
     """A challenged miner's revealed data failed a check; the message says which and why.
     `unread`: the store did not answer, so the check is tried again before anything is decided."""
 
-    def __init__(self, check: str, why: str, fraud: bool = True, unread: bool = False):
+    def __init__(self, check: Check, why: str, fraud: bool = True, unread: bool = False):
         super().__init__(why)
         self.check = check
         self.why = why
@@ -33,7 +34,7 @@ def answered(exc: StoreError) -> bool:
     return isinstance(exc, NotFound | IntegrityError | TooLarge)
 
 
-def not_read(check: str, what: str, exc: StoreError) -> Refused:
+def not_read(check: Check, what: str, exc: StoreError) -> Refused:
     """A reveal that could not be read: absent at the deadline (hiding, fraud), or unread because
     the store did not answer (tried again; `validators.withheld` settles it)."""
     if answered(exc):

@@ -45,11 +45,13 @@ from distrai.train.sketch import sketch
 from distrai.train.step import StepConfig
 from distrai.train.train_state import TrainState, check_state, state_hash
 from distrai.wire import WireError
+from distrai.wire.verdicts import PASS, Check, Number
 from distrai.wire.window_documents import UpdateManifest
-from validators.checks import PASS, MinerVerdict
+from validators.checks import MinerVerdict
 from validators.inventory import Reader
 from validators.refused import Refused, not_read
 from validators.trajectory_check import check_encoding, check_last_pieces, check_roots
+from validators.window import WindowBasis
 
 
 class Revealed:
@@ -78,36 +80,36 @@ class Revealed:
         self.rt.load_params(self.model.params)
         state = window_start_state(self.rt.model)
         if state_hash(state) != self.hashes[0]:
-            raise Refused("states", "boundary 0 is not the window's base with a fresh optimizer")
+            raise Refused(Check.STATES, "boundary 0 is not the window's base with a fresh optimizer")
         return state
 
     def _fetched_state(self, step: int) -> TrainState:
         key = state_key(self.rt.run_id, self.window, self.verdict.hotkey, step)
-        data = self._get(key, "states", f"challenged boundary {step}")
+        data = self._get(key, Check.STATES, f"challenged boundary {step}")
         try:
             state = decode_coded_state(data, self.model.params, self.rt.config.limits.max_checkpoint_bytes)
             check_state(self.rt.model, state)
         except (ValueError, WireError) as exc:
-            raise Refused("states", f"revealed boundary {step} is malformed: {exc}") from exc
+            raise Refused(Check.STATES, f"revealed boundary {step} is malformed: {exc}") from exc
         if state.step != step:
-            raise Refused("states", f"revealed boundary {step} says it is step {state.step}")
+            raise Refused(Check.STATES, f"revealed boundary {step} says it is step {state.step}")
         if state_hash(state) != self.hashes[step]:
-            raise Refused("states", f"revealed boundary {step} does not hash to the committed state")
+            raise Refused(Check.STATES, f"revealed boundary {step} does not hash to the committed state")
         return state
 
     def trajectory(self, sample: list[PieceRef]) -> TrajectoryReveal:
         key = trajectory_key(self.rt.run_id, self.window, self.verdict.hotkey)
-        data = self._get(key, "states", "the trajectory reveal")
+        data = self._get(key, Check.STATES, "the trajectory reveal")
         try:
             reveal = decode_trajectory(data, max_bytes=self.rt.config.limits.max_checkpoint_bytes)
         except (ValueError, WireError) as exc:
-            raise Refused("states", f"the trajectory reveal is malformed: {exc}") from exc
+            raise Refused(Check.STATES, f"the trajectory reveal is malformed: {exc}") from exc
         assert self.verdict.manifest is not None, "a challenged miner's manifest passed the cheap checks"
         check_roots(reveal, self.verdict.manifest)
         check_last_pieces(reveal, sample, dict(self.rt.model.named_parameters()), PIECE_ELEMENTS)
         return reveal
 
-    def _get(self, key: str, check: str, what: str) -> bytes:
+    def _get(self, key: str, check: Check, what: str) -> bytes:
         try:
             data = self.store.get(key, self.rt.config.limits.max_checkpoint_bytes)
         except StoreError as exc:
@@ -117,36 +119,28 @@ class Revealed:
 
 
 def verify_challenge(
-    runtime: Runtime,
-    model: GlobalModel,
-    window: int,
-    verdict: MinerVerdict,
-    store: Reader,
-    segments: list[int],
-    miners: list[str],
-    sample: list[PieceRef],
+    basis: WindowBasis, verdict: MinerVerdict, store: Reader, segments: list[int], sample: list[PieceRef]
 ) -> None:
     """Check the challenged `segments` and the drawn trajectory `sample` of a miner whose cheap
-    checks passed; adds the `states`, `replay` and `trajectory` verdicts (fraud on failure) and the
-    numbers measured."""
+    checks passed (`basis.segments`, `basis.sample`: the window's draw); adds the `states`, `replay`
+    and `trajectory` verdicts (fraud on failure) and the numbers measured."""
+    runtime, model = basis.runtime, basis.base
     started = time.monotonic()
-    revealed = Revealed(runtime, model, window, verdict, store)
+    revealed = Revealed(runtime, model, basis.number, verdict, store)
     k = runtime.inner.segment_steps
     try:
         for segment in run_starts(segments):
             revealed.state(segment * k)
         reveal = revealed.trajectory(sample)
-        verdict.verdicts["states"] = PASS
-        distance = max(
-            replay_one(runtime, model, window, verdict, revealed, s, miners) for s in sorted(segments)
-        )
-        verdict.verdicts["replay"] = PASS
+        verdict.verdicts[Check.STATES] = PASS
+        distance = max(replay_one(basis, verdict, revealed, s) for s in sorted(segments))
+        verdict.verdicts[Check.REPLAY] = PASS
         runtime.load_params(model.params)  # G_w in the model's dtype, as the miner's pseudo-gradient saw it
         base = float_params(runtime.model)
         assert verdict.update is not None, "a challenged miner's update passed the cheap checks"
         check_encoding(runtime.codec, reveal, sample, base, verdict.update, PIECE_ELEMENTS)
-        verdict.verdicts["trajectory"] = PASS
-        verdict.numbers["replay_distance"] = distance
+        verdict.verdicts[Check.TRAJECTORY] = PASS
+        verdict.numbers[Number.REPLAY_DISTANCE] = distance
     except Refused as exc:
         if exc.unread:
             verdict.unreadable(exc.check, exc.why)
@@ -154,22 +148,15 @@ def verify_challenge(
             verdict.fail(exc.check, exc.why, fraud=exc.fraud)
     finally:
         runtime.load_params(model.params)
-        verdict.numbers["replay_seconds"] = time.monotonic() - started
-        verdict.numbers["replay_steps"] = float(revealed.replayed_steps)
-        verdict.numbers["revealed_bytes"] = float(revealed.bytes)
+        verdict.numbers[Number.REPLAY_SECONDS] = time.monotonic() - started
+        verdict.numbers[Number.REPLAY_STEPS] = float(revealed.replayed_steps)
+        verdict.numbers[Number.REVEALED_BYTES] = float(revealed.bytes)
 
 
-def replay_one(
-    runtime: Runtime,
-    model: GlobalModel,
-    window: int,
-    verdict: MinerVerdict,
-    revealed: Revealed,
-    segment: int,
-    miners: list[str],
-) -> float:
+def replay_one(basis: WindowBasis, verdict: MinerVerdict, revealed: Revealed, segment: int) -> float:
     """Replay one segment, anchored to this validator's own G_w; returns its distance (0.0 for a
     bit-exact match)."""
+    runtime, model, window, miners = basis.runtime, basis.base, basis.number, list(basis.miners)
     manifest = verdict.manifest
     assert manifest is not None, "a challenged miner's manifest passed the cheap checks"
     k = runtime.inner.segment_steps
@@ -198,23 +185,23 @@ def replay_one(
     where = f"segment {segment} (steps {first}–{first + k})"
     committed_losses = manifest.losses[first : first + k]
     tolerance = replay_tolerance(runtime, verdict)
-    verdict.numbers["replay_tolerance"] = tolerance.replay
+    verdict.numbers[Number.REPLAY_TOLERANCE] = tolerance.replay
     if tolerance.exact:
         if state_hash(replayed.end) != revealed.hashes[first + k]:
-            raise Refused("replay", f"{where} replayed to another state than the committed one")
+            raise Refused(Check.REPLAY, f"{where} replayed to another state than the committed one")
         if replayed.losses != committed_losses:
-            raise Refused("replay", f"{where} replayed to other per-step losses than the committed ones")
+            raise Refused(Check.REPLAY, f"{where} replayed to other per-step losses than the committed ones")
         return 0.0
     distance = sketch_distance(runtime, start, replayed.end, manifest.boundaries[first // k + 1].sketch)
     if not distance <= tolerance.replay:
         raise Refused(
-            "replay",
+            Check.REPLAY,
             f"{where} replayed {distance:.3g} away, tolerance {tolerance.replay:.3g} ({tolerance.why})",
         )
     for step, (mine, theirs) in enumerate(zip(replayed.losses, committed_losses, strict=True), start=first):
         if not abs(mine - theirs) <= tolerance.loss * max(abs(theirs), 1e-12):
             raise Refused(
-                "replay",
+                Check.REPLAY,
                 f"{where}: step {step}'s loss replayed to {mine:.6g}, the miner committed {theirs:.6g} "
                 f"(tolerance {tolerance.loss:.3g}; {tolerance.why})",
             )
@@ -261,7 +248,7 @@ def sketch_distance(
     claimed = torch.tensor(committed, dtype=torch.float64)
     if claimed.numel() != size:
         raise Refused(
-            "replay", f"the committed sketch has {claimed.numel()} numbers, the run's sketch {size}"
+            Check.REPLAY, f"the committed sketch has {claimed.numel()} numbers, the run's sketch {size}"
         )
     gap = float((sketch(replayed.params, seed, size) - claimed).norm())
     movement = float((claimed - sketch(start.params, seed, size)).norm())

@@ -71,7 +71,7 @@ def signed_measurements(
     body = Measurements(
         run_id=run_id, window=window, validator=keypair.ss58_address, miners=dict(sorted(measured.items()))
     )
-    return sign_document(keypair, body.model_dump())
+    return sign_document(keypair, body.body())
 
 
 def read_measurements(

@@ -13,6 +13,7 @@ from distrai.protocol.trajectory import TrajectoryReveal, residual_ref
 from distrai.protocol.update import RESIDUAL_TAG
 from distrai.train.hashing import PieceRef, digest_of_piece, digests_root, piece_of
 from distrai.train.train_state import STATE_TAG, STEP_PIECE, step_digest
+from distrai.wire.verdicts import Check
 from distrai.wire.window_documents import UpdateManifest
 from validators.refused import Refused
 
@@ -22,23 +23,23 @@ def check_roots(reveal: TrajectoryReveal, manifest: UpdateManifest) -> None:
     its last step (`states`)."""
     if digests_root(STATE_TAG, reveal.last_state) != manifest.boundaries[-1].state_hash:
         raise Refused(
-            "states", "the revealed digests of the last state do not hash to its committed state hash"
+            Check.STATES, "the revealed digests of the last state do not hash to its committed state hash"
         )
     last = manifest.boundaries[-1].step
     if reveal.last_state.get(STEP_PIECE) != step_digest(last):
-        raise Refused("states", f"the committed last state is not a state after step {last}")
+        raise Refused(Check.STATES, f"the committed last state is not a state after step {last}")
     for what, digests, committed in (
         ("incoming", reveal.residual_in, manifest.residual_in_hash),
         ("outgoing", reveal.residual_out, manifest.residual_out_hash),
     ):
         if (digests is None) != (committed is None):
             raise Refused(
-                "states",
+                Check.STATES,
                 f"the {what} residual's digests are {'missing' if digests is None else 'unexpected'}",
             )
         if digests is not None and digests_root(RESIDUAL_TAG, digests) != committed:
             raise Refused(
-                "states", f"the revealed digests of the {what} residual do not hash to the committed hash"
+                Check.STATES, f"the revealed digests of the {what} residual do not hash to the committed hash"
             )
 
 
@@ -49,10 +50,10 @@ def check_last_pieces(
     `params`, the model's own parameters) and hashes to its digest."""
     for ref in sample:
         expected = params[ref.name]
-        piece = _revealed_piece("states", "last state", reveal.params, ref, expected, piece_elements)
+        piece = _revealed_piece(Check.STATES, "last state", reveal.params, ref, expected, piece_elements)
         if digest_of_piece(ref, piece, tuple(expected.shape)) != reveal.last_state.get(ref):
             raise Refused(
-                "states", f"piece {ref.key} of the last state does not hash to its committed digest"
+                Check.STATES, f"piece {ref.key} of the last state does not hash to its committed digest"
             )
 
 
@@ -77,39 +78,45 @@ def check_encoding(
         rref = residual_ref(ref)
         if reveal.residual_in is not None:
             residual = _revealed_piece(
-                "trajectory", "incoming residual", reveal.residual, rref, torch.empty(shape), piece_elements
+                Check.TRAJECTORY,
+                "incoming residual",
+                reveal.residual,
+                rref,
+                torch.empty(shape),
+                piece_elements,
             )
             if digest_of_piece(rref, residual, shape) != reveal.residual_in.get(rref):
                 raise Refused(
-                    "trajectory", f"piece {rref.key} of the incoming residual does not hash to its digest"
+                    Check.TRAJECTORY, f"piece {rref.key} of the incoming residual does not hash to its digest"
                 )
             if decay is None:
                 raise Refused(
-                    "trajectory", f"codec {codec.name} keeps no residual, but an incoming one was revealed"
+                    Check.TRAJECTORY,
+                    f"codec {codec.name} keeps no residual, but an incoming one was revealed",
                 )
             accumulated = (residual if decay == 1.0 else residual * decay) + accumulated
         if not bool(torch.isfinite(accumulated).all()):
-            raise Refused("trajectory", f"G_w − θ_H plus the residual is not finite in piece {ref.key}")
+            raise Refused(Check.TRAJECTORY, f"G_w − θ_H plus the residual is not finite in piece {ref.key}")
         try:
             decoded = codec.decode_flat(ref.name, codec.encode_flat(accumulated), accumulated.numel())
         except CodecError as exc:
-            raise Refused("trajectory", f"piece {ref.key} does not encode: {exc}") from exc
+            raise Refused(Check.TRAJECTORY, f"piece {ref.key} does not encode: {exc}") from exc
         if not torch.equal(decoded, piece_of(update[ref.name], ref.index, piece_elements)):
             raise Refused(
-                "trajectory",
+                Check.TRAJECTORY,
                 f"the published update is not the encoding of the committed trajectory (piece {ref.key})",
             )
         if reveal.residual_out is not None:
             left = accumulated - decoded
             if digest_of_piece(rref, left, shape) != reveal.residual_out.get(rref):
                 raise Refused(
-                    "trajectory",
+                    Check.TRAJECTORY,
                     f"residual_out_hash is not the residual the encoding leaves (piece {ref.key})",
                 )
 
 
 def _revealed_piece(
-    check: str,
+    check: Check,
     what: str,
     revealed: Mapping[PieceRef, torch.Tensor],
     ref: PieceRef,

@@ -28,6 +28,7 @@ from distrai.protocol.globalmodel import GlobalModel
 from distrai.protocol.runtime import Runtime
 from distrai.train.assignment import reserve_size, trained_sample, unassigned_indices
 from distrai.train.evaluate import sequence_losses
+from validators.window import WindowBasis
 
 
 @dataclass(frozen=True)
@@ -94,16 +95,10 @@ def window_samples(
 
 
 def measure(
-    runtime: Runtime,
-    model: GlobalModel,
-    window: int,
-    samples: Samples,
-    hotkey: str,
-    steps: int,
-    update: dict[str, torch.Tensor],
-    miners: Sequence[str],
+    basis: WindowBasis, samples: Samples, hotkey: str, steps: int, update: dict[str, torch.Tensor]
 ) -> Usefulness:
     """The update alone on G_w (at outer learning rate 1), on the miner's sample and the reserve's."""
+    runtime, model, window, miners = basis.runtime, basis.base, basis.number, basis.miners
     cfg, data = runtime.config, runtime.data
     own = data.batch(
         trained_sample(
@@ -137,18 +132,14 @@ def _losses(runtime: Runtime, sequences: torch.Tensor) -> torch.Tensor:
 
 
 def measure_updates(
-    runtime: Runtime,
-    model: GlobalModel,
-    window: int,
-    seed: bytes,
-    miners: Sequence[str],
-    updates: Mapping[str, tuple[int, dict[str, torch.Tensor]]],
+    basis: WindowBasis, seed: bytes, updates: Mapping[str, tuple[int, dict[str, torch.Tensor]]]
 ) -> dict[str, Usefulness]:
-    """Each of `updates` (hotkey → the steps its manifest claims and its decoded update) measured."""
+    """Each of `updates` (hotkey → the steps its manifest claims and its decoded update) measured
+    on the window's base, with the samples `seed` draws."""
     if not updates:
         return {}
-    samples = window_samples(runtime, model, window, seed, miners)
+    samples = window_samples(basis.runtime, basis.base, basis.number, seed, basis.miners)
     return {
-        hotkey: measure(runtime, model, window, samples, hotkey, steps, update, miners)
+        hotkey: measure(basis, samples, hotkey, steps, update)
         for hotkey, (steps, update) in sorted(updates.items())
     }

@@ -73,7 +73,15 @@ from distrai.train.inner import window_start_state
 from distrai.train.outer import Contribution, outer_state_hash, outer_step
 from distrai.train.train_state import state_hash
 from distrai.wire import sha256_hex, sign_document
-from distrai.wire.window_documents import Recheck, Refusal
+from distrai.wire.verdicts import Check, Number
+from distrai.wire.window_documents import (
+    AcceptedUpdate,
+    AggregateManifest,
+    MinerEntry,
+    Recheck,
+    Refusal,
+    WindowReport,
+)
 from validators.checks import MinerVerdict, flag_copies
 from validators.findings import (
     ADOPTED,
@@ -92,6 +100,7 @@ from validators.shared_scoring import (
     Pooled,
 )
 from validators.validator_state import Suspension, ValidatorState, load_state, save_state
+from validators.window import WindowBasis
 from validators.window_scoring import score_window
 from validators.window_view import WindowView, check_one, replay_challenge
 from validators.withheld import after_reread, own_outage, reread, settle
@@ -109,8 +118,12 @@ class LeaderBehaviour:
         """Change the window's verdicts (in place) before the report is signed."""
 
     def tamper(
-        self, validator: Validator, w: int, accepted: list[dict], contributions: list[Contribution]
-    ) -> tuple[list[dict], list[Contribution]]:
+        self,
+        validator: Validator,
+        w: int,
+        accepted: list[AcceptedUpdate],
+        contributions: list[Contribution],
+    ) -> tuple[list[AcceptedUpdate], list[Contribution]]:
         return accepted, contributions
 
 
@@ -164,7 +177,7 @@ class Validator(Participant):
         self.options = options
         self.state_path = options.work_dir / "validator_state.json"
         self.state: ValidatorState = load_state(self.state_path, runtime.run_id)
-        self.own_aggregates: dict[int, dict] = {}
+        self.own_aggregates: dict[int, AggregateManifest] = {}
         self.pending = PendingWindows(options.work_dir / "pending")
         self.base: GlobalModel | None = None
         """the model window w's miners trained from (on pipelined windows, the one before `model`)"""
@@ -346,7 +359,7 @@ class Validator(Participant):
                     "findings_adopted": sum(r.outcome == ADOPTED for r in rechecks),
                     "findings_refuted": sum(r.outcome == REFUTED for r in rechecks),
                     "bytes_received": self.syncer.bytes_received
-                    + sum(int(v.numbers.get("update_bytes", 0)) for v in verdicts),
+                    + sum(int(v.numbers.get(Number.UPDATE_BYTES, 0)) for v in verdicts),
                     "emission": me.total_emission if (me := mg.neuron(self.hotkey)) else 0.0,
                     **{f"weight/{uid}": x for uid, x in enumerate(weights)},
                     **{f"score/{v.uid}": v.score for v in verdicts if not v.unmeasured},
@@ -392,28 +405,29 @@ class Validator(Participant):
             )
             self.state.residuals.clear()
         assert self.base is not None, "run_window caught the base up before checking"
-        view = WindowView(
+        basis = WindowBasis(
+            self.rt,
             w,
             self.base,
-            self.start_hash,
             inputs,
-            frozenset(challenged(inputs)),
-            shares,
-            self.hotkey,
             tuple(miners),
+            shares,
             in_time,
-            inventory,
-            reveal_deadline(self.windows, w),
+            lambda hk: mg.uid_of(hk) is not None,
+            self.start_hash,
+        )
+        view = WindowView(
+            basis, frozenset(challenged(inputs)), self.hotkey, inventory, reveal_deadline(self.windows, w)
         )
         uids = {hk: uid for hk in sorted(in_time) if (uid := mg.uid_of(hk)) is not None}
         measuring = WindowMeasuring(
             self, view, score_shares(inputs, sharing, self.rt.config.scoring.score_replicas)
         )
         with self.breaker.one_pass():  # the first pass of reads
-            checked = {hk: self.check_miner(view, hk, uid, mg, replay=False) for hk, uid in uids.items()}
+            checked = {hk: self.check_miner(view, hk, uid, replay=False) for hk, uid in uids.items()}
             measuring.measure_share([v for v, _ in checked.values()])
             for verdict, reader in checked.values():
-                replay_challenge(self.rt, view, verdict, reader)
+                replay_challenge(view, verdict, reader)
         patience = read_patience(self.windows, w)
         unread = sorted(hk for hk, (v, _) in checked.items() if v.unread)
         first_pass_end = self.block_now()
@@ -442,7 +456,7 @@ class Validator(Participant):
                 if view.inventory.unreachable or view.inventory.late:
                     view = self.list_again(view, pending)
                 for hk in unread:
-                    checked[hk] = self.check_miner(view, hk, uids[hk], mg)
+                    checked[hk] = self.check_miner(view, hk, uids[hk])
             unread = [hk for hk in unread if checked[hk][0].unread]
         outage = own_outage(len(unread), len(uids))
         if unread:
@@ -470,19 +484,19 @@ class Validator(Participant):
         pooled = measuring.pool(verdicts, stop)
         score_window(self.rt, verdicts, pooled.measurements, commit_blocks)
         readers = {hk: reader for hk, (_, reader) in checked.items() if reader is not None}
-        self.held = held_window(w, self.base, inputs, shares, miners, verdicts, readers, in_time)
+        self.held = held_window(basis, verdicts, readers)
         return verdicts, pooled
 
-    def check_miner(self, view: WindowView, hotkey: str, uid: int, mg: Metagraph, replay: bool = True):
+    def check_miner(self, view: WindowView, hotkey: str, uid: int, replay: bool = True):
         """One miner's verdict and its store as it stood at the deadline (`window_view.check_one`);
         a barred miner is not read."""
-        if self.state.is_banned(hotkey, view.window):
+        if self.state.is_banned(hotkey, view.basis.number):
             until = self.state.banned_until[hotkey]
             self.state.residuals.pop(hotkey, None)
-            return MinerVerdict(hotkey, uid).fail("banned", f"barred until window {until}", fraud=False), None
-        return check_one(
-            self.rt, self.miner_stores, view, hotkey, uid, lambda hk: mg.uid_of(hk) is not None, replay=replay
-        )
+            return MinerVerdict(hotkey, uid).fail(
+                Check.BANNED, f"barred until window {until}", fraud=False
+            ), None
+        return check_one(self.miner_stores, view, hotkey, uid, replay=replay)
 
     def list_again(self, view: WindowView, pending: PendingWindow) -> WindowView:
         """The view with the stores that could not be listed at the deadline listed again now."""
@@ -490,14 +504,14 @@ class Validator(Participant):
         again = take_inventory(
             self.miner_stores,
             self.rt.run_id,
-            view.window,
-            {hk: a for hk, a in view.announcements.items() if a.store_url in after},
+            view.basis.number,
+            {hk: a for hk, a in view.basis.announcements.items() if a.store_url in after},
             self.rt.config.limits.max_manifest_bytes,
             self.chain.block,
         )
         inventory = view.inventory.merged(again)
         for url in sorted(view.inventory.unreachable - inventory.unreachable):
-            log.info("window %d: the store %s answered at block %d", view.window, url, again.block)
+            log.info("window %d: the store %s answered at block %d", view.basis.number, url, again.block)
         self.pending.save(pending.with_inventory(inventory))
         return dataclasses.replace(view, inventory=inventory)
 
@@ -559,7 +573,7 @@ class Validator(Participant):
         before = self.state.residuals.get(verdict.hotkey)
         if before is not None and verdict.passed and verdict.manifest.residual_in_hash != before:
             verdict.fail(
-                "trajectory",
+                Check.TRAJECTORY,
                 "residual_in_hash does not continue the residual committed in the miner's last window",
                 fraud=False,
             )
@@ -579,7 +593,7 @@ class Validator(Participant):
         assert held is not None and model is not None, (
             "check_window held the window and the model is caught up"
         )
-        seed = reveal_seed(held.inputs.block_hash, self.rt.run_id, w)
+        seed = reveal_seed(held.basis.inputs.block_hash, self.rt.run_id, w)
         chosen = accepted_by_rule(
             {v.hotkey: Scored(v.passed, v.score) for v in verdicts},
             self.rt.config.scoring.aggregate_top_n,
@@ -598,27 +612,26 @@ class Validator(Participant):
                 "an accepted update passed its checks"
             )
             entries.append(
-                {
-                    "hotkey": v.hotkey,
-                    "manifest_sha256": sha256_hex(v.manifest_bytes),
-                    "update_sha256": v.manifest.update.sha256,
-                    "weight": weight,
-                }
+                AcceptedUpdate(
+                    hotkey=v.hotkey,
+                    manifest_sha256=sha256_hex(v.manifest_bytes),
+                    update_sha256=v.manifest.update.sha256,
+                    weight=weight,
+                )
             )
             weighted.append(Contribution(hk, v.update, weight))
         listed, contributions = self.options.behaviour.tamper(self, w, entries, weighted)
         result = outer_step(model.params, contributions, model.outer, outer_config(self.rt.config.outer))
-        body = {
-            "kind": "aggregate",
-            "run_id": self.rt.run_id,
-            "window": w,
-            "base_hash": model.hash,
-            "report_sha256": sha256_hex(report),
-            "accepted": listed,
-            "result_hash": params_hash(result.params),
-            "outer_hash": outer_state_hash(result.state),
-        }
-        document = sign_document(self.wallet.hotkey, body)
+        body = AggregateManifest(
+            run_id=self.rt.run_id,
+            window=w,
+            base_hash=model.hash,
+            report_sha256=sha256_hex(report),
+            accepted=listed,
+            result_hash=params_hash(result.params),
+            outer_hash=outer_state_hash(result.state),
+        )
+        document = sign_document(self.wallet.hotkey, body.body())
         if not put(aggregate_key(self.rt.run_id, w, self.hotkey), document):
             return []
         try:
@@ -638,9 +651,9 @@ class Validator(Participant):
         if mine is None or followed is None:
             return None
         leader, theirs = followed
-        same = theirs.result_hash == mine["result_hash"] and sorted(
-            a.hotkey for a in theirs.accepted
-        ) == sorted(a["hotkey"] for a in mine["accepted"])
+        same = theirs.result_hash == mine.result_hash and sorted(a.hotkey for a in theirs.accepted) == sorted(
+            a.hotkey for a in mine.accepted
+        )
         if leader != self.hotkey:
             if same:
                 log.info("window %d: the leader's aggregate matches this validator's", w)
@@ -662,29 +675,24 @@ class Validator(Participant):
     ) -> bytes | None:
         """Publish the signed report of window w with `put` (`publishing`); returns its bytes (the
         aggregate names its hash), None when it could not be published."""
-        body = {
-            "kind": "report",
-            "run_id": self.rt.run_id,
-            "window": w,
-            "validator": self.hotkey,
-            "observed_block": observed_block,
-            "miners": {
-                v.hotkey: {
-                    "uid": v.uid,
-                    "verdicts": v.verdicts,
-                    "numbers": v.numbers,
-                    "score": v.score,
-                    "reason": v.reason,
-                }
+        body = WindowReport(
+            run_id=self.rt.run_id,
+            window=w,
+            validator=self.hotkey,
+            observed_block=observed_block,
+            miners={
+                v.hotkey: MinerEntry(
+                    uid=v.uid, verdicts=v.verdicts, numbers=v.numbers, score=v.score, reason=v.reason
+                )
                 for v in verdicts
             },
-            "refused": [r.model_dump() for r in refused],
-            "rechecks": [r.model_dump() for r in rechecks],
-            "measured_by": pooled.measured_by,
-            "measurement_rechecks": [r.model_dump() for r in pooled.rechecks],
-            "workers": pooled.workers,
-        }
-        document = sign_document(self.wallet.hotkey, body)
+            refused=refused,
+            rechecks=rechecks,
+            measured_by=pooled.measured_by,
+            measurement_rechecks=pooled.rechecks,
+            workers=pooled.workers,
+        )
+        document = sign_document(self.wallet.hotkey, body.body())
         if not (put or self.publish)(report_key(self.rt.run_id, w, self.hotkey), document):
             return None
         return document
@@ -807,7 +815,7 @@ class Validator(Participant):
                 "this validator did not check that window (it restarted), so it cannot read it again",
             )
         try:
-            store = self.stores.get(held.announcements[hotkey].store_url)
+            store = self.stores.get(held.basis.announcements[hotkey].store_url)
         except (StoreError, ValueError) as exc:
             return False, f"its store cannot be opened: {exc}"
         again = reread(self.rt, held, hotkey, store)

@@ -20,8 +20,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from distrai.protocol.runtime import Runtime
+from distrai.wire.verdicts import PASS, Check, Number
 from distrai.wire.window_documents import Measurement
-from validators.checks import PASS, MinerVerdict
+from validators.checks import MinerVerdict
 from validators.duplicates import flag_duplicates
 from validators.scoring import marks_judged, quality, tokens_trained
 
@@ -39,19 +40,21 @@ def score_window(
             v.numbers.update(measurements[v.hotkey].model_dump())
     scoring, train = runtime.config.scoring, runtime.config.train
     flag_duplicates(verdicts, commit_blocks, scoring.duplicate_cosine, f"{runtime.run_id}/duplicates")
-    measured = [v for v in verdicts if v.passed and "mark" in v.numbers]
-    judged = marks_judged([v.numbers["mark_z"] for v in measured])
+    measured = [v for v in verdicts if v.passed and Number.MARK in v.numbers]
+    judged = marks_judged([v.numbers[Number.MARK_Z] for v in measured])
     for v in verdicts:
-        if v.passed and "mark" not in v.numbers:
+        if v.passed and Number.MARK not in v.numbers:
             v.unmeasured = True
-        elif v.passed and not judged and not v.numbers["drop_trained"] > 0:
-            v.verdicts["useful"] = "the update does not lower the loss of the sequences it was trained on"
+        elif v.passed and not judged and not v.numbers[Number.DROP_TRAINED] > 0:
+            v.verdicts[Check.USEFUL] = "the update does not lower the loss of the sequences it was trained on"
         if not v.passed or v.unmeasured:
             v.score = 0.0
             continue
-        v.verdicts["useful"] = PASS
+        v.verdicts[Check.USEFUL] = PASS
         assert v.manifest is not None, "a passed verdict holds its manifest"
         tokens = tokens_trained(v.manifest.steps, train.batch_size, runtime.config.data.seq_len)
-        factor = quality(v.numbers["mark_z"], judged)
-        v.numbers.update(tokens=float(tokens), mark_judged=float(judged), quality=factor)
+        factor = quality(v.numbers[Number.MARK_Z], judged)
+        v.numbers.update(
+            {Number.TOKENS: float(tokens), Number.MARK_JUDGED: float(judged), Number.QUALITY: factor}
+        )
         v.score = tokens * factor

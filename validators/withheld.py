@@ -20,15 +20,15 @@ reads that ended past it (`Validator.check_window`), and what is still unread th
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from distrai.protocol.runtime import Runtime
-from distrai.protocol.trajectory import drawn_pieces
-from distrai.protocol.windows import miner_segments
 from distrai.train.inner import window_start_state
 from distrai.train.train_state import state_hash
-from validators.checks import PASS, MinerVerdict, check_miner
+from distrai.wire.verdicts import PASS, Check
+from validators.checks import MinerVerdict, check_miner
 from validators.inventory import Reader
 from validators.replay_check import verify_challenge
 from validators.validator_state import ValidatorState
@@ -47,7 +47,7 @@ def settle(verdict: MinerVerdict, *, challenged: bool, outage: bool, patience_bl
     """Decide a verdict whose reads the miner's store still did not answer at `patience_block`."""
     if not verdict.unread:
         return
-    check, why = next((c, v) for c, v in verdict.verdicts.items() if v != PASS)
+    check, why = next((Check(c), v) for c, v in verdict.verdicts.items() if v != PASS)
     verdict.unread = False
     if outage:
         verdict.fail(
@@ -71,27 +71,20 @@ def reread(runtime: Runtime, held: HeldWindow, hotkey: str, store: Reader) -> Mi
     manifest and update read from its store as it is now (each object must hash to what the miner
     committed before the commit deadline, so when it arrived does not matter) and its challenged
     segments replayed against the window's base. Passing means the reveal is there and sound."""
-    base = held.base
-    runtime.load_params(base.params)
-    start = state_hash(window_start_state(runtime.model))
-    verdict = check_miner(
-        runtime,
-        base,
-        held.window,
-        hotkey,
-        held.verdicts[hotkey].uid,
-        held.announcements[hotkey],
-        store,
-        lambda _hotkey: True,  # signed while registered: the manifest's anchor on chain vouches for it
-        start_hash=start,
-        challenged=True,
+    runtime.load_params(held.basis.base.params)
+    basis = dataclasses.replace(
+        held.basis,
+        runtime=runtime,
+        start_hash=state_hash(window_start_state(runtime.model)),
+        is_registered=lambda _hotkey: (
+            True
+        ),  # signed while registered: the manifest's anchor on chain vouches for it
     )
+    verdict = check_miner(basis, hotkey, held.verdicts[hotkey].uid, store, challenged=True)
     if verdict.passed:
-        fraction = runtime.config.verification.trajectory_fraction
-        sample = drawn_pieces(held.inputs, hotkey, base.params, fraction)
         assert verdict.manifest is not None, "a passed verdict holds its manifest"
-        segments = miner_segments(held.inputs, hotkey, verdict.manifest.n_segments)
-        verify_challenge(runtime, base, held.window, verdict, store, segments, held.miners, sample)
+        segments = basis.segments(hotkey, verdict.manifest.n_segments)
+        verify_challenge(basis, verdict, store, segments, basis.sample(hotkey))
     return verdict
 
 

@@ -13,6 +13,7 @@ from statistics import mean
 from distrai.chain.base import Metagraph
 from distrai.dashboard.words import explain, score_words
 from distrai.protocol.standing import standing
+from distrai.wire.verdicts import Number
 from distrai.wire.window_documents import WindowReport
 
 TEXT_CHARS = 400
@@ -361,7 +362,7 @@ def miner_row(
         earned_block=chain.block if chain else None,
         utilization=utilization.get(hotkey),
         bytes_sent=sum(
-            _window_bytes(d, hotkey, "update_bytes") + _window_bytes(d, hotkey, "revealed_bytes")
+            _window_bytes(d, hotkey, Number.UPDATE_BYTES) + _window_bytes(d, hotkey, Number.REVEALED_BYTES)
             for d in docs
         ),
         last_rejection=last.reason if last else None,
@@ -474,9 +475,9 @@ def validator_row(
         earned_block=chain.block if chain else None,
         windows_reported=len(reports),
         checked=len(latest.miners) if latest else 0,
-        replayed=sum(1 for e in latest.miners.values() if "replay_steps" in e.numbers) if latest else 0,
-        replay_steps=int(sum(e.numbers.get("replay_steps", 0.0) for e in entries)),
-        replay_seconds=sum(e.numbers.get("replay_seconds", 0.0) for e in entries),
+        replayed=sum(1 for e in latest.miners.values() if Number.REPLAY_STEPS in e.numbers) if latest else 0,
+        replay_steps=int(sum(e.numbers.get(Number.REPLAY_STEPS, 0.0) for e in entries)),
+        replay_seconds=sum(e.numbers.get(Number.REPLAY_SECONDS, 0.0) for e in entries),
         led=sum(1 for d in docs if d.leader == hotkey),
         agreed=agreed,
         compared=compared,
@@ -499,8 +500,8 @@ def window_row(d: WindowDocs, labels: dict[str, str], heldout: dict[int, float])
         leader_label=label_of(d.leader, labels) if d.leader else None,
         accepted=len(d.aggregates[d.leader].accepted) if d.leader else 0,
         tokens=d.tokens,
-        update_bytes=sum(_window_bytes(d, hk, "update_bytes") for hk in miners),
-        revealed_bytes=sum(_window_bytes(d, hk, "revealed_bytes") for hk in miners),
+        update_bytes=sum(_window_bytes(d, hk, Number.UPDATE_BYTES) for hk in miners),
+        revealed_bytes=sum(_window_bytes(d, hk, Number.REVEALED_BYTES) for hk in miners),
         reports=len(d.reports),
         heldout=finite(heldout.get(d.window + 1)),
         settled=d.settled,

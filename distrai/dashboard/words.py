@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
+from distrai.wire.verdicts import PASS, Check, Number
+
 CHECKS: dict[str, str] = {
-    "manifest": "your signed manifest is the one your chain commitment anchored before the commit deadline, "
+    Check.MANIFEST: "your signed manifest is the one your chain commitment anchored before the commit deadline, "
     "signed by your hotkey, for this run and window",
-    "consistency": "your manifest's fields agree with the run: steps, segments, codec and sizes",
-    "update": "your update file was in your store at the reveal deadline, has the hash and size your manifest "
+    Check.CONSISTENCY: "your manifest's fields agree with the run: steps, segments, codec and sizes",
+    Check.UPDATE: "your update file was in your store at the reveal deadline, has the hash and size your manifest "
     "names, was made by your hotkey for this window, and decodes",
-    "copy": "no other hotkey published the identical update earlier",
-    "duplicate": "your update is not nearly the same as another hotkey's; when it is, the one share goes to "
+    Check.COPY: "no other hotkey published the identical update earlier",
+    Check.DUPLICATE: "your update is not nearly the same as another hotkey's; when it is, the one share goes to "
     "the miner whose data it was trained on",
-    "states": "the training state you revealed is the one you committed",
-    "replay": "the validator, re-running your challenged training steps on your assigned data, reaches the "
+    Check.STATES: "the training state you revealed is the one you committed",
+    Check.REPLAY: "the validator, re-running your challenged training steps on your assigned data, reaches the "
     "state and the losses you committed",
-    "trajectory": "your published update is the encoding of the training you committed, and your codec "
+    Check.TRAJECTORY: "your published update is the encoding of the training you committed, and your codec "
     "residual continues the last window's",
-    "useful": "your update, applied alone to the global model, lowers the loss on your assigned data",
-    "banned": "you are not barred: a verified fraud bars a hotkey for a number of windows",
-    "store": "your store could be read at the reveal deadline",
+    Check.USEFUL: "your update, applied alone to the global model, lowers the loss on your assigned data",
+    Check.BANNED: "you are not barred: a verified fraud bars a hotkey for a number of windows",
+    Check.STORE: "your store could be read at the reveal deadline",
 }
 """What passing each check means."""
 
@@ -31,7 +33,7 @@ def check_meaning(check: str) -> str:
 def explain(checks: dict[str, str]) -> str:
     """One sentence on a verdict: which check failed first and what passing it means, or that all passed."""
     for check, verdict in checks.items():
-        if verdict != "pass":
+        if verdict != PASS:
             return f"The “{check}” check failed. It passes when {check_meaning(check)}."
     if not checks:
         return "No checks were recorded."
@@ -42,12 +44,12 @@ def score_words(numbers: dict[str, float]) -> str:
     """How a score came about, from the report's numbers (docs/protocol.md, "Scores"): the tokens the
     manifest commits to, times the quality factor from the mark the update leaves on the sequences of
     the miner's last segment."""
-    tokens, factor = numbers.get("tokens"), numbers.get("quality")
+    tokens, factor = numbers.get(Number.TOKENS), numbers.get(Number.QUALITY)
     if tokens is None or factor is None:
         return "No usefulness was measured."
     parts = [f"you trained {tokens:,.0f} tokens, paid at {factor:.2f} of full pay per token"]
-    mark, z = numbers.get("mark"), numbers.get("mark_z")
-    if numbers.get("mark_judged") == 1.0 and None not in (mark, z):
+    mark, z = numbers.get(Number.MARK), numbers.get(Number.MARK_Z)
+    if numbers.get(Number.MARK_JUDGED) == 1.0 and None not in (mark, z):
         parts.append(
             f"your update lowered the loss of sequences of your last segment by {mark:.2%} more than of unseen "
             f"ones, {z:.1f} standard errors (full pay from 3)"

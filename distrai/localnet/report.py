@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from distrai.node.metrics import node_records
+from distrai.wire.verdicts import PASS, Check, Number
 
 SUMMARY = "summary.json"
 REPORT = "report.md"
@@ -58,15 +59,15 @@ def _events(node: NodeRecords, event: str | None) -> dict[int, dict[str, Any]]:
 
 def replay_verdict(entry: dict[str, Any]) -> str:
     """Whether a report's line for a miner says its replay was bit-exact."""
-    verdict = entry["verdicts"].get("replay")
+    verdict = entry["verdicts"].get(Check.REPLAY)
     numbers = entry["numbers"]
     if verdict is None:
         return entry.get("reason") or "not replayed"
-    if verdict != "pass":
+    if verdict != PASS:
         return f"failed: {verdict[:80]}"
-    if numbers.get("replay_tolerance", 0.0) == 0.0:
+    if numbers.get(Number.REPLAY_TOLERANCE, 0.0) == 0.0:
         return "yes"
-    return f"no: {numbers.get('replay_distance', float('nan')):.2e} within {numbers['replay_tolerance']}"
+    return f"no: {numbers.get(Number.REPLAY_DISTANCE, float('nan')):.2e} within {numbers[Number.REPLAY_TOLERANCE]}"
 
 
 def _bytes(value: float | None) -> str:
@@ -118,14 +119,14 @@ def replays_table(nodes: list[NodeRecords], reports: list[dict[str, Any]]) -> li
         w = report["window"]
         for hotkey, entry in sorted(report["miners"].items(), key=lambda kv: names.get(kv[0], kv[0])):
             numbers = entry["numbers"]
-            steps = numbers.get("replay_steps")
+            steps = numbers.get(Number.REPLAY_STEPS)
             if not steps:
                 continue
-            per_step = numbers["replay_seconds"] / steps
+            per_step = numbers[Number.REPLAY_SECONDS] / steps
             ratio = per_step / trained[(w, hotkey)] if (w, hotkey) in trained else None
             lines.append(
                 f"| {w} | {names.get(report['validator'], report['validator'][:8])} | "
-                f"{names.get(hotkey, hotkey[:8])} | {steps:.0f} | {_s(numbers['replay_seconds'])} | "
+                f"{names.get(hotkey, hotkey[:8])} | {steps:.0f} | {_s(numbers[Number.REPLAY_SECONDS])} | "
                 f"{'–' if ratio is None else f'{ratio:.2f}'} | {replay_verdict(entry)} |"
             )
     return lines

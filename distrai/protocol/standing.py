@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from distrai.wire.verdicts import Number
 from distrai.wire.window_documents import WindowReport
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def why_not(hotkey: str, leader_report: WindowReport | None, top_n: int) -> str:
     if entry.reason is not None:
         return f"the followed validator rejected it: {entry.reason}"
     if entry.score <= 0:
-        if "mark" not in entry.numbers:
+        if Number.MARK not in entry.numbers:
             return "it passed every check, but no validator measured its update in time (unmeasured)"
         return "it passed every check, but scored 0"
     passing = sorted(

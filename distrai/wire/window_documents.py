@@ -17,17 +17,23 @@ Every field is validated; a body that does not fit is refused with `MISSING_FIEL
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from distrai.wire.errors import Reason, WireError
+from distrai.wire.verdicts import REPLAY_CHECKS, Number
 
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    def body(self) -> dict[str, Any]:
+        """The document as the body of a signed envelope (`signed.sign_document`): plain JSON values,
+        every field written, defaults included, so a reader's `parse_body` gives back an equal model."""
+        return self.model_dump(mode="json")
 
 
 class Boundary(_Body):
@@ -199,6 +205,13 @@ class Refusal(_Body):
     reason: str = Field(min_length=1, max_length=REASON_CHARS)
 
 
+ReplayCheckName = Literal["states", "replay", "trajectory"]
+"""`verdicts.REPLAY_CHECKS` as the type of a finding's check (a `Literal`: strict validation takes
+the plain strings a signed body holds)."""
+if get_args(ReplayCheckName) != REPLAY_CHECKS:
+    raise ImportError(f"ReplayCheckName must list verdicts.REPLAY_CHECKS {REPLAY_CHECKS}, in order")
+
+
 class Finding(_Body):
     """A validator's signed claim that a challenged miner's reveal failed a replay check: what it
     replayed, and where the evidence lies in the miner's store, for any validator to re-check."""
@@ -208,7 +221,7 @@ class Finding(_Body):
     window: int = Field(ge=0)
     validator: Hotkey
     miner: Hotkey
-    check: Literal["states", "replay", "trajectory"]
+    check: ReplayCheckName
     reason: str = Field(min_length=1, max_length=REASON_CHARS)
     manifest_sha256: Sha256
     """the miner's signed manifest, anchored on chain before the commit deadline"""
@@ -249,6 +262,10 @@ class Measurement(_Body):
         if not all(math.isfinite(v) for v in (self.drop_trained, self.drop_unseen, self.mark, self.mark_z)):
             raise ValueError("measurements must be finite")
         return self
+
+
+if not set(Measurement.model_fields) <= set(Number):
+    raise ImportError("every field of Measurement must be a verdicts.Number: the report's numbers copy them")
 
 
 class Measurements(_Body):

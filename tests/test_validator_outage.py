@@ -324,9 +324,9 @@ def read_blocks(validator) -> list[tuple[str, int]]:
     each pass of asking again at a block of its own."""
     check, reads = validator.check_miner, []
 
-    def recorded(view, hotkey, uid, mg, replay=True):
+    def recorded(view, hotkey, uid, replay=True):
         reads.append((hotkey, validator.chain.block()))
-        return check(view, hotkey, uid, mg, replay=replay)
+        return check(view, hotkey, uid, replay=replay)
 
     validator.check_miner = recorded
     return reads

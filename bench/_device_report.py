@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import torch
 from _device import METHOD_LABELS, DeviceRun
+from _report import HEADERS as CORPUS_HEADERS
 from rich.console import Console
 from rich.table import Table
 
 DEVICE_TITLE = "Device mode: parity where it is fair (one accelerator, DiLoCo's workers in turn)"
-HEADERS = (
-    "method",
-    "H × rounds",
-    "held-out loss",
-    "nats / byte",
-    "ratio to DDP",
-    "training time (s)",
-    "tokens / s",
-)
+HEADERS = (*CORPUS_HEADERS[:5], "training time (s)", "tokens / s")
+"""The corpus tables' first five columns, then the device run's time and pace."""
 
 
 def table_rows(run: DeviceRun) -> list[list[str]]:

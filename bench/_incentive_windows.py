@@ -24,6 +24,7 @@ from bittensor.keyfiles import Keypair
 
 from distrai.protocol.aggregation import Scored, accepted_by_rule
 from distrai.protocol.globalmodel import GlobalModel
+from distrai.protocol.run import challenge_inputs
 from distrai.protocol.runtime import Runtime, params_hash
 from distrai.protocol.windows import reveal_seed
 from distrai.train.assignment import batch_indices
@@ -37,6 +38,7 @@ from validators.checks import PASS, MinerVerdict
 from validators.scoring import tokens_trained
 from validators.shared_scoring import as_measurement
 from validators.usefulness import measure_updates
+from validators.window import WindowBasis
 from validators.window_scoring import score_window
 
 WEIGHTINGS = ("equal", "tokens", "score")
@@ -175,10 +177,14 @@ class Trainer:
         return Trained(update, encoded.residual, manifest)
 
 
+def window_block(window: int) -> str:
+    """The block hash the bench makes up for the window's challenge."""
+    return "0x" + hashlib.sha256(f"distrai.bench.incentives/{window}".encode()).hexdigest()
+
+
 def window_seed(runtime: Runtime, window: int) -> bytes:
-    """The window's challenge seed, from a block hash the bench makes up for it."""
-    block = hashlib.sha256(f"distrai.bench.incentives/{window}".encode()).hexdigest()
-    return reveal_seed("0x" + block, runtime.run_id, window)
+    """The window's challenge seed, from its made-up block hash."""
+    return reveal_seed(window_block(window), runtime.run_id, window)
 
 
 def passed_verdicts(trained: Mapping[str, Trained], miners: Sequence[str]) -> dict[str, MinerVerdict]:
@@ -195,9 +201,17 @@ def score(runtime: Runtime, model: GlobalModel, verdicts: Mapping[str, MinerVerd
     """The validator's measurement and scoring of the window: sets every verdict's score."""
     miners = list(verdicts)
     updates = {hk: (v.manifest.steps, v.update) for hk, v in verdicts.items()}
-    measured = measure_updates(
-        runtime, model, model.window, window_seed(runtime, model.window), miners, updates
+    basis = WindowBasis(
+        runtime=runtime,
+        number=model.window,
+        base=model,
+        inputs=challenge_inputs(runtime.config, window_block(model.window), model.window, miners),
+        miners=tuple(miners),
+        shares={},
+        announcements={},
+        is_registered=lambda hk: True,
     )
+    measured = measure_updates(basis, window_seed(runtime, model.window), updates)
     measurements = {hk: as_measurement(result) for hk, result in measured.items()}
     score_window(runtime, list(verdicts.values()), measurements, dict.fromkeys(miners, 1))
 

@@ -1,6 +1,6 @@
 """Fixtures shared by several test files, and the session's background jobs.
 
-The jobs that tests only read once they have ended run in three lanes while the other tests do
+The jobs that tests only read once they have ended run in two lanes while the other tests do
 (`support.background`): in each lane one at a time, the next as soon as the one before has ended.
 They are the local networks (`support.adversary_net`, `support.leader_net`, `support.findings_net`,
 `support.restart_net`, `support.smoke_net`, the README's walk of `support.readme_net`), the chaos run
@@ -23,7 +23,6 @@ from support.bench_jobs import (
     start_gpu_bench,
     start_incentives_bench,
     start_outer_delay_bench,
-    start_verification_scale_bench,
 )
 from support.chaos_run import ChaosJob, start_chaos_run
 from support.findings_net import start_findings_net
@@ -38,7 +37,6 @@ NETWORKS = {
     "chaos_run": start_chaos_run,
     "adversary_net": start_adversary_net,
     "findings_net": start_findings_net,
-    "verification_scale_bench": start_verification_scale_bench,
     "gpu_bench": start_gpu_bench,
     "restart_net": start_restart_net,
     "outer_delay_bench": start_outer_delay_bench,
@@ -52,13 +50,11 @@ NETWORKS = {
 LANES = (
     ("leader_net", "adversary_net", "findings_net", "restart_net", "outer_delay_bench", "data_memory_bench"),
     ("smoke_net", "chaos_run", "gpu_bench", "incentives_bench", "convergence_bench", "readme_net"),
-    ("verification_scale_bench",),
 )
 """The order in which the jobs run, one at a time in each lane: the local networks, paced by the
 chain's blocks, in the first, then two benchmarks' quick runs; in the second the light smoke run beside the leader network, whose
 timing is tightest, then the chaos run, the benchmarks, which take a core each, and the README's walk
-beside the other networks; in the third `bench/verification_scale.py --quick`, a network that mostly
-waits for its blocks (about 110 CPU-s over 280 s), beside everything else from the start."""
+beside the other networks."""
 
 
 def pytest_configure(config):
@@ -164,12 +160,6 @@ def chaos_run(networks) -> ChaosJob:
 def outer_delay_bench(networks) -> CommandJob:
     """`bench/outer_delay.py pipe 0.7 0.3 --quick` (`support.bench_jobs`), run to its end."""
     return networks.result("outer_delay_bench").net
-
-
-@pytest.fixture(scope="session")
-def verification_scale_bench(networks) -> CommandJob:
-    """`bench/verification_scale.py --quick` (`support.bench_jobs`), run to its end."""
-    return networks.result("verification_scale_bench").net
 
 
 @pytest.fixture(scope="session")

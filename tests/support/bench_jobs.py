@@ -1,7 +1,6 @@
 """The benchmarks' quick runs as background jobs (`support.background`): each is one process that
 writes a report, and its tests only read the report and the process's output once it has ended, so it
-runs beside the other tests (tests/test_bench_gpu.py, tests/test_bench_smoke.py and the other
-tests/test_bench_*.py read them).
+runs beside the other tests (tests/test_bench_gpu.py, tests/test_bench_smoke.py read them).
 
 Each report file starts with an old report and hand-written notes after the marker, which the run
 must keep."""
@@ -73,10 +72,6 @@ def start_incentives_bench(work: Path, env: Mapping[str, str]) -> CommandJob:
 
 def start_outer_delay_bench(work: Path, env: Mapping[str, str]) -> CommandJob:
     return bench_job(work, env, "outer_delay.py", "outer-delay.md", "pipe", "0.7", "0.3", "--quick")
-
-
-def start_verification_scale_bench(work: Path, env: Mapping[str, str]) -> CommandJob:
-    return bench_job(work, env, "verification_scale.py", "verification-scale.md", "--quick")
 
 
 DATA_BEGIN, DATA_END = "<!-- data_memory: begin -->", "<!-- data_memory: end -->"

@@ -9,9 +9,10 @@ real entry points, `distrai.localnet`). While they run, the harness
   every (role, phase) pair at least once, one miner kill aimed at the block its reveal uploads
   in), and restarts it at once with the same command (`Localnet.restart`);
 - puts each outage of `--outage KIND:PHASE:SECONDS` in a window of its own, starting in the phase
-  named (`outage_offset`: the train phase alone, across the window's first block; the reveal
-  phase at the block after the commit deadline, when the challenged miners upload their reveals;
-  the validate phase at the reveal deadline, when the validators list the reveals), each shorter
+  named (`outage_start`: the train phase alone, across the window's first block; the reveal
+  phase in the second half of the commit deadline's block, so it is in place when every miner
+  uploads its update blob and the challenged ones their reveals, at the next block; the validate
+  phase at the reveal deadline, when the validators list the reveals), each shorter
   than half a window:
   - `store`: the file store unreachable: the store directory is moved aside and a symbolic link
     that points at itself takes its place, so every put and get fails with a `StoreError` (ELOOP)
@@ -123,7 +124,7 @@ class OutageSpec:
     kind: str
     """a value of `OUTAGE_KINDS`"""
     phase: str
-    """where it starts (`PHASES`, `outage_offset`)"""
+    """where it starts (`PHASES`, `outage_start`)"""
     seconds: float
 
     @classmethod
@@ -203,24 +204,26 @@ def phase_offsets(cfg: WindowConfig) -> dict[str, list[int]]:
     return offsets
 
 
-def outage_offset(cfg: WindowConfig, phase: str) -> int:
-    """The block offset inside a window at which an outage of `phase` starts: the train phase's first
-    block alone (on pipelined windows the last of the window, so the outage spans the next window's
-    first block, when every node reads or writes the chain: miners start the window and read the
-    commitments, validators note the window's miners); in the reveal phase the block after the
-    commit deadline, when the challenged miners upload their reveals; in the validate phase the
-    reveal deadline, when the validators list the reveals (a store back before the read patience
-    costs nothing; one still out of reach then makes a challenged miner's reveal withheld,
-    docs/protocol.md, "Withheld reveals")."""
+def outage_start(cfg: WindowConfig, phase: str, window: int, rng: random.Random) -> float:
+    """The block (with a fraction) at which an outage of `phase` in `window` starts: inside the
+    train phase's first block alone (on pipelined windows the last of the window, so the outage
+    spans the next window's first block, when every node reads or writes the chain: miners start the
+    window and read the commitments, validators note the window's miners); in the reveal phase in
+    the second half of the commit deadline's block, so the store is already out of reach at the next
+    block, when every miner uploads its update blob and the challenged miners their reveals (a
+    tiny model's upload takes a fraction of a block: an outage that began inside that block found
+    it done in a CI run); in the validate phase inside the reveal deadline's block, when the
+    validators list the reveals (a store back before the read patience costs nothing; one still out
+    of reach then makes a challenged miner's reveal withheld, docs/protocol.md, "Withheld reveals")."""
     bpw = cfg.blocks_per_window
-    offset = {
-        "train": min(phase_offsets(cfg).get("train", [0])),
-        "reveal": (cfg.commit_offset + 1) % bpw,
-        "validate": cfg.reveal_offset % bpw,
+    offset, fraction = {
+        "train": (min(phase_offsets(cfg).get("train", [0])), (0.1, 0.9)),
+        "reveal": (cfg.commit_offset % bpw, (0.5, 0.9)),
+        "validate": (cfg.reveal_offset % bpw, (0.1, 0.9)),
     }[phase]
     if phase_label(activities(cfg, window_start(cfg, 2) + offset)) != phase:
         raise ValueError(f"the run's windows have no {phase} phase to put an outage in")
-    return offset
+    return window_start(cfg, window) + offset + rng.uniform(*fraction)
 
 
 def plan(
@@ -255,11 +258,10 @@ def plan(
                 f"a {spec.kind} of {spec.seconds:g} s is not shorter than half a window "
                 f"({bpw * options.block_time / 2:g} s)"
             )
-        offset = outage_offset(cfg, spec.phase)
         length = spec.seconds / options.block_time
         for _ in range(1000):
             window = rng.choice(outage_windows)
-            start = window_start(cfg, window) + offset + rng.uniform(0.1, 0.9)
+            start = outage_start(cfg, spec.phase, window, rng)
             span = (start - before, start + length + MARGIN_BLOCKS)
             if window not in used and not any(_overlap(span, b) for b in blocked):
                 break
@@ -403,7 +405,7 @@ class Kill:
 class Disruption:
     kind: str
     phase: str
-    """the phase it was put in (`outage_offset`)"""
+    """the phase it was put in (`outage_start`)"""
     block: int
     end_block: int
     seconds: float

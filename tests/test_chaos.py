@@ -106,9 +106,10 @@ def test_each_outage_starts_in_its_phase_in_a_window_of_its_own(windows_config, 
         assert len({int(e.block) // cfg.blocks_per_window for e in placed}) == len(placed)
         reveal = [e for e in placed if e.phase == "reveal"]
         assert reveal, "an outage covers a reveal phase"
-        # it starts once the challenged miners know it (the block after the commit deadline)
+        # it is in place before the miners upload, at the block after the commit deadline
         assert all(
-            int(e.block) % cfg.blocks_per_window == (cfg.commit_offset + 1) % cfg.blocks_per_window
+            int(e.block) % cfg.blocks_per_window == cfg.commit_offset % cfg.blocks_per_window
+            and e.block % 1 >= 0.5
             for e in reveal
         )
 

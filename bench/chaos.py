@@ -169,6 +169,9 @@ class ChaosOptions:
     outages: tuple[OutageSpec, ...] = DEFAULT_OUTAGES
     timeout_s: float | None = None
     """the whole run, from the nodes' start; default from the windows and the block time"""
+    warm_start: bool = False
+    """nodes, restarts included, forked from a warm interpreter (`distrai.localnet.warm_start`), as
+    the test suite's short run starts them; a plain `python` start is what an operator's restart costs"""
 
 
 @dataclass(frozen=True)
@@ -573,6 +576,7 @@ class Harness:
                 validators=options.validators,
                 windows=options.windows,
                 block_time=options.block_time,
+                warm_start=options.warm_start,
             )
         )
         self.cfg = self.net.config.windows
@@ -1967,6 +1971,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         + ")",
     )
     parser.add_argument("--no-outages", action="store_true", help="no outage, kills only")
+    parser.add_argument(
+        "--warm-start",
+        action="store_true",
+        help="fork nodes and restarts from a warm interpreter, as the test suite's short run does "
+        "(default: a plain `python` start, what an operator's restart costs)",
+    )
     parser.add_argument("--work", type=Path, default=None, help="localnet folder (default: a temp dir)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="markdown report to write")
     return parser.parse_args(argv)
@@ -1983,6 +1993,7 @@ def main(argv: list[str]) -> int:
         seed=args.seed,
         block_time=args.block_time,
         outages=() if args.no_outages else tuple(args.outage or DEFAULT_OUTAGES),
+        warm_start=args.warm_start,
     )
     with Progress(
         TextColumn("[bold]block {task.completed:.0f} of {task.total:.0f}"),

@@ -31,6 +31,7 @@ def start_adversary_net(work: Path, env: Mapping[str, str]) -> Localnet:
                 block_time=1.0,
                 adversaries=tuple(ADVERSARIES),
                 run_config=CONFIG,
+                warm_start=True,
             )
         ),
         env,

@@ -4,7 +4,7 @@ the tests that read it (a thread that printed would write into whichever test is
 
 3 miners and 2 validators on the pipelined cpu-localnet config at `BLOCK_TIME` s per block, `WINDOWS`
 windows, `KILLS` SIGKILLs at moments drawn from `SEED`, each followed at once by a restart with the
-same command; the `OUTAGES`: the store unreachable while the challenged miners upload their reveals,
+same command (forked from a warm interpreter, `distrai.localnet.warm_start`, as every start of it); the `OUTAGES`: the store unreachable while the challenged miners upload their reveals,
 the chain locked across a window's first block."""
 
 from __future__ import annotations
@@ -26,7 +26,15 @@ STOP_S = 120.0
 
 def chaos_options(work: Path, **changes) -> ChaosOptions:
     """The run's options, with `changes` (the tests of the plan vary them)."""
-    options = dict(work=work, kills=KILLS, windows=WINDOWS, seed=SEED, block_time=BLOCK_TIME, outages=OUTAGES)
+    options = dict(
+        work=work,
+        kills=KILLS,
+        windows=WINDOWS,
+        seed=SEED,
+        block_time=BLOCK_TIME,
+        outages=OUTAGES,
+        warm_start=True,
+    )
     options.update(changes)
     return ChaosOptions(**options)
 

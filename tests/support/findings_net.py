@@ -32,6 +32,7 @@ def start_findings_net(work: Path, env: Mapping[str, str]) -> Localnet:
                 block_time=1.0,
                 adversaries=(ADVERSARY,),
                 run_config=CONFIG,
+                warm_start=True,
             )
         ),
         env,

@@ -42,6 +42,7 @@ def start_leader_net(work: Path, env: Mapping[str, str]) -> Localnet:
                 adversaries=MINER_ADVERSARIES,
                 leader_adversaries=LEADERS,
                 run_config=CONFIG,
+                warm_start=True,
             )
         ),
         env,

@@ -81,6 +81,7 @@ def start_restart_net(work: Path, env: Mapping[str, str]) -> Localnet:
                 block_time=1.0,
                 idle_miners=1,
                 run_config=prepared_run_config(work.parent, env),
+                warm_start=True,
             )
         ),
         env,

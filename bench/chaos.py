@@ -18,13 +18,21 @@ real entry points, `distrai.localnet`). While they run, the harness
     that points at itself takes its place, so every put and get fails with a `StoreError` (ELOOP)
     until the directory is moved back (chmod 000 does not stop root, and a directory merely moved
     away is silently re-created by the next put);
+  - `s3`: the S3 server paused: a run with this kind keeps the nodes' store in a bucket of a moto
+    server the harness starts on 127.0.0.1 (`distrai.localnet.s3server`; moto is a development
+    dependency), and the outage stops the server's process with SIGSTOP, then continues it with
+    SIGCONT; the kernel still accepts connections on its port, so requests hang unanswered until
+    the server continues or a client's read timeout passes. It cannot share a run with `store`,
+    whose store is a folder;
   - `chain`: the embedded chain locked: a separate sqlite3 connection holds `BEGIN EXCLUSIVE` on
     chain.db, then commits; meanwhile it samples which nodes sit in sqlite's busy wait.
 
 No kill falls within `RESTART_S` (plus a few blocks) before an outage or a few blocks after it, so
 each effect has one cause. Then it checks what the nodes left behind (`run_checks`): no validator
 state lost, no reveal in flight or codec residual lost, no honest miner marked fraud, every node on
-one global model, no partial object or temp file in the store, every outage survived and told in
+one global model, no partial object or temp file in the store (read through the store's API, file
+or S3; a temp file is one of an interrupted write in a file store, an unfinished multipart upload
+in a bucket), every outage survived and told in
 the logs, and what each outage cost (`outage_costs`): windows lost (at most one), honest miners
 barred (none), and the lines the nodes logged about it (no line repeated as the nodes retry).
 
@@ -37,6 +45,7 @@ SIGINT and requires them to exit 0 like the rest.
     python bench/chaos.py --kills 6                         # the outages' costs with fewer kills around them
     python bench/chaos.py --kills 8 --windows 5 --seed 3 --block-time 0.7 --output /tmp/r.md
     python bench/chaos.py --outage store:reveal:8 --outage store:validate:2
+    python bench/chaos.py --kills 4 --windows 5 --outage s3:validate:5  # the store on a moto server
 """
 
 from __future__ import annotations
@@ -67,12 +76,22 @@ from rich.table import Table
 
 from distrai.chain.local_db import SLOW_LOCK_SECONDS
 from distrai.localnet.network import Localnet, LocalnetOptions
+from distrai.localnet.s3server import (
+    FAKE_ACCESS_KEY_ID,
+    FAKE_SECRET_ACCESS_KEY,
+    free_port,
+    make_bucket,
+    pause,
+    resume,
+    start_server,
+    stop_server,
+)
 from distrai.localnet.view import signed_reports
 from distrai.node.metrics import read_metrics
 from distrai.node.wallets import open_wallet
 from distrai.protocol.announce import committed_updates
 from distrai.protocol.globalmodel import CHECKPOINT_FORMAT
-from distrai.protocol.layout import manifest_key
+from distrai.protocol.layout import aggregate_key, manifest_key, window_prefix
 from distrai.protocol.run import run_id
 from distrai.protocol.trajectory import decode_trajectory
 from distrai.protocol.windows import (
@@ -87,11 +106,12 @@ from distrai.protocol.windows import (
     window_of,
     window_start,
 )
+from distrai.store import FileStore, Store, StoreError
 from distrai.store.temps import TEMP_SUFFIX
 from distrai.train.coded_state import CODED_STATE_FORMAT, check_coded_state
 from distrai.train.tensorfile import blob_format
 from distrai.train.tensorfile import decode_tensors as decode_record_tensors
-from distrai.train.train_state import load_state as load_train_state
+from distrai.train.train_state import decode_state
 from validators.validator_state import ValidatorState
 from validators.validator_state import load_state as load_validator_state
 
@@ -115,8 +135,15 @@ LOCK_SAMPLE_S = 0.25
 # -- options and plan ---------------------------------------------------------------------------
 
 
-OUTAGE_KINDS = {"store": "store outage", "chain": "chain stall"}
+OUTAGE_KINDS = {"store": "store outage", "s3": "S3 server paused", "chain": "chain stall"}
 """`--outage` KIND → the disruption's name in the checks and the report."""
+STORE_KINDS = frozenset({"store outage", "S3 server paused"})
+"""The disruptions of the nodes' store."""
+S3_BUCKET = "distrai-chaos"
+"""The bucket of the nodes' store on the run's moto server (a run with an `s3` outage)."""
+OBJECT_LIMIT = 1 << 40
+"""The size cap of the checks' reads of store objects: none in practice (the checks read every
+object whole, as a node would within its own limits)."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +184,16 @@ ends before the read patience (4 blocks, 3.2 s, after the reveal deadline). A st
 end after the read patience (docs/reliability.md, notes)."""
 
 
+def check_outages(outages: tuple[OutageSpec, ...]) -> None:
+    """Refuse outages that cannot share a run: a run with an s3 outage keeps its store on an S3
+    server, and a store outage makes a file store's folder unreachable."""
+    if {"store outage", "S3 server paused"} <= {o.kind for o in outages}:
+        raise ValueError(
+            "--outage store and --outage s3 cannot share a run: an s3 outage keeps the store on an S3 "
+            "server, a store outage needs a file store"
+        )
+
+
 @dataclass(frozen=True)
 class ChaosOptions:
     work: Path
@@ -173,11 +210,19 @@ class ChaosOptions:
     """nodes, restarts included, forked from a warm interpreter (`distrai.localnet.warm_start`), as
     the test suite's short run starts them; a plain `python` start is what an operator's restart costs"""
 
+    def __post_init__(self) -> None:
+        check_outages(self.outages)
+
+    @property
+    def on_s3(self) -> bool:
+        """Whether the nodes' store is a bucket of a local S3 server (the run pauses it)."""
+        return any(o.kind == "S3 server paused" for o in self.outages)
+
 
 @dataclass(frozen=True)
 class Planned:
     kind: str
-    """"kill", "store outage" or "chain stall" """
+    """"kill" or a value of `OUTAGE_KINDS`"""
     block: float
     """chain block (with a fraction) at which it starts"""
     node: str = ""
@@ -569,6 +614,9 @@ class Harness:
         self.say = say
         self.base_env = base_env
         """the environment the nodes start from (this process's when None)"""
+        self.s3_endpoint = f"http://127.0.0.1:{free_port()}" if options.on_s3 else None
+        """the URL of the run's S3 server (`start_s3`), which holds the nodes' store; None: a file store"""
+        self.s3_server: subprocess.Popen[bytes] | None = None
         self.net = Localnet(
             LocalnetOptions(
                 work=options.work,
@@ -577,6 +625,14 @@ class Harness:
                 windows=options.windows,
                 block_time=options.block_time,
                 warm_start=options.warm_start,
+                store_url=(
+                    None
+                    if self.s3_endpoint is None
+                    else f"s3://{S3_BUCKET}/net?endpoint={self.s3_endpoint}&path_style=true"
+                ),
+                store_credentials=(
+                    None if self.s3_endpoint is None else (FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY)
+                ),
             )
         )
         self.cfg = self.net.config.windows
@@ -602,6 +658,10 @@ class Harness:
     @property
     def chain(self):
         return self.net.chain
+
+    def store(self) -> Store:
+        """The nodes' store, opened to read (a file store is not swept of its temp files)."""
+        return self.net.open_store(create=False)
 
     def hotkey(self, name: str) -> str:
         if name not in self._hotkeys:
@@ -639,6 +699,8 @@ class Harness:
 
     def run(self, progress: Callable[[int, int], None] | None = None) -> None:
         net = self.net
+        if self.s3_endpoint is not None:
+            self.start_s3()
         net.setup()
         events = plan_for_seed(
             self.cfg, self.options, {n.name: n.role for n in net.neurons}, self.first_window
@@ -660,9 +722,28 @@ class Harness:
                 self.kill(event)
             elif event.kind == "store outage":
                 self.store_outage(event, tick)
+            elif event.kind == "S3 server paused":
+                self.s3_pause(event, tick)
             else:
                 self.chain_stall(event, tick)
         self.finish(timeout, tick)
+
+    def start_s3(self) -> None:
+        """Start the run's S3 server at `s3_endpoint` (its log beside the network's folder) and make
+        the nodes' bucket on it."""
+        assert self.s3_endpoint is not None, "only a run with an s3 outage has an S3 server"
+        log = self.net.work.parent / f"{self.net.work.name}-s3server.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        port = int(self.s3_endpoint.rsplit(":", 1)[1])
+        _, self.s3_server = start_server(log, port)
+        make_bucket(self.s3_endpoint, S3_BUCKET)
+        self.say(f"S3 server (moto) at {self.s3_endpoint}, its log in {log}")
+
+    def stop_s3(self) -> None:
+        """End the run's S3 server, if it started (once the checks have read the store)."""
+        if self.s3_server is not None:
+            stop_server(self.s3_server)
+            self.s3_server = None
 
     def wait_until(self, when: float, tick: Callable[[], None]) -> None:
         while time.time() < when:
@@ -829,6 +910,35 @@ class Harness:
             )
         )
         self.say(f"store back at block {self.chain.block()}")
+
+    def s3_pause(self, event: Planned, tick: Callable[[], None]) -> None:
+        server = self.s3_server
+        assert server is not None, "a run with an s3 outage starts its S3 server (`start_s3`)"
+        block, wall, offsets = self.chain.block(), time.time(), self.offsets()
+        present = frozenset(n.name for n in self.net.neurons if n.running())
+        pause(server)
+        self.say(f"S3 server paused (SIGSTOP) at block {block} for {event.seconds:.0f} s")
+        try:
+            self.wait_until(wall + event.seconds, tick)
+        finally:
+            resume(server)
+        self.disruptions.append(
+            Disruption(
+                "S3 server paused",
+                event.phase,
+                block,
+                self.chain.block(),
+                self.elapsed(),
+                wall,
+                time.time(),
+                "moto server stopped with SIGSTOP, then SIGCONT (requests hang: the kernel still "
+                "accepts connections)",
+                log_offsets=offsets,
+                running=present,
+                alive_after={n.name: n.running() or n.name in self.finished for n in self.net.neurons},
+            )
+        )
+        self.say(f"S3 server continued (SIGCONT) at block {self.chain.block()}")
 
     def chain_stall(self, event: Planned, tick: Callable[[], None]) -> None:
         conn = sqlite3.connect(str(self.net.work / "chain.db"), timeout=60.0, isolation_level=None)
@@ -1085,6 +1195,7 @@ def anchored_manifests(h: Harness) -> dict[str, dict[int, dict]]:
     the residual they carried from window to window."""
     names = {h.hotkey(n.name): n.name for n in h.net.neurons if n.role == "miner"}
     out: dict[str, dict[int, dict]] = {name: {} for name in names.values()}
+    store, limit = h.store(), h.net.config.limits.max_manifest_bytes
     for w in range(h.first_window, h.last_miner_window + 2):
         deadline = commit_deadline(h.cfg, w)
         if deadline - 1 > h.chain.block():
@@ -1093,10 +1204,9 @@ def anchored_manifests(h: Harness) -> dict[str, dict[int, dict]]:
             h.chain.commitments(block=deadline - 1), w, lambda b, w=w: committed_in_time(h.cfg, w, b)
         )
         for hotkey, announcement in counted.items():
-            path = h.net.work / "store" / manifest_key(h.run_id, w, hotkey)
             try:
-                data = path.read_bytes()
-            except OSError:
+                data = store.get(manifest_key(h.run_id, w, hotkey), limit)
+            except StoreError:
                 continue
             if hashlib.sha256(data).hexdigest() == announcement.manifest_sha256 and hotkey in names:
                 out[names[hotkey]][w] = json.loads(data)["body"]
@@ -1271,7 +1381,7 @@ def fraud_cause(reason: str, h: Harness, window: int, miner: str) -> str:
     """Why an honest miner was judged a cheat, as far as the run shows."""
     if "another base model" in reason or "not the window's starting state" in reason:
         return "the validator and the miner are on different global models (see: one global model)"
-    if re.search(r"symbolic links|file store \w+ .* failed", reason):
+    if re.search(r"symbolic links|file store \w+ .* failed|s3 \w+ .* failed", reason):
         return "the validator could not read the store (outage) and took it for hiding"
     if "not in the store at the reveal deadline" in reason or "not revealed" in reason:
         killed = [k.index for k in h.kills if k.node == miner and k.in_flight and window in k.in_flight]
@@ -1350,28 +1460,28 @@ def check_global_model(h: Harness, reports: list[dict]) -> Check:
     full = {h.hotkey(n.name)[:10]: h.hotkey(n.name) for n in h.net.neurons}
     results: dict[tuple[int, str], str | None] = {}
     details, refusals = [], 0
+    store, limit = h.store(), h.net.config.limits.max_manifest_bytes
 
     def result_of(w: int, prefix: str) -> str | None:
         if (w, prefix) not in results:
-            path = (
-                h.net.work
-                / "store"
-                / f"runs/{h.run_id[:16]}/w{w:08d}/aggregates/{full.get(prefix, prefix)}.json"
-            )
+            key = aggregate_key(h.run_id, w, full.get(prefix, prefix))
             try:
-                results[(w, prefix)] = json.loads(path.read_bytes())["body"]["result_hash"]
-            except (OSError, ValueError, KeyError):
+                results[(w, prefix)] = json.loads(store.get(key, limit))["body"]["result_hash"]
+            except (StoreError, ValueError, KeyError):
                 results[(w, prefix)] = None
         return results[(w, prefix)]
 
     def base_of(w: int) -> str | None:
         """The model a window's aggregates start from, which a node that keeps the model keeps."""
-        folder = h.net.work / "store" / f"runs/{h.run_id[:16]}/w{w:08d}/aggregates"
         bases = set()
-        for path in folder.glob("*.json") if folder.exists() else []:
+        try:
+            keys = store.list(f"{window_prefix(h.run_id, w)}/aggregates/")
+        except StoreError:
+            keys = []
+        for key in (k for k in keys if k.endswith(".json")):
             try:
-                bases.add(json.loads(path.read_bytes())["body"]["base_hash"])
-            except (OSError, ValueError, KeyError):
+                bases.add(json.loads(store.get(key, limit))["body"]["base_hash"])
+            except (StoreError, ValueError, KeyError):
                 continue
         return bases.pop() if len(bases) == 1 else None
 
@@ -1431,45 +1541,64 @@ def check_global_model(h: Harness, reports: list[dict]) -> Check:
     )
 
 
+def left_writes(h: Harness, store: Store) -> list[tuple[str, int, float]]:
+    """The writes begun in the nodes' store and never finished, as (where, bytes, unix time it was
+    written): temp files of a file store (which its keys do not list), or unfinished multipart
+    uploads of an S3 store (of which only the harness's own client can ask the server)."""
+    if isinstance(store, FileStore):
+        return [
+            (path.relative_to(store.root).as_posix(), path.stat().st_size, path.stat().st_mtime)
+            for path in sorted(store.root.rglob("*" + TEMP_SUFFIX))
+            if path.is_file()
+        ]
+    assert h.s3_endpoint is not None, "the nodes' store is a file store or on the run's S3 server"
+    import boto3
+
+    client = boto3.session.Session(
+        aws_access_key_id=FAKE_ACCESS_KEY_ID,
+        aws_secret_access_key=FAKE_SECRET_ACCESS_KEY,
+        region_name="us-east-1",
+    ).client("s3", endpoint_url=h.s3_endpoint)
+    pages = client.get_paginator("list_multipart_uploads").paginate(Bucket=S3_BUCKET)
+    uploads = [upload for page in pages for upload in page.get("Uploads", [])]
+    return [(f"{u['Key']} (upload {u['UploadId']})", 0, u["Initiated"].timestamp()) for u in uploads]
+
+
 def check_store(h: Harness) -> list[Check]:
     """Every object under the store whole (states load, tensors and checkpoints decode, JSON
-    documents parse, blobs hash to their names), and no temp file of an interrupted write left
-    anywhere in the store."""
-    root = h.net.work / "store"
+    documents parse, blobs hash to their names), read through the store's API, and no write of
+    an interrupted writer left anywhere in the store (`left_writes`)."""
+    store = h.store()
     limit = h.net.config.limits.max_checkpoint_bytes
     broken, temps, counted = [], [], 0
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        key = path.relative_to(root).as_posix()
-        if path.name.endswith(TEMP_SUFFIX):
-            written = path.stat().st_mtime
-            cause = next(
-                (
-                    f"kill {k.index} of {k.node}"
-                    for k in h.kills
-                    if k.role == "miner" and abs(k.wall - written) < 2.0
-                ),
-                None,
-            ) or next(
-                (f"the {d.kind}" for d in h.disruptions if d.wall_start - 2.0 <= written <= d.wall_end + 2.0),
-                "unknown",
-            )
-            temps.append(
-                f"{key} ({path.stat().st_size} bytes, written {time.strftime('%H:%M:%S', time.localtime(written))}, "
-                f"at {cause})"
-            )
-            continue
+    for where, size, written in left_writes(h, store):
+        cause = next(
+            (
+                f"kill {k.index} of {k.node}"
+                for k in h.kills
+                if k.role == "miner" and abs(k.wall - written) < 2.0
+            ),
+            None,
+        ) or next(
+            (f"the {d.kind}" for d in h.disruptions if d.wall_start - 2.0 <= written <= d.wall_end + 2.0),
+            "unknown",
+        )
+        temps.append(
+            f"{where} ({size} bytes, written {time.strftime('%H:%M:%S', time.localtime(written))}, at {cause})"
+        )
+    for key in store.list():
         counted += 1
-        data = path.read_bytes()
         try:
+            data = store.get(key, OBJECT_LIMIT)
             if key.startswith("blobs/"):
-                if hashlib.sha256(data).hexdigest() != path.name:
+                if hashlib.sha256(data).hexdigest() != key.removeprefix("blobs/"):
                     raise ValueError("does not hash to its name")
             elif key.endswith(".json"):
                 json.loads(data)
             elif "/states/" in key and blob_format(data) == CODED_STATE_FORMAT:
                 check_coded_state(data, limit)
             elif "/states/" in key:
-                load_train_state(path)
+                decode_state(data)
             elif "/trajectories/" in key:
                 decode_trajectory(data, max_bytes=limit)
             elif "/checkpoints/" in key:
@@ -1499,7 +1628,15 @@ def check_store(h: Harness) -> list[Check]:
 
 
 STORE_WORDS = re.compile(r"store|symbolic links|not following|publish|reveal failed|commit failed", re.I)
+S3_WORDS = re.compile(
+    STORE_WORDS.pattern + r"|\bs3\b|timeout|timed out|endpoint|out of reach|connect|unreachable", re.I
+)
+"""An S3 store's errors name the operation and the bucket (`s3 get 'KEY' in s3://… failed: …`),
+its retries botocore's error (`Read timeout on endpoint URL`, `Could not connect to the endpoint
+URL`), and a node's outage log what is out of reach (`distrai.store.outage`)."""
 CHAIN_WORDS = re.compile(r"chain|database|locked|sqlite|deadline", re.I)
+OUTAGE_WORDS = {"store outage": STORE_WORDS, "S3 server paused": S3_WORDS, "chain stall": CHAIN_WORDS}
+"""The words that make a node's warning or error a line about an outage of that kind."""
 
 
 def outage_said(h: Harness, d: Disruption) -> tuple[list[str], list[str], list[str]]:
@@ -1512,7 +1649,7 @@ def outage_said(h: Harness, d: Disruption) -> tuple[list[str], list[str], list[s
     until their next deadline (no record at all) or working without the store (a miner training
     from its cached shards), so the nodes are silent only when none of them logged a warning or
     error about the store in it; each node that did neither is noted."""
-    words = STORE_WORDS if d.kind == "store outage" else CHAIN_WORDS
+    words = OUTAGE_WORDS[d.kind]
     silent, tracebacks, notes = [], [], []
     for neuron in h.net.neurons:
         span = [
@@ -1523,7 +1660,7 @@ def outage_said(h: Harness, d: Disruption) -> tuple[list[str], list[str], list[s
         d.said[neuron.name] = [
             r.message for r in span if r.level in ("WARNING", "ERROR", "CRITICAL") and words.search(r.message)
         ]
-        if d.kind == "store outage":
+        if d.kind in STORE_KINDS:
             busy = [
                 r
                 for r in span
@@ -1543,7 +1680,7 @@ def outage_said(h: Harness, d: Disruption) -> tuple[list[str], list[str], list[s
             silent.append(neuron.name)
         if any(r.level == "RAW" or "Traceback" in r.message for r in span):
             tracebacks.append(neuron.name)
-    if d.kind == "store outage" and not any(d.said.values()):
+    if d.kind in STORE_KINDS and not any(d.said.values()):
         silent = sorted(d.running)
     dead = [name for name, alive in d.alive_after.items() if not alive]
     dead += [
@@ -1761,6 +1898,7 @@ def run_checks(h: Harness) -> list[Check]:
         check_global_model(h, reports),
         *check_store(h),
         *check_disruption(h, "store outage"),
+        *check_disruption(h, "S3 server paused"),
         *check_disruption(h, "chain stall"),
         *(outage_costs(h) if h.disruptions else []),
     ]
@@ -1789,10 +1927,13 @@ def run_chaos(
     h = harness if harness is not None else Harness(options, say)
     clock = time.monotonic()
     try:
-        h.run(progress)
+        try:
+            h.run(progress)
+        finally:
+            h.net.stop()
+        checks = run_checks(h)
     finally:
-        h.net.stop()
-    checks = run_checks(h)
+        h.stop_s3()
     return ChaosResult(
         options=options,
         command="",
@@ -1848,7 +1989,7 @@ def markdown(result: ChaosResult) -> str:
         f"- date: {result.started}; machine: {os.cpu_count()} CPU cores; code: {code_version()}",
         f"- network: {o.miners} miners, {o.validators} validators, cpu-localnet config (pipelined), "
         f"block time {o.block_time} s, {o.windows} windows (miners' windows {result.windows[0]}–{result.windows[1]}), "
-        f"seed {o.seed}",
+        f"seed {o.seed}; store: {'a bucket of a local moto S3 server' if o.on_s3 else 'a file store'}",
         f"- {len(result.kills)} SIGKILLs, each followed at once by a restart with the same command; "
         f"outages: {', '.join(f'{x.kind} of {x.seconds:g} s in the {x.phase} phase' for x in o.outages) or 'none'}",
         f"- wall time: {result.seconds:.0f} s; exit codes: "
@@ -1966,7 +2107,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=_outage_arg,
         default=None,
         metavar="KIND:PHASE:SECONDS",
-        help="an outage: KIND store or chain, PHASE train, reveal or validate; repeat for more (default: "
+        help="an outage: KIND store, s3 or chain, PHASE train, reveal or validate; repeat for more; s3 "
+        "keeps the store on a local moto S3 server and cannot share a run with store (default: "
         + ", ".join(map(str, DEFAULT_OUTAGES))
         + ")",
     )
@@ -1979,7 +2121,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--work", type=Path, default=None, help="localnet folder (default: a temp dir)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="markdown report to write")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    try:
+        check_outages(tuple(args.outage or ()))
+    except ValueError as exc:
+        parser.error(str(exc))
+    return args
 
 
 def main(argv: list[str]) -> int:

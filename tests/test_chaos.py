@@ -29,10 +29,12 @@ from bench.chaos import (
     MARGIN_BLOCKS,
     PHASES,
     ROLES,
+    S3_WORDS,
     OutageSpec,
     down_over_deadline,
     excused_ban,
     log_records,
+    parse_args,
     phase_label,
     plan,
     plan_for_seed,
@@ -48,6 +50,10 @@ NODES = {
     "miner1": "miner",
     "miner2": "miner",
 }
+
+
+S3_OUTAGES = (OutageSpec("S3 server paused", "reveal", 5.0), OutageSpec("S3 server paused", "validate", 3.0))
+"""A run of `s3` outages (bench/chaos.py `--outage s3:…`), which the suite's chaos run leaves out."""
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +72,9 @@ def test_a_seed_gives_one_plan(windows_config, tmp_path):
     assert first != other
 
 
-@pytest.mark.parametrize("kills,windows,outages", [(7, 5, OUTAGES), (20, 8, DEFAULT_OUTAGES)])
+@pytest.mark.parametrize(
+    "kills,windows,outages", [(7, 5, OUTAGES), (20, 8, DEFAULT_OUTAGES), (6, 5, S3_OUTAGES)]
+)
 def test_the_plan_hits_every_role_in_every_phase_away_from_the_disruptions(
     windows_config, tmp_path, kills, windows, outages
 ):
@@ -90,7 +98,7 @@ def test_the_plan_hits_every_role_in_every_phase_away_from_the_disruptions(
         assert min(b - a for a, b in zip(moments, moments[1:], strict=False)) >= 2
 
 
-@pytest.mark.parametrize("windows,outages", [(5, OUTAGES), (8, DEFAULT_OUTAGES)])
+@pytest.mark.parametrize("windows,outages", [(5, OUTAGES), (8, DEFAULT_OUTAGES), (5, S3_OUTAGES)])
 def test_each_outage_starts_in_its_phase_in_a_window_of_its_own(windows_config, tmp_path, windows, outages):
     cfg = windows_config
     for seed in range(20):
@@ -134,6 +142,35 @@ def test_a_malformed_outage_is_refused(text):
 def test_an_outage_parses_back_to_its_text():
     assert str(OutageSpec.parse("chain:validate:4.5")) == "chain:validate:4.5"
     assert OutageSpec.parse("store:train:3") == OutageSpec("store outage", "train", 3.0)
+    assert OutageSpec.parse("s3:validate:6") == OutageSpec("S3 server paused", "validate", 6.0)
+    assert str(OutageSpec.parse("s3:reveal:2.5")) == "s3:reveal:2.5"
+
+
+def test_a_run_keeps_its_store_on_an_s3_server_only_with_an_s3_outage(tmp_path):
+    assert chaos_options(tmp_path, outages=S3_OUTAGES).on_s3
+    assert not chaos_options(tmp_path).on_s3, "the suite's run keeps a file store"
+    assert not chaos_options(tmp_path, outages=DEFAULT_OUTAGES).on_s3
+
+
+def test_a_store_outage_and_an_s3_outage_cannot_share_a_run(tmp_path, capsys):
+    both = (OutageSpec("store outage", "reveal", 5.0), OutageSpec("S3 server paused", "validate", 3.0))
+    with pytest.raises(ValueError, match="cannot share a run"):
+        chaos_options(tmp_path, outages=both)
+    with pytest.raises(SystemExit):
+        parse_args(["--outage", "store:reveal:5", "--outage", "s3:validate:3"])
+    assert "cannot share a run" in capsys.readouterr().err
+
+
+def test_what_nodes_say_of_an_s3_timeout_counts_as_telling_of_the_pause():
+    said = [
+        "get 'runs/ab/w00000003/manifests/5F.json' failed (ReadTimeoutError: Read timeout on endpoint URL: "
+        '"http://127.0.0.1:5000/distrai-chaos/net/runs/ab"); retry 1 of 4 in 0.25 s',
+        "s3 put 'runs/ab/w00000003/reports/5F.json' in s3://distrai-chaos/net/ failed: Could not connect "
+        'to the endpoint URL: "http://127.0.0.1:5000/"',
+        "the data store s3://distrai-chaos/net/ is out of reach: …; trying again, quietly until it answers",
+    ]
+    assert all(S3_WORDS.search(line) for line in said)
+    assert not S3_WORDS.search("window 4: trained 60 of 90 steps (loss 5.626 → 1.734) in 20.9s")
 
 
 def test_a_line_a_try_is_a_repeated_line():

@@ -23,6 +23,7 @@ from distrai.node.build import FLAGS
 from distrai.node.wallets import create_dev_wallet, open_wallet
 from distrai.protocol.run import load_run_config, run_commitment, shipped_config_path
 from distrai.protocol.runtime import model_spec
+from distrai.store import open_store
 from distrai.train.memory import GIB, ModelShape
 from distrai.train.model import load_model
 
@@ -77,7 +78,7 @@ def subnet(tmp_path):
     )
     chain.register(owner)
     chain.register(miner)
-    publish_builtin_data(load_run_config(CPU), f"file://{tmp_path / 'store'}")
+    publish_builtin_data(load_run_config(CPU), open_store(f"file://{tmp_path / 'store'}"))
     return chain, owner, wallets, tmp_path
 
 

@@ -28,7 +28,7 @@ from transformers import PreTrainedTokenizerFast
 from distrai.data.prepare import PrepareOptions, prepare
 from distrai.data.stream import is_heldout_document
 from distrai.protocol.run import RunConfig, load_run_config
-from distrai.store import open_store
+from distrai.store import Store
 
 EOS = "<|endoftext|>"
 RESERVED = "<|reserved_{}|>"
@@ -93,9 +93,9 @@ def with_manifest(template: str, manifest: str) -> str:
     return _DATA_HEADER.sub(f'[data]\nmanifest = "{manifest}"', template, count=1)
 
 
-def prepare_local_data(template: Path, files: Sequence[str | Path], store_url: str, out: Path) -> RunConfig:
-    """Prepare `files` into the store at `store_url` for the run config at `template` (whose data is
-    a template) and write the run config naming them to `out`; returns it."""
+def prepare_local_data(template: Path, files: Sequence[str | Path], store: Store, out: Path) -> RunConfig:
+    """Prepare `files` into `store` for the run config at `template` (whose data is a template) and
+    write the run config naming them to `out`; returns it."""
     config = load_run_config(template)
     if not needs_local_data(config):
         raise ValueError(f"{template} names its data already; --data.files applies to a template")
@@ -115,6 +115,6 @@ def prepare_local_data(template: Path, files: Sequence[str | Path], store_url: s
     )
     name = f"byte-level BPE, {len(tokenizer)} tokens, trained on the files' training documents"
     source = f"{len(documents)} local files, {sum(len(d) for d in documents)} characters"
-    manifest = prepare(documents, tokenizer, name, source, open_store(store_url), options)
+    manifest = prepare(documents, tokenizer, name, source, store, options)
     out.write_text(with_manifest(template.read_text(encoding="utf-8"), manifest.sha256()), encoding="utf-8")
     return load_run_config(out)

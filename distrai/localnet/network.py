@@ -26,7 +26,7 @@ from distrai.node.folders import unwritable, writable_folder
 from distrai.node.wallets import create_dev_wallet
 from distrai.protocol.run import RunConfig, load_run_config, run_commitment, shipped_config_path
 from distrai.protocol.runtime import Runtime, build_runtime
-from distrai.store import open_store
+from distrai.store import Store, open_store
 from distrai.store.base import blob_key
 
 MARKER = ".distrai-localnet"
@@ -45,13 +45,12 @@ the network's store at setup (`distrai data prepare --builtin 1000 --tokenizer b
 --heldout-fraction 0.1`); `cpu-localnet.toml` names its manifest."""
 
 
-def publish_builtin_data(config: RunConfig, store_url: str) -> None:
-    """Put the built-in corpus, prepared, in the store at `store_url` when the run config names it
-    there (a run config whose data is elsewhere, or not the built-in corpus, is prepared beforehand)."""
+def publish_builtin_data(config: RunConfig, store: Store) -> None:
+    """Put the built-in corpus, prepared, in `store` when the run config names it there (a run
+    config whose data is elsewhere, or not the built-in corpus, is prepared beforehand)."""
     data = config.data
     if data.source != "prepared" or data.store is not None or data.manifest is None:
         return
-    store = open_store(store_url)
     if store.exists(blob_key(data.manifest)):
         return
     made = prepare(
@@ -77,7 +76,7 @@ def local_runtime(
     prepared when the run config names it) and cached in `folder`/cache."""
     own = f"file://{folder / 'store'}"
     if config.data.store is None and data_store is None:
-        publish_builtin_data(config, own)
+        publish_builtin_data(config, open_store(own))
     access = None
     if config.data.source == "prepared":
         access = open_data_access(
@@ -118,6 +117,16 @@ class LocalnetOptions:
     """Fork each node that runs as one process from a warm interpreter that imported torch and
     transformers once (`warm_start.py`), instead of a fresh `python` that imports them again (~4 CPU-s
     a start); its script, flags, environment, folder and log are the same."""
+    store_url: str | None = None
+    """Where every honest node publishes (`--store.url`) and the network puts the run's data; None:
+    a file store in `work`/store. An `s3://bucket/prefix` URL names its endpoint and addressing in
+    its query (`?endpoint=http://127.0.0.1:9000&path_style=true`, `distrai.store.open_store`), so that
+    the URL the nodes announce reaches it; its bucket must exist. The adversaries keep file stores
+    of their own under `stores/` and read the run's data from this one."""
+    store_credentials: tuple[str, str] | None = field(default=None, repr=False)
+    """(access key id, secret access key) of an s3:// `store_url`: the network opens its store with
+    them and gives them to the nodes as AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. None: boto3's
+    own chain (the environment, a profile)."""
 
 
 @dataclass
@@ -235,7 +244,16 @@ class Localnet:
 
     @property
     def store_url(self) -> str:
-        return f"file://{self.work / 'store'}"
+        """The honest nodes' store (`LocalnetOptions.store_url`; by default the file store in `work`/store)."""
+        return self.options.store_url or f"file://{self.work / 'store'}"
+
+    def open_store(self, create: bool = True) -> Store:
+        """The honest nodes' store, opened with the network's credentials; `create=False` to read it
+        (a file store's folder is then neither made nor swept of temp files, `FileStore`)."""
+        keys = self.options.store_credentials
+        if keys is None:
+            return open_store(self.store_url, create=create)
+        return open_store(self.store_url, access_key_id=keys[0], secret_access_key=keys[1], create=create)
 
     def setup(self) -> None:
         """Wallets, chain, registrations, stake, permits and the owner's run commitment."""
@@ -296,11 +314,11 @@ class Localnet:
         is prepared from) and the run config the nodes run in the network's folder."""
         o = self.options
         if needs_local_data(self.config):
-            self.config = prepare_local_data(o.run_config, o.data_files, self.store_url, self.run_config)
+            self.config = prepare_local_data(o.run_config, o.data_files, self.open_store(), self.run_config)
             return
         if o.data_files:
             raise ValueError(f"{o.run_config} names its data already; --data.files applies to a template")
-        publish_builtin_data(self.config, self.store_url)
+        publish_builtin_data(self.config, self.open_store())
         shutil.copyfile(o.run_config, self.run_config)
 
     def _leader_args(self, steer: str | None) -> list[str]:
@@ -321,6 +339,8 @@ class Localnet:
         """Where the network's nodes read prepared data (None for built-in data)."""
         if self.config.data.source != "prepared":
             return None
+        if self.config.data.store is None:
+            return DataAccess(self.open_store(), self.work / "data")
         return open_data_access(self.config.data, self.work / "data", own_url=self.store_url)
 
     def _link(self) -> list[str]:
@@ -379,6 +399,9 @@ class Localnet:
             WANDB_SILENT="true",
             COLUMNS="160",
         )
+        keys = self.options.store_credentials
+        if keys is not None:
+            env.update(AWS_ACCESS_KEY_ID=keys[0], AWS_SECRET_ACCESS_KEY=keys[1])
         return env
 
     def start(self, base_env: Mapping[str, str] | None = None) -> None:

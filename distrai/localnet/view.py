@@ -18,7 +18,7 @@ from distrai.protocol.run import run_id
 from distrai.protocol.runtime import Runtime, build_runtime
 from distrai.protocol.sync import StoreCache
 from distrai.protocol.windows import activities, aggregate_deadline
-from distrai.store import StoreError, open_store
+from distrai.store import StoreError
 from distrai.train.model import count_parameters
 from distrai.train.replay_class import device_name
 from distrai.wire import WireError, open_document
@@ -205,7 +205,7 @@ def accepted_note(checked: list[int], trained: list[int], windows: int) -> str:
 
 def signed_reports(net: Localnet, windows: list[int]) -> list[dict]:
     """Every validator's report of each of `windows`, signature checked, as report bodies."""
-    store = open_store(net.store_url)
+    store = net.open_store(create=False)
     assert net.chain is not None, "the localnet made or opened its chain"
     mg = net.chain.metagraph()
     max_bytes = net.config.limits.max_report_bytes

@@ -2,22 +2,18 @@
 
 The server runs as a child process (`python -m moto.server`) once per test session, so the stores
 talk to it over real HTTP exactly as they would to S3, R2 or MinIO. It accepts any credentials;
-the tests use the obviously fake ones below and never read real ones.
+the tests use the obviously fake ones of `distrai.localnet.s3server` and never read real ones.
 
 Use with `pytest_plugins = ["tests.support.s3server"]`; fixtures: `s3_endpoint` (the URL),
 `s3_bucket` (a fresh, empty bucket per test), `s3_credentials` (the fake keys, as keyword arguments
-of `S3Config` and `open_store`) and `unused_endpoint` (a URL where nothing listens). A background
-network runs a server of its own (`start_server`, `stop_server`).
+of `S3Config` and `open_store`), `unused_endpoint` (a URL where nothing listens) and `own_s3_server`
+(a server of the test's own, to pause: its URL and process). A background
+network runs a server of its own (`start_server`, `stop_server`, from `distrai.localnet.s3server`).
 """
 
 from __future__ import annotations
 
-import socket
 import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,59 +21,15 @@ from pathlib import Path
 import boto3
 import pytest
 
-FAKE_ACCESS_KEY_ID = "moto-test-access-key"
-FAKE_SECRET_ACCESS_KEY = "moto-test-secret-key"
-STARTUP_TIMEOUT_S = 30.0
+from distrai.localnet.s3server import (
+    FAKE_ACCESS_KEY_ID,
+    FAKE_SECRET_ACCESS_KEY,
+    free_port,
+    start_server,
+    stop_server,
+)
 
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on at the moment of asking."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def wait_until_serving(endpoint: str, process: subprocess.Popen[bytes], log_path: Path) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(
-                f"moto server exited with {process.returncode}: {log_path.read_text()[-2000:]}"
-            )
-        try:
-            with urllib.request.urlopen(endpoint + "/moto-api/", timeout=1):
-                return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            time.sleep(0.1)
-    raise RuntimeError(f"moto server at {endpoint} did not answer within {STARTUP_TIMEOUT_S} s")
-
-
-def start_server(log_path: Path) -> tuple[str, subprocess.Popen[bytes]]:
-    """A moto server on a free port of 127.0.0.1, serving once this returns: its URL and process,
-    which `stop_server` ends; its output goes to `log_path`."""
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_until_serving(endpoint, process, log_path)
-    except BaseException:
-        stop_server(process)
-        raise
-    return endpoint, process
-
-
-def stop_server(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+__all__ = ["FAKE_ACCESS_KEY_ID", "FAKE_SECRET_ACCESS_KEY", "free_port", "start_server", "stop_server"]
 
 
 @pytest.fixture(scope="session")
@@ -86,6 +38,17 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     endpoint, process = start_server(tmp_path_factory.mktemp("moto") / "server.log")
     try:
         yield endpoint
+    finally:
+        stop_server(process)
+
+
+@pytest.fixture
+def own_s3_server(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A moto server of this test's own (its URL and process), which it may pause without
+    disturbing the session's."""
+    endpoint, process = start_server(tmp_path / "own-server.log")
+    try:
+        yield endpoint, process
     finally:
         stop_server(process)
 

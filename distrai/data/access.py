@@ -15,7 +15,7 @@ from distrai.data.cache import FIRST_PAUSE_S, PATIENCE_S, ShardCache, next_pause
 from distrai.data.dataset import PreparedData
 from distrai.data.manifest import MAX_MANIFEST_BYTES, DataManifest, DataManifestError, parse_manifest
 from distrai.data.tokenizers import rebuild_tokenizer
-from distrai.store import Store, open_store
+from distrai.store import Store, StoreTimeouts, open_store
 from distrai.store.base import NotFound, StoreError
 from distrai.store.file import write_atomically
 from distrai.store.outage import OutageLog
@@ -52,9 +52,11 @@ def open_data_access(
     mirror_url: str | None = None,
     mirror_endpoint: str | None = None,
     bandwidth_bytes_per_s: float | None = None,
+    timeouts: StoreTimeouts | None = None,
 ) -> DataAccess:
     """Where a node reads the run's prepared data: a mirror it names, else the run config's
-    `data.store`, else its own store."""
+    `data.store`, else its own store; `timeouts` for an S3 store (a node's follow its chain's block
+    time, `distrai.store.timeouts`; None keeps the defaults)."""
     url: str | None
     if mirror_url:
         url, endpoint = mirror_url, mirror_endpoint
@@ -67,7 +69,8 @@ def open_data_access(
             "no data store: pass --data.store or --store.url (the run trains from prepared data)"
         )
     return DataAccess(
-        open_store(url, endpoint=endpoint, bandwidth_bytes_per_s=bandwidth_bytes_per_s), cache_dir
+        open_store(url, endpoint=endpoint, bandwidth_bytes_per_s=bandwidth_bytes_per_s, timeouts=timeouts),
+        cache_dir,
     )
 
 

@@ -27,7 +27,7 @@ from distrai.node.metrics import Metrics
 from distrai.node.registration import require_registered
 from distrai.node.wallets import open_wallet
 from distrai.protocol.run import RUN_COMMITMENT_PREFIX, RunConfig, check_run_matches, load_run_config
-from distrai.store import Store, open_store
+from distrai.store import Store, StoreTimeouts, node_store_timeouts, open_store
 from distrai.train.launch import Launch
 
 if TYPE_CHECKING:
@@ -54,6 +54,9 @@ class Node:
     metrics: Metrics
     stores: StoreCache
     max_windows: int | None
+    store_timeouts: StoreTimeouts
+    """the S3 timeouts of every store this node opens: its own, the other nodes' (`stores`), its data
+    store (`distrai.store.timeouts.node_store_timeouts` of the chain's block time)"""
 
 
 def open_chain(args: argparse.Namespace) -> Chain:
@@ -108,18 +111,20 @@ def build_node(
     if not store_url:
         raise ValueError("no store: pass --store.url (file:///path or s3://bucket/prefix)")
     bandwidth = getattr(args, "store.bandwidth")
+    timeouts = node_store_timeouts(chain.block_time())
     store = open_store(
         store_url,
         endpoint=getattr(args, "store.endpoint"),
         bandwidth_bytes_per_s=float(bandwidth) if bandwidth else None,
+        timeouts=timeouts,
     )
-    from distrai.protocol.sync import StoreCache
+    from distrai.protocol.sync import StoreCache, open_announced
     from distrai.train.determinism import configure_determinism  # the first import of torch
 
     configure_determinism(args.device)
     if launch is None:
         budget = memory_budget(args)
-    runtime = prepare_runtime(args, config, role, budget, launch)
+    runtime = prepare_runtime(args, config, role, budget, launch, timeouts)
     metrics = Metrics(
         work_dir / "metrics.jsonl",
         role=role,
@@ -138,8 +143,9 @@ def build_node(
         store_url=store.url,
         work_dir=work_dir,
         metrics=metrics,
-        stores=StoreCache(),
+        stores=StoreCache(lambda url: open_announced(url, timeouts)),
         max_windows=int(max_windows) if max_windows else None,
+        store_timeouts=timeouts,
     )
 
 
@@ -152,9 +158,12 @@ def node_work_dir(args: argparse.Namespace) -> Path:
     return writable_folder(Path(work).expanduser(), "--work.dir")
 
 
-def data_access(args: argparse.Namespace, config: RunConfig) -> DataAccess | None:
+def data_access(
+    args: argparse.Namespace, config: RunConfig, timeouts: StoreTimeouts | None = None
+) -> DataAccess | None:
     """Where this node reads the run's prepared data (`--data.store`, else the run config's
-    `data.store`, else its own store), caching shards in <work dir>/data; None for built-in data."""
+    `data.store`, else its own store), caching shards in <work dir>/data, an S3 store with `timeouts`;
+    None for built-in data."""
     if config.data.source != "prepared":
         return None
     from distrai.data.access import open_data_access
@@ -168,18 +177,24 @@ def data_access(args: argparse.Namespace, config: RunConfig) -> DataAccess | Non
         mirror_url=getattr(args, "data.store"),
         mirror_endpoint=getattr(args, "data.endpoint"),
         bandwidth_bytes_per_s=float(bandwidth) if bandwidth else None,
+        timeouts=timeouts,
     )
 
 
 def prepare_runtime(
-    args: argparse.Namespace, config: RunConfig, role: str, budget: int | None, launch: Launch | None = None
+    args: argparse.Namespace,
+    config: RunConfig,
+    role: str,
+    budget: int | None,
+    launch: Launch | None = None,
+    timeouts: StoreTimeouts | None = None,
 ) -> Runtime:
     """The run's runtime on this process's device: on its rank of `launch` when given, its step
     fitted to `budget` bytes of memory (a miner may split its batch further; a validator replays the
-    miner's split), the plan logged."""
+    miner's split), the plan logged. `timeouts`: its data store's (`data_access`)."""
     from distrai.protocol.runtime import build_runtime, fit_memory, run_on_ranks
 
-    runtime = build_runtime(config, args.device, data_access(args, config))
+    runtime = build_runtime(config, args.device, data_access(args, config, timeouts))
     if launch is not None:
         run_on_ranks(runtime, launch)
     plan = fit_memory(

@@ -32,7 +32,7 @@ from distrai.protocol.remeasure import HeldoutJudge, check_not_worse, heldout_sa
 from distrai.protocol.run import RUN_COMMITMENT_PREFIX, parse_run_commitment
 from distrai.protocol.runtime import Runtime
 from distrai.protocol.windows import aggregate_deadline, window_of
-from distrai.store import Store, StoreError, open_store
+from distrai.store import Store, StoreError, StoreTimeouts, open_store
 from distrai.store.outage import OutageLog
 from distrai.train.outer import OuterState
 from distrai.wire import WireError
@@ -46,9 +46,10 @@ def aggregate_of(w: int, validator: str) -> str:
     return f"window {w}: {validator[:10]}'s aggregate"
 
 
-def open_announced(url: str) -> Store:
-    """Another node's store, as its announcement names it (opened to read: nothing is created)."""
-    return open_store(url, create=False)
+def open_announced(url: str, timeouts: StoreTimeouts | None = None) -> Store:
+    """Another node's store, as its announcement names it (opened to read: nothing is created), with
+    `timeouts` for an S3 store (a node's, `distrai.store.timeouts.node_store_timeouts`)."""
+    return open_store(url, create=False, timeouts=timeouts)
 
 
 class StoreCache:

@@ -11,6 +11,7 @@ on file stores runs without boto3 installed (as on a lent GPU machine, `bench/de
 
 from __future__ import annotations
 
+from dataclasses import replace
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from distrai.store.base import (
@@ -26,6 +27,7 @@ from distrai.store.base import (
 )
 from distrai.store.file import FileStore
 from distrai.store.retry import RetryPolicy
+from distrai.store.timeouts import StoreTimeouts, node_store_timeouts
 
 __all__ = [
     "BLOB_PREFIX",
@@ -37,9 +39,11 @@ __all__ = [
     "S3Store",
     "Store",
     "StoreError",
+    "StoreTimeouts",
     "TooLarge",
     "blob_key",
     "check_key",
+    "node_store_timeouts",
     "open_store",
     "sha256_hex",
 ]
@@ -61,9 +65,12 @@ def open_store(
     path_style: bool | None = None,
     retry: RetryPolicy | None = None,
     create: bool = True,
+    timeouts: StoreTimeouts | None = None,
 ) -> Store:
     """The store at `url`. Keyword arguments override the same setting in an `s3://` URL's query;
-    `create=False` opens a directory store without making its folder (to read another node's store)."""
+    `create=False` opens a directory store without making its folder (to read another node's store).
+    `timeouts` sets an S3 store's connect and read timeouts (a node's follow its chain's block time,
+    `distrai.store.timeouts`); None keeps `S3Config`'s defaults. A directory store ignores them."""
     parts = urlsplit(url)
     if parts.scheme in ("", "file"):
         s3_only = {
@@ -94,6 +101,8 @@ def open_store(
             session_token=session_token,
             path_style=path_style if path_style is not None else parse_flag(query.get("path_style", "false")),
         )
+        if timeouts is not None:
+            config = replace(config, connect_timeout_s=timeouts.connect_s, read_timeout_s=timeouts.read_s)
         return S3Store(config, bandwidth_bytes_per_s=bandwidth_bytes_per_s, retry=retry)
     raise StoreError(
         f"unsupported store URL {url!r}: use file:///absolute/path, a plain path, or s3://bucket/prefix"

@@ -318,7 +318,7 @@ def train_ddp(config: DeviceConfig, model, batches: Batches, steps: int) -> int:
 
 def train_diloco(config: DeviceConfig, model, batches: Batches, steps: int, keep_adamw: bool) -> int:
     """steps / H rounds; `model` ends holding the final global parameters."""
-    workers = [model] + [_copy(model) for _ in range(config.workers - 1)]
+    workers = [model] + [copy.deepcopy(model) for _ in range(config.workers - 1)]
     kept = [make_inner_optimizer(w, config.optimizer()) for w in workers] if keep_adamw else None
     global_params = float_params(model)
     state = OuterState(momentum={})
@@ -341,10 +341,6 @@ def train_diloco(config: DeviceConfig, model, batches: Batches, steps: int, keep
         global_params, state = outcome.params, outcome.state
     _load(model, global_params)
     return rounds
-
-
-def _copy(model):
-    return copy.deepcopy(model)
 
 
 def _load(model, params: dict[str, torch.Tensor]) -> None:

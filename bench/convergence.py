@@ -7,7 +7,7 @@ and (on the templated corpus) the project's inner loop against a bare PyTorch lo
 second. Each corpus has its own section of the report: the templated built-in corpus, or real text
 (the Python standard library's sources under a BPE tokenizer, prepared into token shards).
 
-    python bench/convergence.py                  # the templated corpus (about 10 minutes on 2 cores)
+    python bench/convergence.py                  # the templated corpus (about 10 minutes on 2 cores; add one method's time with --peer torchft)
     python bench/convergence.py --corpus real    # real text
     python bench/convergence.py --quick --corpus templated real   # seconds; every code path, meaningless numbers
     python bench/convergence.py --peer torchft   # also torchft's DiLoCo (pip install -e .[bench])

@@ -15,7 +15,12 @@ answer for it:
   folder, wallet, registration, the owner's run commitment);
 - `import distrai.node.build, distrai.protocol.runtime, distrai.protocol.sync, miners.miner, validators.validator`: what a
   running node has imported by the time it trains (the runtime builds the transformers model), the
-  floor a node that builds a model pays.
+  floor a node that builds a model pays;
+- the same imports in a process forked by a local network's warm server (`distrai.localnet.warm_start`,
+  which the test suite's networks use): the server has imported torch and transformers' modelling code
+  once (its own start costs about the row above, once per network), so the child's CPU seconds are
+  its own rusage from the fork on and its wall the time from the request to its exit. A checkout
+  without a warm server shows "—".
 
 The page's table is rewritten; the text after the notes marker is kept.
 """
@@ -30,6 +35,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,18 +48,22 @@ OUTPUT = ROOT / "docs" / "startup.md"
 NOTES_MARKER = "<!-- Notes below this line are kept when the benchmark rewrites this file. -->"
 """The marker of `bench/_report.py`, written out: that module imports torch, which this one does not need."""
 
+NODE_IMPORTS = "import distrai.node.build, distrai.protocol.runtime, distrai.protocol.sync, miners.miner, validators.validator"
 COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("miner --help", ("neurons/miner.py", "--help")),
     ("validator --help", ("neurons/validator.py", "--help")),
     ("import distrai.node.build", ("-c", "import distrai.node.build")),
-    (
-        "a running node's imports",
-        (
-            "-c",
-            "import distrai.node.build, distrai.protocol.runtime, distrai.protocol.sync, miners.miner, validators.validator",
-        ),
-    ),
+    ("a running node's imports", ("-c", NODE_IMPORTS)),
 )
+
+
+WARM_ROW = "the same, forked by a warm server"
+WARM_SCRIPT = f"""import resource, sys
+{NODE_IMPORTS}
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(usage.ru_utime + usage.ru_stime)
+"""
+"""What a forked child runs: the node's imports, then its own CPU seconds since the fork."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,34 @@ def run_once(repo: Path, args: tuple[str, ...]) -> Timing:
     return Timing(cpu, wall)
 
 
+def measure_warm(repo: Path, runs: int) -> Timing | None:
+    """`WARM_SCRIPT` forked by a warm server of `repo` (started once, not counted), the medians over
+    `runs` runs after one unrecorded; None for a checkout without one."""
+    if not (repo / "distrai" / "localnet" / "warm_start.py").exists():
+        return None
+    from distrai.localnet.warm_start import WarmStarter
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(repo), str(repo / "tests")]))
+    with tempfile.TemporaryDirectory(prefix="distrai-startup-") as folder:
+        script, log = Path(folder) / "imports.py", Path(folder) / "child.log"
+        script.write_text(WARM_SCRIPT)
+        server = WarmStarter(env, repo, Path(folder) / "server.log")
+        timings = []
+        try:
+            for _ in range(runs + 1):
+                log.unlink(missing_ok=True)
+                start = time.perf_counter()
+                code = server.start([str(script)], env, repo, log).wait()
+                wall = time.perf_counter() - start
+                if code != 0:
+                    raise SystemExit(f"the forked imports in {repo} failed:\n{log.read_text()[-2000:]}")
+                timings.append(Timing(float(log.read_text().split()[-1]), wall))
+        finally:
+            server.stop()
+    timings = timings[1:]
+    return Timing(statistics.median(t.cpu_s for t in timings), statistics.median(t.wall_s for t in timings))
+
+
 def measure(repo: Path, args: tuple[str, ...], runs: int) -> Timing:
     """The medians over `runs` runs (after one unrecorded run that warms the file cache)."""
     run_once(repo, args)
@@ -95,16 +133,24 @@ def label(repo: Path) -> str:
     return f"{git('rev-parse', '--abbrev-ref', 'HEAD')} {head}" if head else repo.name
 
 
-def markdown(repos: list[Path], results: dict[tuple[Path, str], Timing], runs: int, command: str) -> str:
+def cells(t: Timing | None) -> list[str]:
+    return ["—", "—"] if t is None else [f"{t.cpu_s:.2f}", f"{t.wall_s:.2f}"]
+
+
+def row_names() -> list[str]:
+    return [name for name, _ in COMMANDS] + [WARM_ROW]
+
+
+def markdown(
+    repos: list[Path], results: dict[tuple[Path, str], Timing | None], runs: int, command: str
+) -> str:
     names = [label(r) for r in repos]
     header = ["command"] + [f"{n}: {part}" for n in names for part in ("CPU s", "wall s")]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for name, _ in COMMANDS:
-        cells = [name]
-        for repo in repos:
-            t = results[(repo, name)]
-            cells += [f"{t.cpu_s:.2f}", f"{t.wall_s:.2f}"]
-        lines.append("| " + " | ".join(cells) + " |")
+    for name in row_names():
+        lines.append(
+            "| " + " | ".join([name] + [c for repo in repos for c in cells(results[(repo, name)])]) + " |"
+        )
     cpu = platform.processor() or platform.machine()
     return (
         "# Node start-up\n\n"
@@ -140,21 +186,21 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     repos = [r.resolve() for r in (args.repo or [ROOT])]
     runs = 1 if args.quick else args.runs
-    results: dict[tuple[Path, str], Timing] = {}
+    results: dict[tuple[Path, str], Timing | None] = {}
     for name, command in COMMANDS:
         for repo in repos:
             results[(repo, name)] = measure(repo, command, runs)
             print(f"{label(repo)}: {name}: {results[(repo, name)]}", flush=True)
+    for repo in repos:
+        results[(repo, WARM_ROW)] = measure_warm(repo, runs)
+        print(f"{label(repo)}: {WARM_ROW}: {results[(repo, WARM_ROW)]}", flush=True)
     table = Table(title=f"Node start-up (medians of {runs} runs; seconds)")
     table.add_column("command")
     for repo in repos:
         table.add_column(f"{label(repo)}\nCPU", justify="right")
         table.add_column(f"{label(repo)}\nwall", justify="right")
-    for name, _ in COMMANDS:
-        table.add_row(
-            name,
-            *(f"{getattr(results[(r, name)], f):.2f}" for r in repos for f in ("cpu_s", "wall_s")),
-        )
+    for name in row_names():
+        table.add_row(name, *(c for r in repos for c in cells(results[(r, name)])))
     Console().print(table)
     shown = ["python", "bench/startup.py", *argv]
     text = markdown(repos, results, runs, shlex.join(shown))

@@ -24,7 +24,6 @@ from bittensor.keyfiles import Keypair
 
 from distrai.protocol.aggregation import Scored, accepted_by_rule
 from distrai.protocol.globalmodel import GlobalModel
-from distrai.protocol.run import challenge_inputs
 from distrai.protocol.runtime import Runtime, params_hash
 from distrai.protocol.windows import reveal_seed
 from distrai.train.assignment import batch_indices
@@ -201,16 +200,7 @@ def score(runtime: Runtime, model: GlobalModel, verdicts: Mapping[str, MinerVerd
     """The validator's measurement and scoring of the window: sets every verdict's score."""
     miners = list(verdicts)
     updates = {hk: (v.manifest.steps, v.update) for hk, v in verdicts.items()}
-    basis = WindowBasis(
-        runtime=runtime,
-        number=model.window,
-        base=model,
-        inputs=challenge_inputs(runtime.config, window_block(model.window), model.window, miners),
-        miners=tuple(miners),
-        shares={},
-        announcements={},
-        is_registered=lambda hk: True,
-    )
+    basis = WindowBasis.measured_outside(runtime, model, window_block(model.window), miners)
     measured = measure_updates(basis, window_seed(runtime, model.window), updates)
     measurements = {hk: as_measurement(result) for hk, result in measured.items()}
     score_window(runtime, list(verdicts.values()), measurements, dict.fromkeys(miners, 1))

@@ -18,11 +18,13 @@ from support.adversary_net import start_adversary_net
 from support.background import FinishedNet, Networks
 from support.bench_jobs import (
     CommandJob,
+    start_calibrate_replay_bench,
     start_convergence_bench,
     start_data_memory_bench,
     start_gpu_bench,
     start_incentives_bench,
     start_outer_delay_bench,
+    start_reveal_size_bench,
 )
 from support.chaos_run import ChaosJob, start_chaos_run
 from support.findings_net import start_findings_net
@@ -43,18 +45,37 @@ NETWORKS = {
     "data_memory_bench": start_data_memory_bench,
     "incentives_bench": start_incentives_bench,
     "convergence_bench": start_convergence_bench,
+    "reveal_size_bench": start_reveal_size_bench,
+    "calibrate_replay_bench": start_calibrate_replay_bench,
     "readme_net": start_readme_net,
 }
 """The background jobs, by the name of the fixture that gives each, in the order their readers run
 (about the order in which they end)."""
 LANES = (
-    ("leader_net", "adversary_net", "findings_net", "restart_net", "outer_delay_bench", "data_memory_bench"),
-    ("smoke_net", "chaos_run", "gpu_bench", "incentives_bench", "convergence_bench", "readme_net"),
+    (
+        "leader_net",
+        "adversary_net",
+        "findings_net",
+        "restart_net",
+        "outer_delay_bench",
+        "data_memory_bench",
+        "calibrate_replay_bench",
+    ),
+    (
+        "smoke_net",
+        "chaos_run",
+        "gpu_bench",
+        "incentives_bench",
+        "convergence_bench",
+        "reveal_size_bench",
+        "readme_net",
+    ),
 )
 """The order in which the jobs run, one at a time in each lane: the local networks, paced by the
-chain's blocks, in the first, then two benchmarks' quick runs; in the second the light smoke run beside the leader network, whose
+chain's blocks, in the first, then three benchmarks' quick runs; in the second the light smoke run beside the leader network, whose
 timing is tightest, then the chaos run, the benchmarks, which take a core each, and the README's walk
-beside the other networks."""
+beside the other networks. The benchmarks' runs were tests of the foreground, which waited on each
+process in turn; there they come out of the foreground's time (docs/testing.md)."""
 
 
 def pytest_configure(config):
@@ -178,6 +199,19 @@ def gpu_bench(networks) -> CommandJob:
 def convergence_bench(networks) -> CommandJob:
     """`bench/convergence.py --quick` on both corpora (`support.bench_jobs`), run to its end."""
     return networks.result("convergence_bench").net
+
+
+@pytest.fixture(scope="session")
+def calibrate_replay_bench(networks) -> CommandJob:
+    """`bench/calibrate_replay.py --quick --save-states`, then its replay in a second process
+    (`support.bench_jobs`), run to their end."""
+    return networks.result("calibrate_replay_bench").net
+
+
+@pytest.fixture(scope="session")
+def reveal_size_bench(networks) -> CommandJob:
+    """`bench/reveal_size.py --quick` (`support.bench_jobs`), run to its end."""
+    return networks.result("reveal_size_bench").net
 
 
 @pytest.fixture(scope="session")

@@ -1,34 +1,19 @@
 """Smoke test of bench/reveal_size.py: a `--quick` run (the tiny preset, a few steps on a CPU) codes
 its boundary states, checks that each decodes to the same bits and state hash (the script exits
-otherwise), and writes a section whose parts add up, keeping the report's notes and other sections."""
+otherwise; a background job of the session, `support.bench_jobs`), and writes a section whose parts
+add up, keeping the report's notes and other sections."""
 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-import pytest
-
-pytestmark = pytest.mark.e2e  # runs bench/reveal_size.py as a process
-
-ROOT = Path(__file__).resolve().parent.parent
-MARKER = "<!-- Notes below this line are kept when the benchmark rewrites this file. -->"
+from support.bench_jobs import MARKER
 
 
-def test_a_quick_run_writes_a_consistent_section_and_keeps_the_rest(tmp_path):
-    output = tmp_path / "reveal-size.md"
-    other = "<!-- run: 150m cuda 32x2048 steps 40-80 -->\n## an earlier run\n"
-    output.write_text(f"# old\n\n{other}\n{MARKER}\nHand-written notes.\n")
-    run = subprocess.run(
-        [sys.executable, "bench/reveal_size.py", "--quick", "--output", str(output)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def test_a_quick_run_writes_a_consistent_section_and_keeps_the_rest(reveal_size_bench):
+    run = reveal_size_bench.completed()
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    output = reveal_size_bench.report
     text = output.read_text()
     assert text.endswith(f"{MARKER}\nHand-written notes.\n")
     assert "## an earlier run" in text and "# old" not in text

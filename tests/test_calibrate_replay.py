@@ -1,26 +1,21 @@
 """Smoke test of bench/calibrate_replay.py on the CPU: a `--quick` run, and a second process replaying
-the states the first one saved, each write a well-formed report in which every honest replay is
+the states the first one saved (a background job of the session, `support.bench_jobs`), each write a
+well-formed report in which every honest replay is
 bit-exact (distance exactly 0, equal state hashes) while the control replay on other data is not."""
 
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
+from support.bench_jobs import KEPT, MARKER
 
 from distrai.protocol.run import ClassTolerance
 
-pytestmark = pytest.mark.e2e  # runs bench/calibrate_replay.py as processes
-
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "bench" / "calibrate_replay.py"
-MARKER = "<!-- Notes below this line are kept when the benchmark rewrites this file. -->"
-KEPT = "Hand-written notes that a rerun must keep.\n"
 HEADERS = [
     "trained on",
     "replayed on",
@@ -37,19 +32,6 @@ HEADERS = [
     "control on other data (min)",
 ]
 SEGMENT_HEADERS = ["segment", "inner steps", "replays", "bit-exact states", "median", "max"]
-
-
-def run_script(args: list[str], output: Path) -> str:
-    run = subprocess.run(
-        [sys.executable, str(SCRIPT), *args, "--output", str(output)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "Replay distances" in run.stdout
-    return output.read_text()
 
 
 def table_after(text: str, heading: str) -> list[list[str]]:
@@ -99,18 +81,19 @@ def check_report(text: str, replay: str) -> None:
     assert "the tolerance table needs no row for it" in text
 
 
-def test_quick_calibration_on_cpu_is_bit_exact_in_process_and_across_processes(tmp_path):
-    states = tmp_path / "states"
-    same = tmp_path / "same.md"
-    same.write_text(f"# old report\n{MARKER}\n{KEPT}")
-    text = run_script(["--quick", "--save-states", str(states)], same)
+def test_quick_calibration_on_cpu_is_bit_exact_in_process_and_across_processes(calibrate_replay_bench):
+    run = calibrate_replay_bench.completed()
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert run.stdout.count("Replay distances") == 2, "both processes printed their table"
+    text = calibrate_replay_bench.report.read_text()
     check_report(text, "same process")
     assert "bench/calibrate_replay.py --quick --save-states" in text
     assert "# old report" not in text
     assert text.endswith(f"{MARKER}\n{KEPT}")
-    assert (states / "index.json").exists()
+    folder = calibrate_replay_bench.report.parent
+    assert (folder / "states" / "index.json").exists()
 
-    fresh = run_script(["--replay-states", str(states)], tmp_path / "fresh.md")
+    fresh = (folder / "fresh.md").read_text()
     check_report(fresh, "another process")
     assert fresh.endswith(MARKER + "\n")
 

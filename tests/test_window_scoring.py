@@ -25,7 +25,7 @@ from bittensor.keyfiles import Keypair
 
 from distrai.protocol.aggregation import Scored, accepted_by_rule
 from distrai.protocol.globalmodel import GlobalModel
-from distrai.protocol.run import challenge_inputs, load_run_config
+from distrai.protocol.run import load_run_config
 from distrai.protocol.runtime import build_runtime
 from distrai.protocol.windows import reveal_seed
 from distrai.train.assignment import batch_indices
@@ -154,16 +154,8 @@ def window(runtime, model):
     commit_blocks = {hk: (9 if hk == RELABELLED else 10) for hk in MINERS}
     seed = reveal_seed("0x" + "3c" * 32, runtime.run_id, WINDOW)
     updates = {v.hotkey: (v.manifest.steps, v.update) for v in verdicts}
-    basis = WindowBasis(
-        runtime=runtime,
-        number=WINDOW,
-        base=model,
-        inputs=challenge_inputs(runtime.config, "0x" + "3c" * 32, WINDOW, MINERS),
-        miners=tuple(MINERS),
-        shares={},
-        announcements={},
-        is_registered=lambda hk: True,
-    )
+    assert model.window == WINDOW
+    basis = WindowBasis.measured_outside(runtime, model, "0x" + "3c" * 32, MINERS)
     measured = measure_updates(basis, seed, updates)
     score_window(runtime, verdicts, {hk: as_measurement(r) for hk, r in measured.items()}, commit_blocks)
     return {v.hotkey: v for v in verdicts}

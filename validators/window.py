@@ -10,11 +10,12 @@ take them together instead of one argument each.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from distrai.protocol.announce import Announcement
 from distrai.protocol.globalmodel import GlobalModel
+from distrai.protocol.run import challenge_inputs
 from distrai.protocol.runtime import Runtime
 from distrai.protocol.trajectory import drawn_pieces
 from distrai.protocol.windows import ChallengeInputs, miner_segments
@@ -43,6 +44,24 @@ class WindowBasis:
     start_hash: str | None = None
     """the hash of G_w with a fresh optimizer at step 0, which every boundary 0 must commit to
     (None: not checked)"""
+
+    @classmethod
+    def measured_outside(
+        cls, runtime: Runtime, base: GlobalModel, block_hash: str, miners: Sequence[str]
+    ) -> WindowBasis:
+        """Window `base.window` as a tool measures its updates outside a validator (the scoring tests,
+        `bench/incentives.py`): its challenge drawn from `block_hash`, no replay shares and no
+        commitments read, every hotkey taken as registered."""
+        return cls(
+            runtime=runtime,
+            number=base.window,
+            base=base,
+            inputs=challenge_inputs(runtime.config, block_hash, base.window, miners),
+            miners=tuple(miners),
+            shares={},
+            announcements={},
+            is_registered=lambda hotkey: True,
+        )
 
     def segments(self, hotkey: str, n_segments: int) -> list[int]:
         """The segments of `hotkey`'s manifest of `n_segments` the window's challenge replays."""

@@ -1,12 +1,14 @@
 """The benchmarks' quick runs as background jobs (`support.background`): each is one process that
 writes a report, and its tests only read the report and the process's output once it has ended, so it
-runs beside the other tests (tests/test_bench_gpu.py, tests/test_bench_smoke.py read them).
+runs beside the other tests (tests/test_bench_gpu.py, tests/test_bench_smoke.py, tests/test_calibrate_replay.py and
+tests/test_bench_reveal_size.py read them).
 
 Each report file starts with an old report and hand-written notes after the marker, which the run
 must keep."""
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -85,4 +87,30 @@ def start_data_memory_bench(work: Path, env: Mapping[str, str]) -> CommandJob:
     output.write_text(f"{DATA_BEFORE}{DATA_BEGIN}\nstale\n{DATA_END}{DATA_AFTER}")
     return CommandJob(
         [sys.executable, "bench/data_memory.py", "--quick", "--output", str(output)], work, env, output
+    )
+
+
+def start_calibrate_replay_bench(work: Path, env: Mapping[str, str]) -> CommandJob:
+    """`bench/calibrate_replay.py --quick --save-states` into `same.md` (its report, seeded with
+    `OLD_REPORT`), then, once it has ended well, a second process replaying the states it saved into
+    `fresh.md`: one job, two processes, as a shell runs them."""
+    work.mkdir(parents=True)
+    same, fresh, states = work / "same.md", work / "fresh.md", work / "states"
+    same.write_text(OLD_REPORT)
+    script = "bench/calibrate_replay.py"
+    first = [sys.executable, script, "--quick", "--save-states", str(states), "--output", str(same)]
+    second = [sys.executable, script, "--replay-states", str(states), "--output", str(fresh)]
+    return CommandJob(["bash", "-c", f"{shlex.join(first)} && {shlex.join(second)}"], work, env, same)
+
+
+REVEAL_SIZE_OTHER = "<!-- run: 150m cuda 32x2048 steps 40-80 -->\n## an earlier run\n"
+"""An earlier run's section of bench/reveal_size.py's page, which a rerun keeps."""
+
+
+def start_reveal_size_bench(work: Path, env: Mapping[str, str]) -> CommandJob:
+    work.mkdir(parents=True)
+    output = work / "reveal-size.md"
+    output.write_text(f"# old\n\n{REVEAL_SIZE_OTHER}\n{MARKER}\nHand-written notes.\n")
+    return CommandJob(
+        [sys.executable, "bench/reveal_size.py", "--quick", "--output", str(output)], work, env, output
     )

@@ -65,6 +65,10 @@ class Networks:
     """The networks of `lanes` (each a sequence of keys of `starters`, in the order they run), started
     in `env`."""
 
+    listeners: list[Callable[..., None]] = []
+    """Called with `job`, `lane`, `ev` ("start" or "end") and, at an end, `finished`, as each job
+    starts and ends (`support.timeline` writes them down)."""
+
     def __init__(
         self,
         starters: Mapping[str, Starter],
@@ -150,7 +154,12 @@ class Networks:
             if self._running[lane] is None and self._queues[lane] and not self._closed.is_set():
                 self._start(lane, self._queues[lane].pop(0))
 
+    def _tell(self, **event) -> None:
+        for listener in self.listeners:
+            listener(**event)
+
     def _start(self, lane: int, name: str) -> None:
+        self._tell(job=name, lane=lane, ev="start")
         try:
             net = self._starters[name](self._folders.mktemp(name) / "net", self._env)
         except Exception as exc:
@@ -160,6 +169,7 @@ class Networks:
 
     def _end(self, lane: int, finished: bool) -> None:
         running, self._running[lane] = self._running[lane], None
+        self._tell(job=running.name, lane=lane, ev="end", finished=finished)
         running.net.stop()
         self._done[running.name] = FinishedNet(running.net, finished)
 

@@ -207,9 +207,12 @@ def cmd_wallet_create(args: argparse.Namespace) -> None:
 
 
 def cmd_localnet(args: argparse.Namespace) -> None:
+    from distrai.localnet.preflight import preflight
+
+    checked = None if args.report else preflight(args)  # refusals before the model code's imports
     from distrai.localnet.command import run_localnet
 
-    run_localnet(args, console)
+    run_localnet(args, console, checked)
 
 
 def doctor_block_time(args: argparse.Namespace) -> tuple[float, str]:

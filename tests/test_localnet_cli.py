@@ -16,8 +16,8 @@ import urllib.request
 import pytest
 
 from distrai.cli import main as distrai_main
-from distrai.localnet.command import parse_adversaries
-from distrai.localnet.network import Localnet, LocalnetOptions, Neuron, prepare_work_dir
+from distrai.localnet.network import Localnet, LocalnetOptions, Neuron
+from distrai.localnet.preflight import parse_adversaries, prepare_work_dir
 from distrai.localnet.view import (
     MinerResult,
     accepted_note,
@@ -116,6 +116,8 @@ def test_unknown_adversary_types_are_refused_naming_the_known_ones(tmp_path):
     out = subprocess.run(
         [
             sys.executable,
+            "-X",
+            "importtime",
             "-m",
             "distrai.cli",
             "localnet",
@@ -132,6 +134,11 @@ def test_unknown_adversary_types_are_refused_naming_the_known_ones(tmp_path):
     assert "unknown --adversary bogus" in out.stdout + out.stderr
     assert "copycat" in out.stdout + out.stderr
     assert not (tmp_path / "net").exists()
+    imported = {
+        line.split("|")[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")
+    }
+    assert "distrai.localnet.preflight" in imported
+    assert not {"torch", "transformers"} & imported, "refused before the model code's imports"
 
 
 def test_adversaries_join_the_network_as_extra_miners(tmp_path):

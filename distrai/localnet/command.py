@@ -11,8 +11,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from distrai.dashboard.cli import check_port_free
-from distrai.localnet.network import COLLUDING_LEADER, COLLUDING_MINER, Localnet, LocalnetOptions, Neuron
+from distrai.localnet.network import Localnet, LocalnetOptions, Neuron
+from distrai.localnet.preflight import DASHBOARD_HOST, Checked
 from distrai.localnet.report import REPORT
 from distrai.localnet.view import (
     accepted_note,
@@ -25,22 +25,8 @@ from distrai.localnet.view import (
     trained_windows,
 )
 from distrai.protocol.run import shipped_config_path
-from miners.adversary_names import ADVERSARY_NAMES
-from validators.leader_adversary_names import LEADER_ADVERSARY_NAMES
 
 STARTUP_SECONDS = 120
-DASHBOARD_HOST = "127.0.0.1"
-
-
-def parse_adversaries(text: str, known=ADVERSARY_NAMES, flag: str = "--adversary") -> tuple[str, ...]:
-    """`--adversary lazy,noise` → ("lazy", "noise"); unknown or repeated types are refused."""
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
-    unknown = [name for name in names if name not in known]
-    if unknown:
-        raise ValueError(f"unknown {flag} {', '.join(unknown)}; known: {', '.join(known)}")
-    if len(set(names)) != len(names):
-        raise ValueError(f"{flag} names a type twice")
-    return names
 
 
 def _interrupt(signum, frame) -> None:
@@ -54,10 +40,12 @@ def stop_on_signals() -> None:
     signal.signal(signal.SIGTERM, _interrupt)
 
 
-def run_localnet(args: argparse.Namespace, console: Console) -> None:
+def run_localnet(args: argparse.Namespace, console: Console, checked: Checked | None) -> None:
+    """The command, its flags and work folder `checked` by `preflight` (None with `--report`)."""
     if args.report:
         sys.stdout.write(network_report(Localnet.reopen(Path(args.report))))
         return
+    assert checked is not None, "preflight checked every flag of a network to run"
     options = LocalnetOptions(
         work=Path(args.work),
         miners=args.miners,
@@ -67,30 +55,12 @@ def run_localnet(args: argparse.Namespace, console: Console) -> None:
         idle_miners=args.idle_miners,
         miner_ranks=args.miner_ranks,
         sharded_miner_ranks=args.sharded_miner_ranks,
-        adversaries=parse_adversaries(args.adversary),
-        leader_adversaries=parse_adversaries(
-            args.leader_adversary, LEADER_ADVERSARY_NAMES, "--leader-adversary"
-        ),
+        adversaries=checked.adversaries,
+        leader_adversaries=checked.leader_adversaries,
         run_config=Path(args.run_config) if args.run_config else shipped_config_path("cpu-localnet"),
         device=args.device,
         data_files=tuple(args.data_files),
     )
-    if options.miners < 1 or options.validators < 1 or options.windows < 1:
-        raise ValueError("--miners, --validators and --windows must each be at least 1")
-    if options.miner_ranks < 1 or options.sharded_miner_ranks < 1:
-        raise ValueError("--miner-ranks and --sharded-miner-ranks must be at least 1")
-    if options.sharded_miner_ranks > 1 and options.miners < 2:
-        raise ValueError("--sharded-miner-ranks runs miner1: it needs --miners 2 or more")
-    if not 0 <= options.idle_miners <= options.miners:
-        raise ValueError("--idle-miners must lie between 0 and --miners")
-    if len(options.leader_adversaries) >= options.validators:
-        raise ValueError("--leader-adversary needs an honest validator left to follow: add --validators")
-    if COLLUDING_LEADER in options.leader_adversaries and COLLUDING_MINER not in options.adversaries:
-        raise ValueError(
-            f"--leader-adversary {COLLUDING_LEADER} needs --adversary {COLLUDING_MINER} (its miner)"
-        )
-    if args.dashboard:
-        check_port_free(DASHBOARD_HOST, args.dashboard_port)
     stop_on_signals()
     net = Localnet(options)
     console.print(f"setting up in {net.work}: {options.miners} miners, {options.validators} validators")

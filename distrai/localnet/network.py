@@ -21,25 +21,20 @@ from distrai.data.byte_tokenizer import byte_tokenizer
 from distrai.data.prepare import PrepareOptions, prepare
 from distrai.data.texts import TextSource, read_texts
 from distrai.localnet.local_data import needs_local_data, prepare_local_data
+from distrai.localnet.preflight import COLLUDING_LEADER, COLLUDING_MINER, MARKER, prepare_work_dir
 from distrai.localnet.warm_start import WarmProcess, WarmStarter, cold_start
-from distrai.node.folders import unwritable, writable_folder
 from distrai.node.wallets import create_dev_wallet
 from distrai.protocol.run import RunConfig, load_run_config, run_commitment, shipped_config_path
 from distrai.protocol.runtime import Runtime, build_runtime
 from distrai.store import Store, open_store
 from distrai.store.base import blob_key
 
-MARKER = ".distrai-localnet"
 RUN_CONFIG = "run.toml"
 """The run config the network ran, in its folder: the one given, or the template given with the
 manifest of the data the network prepared from local files (`local_data.py`)."""
 REPO = Path(__file__).resolve().parents[2]
 BUILTIN_TEXT = TextSource("builtin", builtin_documents=1000)
 BUILTIN_PREPARE = PrepareOptions(shard_tokens=2048, heldout_fraction=0.1)
-COLLUDING_LEADER = "collude"
-COLLUDING_MINER = "poison"
-"""The leader adversary that colludes with a miner adversary, and the miner it colludes with: the
-local network gives the leader the `adversary-poison` wallet's hotkey."""
 """The local network's data: the built-in corpus in shards of 32 sequences of 64 tokens, prepared into
 the network's store at setup (`distrai data prepare --builtin 1000 --tokenizer byte --shard-tokens 2048
 --heldout-fraction 0.1`); `cpu-localnet.toml` names its manifest."""
@@ -171,22 +166,6 @@ def _setup_order(name: str) -> tuple[int, int, str]:
     kind = 0 if name.startswith("validator") else 2 if name.startswith("adversary-") else 1
     digits = name.removeprefix("validator").removeprefix("miner")
     return kind, int(digits) if digits.isdigit() else 0, name
-
-
-def prepare_work_dir(work: Path) -> None:
-    """Make `work` an empty localnet folder; refuse to clear a folder localnet did not make, and say
-    which folder and flag when it cannot be written in."""
-    try:
-        if work.exists() and any(work.iterdir()):
-            if not (work / MARKER).exists():
-                raise ValueError(
-                    f"{work} is not empty and was not made by `distrai localnet`; choose another --work"
-                )
-            shutil.rmtree(work)
-        writable_folder(work, "--work")
-        (work / MARKER).write_text("made by distrai localnet; cleared by the next run\n")
-    except OSError as exc:
-        raise unwritable(work, "--work", exc) from None
 
 
 def chain_hyperparameters(config: RunConfig, neurons: int = 0) -> Hyperparameters:

@@ -884,61 +884,71 @@ class Harness:
     def store_outage(self, event: Planned, tick: Callable[[], None]) -> None:
         store = self.net.work / "store"
         aside = self.net.work / "store.unreachable"
-        block, wall, offsets = self.chain.block(), time.time(), self.offsets()
-        present = frozenset(n.name for n in self.net.neurons if n.running())
-        os.rename(store, aside)
-        os.symlink(store.name, store)
-        self.say(f"store unreachable from block {block} for {event.seconds:.0f} s")
-        try:
-            self.wait_until(wall + event.seconds, tick)
-        finally:
+
+        def cut() -> None:
+            os.rename(store, aside)
+            os.symlink(store.name, store)
+
+        def mend() -> None:
             os.unlink(store)
             os.rename(aside, store)
-        self.disruptions.append(
-            Disruption(
-                "store outage",
-                event.phase,
-                block,
-                self.chain.block(),
-                self.elapsed(),
-                wall,
-                time.time(),
-                "store dir moved aside, a self-referencing symlink in its place (ELOOP on every path)",
-                log_offsets=offsets,
-                running=present,
-                alive_after={n.name: n.running() or n.name in self.finished for n in self.net.neurons},
-            )
+
+        self.outage(
+            event,
+            tick,
+            cut,
+            mend,
+            "store dir moved aside, a self-referencing symlink in its place (ELOOP on every path)",
+            ("store unreachable", "store back"),
         )
-        self.say(f"store back at block {self.chain.block()}")
 
     def s3_pause(self, event: Planned, tick: Callable[[], None]) -> None:
         server = self.s3_server
         assert server is not None, "a run with an s3 outage starts its S3 server (`start_s3`)"
+        self.outage(
+            event,
+            tick,
+            lambda: pause(server),
+            lambda: resume(server),
+            "moto server stopped with SIGSTOP, then SIGCONT (requests hang: the kernel still accepts connections)",
+            ("S3 server paused (SIGSTOP)", "S3 server continued (SIGCONT)"),
+        )
+
+    def outage(
+        self,
+        event: Planned,
+        tick: Callable[[], None],
+        cut: Callable[[], None],
+        mend: Callable[[], None],
+        how: str,
+        said: tuple[str, str],
+    ) -> None:
+        """A store outage of `event.seconds`: `cut` it, wait (watching the nodes), `mend` it, and
+        record it as a `Disruption` of `event.kind` made `how`; `said` begins the two lines told."""
         block, wall, offsets = self.chain.block(), time.time(), self.offsets()
         present = frozenset(n.name for n in self.net.neurons if n.running())
-        pause(server)
-        self.say(f"S3 server paused (SIGSTOP) at block {block} for {event.seconds:.0f} s")
+        cut()
+        self.say(f"{said[0]} from block {block} for {event.seconds:.0f} s")
         try:
             self.wait_until(wall + event.seconds, tick)
         finally:
-            resume(server)
+            mend()
         self.disruptions.append(
             Disruption(
-                "S3 server paused",
+                event.kind,
                 event.phase,
                 block,
                 self.chain.block(),
                 self.elapsed(),
                 wall,
                 time.time(),
-                "moto server stopped with SIGSTOP, then SIGCONT (requests hang: the kernel still "
-                "accepts connections)",
+                how,
                 log_offsets=offsets,
                 running=present,
                 alive_after={n.name: n.running() or n.name in self.finished for n in self.net.neurons},
             )
         )
-        self.say(f"S3 server continued (SIGCONT) at block {self.chain.block()}")
+        self.say(f"{said[1]} at block {self.chain.block()}")
 
     def chain_stall(self, event: Planned, tick: Callable[[], None]) -> None:
         conn = sqlite3.connect(str(self.net.work / "chain.db"), timeout=60.0, isolation_level=None)

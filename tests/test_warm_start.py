@@ -15,6 +15,8 @@ import pytest
 
 from distrai.localnet.warm_start import WarmProcess, WarmStarter
 
+pytestmark = pytest.mark.e2e  # starts the warm server and node scripts as processes
+
 SCRIPT = textwrap.dedent(
     """
     import json, os, signal, sys, time

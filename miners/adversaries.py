@@ -320,8 +320,11 @@ class Copycat(Untrained):
         return trained
 
     def find_victim(self, miner, w) -> UpdateBlob | None:
+        """The first update, by hotkey, that the run's size and codec rules let through: copying one
+        that is refused before it is read (an oversized one, say) would earn nothing."""
         mg = miner.chain.metagraph()
         in_time = committed_updates(mg.commitments, w, lambda b: committed_in_time(miner.windows, w, b))
+        config = miner.rt.config
         for hotkey, announcement in sorted(in_time.items()):
             if hotkey == miner.hotkey:
                 continue
@@ -330,6 +333,8 @@ class Copycat(Untrained):
                 data = store.get(manifest_key(miner.rt.run_id, w, hotkey), 1 << 20)
                 body = UpdateManifest.model_validate(json.loads(data)["body"])
             except (StoreError, ValueError, KeyError, TypeError):
+                continue
+            if body.update.size > config.limits.max_update_bytes or body.update.codec != config.codec.name:
                 continue
             if hashlib.sha256(data).hexdigest() == announcement.manifest_sha256:
                 self.victim_store = store

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 from support.local_harness import make_local_harness
+from test_miner_reveals import CONFIG, WINDOW
 
 from distrai.protocol.layout import manifest_key
 from distrai.protocol.run import load_run_config
@@ -17,7 +18,6 @@ from distrai.store import FileStore
 from miners.adversaries import Copycat, Oversize
 from miners.miner import Behaviour, Miner, MinerOptions
 from miners.uploader import Uploader
-from test_miner_reveals import CONFIG, WINDOW
 
 
 def test_the_copycat_copies_an_update_the_run_would_read_not_an_oversized_one(tmp_path):
@@ -33,7 +33,9 @@ def test_the_copycat_copies_an_update_the_run_would_read_not_an_oversized_one(tm
 
     def miner(wallet, behaviour) -> Miner:
         work = tmp_path / wallet.hotkey.ss58_address
-        node = Miner(build_runtime(config), harness.chain, wallet, store, store.url, MinerOptions(work, behaviour))
+        node = Miner(
+            build_runtime(config), harness.chain, wallet, store, store.url, MinerOptions(work, behaviour)
+        )
         node.uploader = Uploader(node, harness.chain.connect_again())
         return node
 

@@ -14,16 +14,18 @@ real entry points, `distrai.localnet`). While they run, the harness
   uploads its update blob and the challenged ones their reveals, at the next block; the validate
   phase at the reveal deadline, when the validators list the reveals), each shorter
   than half a window:
-  - `store`: the file store unreachable: the store directory is moved aside and a symbolic link
-    that points at itself takes its place, so every put and get fails with a `StoreError` (ELOOP)
-    until the directory is moved back (chmod 000 does not stop root, and a directory merely moved
-    away is silently re-created by the next put);
+  - `store`: the store unreachable. In a file store the store directory is moved aside and a
+    symbolic link that points at itself takes its place, so every put and get fails with a
+    `StoreError` (ELOOP) until the directory is moved back (chmod 000 does not stop root, and a
+    directory merely moved away is silently re-created by the next put). In a run on S3 (below)
+    the TCP gate in front of the S3 server shuts (`distrai.localnet.tcp_gate`): new connections
+    are refused and open ones reset, as with a host gone from the network, while the server and
+    what it holds run on;
   - `s3`: the S3 server paused: a run with this kind keeps the nodes' store in a bucket of a moto
     server the harness starts on 127.0.0.1 (`distrai.localnet.s3server`; moto is a development
-    dependency), and the outage stops the server's process with SIGSTOP, then continues it with
-    SIGCONT; the kernel still accepts connections on its port, so requests hang unanswered until
-    the server continues or a client's read timeout passes. It cannot share a run with `store`,
-    whose store is a folder;
+    dependency), reached through a TCP gate, and the outage stops the server's process with
+    SIGSTOP, then continues it with SIGCONT; the kernel still accepts connections on its port, so
+    requests hang unanswered until the server continues or a client's read timeout passes;
   - `chain`: the embedded chain locked: a separate sqlite3 connection holds `BEGIN EXCLUSIVE` on
     chain.db, then commits; meanwhile it samples which nodes sit in sqlite's busy wait.
 
@@ -41,7 +43,7 @@ would run past the others; once the run's own windows are done (every validator 
 last of them, every reveal of the miners' last window is due) the harness stops such nodes with
 SIGINT and requires them to exit 0 like the rest.
 
-    python bench/chaos.py                                   # 20 kills, 3 outages over 8 windows, ~5 min
+    python bench/chaos.py                                   # 20 kills, 4 outages over 8 windows, ~5 min
     python bench/chaos.py --kills 6                         # the outages' costs with fewer kills around them
     python bench/chaos.py --kills 8 --windows 5 --seed 3 --block-time 0.7 --output /tmp/r.md
     python bench/chaos.py --outage store:reveal:8 --outage store:validate:2
@@ -86,6 +88,7 @@ from distrai.localnet.s3server import (
     start_server,
     stop_server,
 )
+from distrai.localnet.tcp_gate import TcpGate
 from distrai.localnet.view import signed_reports
 from distrai.node.metrics import read_metrics
 from distrai.node.wallets import open_wallet
@@ -175,23 +178,16 @@ class OutageSpec:
 
 DEFAULT_OUTAGES = (
     OutageSpec("store outage", "reveal", 9.0),
+    OutageSpec("S3 server paused", "validate", 5.0),
     OutageSpec("chain stall", "train", 5.0),
     OutageSpec("chain stall", "validate", 3.0),
 )
-"""At 0.8 s blocks the reveal phase outlasts its outage (12.8 s), and the validate phase's outage
-ends before the read patience (4 blocks, 3.2 s, after the reveal deadline). A store outage there
-(`--outage store:validate:2`) makes a challenged reveal withheld when a validator's first reads
-end after the read patience (docs/reliability.md, notes)."""
-
-
-def check_outages(outages: tuple[OutageSpec, ...]) -> None:
-    """Refuse outages that cannot share a run: a run with an s3 outage keeps its store on an S3
-    server, and a store outage makes a file store's folder unreachable."""
-    if {"store outage", "S3 server paused"} <= {o.kind for o in outages}:
-        raise ValueError(
-            "--outage store and --outage s3 cannot share a run: an s3 outage keeps the store on an S3 "
-            "server, a store outage needs a file store"
-        )
+"""Every kind, every phase: the store on S3 (for the pause), unreachable across a reveal phase and
+paused in a validate phase. At 0.8 s blocks the reveal phase outlasts its outage (12.8 s); the
+validate phase's chain stall ends before the read patience (4 blocks, 3.2 s, after the reveal
+deadline), and a paused server's requests wait for it (within the nodes' read timeouts) rather than
+fail. A store outage there (`--outage store:validate:2`) makes a challenged reveal withheld when a
+validator's first reads end after the read patience (docs/reliability.md, notes)."""
 
 
 @dataclass(frozen=True)
@@ -209,9 +205,6 @@ class ChaosOptions:
     warm_start: bool = False
     """nodes, restarts included, forked from a warm interpreter (`distrai.localnet.warm_start`), as
     the test suite's short run starts them; a plain `python` start is what an operator's restart costs"""
-
-    def __post_init__(self) -> None:
-        check_outages(self.outages)
 
     @property
     def on_s3(self) -> bool:
@@ -614,8 +607,10 @@ class Harness:
         self.say = say
         self.base_env = base_env
         """the environment the nodes start from (this process's when None)"""
-        self.s3_endpoint = f"http://127.0.0.1:{free_port()}" if options.on_s3 else None
-        """the URL of the run's S3 server (`start_s3`), which holds the nodes' store; None: a file store"""
+        self.s3_gate = TcpGate(free_port(), free_port()) if options.on_s3 else None
+        """the TCP gate of the run's S3 server (`start_s3`), which holds the nodes' store: the nodes
+        reach the server through it; None: a file store"""
+        self.s3_endpoint = None if self.s3_gate is None else f"http://127.0.0.1:{self.s3_gate.port}"
         self.s3_server: subprocess.Popen[bytes] | None = None
         self.net = Localnet(
             LocalnetOptions(
@@ -731,16 +726,18 @@ class Harness:
     def start_s3(self) -> None:
         """Start the run's S3 server at `s3_endpoint` (its log beside the network's folder) and make
         the nodes' bucket on it."""
-        assert self.s3_endpoint is not None, "only a run with an s3 outage has an S3 server"
+        assert self.s3_gate is not None, "only a run with an s3 outage has an S3 server"
         log = self.net.work.parent / f"{self.net.work.name}-s3server.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        port = int(self.s3_endpoint.rsplit(":", 1)[1])
-        _, self.s3_server = start_server(log, port)
+        server_url, self.s3_server = start_server(log, self.s3_gate.upstream_port)
+        self.s3_gate.open()
         make_bucket(self.s3_endpoint, S3_BUCKET)
-        self.say(f"S3 server (moto) at {self.s3_endpoint}, its log in {log}")
+        self.say(f"S3 server (moto) at {server_url}, reached through {self.s3_endpoint}; its log in {log}")
 
     def stop_s3(self) -> None:
         """End the run's S3 server, if it started (once the checks have read the store)."""
+        if self.s3_gate is not None:
+            self.s3_gate.shut()
         if self.s3_server is not None:
             stop_server(self.s3_server)
             self.s3_server = None
@@ -882,6 +879,16 @@ class Harness:
         return {n.name: n.log_path.stat().st_size if n.log_path.exists() else 0 for n in self.net.neurons}
 
     def store_outage(self, event: Planned, tick: Callable[[], None]) -> None:
+        if self.s3_gate is not None:
+            self.outage(
+                event,
+                tick,
+                self.s3_gate.shut,
+                self.s3_gate.open,
+                "the TCP gate to the S3 server shut: connections refused, open ones reset (the server ran on)",
+                ("S3 endpoint unreachable", "S3 endpoint back"),
+            )
+            return
         store = self.net.work / "store"
         aside = self.net.work / "store.unreachable"
 
@@ -1659,7 +1666,7 @@ def outage_said(h: Harness, d: Disruption) -> tuple[list[str], list[str], list[s
     until their next deadline (no record at all) or working without the store (a miner training
     from its cached shards), so the nodes are silent only when none of them logged a warning or
     error about the store in it; each node that did neither is noted."""
-    words = OUTAGE_WORDS[d.kind]
+    words = S3_WORDS if d.kind in STORE_KINDS and h.options.on_s3 else OUTAGE_WORDS[d.kind]
     silent, tracebacks, notes = [], [], []
     for neuron in h.net.neurons:
         span = [
@@ -2118,7 +2125,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=None,
         metavar="KIND:PHASE:SECONDS",
         help="an outage: KIND store, s3 or chain, PHASE train, reveal or validate; repeat for more; s3 "
-        "keeps the store on a local moto S3 server and cannot share a run with store (default: "
+        "keeps the store on a local moto S3 server, where store shuts its TCP gate (default: "
         + ", ".join(map(str, DEFAULT_OUTAGES))
         + ")",
     )
@@ -2131,12 +2138,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--work", type=Path, default=None, help="localnet folder (default: a temp dir)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="markdown report to write")
-    args = parser.parse_args(argv)
-    try:
-        check_outages(tuple(args.outage or ()))
-    except ValueError as exc:
-        parser.error(str(exc))
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str]) -> int:

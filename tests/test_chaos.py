@@ -27,9 +27,11 @@ from support.chaos_run import KILLS, OUTAGES, SEED, chaos_options
 from bench.chaos import (
     DEFAULT_OUTAGES,
     MARGIN_BLOCKS,
+    OUTAGE_KINDS,
     PHASES,
     ROLES,
     S3_WORDS,
+    Harness,
     OutageSpec,
     down_over_deadline,
     excused_ban,
@@ -149,16 +151,19 @@ def test_an_outage_parses_back_to_its_text():
 def test_a_run_keeps_its_store_on_an_s3_server_only_with_an_s3_outage(tmp_path):
     assert chaos_options(tmp_path, outages=S3_OUTAGES).on_s3
     assert not chaos_options(tmp_path).on_s3, "the suite's run keeps a file store"
-    assert not chaos_options(tmp_path, outages=DEFAULT_OUTAGES).on_s3
+    assert chaos_options(tmp_path, outages=DEFAULT_OUTAGES).on_s3, "the documented run holds every kind"
+    assert {o.kind for o in DEFAULT_OUTAGES} == set(OUTAGE_KINDS.values())
 
 
-def test_a_store_outage_and_an_s3_outage_cannot_share_a_run(tmp_path, capsys):
+def test_a_store_outage_shares_a_run_with_an_s3_pause_and_shuts_the_gate_to_the_s3_server(tmp_path):
     both = (OutageSpec("store outage", "reveal", 5.0), OutageSpec("S3 server paused", "validate", 3.0))
-    with pytest.raises(ValueError, match="cannot share a run"):
-        chaos_options(tmp_path, outages=both)
-    with pytest.raises(SystemExit):
-        parse_args(["--outage", "store:reveal:5", "--outage", "s3:validate:3"])
-    assert "cannot share a run" in capsys.readouterr().err
+    assert parse_args(["--outage", "store:reveal:5", "--outage", "s3:validate:3"]).outage == list(both)
+    harness = Harness(chaos_options(tmp_path / "net", outages=both))
+    gate = harness.s3_gate
+    assert gate is not None and not gate.is_open, "the gate opens with the server, at the run's start"
+    assert harness.s3_endpoint == f"http://127.0.0.1:{gate.port}" != f"http://127.0.0.1:{gate.upstream_port}"
+    assert f"endpoint={harness.s3_endpoint}" in (harness.net.options.store_url or "")
+    assert Harness(chaos_options(tmp_path / "file", outages=OUTAGES)).s3_gate is None
 
 
 def test_what_nodes_say_of_an_s3_timeout_counts_as_telling_of_the_pause():

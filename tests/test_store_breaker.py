@@ -49,7 +49,7 @@ def read_all(store, keys: list[str]) -> dict[str, str]:
 
 
 def test_a_store_that_gives_up_in_an_outage_says_so(tmp_path, caplog):
-    caplog.set_level(logging.WARNING, logger=RETRY_LOGGER)
+    caplog.set_level(logging.DEBUG, logger=RETRY_LOGGER)
     store = filled(tmp_path / "store")
     serve_io_errors(store.root)
     with pytest.raises(Unreachable, match="Input/output error"):
@@ -77,7 +77,7 @@ def test_an_s3_store_out_of_reach_says_so_and_a_missing_object_does_not(
 
 
 def test_one_pass_over_a_store_in_an_outage_spends_one_operations_retries(tmp_path, caplog):
-    caplog.set_level(logging.WARNING, logger=RETRY_LOGGER)
+    caplog.set_level(logging.DEBUG, logger=RETRY_LOGGER)
     breaker = PassBreaker()
     store = breaker.guard(filled(tmp_path / "store"))
     serve_io_errors(tmp_path / "store")
@@ -90,7 +90,7 @@ def test_one_pass_over_a_store_in_an_outage_spends_one_operations_retries(tmp_pa
 
 
 def test_a_store_that_gave_up_stops_only_its_own_reads(tmp_path, caplog):
-    caplog.set_level(logging.WARNING, logger=RETRY_LOGGER)
+    caplog.set_level(logging.DEBUG, logger=RETRY_LOGGER)
     breaker = PassBreaker()
     dead = breaker.guard(filled(tmp_path / "dead"))
     healthy = breaker.guard(filled(tmp_path / "healthy"))
@@ -107,7 +107,7 @@ def test_a_store_that_gave_up_stops_only_its_own_reads(tmp_path, caplog):
 
 
 def test_the_next_pass_asks_the_store_again_and_reads_it_once_it_is_back(tmp_path, caplog):
-    caplog.set_level(logging.WARNING, logger=RETRY_LOGGER)
+    caplog.set_level(logging.DEBUG, logger=RETRY_LOGGER)
     breaker = PassBreaker()
     root = tmp_path / "store"
     store = breaker.guard(filled(root))

@@ -40,7 +40,7 @@ def test_a_paused_server_fails_a_read_after_its_timeouts_and_retries_and_serves_
     )
     store = S3Store(config, retry=RETRY)
     store.put("window-1/manifest.json", b"before")
-    caplog.set_level(logging.WARNING, logger=RETRY_LOGGER)
+    caplog.set_level(logging.DEBUG, logger=RETRY_LOGGER)
 
     pause(server)
     try:

@@ -152,7 +152,7 @@ def test_a_store_with_a_nodes_timeouts_gives_up_on_a_paused_server_after_its_tri
         **s3_credentials,
     )
     store.put("window-1/manifest.json", b"before")
-    caplog.set_level(logging.WARNING, logger=RETRY_LOGGER)
+    caplog.set_level(logging.DEBUG, logger=RETRY_LOGGER)
     pause(server)
     try:
         with pytest.raises(Unreachable, match=r"s3 get 'window-1/manifest.json' .* failed: Read timeout"):

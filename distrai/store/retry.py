@@ -61,7 +61,9 @@ def call_with_retries(
     """Run `operation`; on an error that `is_transient` accepts, wait and try again.
 
     A permanent error, or the last transient one once the attempts are spent, propagates unchanged.
-    Every retry is logged as a warning naming `describe`, the error and the wait.
+    Every retry is logged at debug level, naming `describe`, the error and the wait: the caller says
+    what an outage means to it (`distrai.store.outage` logs one once when it starts and once when it
+    ends), and a line a try would repeat every fraction of a second while a store refuses connections.
     """
     rng = rng or random.Random()
     for retry_index in range(policy.attempts - 1):
@@ -71,7 +73,7 @@ def call_with_retries(
             if not is_transient(error):
                 raise
             delay = backoff_delay(policy, retry_index, rng.random())
-            log.warning(
+            log.debug(
                 "%s failed (%s: %s); retry %d of %d in %.2f s",
                 describe,
                 type(error).__name__,

@@ -12,6 +12,7 @@ import pytest
 from bittensor.keyfiles import Keypair
 from test_validator_replay import CONFIG, MINER, OTHER, WINDOW, publish, train, verify, window_basis
 
+from distrai.chain.base import Commitment, Metagraph, Neuron
 from distrai.protocol.announce import Announcement
 from distrai.protocol.globalmodel import GlobalModel
 from distrai.protocol.layout import finding_key, findings_prefix, trajectory_key
@@ -30,6 +31,7 @@ from validators.findings import (
     REFUTED,
     HeldWindow,
     finding_body,
+    finding_publishers,
     publish_findings,
     read_findings,
     recheck,
@@ -199,3 +201,42 @@ def test_a_finding_signed_by_another_key_or_under_another_key_name_is_not_read(
         )
         == 1
     )
+
+
+def test_findings_are_read_from_every_validator_with_a_permit_anchored_in_time_or_not():
+    """A validator whose aggregate landed after the deadline (or that anchored none) has still caught
+    what it caught: its findings are read and re-checked like the others'. A hotkey without a
+    permit, or with no store announced, publishes none that count."""
+
+    def neuron(uid: int, hotkey: str, permit: bool) -> Neuron:
+        return Neuron(uid, hotkey, "cold", 10.0, permit, 0, 0)
+
+    late = Announcement("file:///late", window=WINDOW, aggregate_sha256="a" * 64)
+    commitments = {
+        "in-time": Commitment(
+            "in-time", Announcement("file:///a", window=WINDOW, aggregate_sha256="b" * 64).encode(), 50
+        ),
+        "late": Commitment("late", late.encode(), 400),
+        "no-aggregate": Commitment("no-aggregate", Announcement("file:///c").encode(), 3),
+        "miner": Commitment(
+            "miner", Announcement("file:///m", window=WINDOW, manifest_sha256="c" * 64).encode(), 40
+        ),
+        "garbled": Commitment("garbled", "not an announcement", 5),
+    }
+    permits = {
+        "in-time": True,
+        "late": True,
+        "no-aggregate": True,
+        "miner": False,
+        "garbled": True,
+        "silent": True,
+    }
+    mg = Metagraph(
+        netuid=1,
+        block=500,
+        neurons=tuple(neuron(uid, hk, permit) for uid, (hk, permit) in enumerate(permits.items())),
+        commitments=commitments,
+    )
+    publishers = finding_publishers(mg)
+    assert set(publishers) == {"in-time", "late", "no-aggregate"}
+    assert publishers["late"] == late

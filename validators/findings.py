@@ -6,8 +6,9 @@ consensus clips a weight that a minority of the stake sets, its zero included. S
 catches a miner in a replay check (`states`, `replay`, `trajectory`) publishes a signed finding at
 `finding_key`, naming the manifest, the segments and the keys of the miner's store it rests on.
 
-While checking the next window, every validator reads the findings of the window before from the
-validators that anchored an aggregate of it, and re-checks each against its own view of that
+While checking the next window, every validator reads the findings of the window before from
+every validator with a permit, in the store its announcement names (`finding_publishers`), and
+re-checks each against its own view of that
 window (`HeldWindow`): its own base, its own listing of the miner's store at the reveal deadline,
 the manifest the miner committed on chain. It replays the same segments itself, so it trusts the
 finding's author for nothing.
@@ -28,8 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal, cast
 
+from distrai.chain.base import Metagraph
 from distrai.codec import CodecError
-from distrai.protocol.announce import Announcement
+from distrai.protocol.announce import Announcement, parse_announcement
 from distrai.protocol.layout import finding_key, findings_prefix, manifest_key, state_key, trajectory_key
 from distrai.protocol.runtime import Runtime
 from distrai.protocol.sync import StoreCache
@@ -131,6 +133,21 @@ def publish_findings(
     return published
 
 
+def finding_publishers(mg: Metagraph) -> dict[str, Announcement]:
+    """The validators whose findings are read: every hotkey with a validator permit whose commitment
+    announces a store, by hotkey. Not only those that anchored the window's aggregate in time: a
+    validator slowed past the aggregate deadline has still caught what it caught, and its findings
+    cost nothing to trust, since each is replayed before it is adopted and only on a miner of its
+    author's share."""
+    publishers = {}
+    for neuron in mg.neurons:
+        commitment = mg.commitments.get(neuron.hotkey)
+        announcement = None if commitment is None else parse_announcement(commitment.data)
+        if neuron.validator_permit and announcement is not None:
+            publishers[neuron.hotkey] = announcement
+    return publishers
+
+
 def read_findings(
     stores: StoreCache,
     validators: dict[str, Announcement],
@@ -140,8 +157,8 @@ def read_findings(
     max_bytes: int,
     is_registered: Callable[[str], bool],
 ) -> list[Finding]:
-    """The findings of `window` that the other `validators` (hotkey → their aggregate's
-    announcement) published in their stores; an unreadable or forged one is logged and skipped."""
+    """The findings of `window` that the other `validators` (hotkey → their announcement,
+    `finding_publishers`) published in their stores; an unreadable or forged one is logged and skipped."""
     found = []
     for validator, announcement in sorted(validators.items()):
         if validator == me:

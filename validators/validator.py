@@ -43,7 +43,7 @@ from distrai.chain.base import Chain, ChainError, Commitment, Metagraph, WalletL
 from distrai.node.metrics import Metrics
 from distrai.node.participant import Participant
 from distrai.protocol.aggregation import Scored, accepted_by_rule
-from distrai.protocol.announce import Announcement, anchored_aggregates, committed_updates, sharing_validators
+from distrai.protocol.announce import Announcement, committed_updates, sharing_validators
 from distrai.protocol.globalmodel import GlobalModel, SyncUnavailable, encode_checkpoint, outer_config
 from distrai.protocol.layout import aggregate_key, checkpoint_key, report_key
 from distrai.protocol.run import challenge_inputs
@@ -87,6 +87,7 @@ from validators.findings import (
     ADOPTED,
     REFUTED,
     HeldWindow,
+    finding_publishers,
     held_window,
     publish_findings,
     read_findings,
@@ -520,11 +521,9 @@ class Validator(Participant):
         confirmed ones (`validators.findings`)."""
         if w < 0:
             return []
-        deadline = aggregate_deadline(self.windows, w)
-        anchors = anchored_aggregates(self.chain.commitments(block=deadline - 1), w, lambda b: b < deadline)
         findings = read_findings(
             self.stores,
-            anchors,
+            finding_publishers(mg),
             self.rt.run_id,
             w,
             self.hotkey,

@@ -17,7 +17,8 @@ A --quick run writes the whole page, but whether a cheater is challenged (and so
 window; it takes about 5 minutes and 110 CPU-s on 2 shared cores (281 s and 109 CPU-s alone, two 130-s
 windows, 8 processes). The test suite does not run it: as a third background job beside the suite's
 networks it slowed them enough that an honest miner of the adversary network went unscored in one CI
-run (docs/testing.md).
+run (docs/testing.md). tests/test_bench_verification_scale.py runs its start instead: the --quick
+network's setup and one swarm process until its miners have announced (about 7 s).
 """
 
 from __future__ import annotations

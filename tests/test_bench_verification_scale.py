@@ -54,6 +54,7 @@ def test_the_quick_swarm_network_sets_up_and_a_swarm_process_starts_its_miners(t
     hotkeys = [open_wallet(name, "default", str(net.wallet_path)).hotkey.ss58_address for name in names]
     assert net.chain is not None
     assert all(net.chain.commitment(hk) is None for hk in hotkeys)
+    host.log_path.parent.mkdir(exist_ok=True)
     host.start(net.env())
     try:
         deadline = time.monotonic() + ANNOUNCE_PATIENCE_S

@@ -60,7 +60,9 @@ def test_the_quick_swarm_network_sets_up_and_a_swarm_process_starts_its_miners(t
         deadline = time.monotonic() + ANNOUNCE_PATIENCE_S
         while not all(net.chain.commitment(hk) is not None for hk in hotkeys):
             assert host.running(), host.log_path.read_text()[-3000:]
-            assert time.monotonic() < deadline, f"not every miner announced: {host.log_path.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, (
+                f"not every miner announced: {host.log_path.read_text()[-3000:]}"
+            )
             time.sleep(0.2)
     finally:
         host.stop()

@@ -344,7 +344,7 @@ def test_a_pass_over_several_miners_on_a_store_in_an_outage_spends_one_operation
     fail(stores[sharing[0]])
     reads = read_blocks(validator)
 
-    with caplog.at_level(logging.WARNING, logger=RETRY_LOGGER):
+    with caplog.at_level(logging.DEBUG, logger=RETRY_LOGGER):
         assert validator.run_window(WINDOW, Ticking(harness))
 
     # The listing at the deadline gives up on the store after one manifest read; the first pass then
@@ -365,7 +365,7 @@ def test_a_miners_dead_store_does_not_stop_the_reads_of_another_store(shared, ca
     (alone,) = [hk for hk, store in stores.items() if list(stores.values()).count(store) == 1]
     fail(stores[alone])  # a withholding miner: its store never serves the reveal
 
-    with caplog.at_level(logging.WARNING, logger=RETRY_LOGGER):
+    with caplog.at_level(logging.DEBUG, logger=RETRY_LOGGER):
         assert validator.run_window(WINDOW, Ticking(harness))
 
     for hotkey in set(stores) - {alone}:
@@ -383,7 +383,7 @@ def test_the_next_pass_reads_a_store_that_gave_up_again_and_it_passes_once_back(
     start = harness.local.block()
     stop = Ticking(harness, {start + 1: lambda: back(store)})  # back by the first pass of asking again
 
-    with caplog.at_level(logging.WARNING, logger=RETRY_LOGGER):
+    with caplog.at_level(logging.DEBUG, logger=RETRY_LOGGER):
         assert validator.run_window(WINDOW, stop)
 
     assert start + 1 not in stop.at, "the store did not come back while the validator was asking"

@@ -20,30 +20,31 @@ outage, each outage in its phase) are checked without a network.
 from __future__ import annotations
 
 import random
+import sys
+from pathlib import Path
 
 import pytest
 from support.chaos_run import KILLS, OUTAGES, SEED, chaos_options
 
-from bench.chaos import (
+from distrai.protocol.run import load_run_config, shipped_config_path
+from distrai.protocol.windows import activities
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from _chaos_checks import S3_WORDS, down_over_deadline, excused_ban, repeated_line  # noqa: E402
+from _chaos_plan import (  # noqa: E402
     DEFAULT_OUTAGES,
     MARGIN_BLOCKS,
     OUTAGE_KINDS,
     PHASES,
     ROLES,
-    S3_WORDS,
-    Harness,
     OutageSpec,
-    down_over_deadline,
-    excused_ban,
-    log_records,
-    parse_args,
     phase_label,
     plan,
     plan_for_seed,
-    repeated_line,
 )
-from distrai.protocol.run import load_run_config, shipped_config_path
-from distrai.protocol.windows import activities
+from _chaos_records import log_records  # noqa: E402
+from _chaos_run import Harness  # noqa: E402
+from chaos import parse_args  # noqa: E402
 
 NODES = {
     "validator0": "validator",

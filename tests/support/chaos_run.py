@@ -9,11 +9,16 @@ the chain locked across a window's first block."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from bench.chaos import ChaosOptions, ChaosResult, Harness, OutageSpec, run_chaos
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from _chaos_plan import ChaosOptions, OutageSpec  # noqa: E402
+from _chaos_records import ChaosResult  # noqa: E402
+from _chaos_run import Harness  # noqa: E402
+from chaos import run_chaos  # noqa: E402
 
 SEED = 1
 KILLS = 7

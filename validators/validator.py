@@ -93,9 +93,9 @@ from validators.findings import (
     read_findings,
     recheck,
 )
-from validators.inventory import Inventory, take_inventory
+from validators.inventory import take_inventory
 from validators.measuring import WindowMeasuring
-from validators.pending import PendingWindow, PendingWindows
+from validators.pending import ListedWindow, PendingWindow, PendingWindows
 from validators.scoring import ema_update, weights_from_averages
 from validators.shared_scoring import (
     Pooled,
@@ -271,7 +271,6 @@ class Validator(Participant):
         started = time.monotonic()
         idle = 0.0 if self.last_end is None else started - self.last_end
         pending = self.note_miners(w)
-        miners = pending.miners
         in_time, commitments = self.committed(w)
         inventory = pending.inventory()
         parts, mark = [], time.monotonic()
@@ -315,7 +314,8 @@ class Validator(Participant):
         agreement = self.compare_with_leader(w - 1)
         if is_checkpoint_window(self.windows, w):
             self.publish(checkpoint_key(self.rt.run_id, w, self.hotkey), encode_checkpoint(self.model))
-        verdicts, pooled = self.check_window(w, mg, miners, in_time, commitments, pending, inventory, stop)
+        listed = ListedWindow(pending, in_time, commitments, inventory)
+        verdicts, pooled = self.check_window(listed, mg, stop)
         self.options.behaviour.judge(self, w, verdicts)
         parts.append((f"checking the miners (reading their stores: {urls})", time.monotonic() - mark))
         mark = time.monotonic()
@@ -378,21 +378,14 @@ class Validator(Participant):
         return in_time, commitments
 
     def check_window(
-        self,
-        w: int,
-        mg: Metagraph,
-        miners: list[str],
-        in_time: dict[str, Announcement],
-        commitments: dict[str, Commitment],
-        pending: PendingWindow,
-        inventory: Inventory,
-        stop: threading.Event,
+        self, listed: ListedWindow, mg: Metagraph, stop: threading.Event
     ) -> tuple[list[MinerVerdict], Pooled]:
         """Every miner's verdicts, and the window's measurements as pooled here; the replays and
         measurements of this validator's share. A miner whose store did not answer is asked again
         until the read patience runs out, and once more in any case after a first pass that ended
         past it, then settled (`validators.withheld`). Keeps what the next window needs to re-check the other validators'
         findings of this one and to re-read what was withheld (`held`)."""
+        w, in_time, commitments = listed.number, listed.in_time, listed.commitments
         deadline_hash = self.chain.block_hash(commit_deadline(self.windows, w))
         inputs = challenge_inputs(self.rt.config, deadline_hash, w, in_time)
         permitted = [n.hotkey for n in mg.neurons if n.validator_permit and n.stake > 0]
@@ -411,14 +404,18 @@ class Validator(Participant):
             w,
             self.base,
             inputs,
-            tuple(miners),
+            tuple(listed.miners),
             shares,
             in_time,
             lambda hk: mg.uid_of(hk) is not None,
             self.start_hash,
         )
         view = WindowView(
-            basis, frozenset(challenged(inputs)), self.hotkey, inventory, reveal_deadline(self.windows, w)
+            basis,
+            frozenset(challenged(inputs)),
+            self.hotkey,
+            listed.inventory,
+            reveal_deadline(self.windows, w),
         )
         uids = {hk: uid for hk in sorted(in_time) if (uid := mg.uid_of(hk)) is not None}
         measuring = WindowMeasuring(
@@ -455,7 +452,7 @@ class Validator(Participant):
             asked_again += 1
             with self.breaker.one_pass():  # each store is asked afresh
                 if view.inventory.unreachable or view.inventory.late:
-                    view = self.list_again(view, pending)
+                    view = self.list_again(view, listed.pending)
                 for hk in unread:
                     checked[hk] = self.check_miner(view, hk, uids[hk])
             unread = [hk for hk in unread if checked[hk][0].unread]

@@ -124,9 +124,9 @@ class Run:
     seconds: float
 
 
-def run_network(plan: Plan, work: Path, console: Console, warm_start: bool = False) -> Run:
-    started = time.perf_counter()
-    net = SwarmLocalnet(
+def swarm_network(plan: Plan, work: Path, warm_start: bool = False) -> SwarmLocalnet:
+    """The bench's network for `plan` in folder `work`, not yet set up."""
+    return SwarmLocalnet(
         LocalnetOptions(
             work=work,
             miners=plan.honest,
@@ -139,6 +139,11 @@ def run_network(plan: Plan, work: Path, console: Console, warm_start: bool = Fal
         ),
         plan.per_process,
     )
+
+
+def run_network(plan: Plan, work: Path, console: Console, warm_start: bool = False) -> Run:
+    started = time.perf_counter()
+    net = swarm_network(plan, work, warm_start)
     net.setup()
     bpw = net.config.windows.blocks_per_window
     console.print(

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from distrai.localnet.network import LocalnetOptions
 from distrai.node.wallets import open_wallet
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from verification_scale import BENCH_CONFIG, CHEATERS, QUICK, SWARM, SwarmLocalnet  # noqa: E402
+from verification_scale import CHEATERS, QUICK, SWARM, swarm_network  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 ANNOUNCE_PATIENCE_S = 180.0
@@ -25,18 +24,7 @@ ANNOUNCE_PATIENCE_S = 180.0
 
 
 def test_the_quick_swarm_network_sets_up_and_a_swarm_process_starts_its_miners(tmp_path):
-    net = SwarmLocalnet(
-        LocalnetOptions(
-            work=tmp_path / "net",
-            miners=QUICK.honest,
-            validators=QUICK.validators,
-            windows=QUICK.windows,
-            block_time=1.0,
-            adversaries=CHEATERS,
-            run_config=BENCH_CONFIG,
-        ),
-        QUICK.per_process,
-    )
+    net = swarm_network(QUICK, tmp_path / "net")
     net.setup()
 
     hosts = [n for n in net.neurons if n.name.startswith("swarm-")]

@@ -6,6 +6,9 @@ a host that went away is: while shut, nothing listens on the gate's port (a new 
 refused at once) and every connection that was open is reset, while the server itself and what it
 holds are untouched. (Pausing the server's process is the other S3 outage, `s3server.pause`: there
 the kernel still accepts connections and requests hang.)
+
+A few sockets and threads rather than a fault-injecting proxy such as Toxiproxy: that is a server
+of its own, a Go binary outside PyPI, which the suite's machines cannot fetch at run time.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """The TCP gate (`distrai.localnet.tcp_gate`) that a chaos run puts in front of its S3 server: open,
 it forwards both ways, half-closes included; shut, a new connection is refused and an open one is
 reset while the server behind it runs on; opened again, it forwards again. Then the store's view of
-it: an S3 store behind a shut gate fails with `Unreachable` that names the refused connection, and the
-same store serves what it held once the gate opens."""
+it: an S3 store behind a shut gate fails with `Unreachable` that names the refused connection, says
+so once however many tries fail (and once when it answers again), and serves what it held once the
+gate opens."""
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 
@@ -89,7 +91,7 @@ def test_a_shut_gate_refuses_new_connections_and_resets_open_ones_then_opens_aga
 
 
 def test_an_s3_store_behind_a_shut_gate_is_unreachable_and_serves_again_once_open(
-    own_s3_server, s3_credentials
+    own_s3_server, s3_credentials, caplog
 ):
     endpoint, _ = own_s3_server
     make_bucket(endpoint, "gated")
@@ -101,12 +103,21 @@ def test_an_s3_store_behind_a_shut_gate_is_unreachable_and_serves_again_once_ope
     store = S3Store(config, retry=RetryPolicy(attempts=2, base_delay_s=0.0, max_delay_s=0.0))
     try:
         store.put("w1/manifest.json", b"before")
+        caplog.set_level(logging.WARNING, logger="distrai.store")
         gate.shut()
-        with pytest.raises(
-            Unreachable, match=r"s3 get 'w1/manifest.json' in s3://gated/.* failed: Could not connect"
-        ):
-            store.get("w1/manifest.json", 1024)
+        for _ in range(2):
+            with pytest.raises(
+                Unreachable, match=r"s3 get 'w1/manifest.json' in s3://gated/.* failed: Could not connect"
+            ):
+                store.get("w1/manifest.json", 1024)
         gate.open()
+        assert store.get("w1/manifest.json", 1024) == b"before"
         assert store.get("w1/manifest.json", 1024) == b"before"
     finally:
         gate.shut()
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    # two operations of two tries each failed: one line when the first failed, one when it answered
+    assert len(said) == 2, said
+    assert said[0].startswith(f"the store {store.url} is out of reach: get 'w1/manifest.json' failed"), said
+    assert said[1].startswith(f"the store {store.url} answered again after"), said
+    assert said[1].endswith("(4 failed tries)"), said

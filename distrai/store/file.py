@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import BinaryIO, TypeVar
 
 from distrai.store.base import NotFound, Store, StoreError, TooLarge, Unreachable, check_key
-from distrai.store.retry import RetryPolicy, call_with_retries
+from distrai.store.retry import Outages, RetryPolicy, call_with_retries
 from distrai.store.temps import sweep, temp_path
 from distrai.store.throttle import Bandwidth, check_max_bytes, copy_stream
 
@@ -118,6 +118,7 @@ class FileStore(Store):
         self.url = self.root.as_uri()
         self._bandwidth = Bandwidth.limited(bandwidth_bytes_per_s)
         self._retry = retry or RetryPolicy()
+        self._outages = Outages(f"the store {self.url}", log)
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.root)!r})"
@@ -202,7 +203,11 @@ class FileStore(Store):
         (`Unreachable` when it is a transient one: the retries were spent on an outage)."""
         try:
             result = call_with_retries(
-                operation, policy=self._retry, is_transient=is_transient_os_error, describe=describe
+                operation,
+                policy=self._retry,
+                is_transient=is_transient_os_error,
+                describe=describe,
+                outages=self._outages,
             )
         except OSError as error:
             failed = Unreachable if is_transient_os_error(error) else StoreError

@@ -59,15 +59,18 @@ class OutageSpec:
 
 DEFAULT_OUTAGES = (
     OutageSpec("store outage", "reveal", 9.0),
-    OutageSpec("S3 server paused", "validate", 5.0),
+    OutageSpec("S3 server paused", "validate", 8.0),
     OutageSpec("chain stall", "train", 5.0),
     OutageSpec("chain stall", "validate", 3.0),
 )
 """Every kind, every phase: the store on S3 (for the pause), unreachable across a reveal phase and
 paused in a validate phase. At 0.8 s blocks the reveal phase outlasts its outage (12.8 s); the
 validate phase's chain stall ends before the read patience (4 blocks, 3.2 s, after the reveal
-deadline), and a paused server's requests wait for it (within the nodes' read timeouts) rather than
-fail. A store outage there (`--outage store:validate:2`) makes a challenged reveal withheld when a
+deadline). The server's pause (8 s) outlasts the nodes' read timeout at 0.8 s blocks (5 s,
+`distrai.store.timeouts`), so a request in flight times out once, is tried again and waits for the
+server, and the stores say so; a pause within the timeout is only a slow answer, and a run with one
+finds the nodes with nothing to say (`--seed 1` at 5 s: "S3 server paused logged" failed). A store
+outage there (`--outage store:validate:2`) makes a challenged reveal withheld when a
 validator's first reads end after the read patience (docs/reliability.md, notes)."""
 
 

@@ -47,7 +47,7 @@ SIGINT and requires them to exit 0 like the rest.
     python bench/chaos.py --kills 6                         # the outages' costs with fewer kills around them
     python bench/chaos.py --kills 8 --windows 5 --seed 3 --block-time 0.7 --output /tmp/r.md
     python bench/chaos.py --outage store:reveal:8 --outage store:validate:2
-    python bench/chaos.py --kills 4 --windows 5 --outage s3:validate:5  # the store on a moto server
+    python bench/chaos.py --kills 4 --windows 5 --outage s3:validate:8  # the store on a moto server
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ wait and a few blocks per miner read in the first pass."""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import sqlite3
 import threading
@@ -83,13 +84,15 @@ def restore(store: FileStore, away: Path) -> None:
     away.rename(store.root)
 
 
-def train(root: Path, config, store_of: dict[str, str]):
+def train(root: Path, config, store_of: dict[str, str], absent: tuple[str, ...] = ()):
     """Miners (name → the name of its store folder) that revealed WINDOW in time: the chain's
-    harness and each miner's store by hotkey."""
+    harness and each miner's store by hotkey. `absent` names validators that hold a permit and stake
+    beside the test's, and never run."""
     harness = make_local_harness(root)
-    validator_wallet = harness.new_wallet("validator")
-    harness.chain.register(validator_wallet)
-    harness.add_stake(validator_wallet, 1000.0)
+    for name in ("validator", *absent):
+        validator_wallet = harness.new_wallet(name)
+        harness.chain.register(validator_wallet)
+        harness.add_stake(validator_wallet, 1000.0)
     wallets = [harness.new_wallet(name) for name in store_of]
     for wallet in wallets:
         harness.chain.register(wallet)
@@ -392,3 +395,35 @@ def test_the_next_pass_reads_a_store_that_gave_up_again_and_it_passes_once_back(
         verdict = validator.held.verdicts[hotkey]
         assert verdict.passed and not verdict.withheld, verdict.verdicts
         assert hotkey not in validator.state.banned_until
+
+
+# A validator down for the window (`validators.measuring`): the updates of its share of the shared
+# scoring are measured by nobody else, so the validator that is up measures them itself.
+
+
+@pytest.fixture(scope="module")
+def trained_beside_an_absent_validator(tmp_path_factory, config):
+    """Two miners that revealed WINDOW in time, and a second permitted validator that never runs:
+    the scoring deals one miner to each of the two validators."""
+    folders = {"eta": "eta", "theta": "theta"}
+    return train(tmp_path_factory.mktemp("trained-absent"), config, folders, absent=("absent",))
+
+
+def test_the_scoring_share_of_a_validator_that_is_down_is_measured_by_the_one_that_is_up(
+    tmp_path, config, trained_beside_an_absent_validator, caplog
+):
+    harness, validator, store = at_the_reveal_deadline(tmp_path, config, trained_beside_an_absent_validator)
+    absent = harness.new_wallet("absent").hotkey.ss58_address
+    miners = set(trained_beside_an_absent_validator[1])
+    with caplog.at_level(logging.WARNING, logger="distrai.validator"):
+        assert validator.run_window(WINDOW, Ticking(harness))
+
+    said = [r.getMessage() for r in caplog.records]
+    assert any(f"no measurements from {absent[:10]}" in line for line in said), said
+    assert any("measuring here 1 passed updates nobody else measured in time" in line for line in said), said
+    report = json.loads(store.get(report_key(validator.rt.run_id, WINDOW, validator.hotkey), 1 << 20))["body"]
+    assert report["measured_by"] == dict.fromkeys(sorted(miners), validator.hotkey)
+    assert report["workers"] == [validator.hotkey], "the absent validator did none of its share"
+    for hotkey in miners:
+        verdict = validator.held.verdicts[hotkey]
+        assert verdict.passed and not verdict.unmeasured and verdict.score > 0, verdict.verdicts

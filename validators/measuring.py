@@ -1,6 +1,7 @@
 """A validator's part in the shared scoring of one window (the rules are `shared_scoring.py`'s):
 measure its share of the passed updates and publish the measurements at once, take the other
-validators' until the score patience, re-check a drawn few, and pool them."""
+validators' until the score patience, re-check a drawn few, measure what nobody else measured while
+its time lasts, and pool them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from distrai.protocol.layout import measurements_key
 from distrai.protocol.sync import peer_view
-from distrai.protocol.windows import reveal_seed, score_patience
+from distrai.protocol.windows import WindowConfig, aggregate_deadline, reveal_seed, score_patience
 from distrai.wire.window_documents import Measurement, Measurements
 from validators.checks import MinerVerdict
 from validators.shared_scoring import (
@@ -31,6 +32,14 @@ if TYPE_CHECKING:
     from validators.validator import Validator
 
 log = logging.getLogger("distrai.validator")
+
+
+def rest_limit(windows: WindowConfig, w: int) -> int:
+    """The block until which a validator measures the updates nobody else measured in time: half
+    of what the score patience leaves before the aggregate deadline, the other half left to score,
+    report and aggregate."""
+    patience = score_patience(windows, w)
+    return patience + (aggregate_deadline(windows, w) - patience) // 2
 
 
 class WindowMeasuring:
@@ -83,6 +92,10 @@ class WindowMeasuring:
         pooled = pool(me, self.shares, self.own, published, rechecks, set(passed))
         unmeasured = sorted(set(passed) - set(pooled.measurements))
         if unmeasured:
+            extra = self.measure_the_rest({hk: passed[hk] for hk in unmeasured})
+            pooled = pool(me, self.shares, self.own | extra, published, rechecks, set(passed))
+            unmeasured = sorted(set(passed) - set(pooled.measurements))
+        if unmeasured:
             log.warning(
                 "window %d: %d passed updates were measured by nobody in time, so they are not scored: %s",
                 w,
@@ -90,6 +103,29 @@ class WindowMeasuring:
                 ", ".join(hk[:10] for hk in unmeasured),
             )
         return pooled
+
+    def measure_the_rest(self, verdicts: dict[str, MinerVerdict]) -> dict[str, Measurement]:
+        """Measure here, one by one, the passed updates that nobody measured in time (their validator
+        down, late or refuted), while the first half of what the score patience leaves before the
+        aggregate deadline lasts (`rest_limit`); what is left then is not scored. Nothing of it is
+        published, and it makes no worker of anyone: the absent validator's share is still not done."""
+        v, w = self.validator, self.view.basis.number
+        limit = rest_limit(v.windows, w)
+        if v.block_now() >= limit:
+            return {}
+        log.warning(
+            "window %d: measuring here %d passed updates nobody else measured in time (until block %d): %s",
+            w,
+            len(verdicts),
+            limit,
+            ", ".join(hk[:10] for hk in sorted(verdicts)),
+        )
+        measured: dict[str, Measurement] = {}
+        for hotkey in sorted(verdicts):
+            if v.block_now() >= limit:
+                break
+            measured |= self.measure({hotkey: verdicts[hotkey]})
+        return measured
 
     def measure(self, verdicts: dict[str, MinerVerdict]) -> dict[str, Measurement]:
         updates = {}
@@ -116,7 +152,7 @@ class WindowMeasuring:
         late = sorted(set(validators) - set(found))
         if late:
             log.warning(
-                "window %d: no measurements from %s by block %d; their shares are not scored this window",
+                "window %d: no measurements from %s by block %d; their shares are measured here while time allows",
                 w,
                 ", ".join(h[:10] for h in late),
                 patience,

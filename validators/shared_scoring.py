@@ -13,8 +13,11 @@ each validator:
 3. measures again `score_rechecks` of them, drawn by the seed and its own hotkey, and compares: a
    validator whose measurement it cannot reproduce (within the run's loss tolerance) is refuted,
    named in the report, and none of its measurements of the window are taken;
-4. scores every miner from the pooled measurements (its own first): a miner whose update nobody
-   measured in time is not scored this window (its moving average is left as it was), never zeroed.
+4. measures itself the passed updates nobody else measured in time (their validator down, late or
+   refuted), while half of what the score patience leaves before the aggregate deadline lasts
+   (`measuring.rest_limit`), and scores every miner from the pooled measurements (its own first): a
+   miner whose update is still unmeasured then is not scored this window (its moving average is left
+   as it was), never zeroed.
 
 The validators that published the measurements of their whole share in time, none refuted, are the
 window's workers; `scoring.validator_share` of each honest validator's weight pays them

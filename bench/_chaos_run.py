@@ -402,21 +402,7 @@ class Harness:
             self.wait_until(wall + event.seconds, tick)
         finally:
             mend()
-        self.disruptions.append(
-            Disruption(
-                event.kind,
-                event.phase,
-                block,
-                self.chain.block(),
-                self.elapsed(),
-                wall,
-                time.time(),
-                how,
-                log_offsets=offsets,
-                running=present,
-                alive_after={n.name: n.running() or n.name in self.finished for n in self.net.neurons},
-            )
-        )
+        self.record(event, block, wall, how, offsets, present)
         self.say(f"{said[1]} at block {self.chain.block()}")
 
     def chain_stall(self, event: Planned, tick: Callable[[], None]) -> None:
@@ -441,20 +427,35 @@ class Harness:
             conn.close()
         blocked = ", ".join(f"{name} {s:.1f} s" for name, s in waited.items() if s > 0) or "none"
         self.say(f"chain released at block {self.chain.block()}; waiting on its lock: {blocked}")
+        how = f"BEGIN EXCLUSIVE on chain.db for {event.seconds:.1f} s (lock taken after {wall - asked:.2f} s)"
+        self.record(event, block, wall, how, offsets, present, waited)
+
+    def record(
+        self,
+        event: Planned,
+        block: int,
+        wall: float,
+        how: str,
+        offsets: dict[str, int],
+        present: frozenset[str],
+        waited: dict[str, float] | None = None,
+    ) -> None:
+        """Keep the disruption `event` that began at `block` (`wall` seconds) and just ended, made
+        `how`, with the nodes' log sizes and the nodes running when it began."""
         self.disruptions.append(
             Disruption(
-                "chain stall",
+                event.kind,
                 event.phase,
                 block,
                 self.chain.block(),
                 self.elapsed(),
                 wall,
                 time.time(),
-                f"BEGIN EXCLUSIVE on chain.db for {event.seconds:.1f} s (lock taken after {wall - asked:.2f} s)",
+                how,
                 log_offsets=offsets,
                 running=present,
                 alive_after={n.name: n.running() or n.name in self.finished for n in self.net.neurons},
-                waited=waited,
+                waited=waited or {},
             )
         )
 

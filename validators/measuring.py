@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from distrai.protocol.layout import measurements_key
@@ -105,7 +106,7 @@ class WindowMeasuring:
         return pooled
 
     def measure_the_rest(self, verdicts: dict[str, MinerVerdict]) -> dict[str, Measurement]:
-        """Measure here, one by one, the passed updates that nobody measured in time (their validator
+        """Measure here, in hotkey order, the passed updates that nobody measured in time (their validator
         down, late or refuted), while the first half of what the score patience leaves before the
         aggregate deadline lasts (`rest_limit`); what is left then is not scored. Nothing of it is
         published, and it makes no worker of anyone: the absent validator's share is still not done."""
@@ -120,19 +121,16 @@ class WindowMeasuring:
             limit,
             ", ".join(hk[:10] for hk in sorted(verdicts)),
         )
-        measured: dict[str, Measurement] = {}
-        for hotkey in sorted(verdicts):
-            if v.block_now() >= limit:
-                break
-            measured |= self.measure({hotkey: verdicts[hotkey]})
-        return measured
+        return self.measure(verdicts, keep_going=lambda: v.block_now() < limit)
 
-    def measure(self, verdicts: dict[str, MinerVerdict]) -> dict[str, Measurement]:
+    def measure(
+        self, verdicts: dict[str, MinerVerdict], keep_going: Callable[[], bool] = lambda: True
+    ) -> dict[str, Measurement]:
         updates = {}
         for hk, v in verdicts.items():
             assert v.manifest is not None and v.update is not None, "only passed updates are measured"
             updates[hk] = (v.manifest.steps, v.update)
-        measured = measure_updates(self.view.basis, self.seed, updates)
+        measured = measure_updates(self.view.basis, self.seed, updates, keep_going)
         return {hk: as_measurement(result) for hk, result in measured.items()}
 
     def collect(self, validators: list[str], stop: threading.Event) -> dict[str, Measurements]:

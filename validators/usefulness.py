@@ -19,7 +19,7 @@ subset of its last segment's data. What came before the last segment is checked 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -132,14 +132,19 @@ def _losses(runtime: Runtime, sequences: torch.Tensor) -> torch.Tensor:
 
 
 def measure_updates(
-    basis: WindowBasis, seed: bytes, updates: Mapping[str, tuple[int, dict[str, torch.Tensor]]]
+    basis: WindowBasis,
+    seed: bytes,
+    updates: Mapping[str, tuple[int, dict[str, torch.Tensor]]],
+    keep_going: Callable[[], bool] = lambda: True,
 ) -> dict[str, Usefulness]:
     """Each of `updates` (hotkey → the steps its manifest claims and its decoded update) measured
-    on the window's base, with the samples `seed` draws."""
+    on the window's base, with the samples `seed` draws, in hotkey order while `keep_going()` says so."""
     if not updates:
         return {}
     samples = window_samples(basis.runtime, basis.base, basis.number, seed, basis.miners)
-    return {
-        hotkey: measure(basis, samples, hotkey, steps, update)
-        for hotkey, (steps, update) in sorted(updates.items())
-    }
+    measured = {}
+    for hotkey, (steps, update) in sorted(updates.items()):
+        if not keep_going():
+            break
+        measured[hotkey] = measure(basis, samples, hotkey, steps, update)
+    return measured

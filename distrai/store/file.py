@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import BinaryIO, TypeVar
 
 from distrai.store.base import NotFound, Store, StoreError, TooLarge, Unreachable, check_key
-from distrai.store.retry import Outages, RetryPolicy, call_with_retries
+from distrai.store.outage import OutageLog
+from distrai.store.retry import RetryPolicy, call_with_retries
 from distrai.store.temps import sweep, temp_path
 from distrai.store.throttle import Bandwidth, check_max_bytes, copy_stream
 
@@ -118,7 +119,8 @@ class FileStore(Store):
         self.url = self.root.as_uri()
         self._bandwidth = Bandwidth.limited(bandwidth_bytes_per_s)
         self._retry = retry or RetryPolicy()
-        self._outages = Outages(f"the store {self.url}", log)
+        self._outages = OutageLog(log)
+        """this store's outages, said once when a try first fails and once when it answers again"""
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.root)!r})"
@@ -208,6 +210,7 @@ class FileStore(Store):
                 is_transient=is_transient_os_error,
                 describe=describe,
                 outages=self._outages,
+                subject=f"the store {self.url}",
             )
         except OSError as error:
             failed = Unreachable if is_transient_os_error(error) else StoreError

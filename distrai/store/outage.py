@@ -10,6 +10,7 @@ it is tested without waiting.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,14 +29,17 @@ class OutageLog:
         self.logger = logger
         self.clock = clock
         self.open: dict[str, Outage] = {}
+        self._lock = threading.Lock()
+        """threads that share a log (a store's, `distrai.store.retry`) note their tries one at a time"""
 
     def failed(self, what: str, error: object) -> bool:
         """Note a failed try of `what`; logs and returns True only when it starts an outage."""
-        outage = self.open.get(what)
-        if outage is not None:
-            self.open[what] = Outage(outage.since, outage.tries + 1)
-            return False
-        self.open[what] = Outage(self.clock(), 1)
+        with self._lock:
+            outage = self.open.get(what)
+            if outage is not None:
+                self.open[what] = Outage(outage.since, outage.tries + 1)
+                return False
+            self.open[what] = Outage(self.clock(), 1)
         self.logger.warning("%s is out of reach: %s; trying again, quietly until it answers", what, error)
         return True
 
@@ -49,7 +53,8 @@ class OutageLog:
         return self._end(what, f"not tried any more ({why}) after")
 
     def _end(self, what: str, how: str) -> float | None:
-        outage = self.open.pop(what, None)
+        with self._lock:
+            outage = self.open.pop(what, None)
         if outage is None:
             return None
         seconds = self.clock() - outage.since

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,16 +59,17 @@ def call_with_retries(
     describe: str,
     rng: random.Random | None = None,
     sleep: Callable[[float], None] = time.sleep,
-    outages: Outages | None = None,
+    outages: OutageLog | None = None,
+    subject: str = "",
 ) -> T:
     """Run `operation`; on an error that `is_transient` accepts, wait and try again.
 
     A permanent error, or the last transient one once the attempts are spent, propagates unchanged.
     Every retry is logged at debug level, naming `describe`, the error and the wait; a line a try at
     warning level would repeat every fraction of a second while a store refuses connections. What an
-    operator reads instead comes from `outages` (the store's own, `Outages`): one warning when a try
-    first fails transiently, one when the store answers again (any answer, a refusal included), with
-    how long it was out of reach and how many tries failed.
+    operator reads instead comes from `outages` (the store's own log, under `subject`, its name): one
+    warning when a try first fails transiently, one when the store answers again (any answer, a
+    refusal included), with how long it was out of reach and how many tries failed.
     """
     rng = rng or random.Random()
     for retry_index in range(policy.attempts):
@@ -78,10 +78,10 @@ def call_with_retries(
         except Exception as error:
             if not is_transient(error):
                 if outages is not None:
-                    outages.answered()
+                    outages.answered(subject)
                 raise
             if outages is not None:
-                outages.failed(f"{describe} failed ({type(error).__name__}: {error})")
+                outages.failed(subject, f"{describe} failed ({type(error).__name__}: {error})")
             if retry_index == policy.attempts - 1:
                 raise
             delay = backoff_delay(policy, retry_index, rng.random())
@@ -97,24 +97,6 @@ def call_with_retries(
             sleep(delay)
         else:
             if outages is not None:
-                outages.answered()
+                outages.answered(subject)
             return result
     raise AssertionError("unreachable: the last try returns or raises")
-
-
-class Outages:
-    """One store's outages as its retries meet them (`distrai.store.outage.OutageLog` under the
-    store's name), shared by the threads that use the store."""
-
-    def __init__(self, name: str, logger: logging.Logger):
-        self.name = name
-        self._log = OutageLog(logger)
-        self._lock = threading.Lock()
-
-    def failed(self, error: str) -> None:
-        with self._lock:
-            self._log.failed(self.name, error)
-
-    def answered(self) -> None:
-        with self._lock:
-            self._log.answered(self.name)

@@ -4,7 +4,8 @@ other miners' data (`--miner.adversary wrongdata`), two validators, as separate 
 
 The validator whose share holds the cheater catches it by replay and publishes a signed finding;
 the other validator, which did not replay it, re-checks the finding in the next window, adopts it,
-names it in its report, and bars the miner too."""
+names it in its report, and bars the miner too. The cheater never keeps an honest miner's share:
+a validator that replayed neither of them pays neither for the work they both published."""
 
 from __future__ import annotations
 
@@ -52,4 +53,19 @@ def test_one_validators_catch_is_re_checked_and_adopted_by_the_other(findings_ne
         assert all(c["outcome"] != "refuted" for c in r["rechecks"]), r["rechecks"]
         for hk in honest:
             if hk in r["miners"]:
-                assert r["miners"][hk]["reason"] is None, (r["window"], r["miners"][hk])
+                assert fair_to_honest(r["miners"][hk], cheater), (
+                    r["window"],
+                    r["validator"],
+                    r["miners"][hk],
+                )
+
+
+def fair_to_honest(entry: dict, cheater: str) -> bool:
+    """An honest miner's entry passed every check, or failed `duplicate` alone because the cheater,
+    training on its data, published its update, and the validator replayed neither of them, so that
+    it could not tell who trained it (`validators/duplicates.py`): the cheater never keeps the work."""
+    if entry["reason"] is None:
+        return True
+    failed = {check: why for check, why in entry["verdicts"].items() if why != "pass"}
+    why = failed.get("duplicate", "")
+    return list(failed) == ["duplicate"] and cheater in why and "cannot be told" in why

@@ -9,7 +9,10 @@ challenged, so the scores alone must hold:
   codec residual, and another miner's update of an earlier window;
 - an update scaled to a ten-thousandth of an honest one earns nothing;
 - the aggregate takes each piece of work once;
-- an update nobody measured in time is not scored, neither paid nor zeroed.
+- an update nobody measured in time is not scored, neither paid nor zeroed;
+- in a run's first window, where the marks cannot tell a trainer from a copier, a miner that
+  trained on an honest miner's public assignment (and so published its update) does not take the
+  honest share: nobody is paid for the work, unless a replay of the honest miner passed.
 
 The base is the tiny model after two windows of training, when an update's memorisation of its own
 data can be measured (from the initial model it cannot: `scoring.marks_judged`)."""
@@ -51,8 +54,9 @@ def hotkey(name: str) -> str:
 HONEST = [hotkey(f"Honest{i}") for i in range(4)]
 SPLIT = [hotkey(f"Split{i}") for i in range(4)]
 """four hotkeys of one operator, each training a quarter of a window: one honest miner's compute"""
-TINY, RELABELLED, RESCALED, PERTURBED, DISGUISED, STALE = (
-    hotkey(name) for name in ("Tiny", "Relabelled", "Rescaled", "Perturbed", "Disguised", "Stale")
+TINY, RELABELLED, RESCALED, PERTURBED, DISGUISED, STALE, WRONGDATA = (
+    hotkey(name)
+    for name in ("Tiny", "Relabelled", "Rescaled", "Perturbed", "Disguised", "Stale", "Wrongdata")
 )
 COPIES = (RELABELLED, RESCALED, PERTURBED, DISGUISED)
 MINERS = sorted([*HONEST, *SPLIT, TINY, *COPIES, STALE])
@@ -63,13 +67,13 @@ def runtime():
     return build_runtime(load_run_config(CONFIG))
 
 
-def trained(runtime, base, hotkey, window=WINDOW, steps=FULL) -> dict[str, torch.Tensor]:
+def trained(runtime, base, hotkey, window=WINDOW, steps=FULL, miners=MINERS) -> dict[str, torch.Tensor]:
     runtime.load_params(base)
     cfg = runtime.config.train
 
     def batch(t):
         return runtime.data.batch(
-            batch_indices(runtime.run_id, window, hotkey, t, cfg.batch_size, runtime.data.n_train, MINERS)
+            batch_indices(runtime.run_id, window, hotkey, t, cfg.batch_size, runtime.data.n_train, miners)
         )
 
     inner = dataclasses.replace(runtime.inner, inner_steps=steps)
@@ -114,9 +118,11 @@ def manifest(runtime, hotkey: str, steps: int) -> UpdateManifest:
     )
 
 
-def passed(runtime, hotkey: str, update: dict[str, torch.Tensor], steps: int = FULL) -> MinerVerdict:
+def passed(
+    runtime, hotkey: str, update: dict[str, torch.Tensor], steps: int = FULL, miners=MINERS
+) -> MinerVerdict:
     verdict = MinerVerdict(
-        hotkey, MINERS.index(hotkey), {"manifest": PASS, "consistency": PASS, "update": PASS}
+        hotkey, miners.index(hotkey), {"manifest": PASS, "consistency": PASS, "update": PASS}
     )
     verdict.manifest = manifest(runtime, hotkey, steps)
     verdict.update = update
@@ -210,3 +216,42 @@ def test_an_update_nobody_measured_is_not_scored(runtime, model):
     verdict = passed(runtime, HONEST[3], trained(runtime, model.params, HONEST[3]))
     score_window(runtime, [verdict], {}, {HONEST[3]: 10})
     assert verdict.unmeasured and verdict.passed and verdict.score == 0.0 and "useful" not in verdict.verdicts
+
+
+FIRST_MINERS = sorted([*HONEST[:2], WRONGDATA])
+
+
+def first_window(runtime, honest_replayed: bool) -> dict[str, MinerVerdict]:
+    """Window 1 from the initial model: HONEST[0] trained on its own assignment, WRONGDATA on
+    HONEST[0]'s (the same steps on the same data from the same base: the same update), committed
+    first; HONEST[1] trained on its own. Nobody replayed, or HONEST[0]'s replay passed."""
+    model = GlobalModel(1, runtime.initial_params(), OuterState(momentum={}))
+    update = published(runtime, model, trained(runtime, model.params, HONEST[0], 1, miners=FIRST_MINERS))
+    other = published(runtime, model, trained(runtime, model.params, HONEST[1], 1, miners=FIRST_MINERS))
+    verdicts = [
+        passed(runtime, HONEST[0], update, miners=FIRST_MINERS),
+        passed(runtime, WRONGDATA, {n: t.clone() for n, t in update.items()}, miners=FIRST_MINERS),
+        passed(runtime, HONEST[1], other, miners=FIRST_MINERS),
+    ]
+    if honest_replayed:
+        verdicts[0].verdicts["replay"] = PASS
+    basis = WindowBasis.measured_outside(runtime, model, "0x" + "5d" * 32, FIRST_MINERS)
+    seed = reveal_seed("0x" + "5d" * 32, runtime.run_id, 1)
+    measured = measure_updates(basis, seed, {v.hotkey: (FULL, v.update) for v in verdicts})
+    blocks = {HONEST[0]: 10, WRONGDATA: 9, HONEST[1]: 10}
+    score_window(runtime, verdicts, {hk: as_measurement(r) for hk, r in measured.items()}, blocks)
+    return {v.hotkey: v for v in verdicts}
+
+
+@pytest.mark.parametrize("honest_replayed", [False, True], ids=["nobody-replayed", "honest-replayed"])
+def test_training_on_another_miners_data_takes_nothing_from_it_in_a_first_window(runtime, honest_replayed):
+    got = first_window(runtime, honest_replayed)
+    assert got[HONEST[1]].numbers["mark_judged"] == 0.0, got[HONEST[1]].numbers
+    assert got[HONEST[1]].score == full_pay(runtime), got[HONEST[1]].verdicts
+    copier, honest = got[WRONGDATA], got[HONEST[0]]
+    assert copier.score == 0.0 and not copier.fraud and "duplicate" in copier.verdicts, copier.verdicts
+    if honest_replayed:
+        assert honest.score == full_pay(runtime), honest.verdicts
+    else:
+        assert honest.score == 0.0 and not honest.fraud, honest.verdicts
+        assert "cannot be told" in honest.verdicts["duplicate"], honest.verdicts

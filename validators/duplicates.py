@@ -9,10 +9,17 @@ one update point in the same direction whatever their scale.
 Each update is reduced to a count sketch (`distrai.train.sketch`, linear, `size` numbers, O(N)
 per update) and every pair's cosine is taken on the sketches: O(M² · size) for M miners instead
 of O(M² · N) on the full updates. Pairs at or above the run's `duplicate_cosine` are joined into
-groups; in each group the work stays with the miner it was trained for: the update whose loss drop
-on its miner's assigned data exceeds its drop on unassigned data the most (then the earliest
-commitment, then the hotkey). Every other member fails the `duplicate` check with the one it
-duplicates named. It is not treated as fraud: the score is zero, the hotkey is not barred.
+groups, and in each group the work stays with the miner it was trained for, when that can be told:
+
+1. a member whose challenged steps this validator replayed and found trained on its own data
+   (`replay` passed) did the work; the others fail `duplicate`, naming it;
+2. else the member whose update bears the mark of its own data best (its loss drop on its assigned
+   sequences over its drop on unassigned ones, `usefulness.Usefulness.mark`) did the work, if its
+   mark stands above every other member's by at least `ATTRIBUTION_Z` standard errors of the
+   difference; the others fail `duplicate`, naming it;
+3. else nobody can tell who trained it: every member fails `duplicate`.
+
+A failed `duplicate` is not fraud: the score is zero, the hotkey is not barred.
 
 Why that and not the first commitment: nobody can copy an update of the same window (it is
 published after the commit deadline), so two hotkeys doing one piece of work means the work was
@@ -21,19 +28,32 @@ miner that trains on another's data and commits first take that miner's share wh
 replayed. Training leaves its mark on the data trained on: the trainer's update lowers the loss on
 its own assigned sequences more than on unseen ones, while the same work under another hotkey meets
 that hotkey's assigned data as unseen, whatever its scale.
+
+Why nobody, when the marks are too close to tell: early in a run an update's generic gain swamps
+what it memorised, and the marks of a piece of work on its trainer's data and on a copier's are
+equal give or take their noise. Keeping the higher of two noisy marks paid a miner that trained on
+an honest miner's data the honest share one window in two (seen in a local network, window 1: marks
+0.0124 and 0.0121, standard errors 0.005). Paying nobody costs the copier its whole window of
+compute for nothing, and the miner it copied one window's pay at the validators that replayed
+neither of them; the validator that replays either one settles it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import torch
 
 from distrai.train.sketch import sketch
-from distrai.wire.verdicts import Check, Number
+from distrai.wire.verdicts import PASS, Check, Number
 from validators.checks import MinerVerdict
+from validators.scoring import MARK_Z_NONE
 
 SKETCH_SIZE = 8192
+ATTRIBUTION_Z = MARK_Z_NONE
+"""How many standard errors of the difference the trainer's mark must stand above each other
+member's: the bar that a mark of no memorisation at all clears one time in 44 (`scoring.MARK_Z_NONE`)."""
 
 
 def update_sketch(update: Mapping[str, torch.Tensor], seed: str) -> torch.Tensor:
@@ -45,9 +65,42 @@ def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     return 0.0 if norms == 0.0 else float(a @ b) / norms
 
 
-def fit_to_own_data(verdict: MinerVerdict) -> float:
-    """The mark of the miner's own data on the update (`usefulness.Usefulness.mark`)."""
+def mark_of(verdict: MinerVerdict) -> float:
+    """The mark of the miner's own data on the update (`usefulness.Usefulness.mark`), 0 unmeasured."""
     return verdict.numbers.get(Number.MARK, 0.0)
+
+
+def mark_error(verdict: MinerVerdict) -> float:
+    """The standard error of the mark (the mark over its `mark_z`); infinite when not known."""
+    mark, z = verdict.numbers.get(Number.MARK), verdict.numbers.get(Number.MARK_Z)
+    if mark is None or z is None or z == 0.0 or not math.isfinite(z):
+        return math.inf
+    return abs(mark / z)
+
+
+def replayed_own_work(verdict: MinerVerdict) -> bool:
+    """Whether this validator replayed challenged steps of the miner and found them trained on its
+    own data, the trajectory ending in its update."""
+    return verdict.verdicts.get(Check.REPLAY) == PASS
+
+
+def trainer(group: Sequence[MinerVerdict], commit_blocks: Mapping[str, int]) -> MinerVerdict | None:
+    """The member of a duplicate `group` that did the work, or None when it cannot be told."""
+
+    def order(v: MinerVerdict) -> tuple[float, int, str]:
+        return (-mark_of(v), commit_blocks[v.hotkey], v.hotkey)
+
+    replayed = [v for v in group if replayed_own_work(v)]
+    if replayed:
+        return min(replayed, key=order)
+    best = min(group, key=order)
+    for other in group:
+        if other is best:
+            continue
+        margin = mark_of(best) - mark_of(other)
+        if not margin >= ATTRIBUTION_Z * math.hypot(mark_error(best), mark_error(other)):
+            return None
+    return best
 
 
 def duplicate_groups(sketches: Mapping[str, torch.Tensor], threshold: float) -> list[list[str]]:
@@ -84,16 +137,28 @@ def flag_duplicates(
         others = [cosine(sketches[hk], s) for other, s in sketches.items() if other != hk]
         v.numbers[Number.MAX_COSINE] = max(others, default=0.0)
     for group in duplicate_groups(sketches, threshold):
-        keeper = min(
-            group,
-            key=lambda hk: (-fit_to_own_data(passed[hk]), commit_blocks[hk], hk),
-        )
-        for hk in group:
-            if hk != keeper:
-                similarity = cosine(sketches[hk], sketches[keeper])
-                passed[hk].fail(
+        members = [passed[hk] for hk in group]
+        keeper = trainer(members, commit_blocks)
+        if keeper is None:
+            for v in members:
+                other = next(o for o in members if o is not v)
+                more = f" and {len(members) - 2} other miners'" if len(members) > 2 else ""
+                v.fail(
                     Check.DUPLICATE,
-                    f"the same work as {keeper}'s update, trained on {keeper}'s data "
-                    f"(cosine {similarity:.4f} ≥ {threshold}): one piece of work earns one share",
+                    f"the same work as {other.hotkey}'s update{more} (cosine ≥ {threshold}), and who "
+                    f"trained it cannot be told: none was replayed here and their marks of their own "
+                    f"data (this one {mark_of(v):.4f} ± {mark_error(v):.4f}) are within "
+                    f"{ATTRIBUTION_Z:g} standard errors: one piece of work, no share",
+                    fraud=False,
+                )
+            continue
+        how = "its replay passed" if replayed_own_work(keeper) else "its mark stands out"
+        for v in members:
+            if v is not keeper:
+                similarity = cosine(sketches[v.hotkey], sketches[keeper.hotkey])
+                v.fail(
+                    Check.DUPLICATE,
+                    f"the same work as {keeper.hotkey}'s update, trained on {keeper.hotkey}'s data "
+                    f"({how}; cosine {similarity:.4f} ≥ {threshold}): one piece of work earns one share",
                     fraud=False,
                 )

@@ -12,7 +12,7 @@ CHECKS: dict[str, str] = {
     "names, was made by your hotkey for this window, and decodes",
     Check.COPY: "no other hotkey published the identical update earlier",
     Check.DUPLICATE: "your update is not nearly the same as another hotkey's; when it is, the one share goes to "
-    "the miner whose data it was trained on",
+    "the miner whose data it was trained on, shown by a replay or a clear mark, and to nobody when neither shows it",
     Check.STATES: "the training state you revealed is the one you committed",
     Check.REPLAY: "the validator, re-running your challenged training steps on your assigned data, reaches the "
     "state and the losses you committed",

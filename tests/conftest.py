@@ -111,7 +111,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def networks(request, tmp_path_factory):
+def session_temp(tmp_path_factory):
+    """Every process the session starts, and torch's compile cache, keep their temporary files under
+    the session's own folder, which pytest removes after a passing run: torchrun's and inductor's
+    otherwise stay in /tmp for good, a few hundred MB a run on a shared disk."""
+    folder = tmp_path_factory.mktemp("tmp")
+    saved = {name: os.environ.get(name) for name in ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR")}
+    os.environ["TMPDIR"] = str(folder)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder / "torchinductor")
+    yield folder
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+@pytest.fixture(scope="session")
+def networks(request, tmp_path_factory, session_temp):
     needed = {name for name in NETWORKS if any(name in item.fixturenames for item in request.session.items)}
     lanes = [[name for name in lane if name in needed] for lane in LANES]
     background = Networks(NETWORKS, lanes, tmp_path_factory, os.environ)

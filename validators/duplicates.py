@@ -32,8 +32,8 @@ that hotkey's assigned data as unseen, whatever its scale.
 Why nobody, when the marks are too close to tell: early in a run an update's generic gain swamps
 what it memorised, and the marks of a piece of work on its trainer's data and on a copier's are
 equal give or take their noise. Keeping the higher of two noisy marks paid a miner that trained on
-an honest miner's data the honest share one window in two (seen in a local network, window 1: marks
-0.0124 and 0.0121, standard errors 0.005). Paying nobody costs the copier its whole window of
+an honest miner's data the honest share whenever its mark came out higher, about one time in two
+(seen in a local network, window 1: marks 0.0124 and 0.0121, standard errors 0.005). Paying nobody costs the copier its whole window of
 compute for nothing, and the miner it copied one window's pay at the validators that replayed
 neither of them; the validator that replays either one settles it.
 """
@@ -53,7 +53,7 @@ from validators.scoring import MARK_Z_NONE
 SKETCH_SIZE = 8192
 ATTRIBUTION_Z = MARK_Z_NONE
 """How many standard errors of the difference the trainer's mark must stand above each other
-member's: the bar that a mark of no memorisation at all clears one time in 44 (`scoring.MARK_Z_NONE`)."""
+member's: the bar that a difference of noise alone clears one time in 44 (`scoring.MARK_Z_NONE`)."""
 
 
 def update_sketch(update: Mapping[str, torch.Tensor], seed: str) -> torch.Tensor:

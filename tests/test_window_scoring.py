@@ -221,13 +221,20 @@ def test_an_update_nobody_measured_is_not_scored(runtime, model):
 FIRST_MINERS = sorted([*HONEST[:2], WRONGDATA])
 
 
-def first_window(runtime, honest_replayed: bool) -> dict[str, MinerVerdict]:
-    """Window 1 from the initial model: HONEST[0] trained on its own assignment, WRONGDATA on
-    HONEST[0]'s (the same steps on the same data from the same base: the same update), committed
-    first; HONEST[1] trained on its own. Nobody replayed, or HONEST[0]'s replay passed."""
+@pytest.fixture(scope="module")
+def first_updates(runtime):
+    """Window 1's base, the initial model, and what HONEST[0] and HONEST[1] publish from it."""
     model = GlobalModel(1, runtime.initial_params(), OuterState(momentum={}))
     update = published(runtime, model, trained(runtime, model.params, HONEST[0], 1, miners=FIRST_MINERS))
     other = published(runtime, model, trained(runtime, model.params, HONEST[1], 1, miners=FIRST_MINERS))
+    return model, update, other
+
+
+def first_window(runtime, first_updates, honest_replayed: bool) -> dict[str, MinerVerdict]:
+    """Window 1 from the initial model: HONEST[0] trained on its own assignment, WRONGDATA on
+    HONEST[0]'s (the same steps on the same data from the same base: the same update), committed
+    first; HONEST[1] trained on its own. Nobody replayed, or HONEST[0]'s replay passed."""
+    model, update, other = first_updates
     verdicts = [
         passed(runtime, HONEST[0], update, miners=FIRST_MINERS),
         passed(runtime, WRONGDATA, {n: t.clone() for n, t in update.items()}, miners=FIRST_MINERS),
@@ -244,8 +251,10 @@ def first_window(runtime, honest_replayed: bool) -> dict[str, MinerVerdict]:
 
 
 @pytest.mark.parametrize("honest_replayed", [False, True], ids=["nobody-replayed", "honest-replayed"])
-def test_training_on_another_miners_data_takes_nothing_from_it_in_a_first_window(runtime, honest_replayed):
-    got = first_window(runtime, honest_replayed)
+def test_training_on_another_miners_data_takes_nothing_from_it_in_a_first_window(
+    runtime, first_updates, honest_replayed
+):
+    got = first_window(runtime, first_updates, honest_replayed)
     assert got[HONEST[1]].numbers["mark_judged"] == 0.0, got[HONEST[1]].numbers
     assert got[HONEST[1]].score == full_pay(runtime), got[HONEST[1]].verdicts
     copier, honest = got[WRONGDATA], got[HONEST[0]]

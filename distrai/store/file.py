@@ -27,7 +27,7 @@ from typing import BinaryIO, TypeVar
 
 from distrai.store.base import NotFound, Store, StoreError, TooLarge, Unreachable, check_key
 from distrai.store.outage import OutageLog
-from distrai.store.retry import RetryPolicy, call_with_retries
+from distrai.store.retry import RetryPolicy, StoreRetries
 from distrai.store.temps import sweep, temp_path
 from distrai.store.throttle import Bandwidth, check_max_bytes, copy_stream
 
@@ -118,9 +118,8 @@ class FileStore(Store):
                 )
         self.url = self.root.as_uri()
         self._bandwidth = Bandwidth.limited(bandwidth_bytes_per_s)
-        self._retry = retry or RetryPolicy()
-        self._outages = OutageLog(log)
-        """this store's outages, said once when a try first fails and once when it answers again"""
+        self._retries = StoreRetries(retry or RetryPolicy(), OutageLog(log), f"the store {self.url}")
+        """this store's outages are said once when a try first fails and once when it answers again"""
 
     def __repr__(self) -> str:
         return f"FileStore({str(self.root)!r})"
@@ -204,14 +203,7 @@ class FileStore(Store):
         """Run with retries; an OS error that is left becomes a `StoreError` naming the key
         (`Unreachable` when it is a transient one: the retries were spent on an outage)."""
         try:
-            result = call_with_retries(
-                operation,
-                policy=self._retry,
-                is_transient=is_transient_os_error,
-                describe=describe,
-                outages=self._outages,
-                subject=f"the store {self.url}",
-            )
+            result = self._retries.call(operation, is_transient_os_error, describe)
         except OSError as error:
             failed = Unreachable if is_transient_os_error(error) else StoreError
             raise failed(f"file store {describe} in {self.url} failed: {error}") from error

@@ -100,3 +100,24 @@ def call_with_retries(
                 outages.answered(subject)
             return result
     raise AssertionError("unreachable: the last try returns or raises")
+
+
+@dataclass(frozen=True)
+class StoreRetries:
+    """How one store retries: its policy, and its outage log under its name (`subject`)."""
+
+    policy: RetryPolicy
+    outages: OutageLog
+    subject: str
+
+    def call(
+        self, operation: Callable[[], T], is_transient: Callable[[BaseException], bool], describe: str
+    ) -> T:
+        return call_with_retries(
+            operation,
+            policy=self.policy,
+            is_transient=is_transient,
+            describe=describe,
+            outages=self.outages,
+            subject=self.subject,
+        )

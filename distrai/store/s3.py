@@ -46,7 +46,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from distrai.store.base import NotFound, Store, StoreError, TooLarge, Unreachable, check_key
 from distrai.store.file import is_key, write_atomically
 from distrai.store.outage import OutageLog
-from distrai.store.retry import RetryPolicy, call_with_retries
+from distrai.store.retry import RetryPolicy, StoreRetries
 from distrai.store.throttle import Bandwidth, check_max_bytes, copy_stream
 
 T = TypeVar("T")
@@ -205,9 +205,8 @@ class S3Store(Store):
         self.url = config.url
         self._client = make_client(config)
         self._bandwidth = Bandwidth.limited(bandwidth_bytes_per_s)
-        self._retry = retry or RetryPolicy()
-        self._outages = OutageLog(log)
-        """this store's outages, said once when a try first fails and once when it answers again"""
+        self._retries = StoreRetries(retry or RetryPolicy(), OutageLog(log), f"the store {self.url}")
+        """this store's outages are said once when a try first fails and once when it answers again"""
 
     def __repr__(self) -> str:
         return f"S3Store({self.config!r})"
@@ -328,14 +327,7 @@ class S3Store(Store):
         operation: Callable[[], T],
         is_transient: Callable[[BaseException], bool] = is_transient_s3_error,
     ) -> T:
-        return call_with_retries(
-            operation,
-            policy=self._retry,
-            is_transient=is_transient,
-            describe=describe,
-            outages=self._outages,
-            subject=f"the store {self.url}",
-        )
+        return self._retries.call(operation, is_transient, describe)
 
     def _store_error(self, describe: str, key: str, error: BaseException) -> StoreError:
         """The `StoreError` (or `NotFound`) that names `key`, this store and what `error` says;

@@ -11,10 +11,7 @@ run; they come last, once every background job has ended, so that no more networ
 
 from __future__ import annotations
 
-import getpass
 import os
-import tempfile
-from pathlib import Path
 
 import pytest
 from support.adversary_net import start_adversary_net
@@ -115,14 +112,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def session_temp(tmp_path_factory):
-    """Every process the session starts keeps its temporary files under the session's own folder,
-    which pytest removes after a passing run: torchrun's otherwise stay in /tmp for good. Torch's
-    compile cache stays where torch keeps it by default, shared between runs: a cold one costs
-    `bench/gpu.py --quick` 131 s instead of 79 (one run each, 2026-11-27)."""
+    """Every process the session starts keeps its temporary files, and torch's compile cache, under
+    the session's own folder, which pytest removes after a passing run: torchrun's otherwise stay in
+    /tmp for good. A compile cache shared with earlier runs made `bench/gpu.py --quick`'s profile
+    depend on what they had compiled (its deterministic loop showed no eager fallbacks once, and
+    tests/test_bench_gpu.py failed); a cold one costs that run about 50 CPU-s (131 s alone, 79 s warm)."""
     folder = tmp_path_factory.mktemp("tmp")
     saved = {name: os.environ.get(name) for name in ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR")}
-    default_cache = Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}"
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(default_cache))
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder / "torchinductor")
     os.environ["TMPDIR"] = str(folder)
     yield folder
     for name, value in saved.items():

@@ -250,7 +250,12 @@ def check_miner_reveals(h: Harness, manifests: dict[str, dict[int, dict]]) -> li
                 )
             elif resumed:
                 outcomes.append(f"w{w} resumed, never finished")
-                details.append(f"kill {k.index} ({k.node}): the reveal of w{w} resumed but never finished")
+                said = [r.message for r in after if f"window {w}:" in r.message]
+                details.append(
+                    f"kill {k.index} ({k.node}): the reveal of w{w} resumed but never finished "
+                    f"(no reveal record after the kill; the miner's last line on w{w}: {said[-1]!r}; "
+                    f"its job {'still' if w in h.sealed_jobs(k.node) else 'no longer'} on disk)"
+                )
             else:
                 outcomes.append(f"w{w} LOST")
                 details.append(

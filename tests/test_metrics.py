@@ -21,6 +21,29 @@ def test_records_append_and_survive_a_torn_last_line(tmp_path):
     assert records[0]["loss"] == 2.5 and records[0]["bad"] is None and records[0]["role"] == "miner"
 
 
+def test_a_restarted_node_keeps_its_first_record_after_a_torn_line(tmp_path):
+    """A node killed mid-write leaves a line without its newline; the next process's first record
+    (a miner's resumed reveal, say) must not be glued to it."""
+    path = tmp_path / "metrics.jsonl"
+    first = Metrics(path, role="miner", hotkey="5abc", run_id="r")
+    first.log(3, {"event": "train"})
+    first.close()
+    with path.open("a") as f:
+        f.write('{"window": 4, "event": "rev')
+    again = Metrics(path, role="miner", hotkey="5abc", run_id="r")
+    again.log(4, {"event": "reveal"})
+    again.log(5, {"event": "train"})
+    again.close()
+    assert [(r["window"], r["event"]) for r in read_metrics(path)] == [
+        (3, "train"),
+        (4, "reveal"),
+        (5, "train"),
+    ]
+    assert path.read_text().count("\n") == 4, "one newline ends the torn line, none is added when whole"
+    Metrics(path, role="miner", hotkey="5abc", run_id="r").close()
+    assert path.read_text().count("\n") == 4
+
+
 def test_wandb_runs_offline_without_an_api_key(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("WANDB_SILENT", "true")

@@ -31,7 +31,11 @@ class Metrics:
         self.path = path
         self.base = {"role": role, "hotkey": hotkey, "run_id": run_id}
         path.parent.mkdir(parents=True, exist_ok=True)
+        torn = _ends_in_a_torn_line(path)
         self._file = path.open("a", encoding="utf-8")
+        if torn:
+            self._file.write("\n")
+            self._file.flush()
         self._lock = threading.Lock()
         self._wandb = None
         if wandb_project:
@@ -64,6 +68,21 @@ class Metrics:
         self._file.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def _ends_in_a_torn_line(path: Path) -> bool:
+    """Whether the file's last record lacks its newline: a SIGKILL can end a write part way (the
+    kernel stops a write between pages when a fatal signal is pending). The next process ends that
+    line before its first record, which would otherwise be glued to it and lost to every reader."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() == 0:
+                return False
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) != b"\n"
+    except FileNotFoundError:
+        return False
 
 
 def process_peaks() -> dict[str, int]:

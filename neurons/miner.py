@@ -103,7 +103,7 @@ def run_miner(
     """The miner (on rank 0 when torchrun started several processes, whose ranks agreed on the
     memory `budget`)."""
     try:
-        node = build_node(args, "miner", launch, budget)
+        node = build_node(args, "miner", launch, budget, stop)
         if adversary != "honest" and node.runtime.parallel is not None and node.runtime.parallel.sharded:
             raise ValueError(
                 f"--miner.adversary {adversary} runs on a miner whose ranks do not shard the model "

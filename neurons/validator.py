@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
         print(f"validator cannot start: {exc}", file=sys.stderr)
         return 2
     try:
-        node = build_node(args, "validator")
+        node = build_node(args, "validator", stop=stop)
     except (ValueError, FileNotFoundError, ChainError) as exc:
         print(f"validator cannot start: {exc}", file=sys.stderr)
         return 2

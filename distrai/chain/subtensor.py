@@ -9,6 +9,14 @@ setting them when the subnet runs commit-reveal. Every refusal becomes `ChainErr
 subtensor's error name, and whatever the node sends back is checked before it is trusted, so a
 node that omits or garbles a value is a `ChainError` too.
 
+Reads ride out an unreachable node. The SDK reconnects a dropped websocket by itself and rotates
+through the network's fallback endpoints; when it gives up (`RpcConnectionError`, here
+`ConnectionFailed`: a lite node restarting, a network outage), a node's read is tried again every
+`RETRY_PAUSE_S` for up to `READ_PATIENCE_S`, with one log line when the outage starts and one when it
+ends (`distrai.store.outage`), and fails as before past it. The node's stop signal ends the wait at
+once. One-shot commands and the dashboard, which have no patience, fail at once. Writes are not tried again here: a write whose connection failed may have landed, and each
+caller already handles a refused commit or weight set by waiting for its next chance.
+
 `network` is `finney`, `test`, `local` (a subtensor node at ws://127.0.0.1:9944, or
 `$BT_CHAIN_ENDPOINT`), or any ws:// or wss:// URL. Tests hand in a `substrate` instead.
 """
@@ -16,9 +24,12 @@ node that omits or garbles a value is a `ChainError` too.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 import bittensor as bt
 from bittensor import hyperparams
@@ -26,6 +37,10 @@ from bittensor.settings import resolve_endpoint
 
 from distrai.chain import rules
 from distrai.chain.base import Chain, ChainError, Commitment, Hyperparameters, Metagraph, Neuron, WalletLike
+from distrai.store.outage import OutageLog
+
+log = logging.getLogger("distrai.chain")
+T = TypeVar("T")
 
 RAW_FIELD_BYTES = 128
 """A Commitments pallet `Raw` field holds at most 128 bytes; longer text spans several fields."""
@@ -33,6 +48,13 @@ REGISTRATION_PATIENCE_BLOCKS = 50
 """How many blocks `register` keeps retrying when the subnet's per-block registrations are full."""
 MAX_POLL_SECONDS = 1.0
 """The longest pause between two polls of `wait_for_block`, which otherwise polls at a quarter block."""
+READ_PATIENCE_S = 300.0
+"""How long a node's read tries again through a subtensor node the SDK cannot reach: 25 blocks of 12 s,
+enough for a lite node's restart or a short network outage, and a quarter of a `gpu-subnet.toml` window
+(100 blocks), so an outage the reads ride out costs at most the window it hits (docs/reliability.md,
+Notes)."""
+RETRY_PAUSE_S = 1.0
+"""The pause between two tries of an unreachable node."""
 
 WEIGHT_PREFLIGHT_REASONS: Mapping[bt.ErrorCode, str] = {
     bt.ErrorCode.NOT_REGISTERED: "HotKeyNotRegisteredInSubNet",
@@ -238,7 +260,9 @@ class SubtensorChain(Chain):
     """One subnet of a subtensor chain, through the bittensor SDK.
 
     `version_key` goes with every weight set; a subnet may require a minimum (its weights version).
-    Construction does not connect: the first read or write does."""
+    `patience_s` is how long a read waits through an unreachable node (a node's is
+    `READ_PATIENCE_S`; 0, the default, fails at once), and `stop` (the node's stop signal) ends that
+    wait. Construction does not connect: the first read or write does."""
 
     def __init__(
         self,
@@ -247,10 +271,15 @@ class SubtensorChain(Chain):
         *,
         substrate: bt.Substrate | None = None,
         version_key: int = 0,
+        stop: threading.Event | None = None,
+        patience_s: float = 0.0,
     ):
         self.network, self.endpoint = resolve_network(network)
         self.netuid = netuid
         self.version_key = version_key
+        self.stop = stop or threading.Event()
+        self.patience_s = patience_s
+        self.outages = OutageLog(log)
         self._sdk = bt.Subtensor(network, substrate=substrate)
         self._requested, self._substrate = network, substrate
 
@@ -260,18 +289,45 @@ class SubtensorChain(Chain):
     def connect_again(self) -> SubtensorChain:
         """A new connection to the same endpoint (an injected test substrate is shared)."""
         return SubtensorChain(
-            self._requested, self.netuid, substrate=self._substrate, version_key=self.version_key
+            self._requested,
+            self.netuid,
+            substrate=self._substrate,
+            version_key=self.version_key,
+            stop=self.stop,
+            patience_s=self.patience_s,
         )
 
     # -- reads ----------------------------------------------------------------------------------
 
+    def _read(self, read: Callable[[], T], block: int | None = None) -> T:
+        """`read()` through the SDK, its refusals as `ChainError` (a read pinned to `block` that the
+        node has no state for: `BlockUnavailable`); tried again while the node cannot be reached,
+        until `patience_s` has passed or `stop` is set."""
+        what = f"the chain at {self.endpoint}"
+        give_up_at = time.monotonic() + self.patience_s
+        while True:
+            try:
+                with sdk_refusals(), pinned_refusals(block):
+                    value = read()
+            except ChainError as exc:
+                if exc.reason != "ConnectionFailed" or self.patience_s <= 0:
+                    raise
+                self.outages.failed(what, exc)
+                if time.monotonic() >= give_up_at:
+                    self.outages.gave_up(what, f"a read waited its {self.patience_s:.0f} s")
+                    raise
+                if self.stop.wait(RETRY_PAUSE_S):
+                    self.outages.gave_up(what, "the node is stopping")
+                    raise
+                continue
+            self.outages.answered(what)
+            return value
+
     def block(self) -> int:
-        with sdk_refusals():
-            return self._sdk.block
+        return self._read(lambda: self._sdk.block)
 
     def block_hash(self, block: int | None = None) -> str:
-        with sdk_refusals():
-            info = self._sdk.block_info(block)
+        info = self._read(lambda: self._sdk.block_info(block))
         if info is not None and info.hash is not None:
             return info.hash
         if block is not None and block <= self.block():
@@ -281,15 +337,13 @@ class SubtensorChain(Chain):
     def block_time(self) -> float:
         """Seconds per block as the SDK detects it from the chain (12 on finney, less on fast-block
         local chains)."""
-        with sdk_refusals():
-            return float(self._sdk.block_time())
+        return float(self._read(self._sdk.block_time))
 
     def block_timestamp(self, block: int) -> float:
         """From the `Timestamp.set` inherent of `block`, or of the head plus a block time per block
         for a block not yet produced."""
         head = self.block()
-        with sdk_refusals():
-            info = self._sdk.block_info(min(block, head))
+        info = self._read(lambda: self._sdk.block_info(min(block, head)))
         if info is None or info.timestamp is None:
             raise ChainError("BlockUnavailable", f"the node serves no timestamp for block {min(block, head)}")
         return info.timestamp.timestamp() + max(0, block - head) * self.block_time()
@@ -301,10 +355,13 @@ class SubtensorChain(Chain):
         return super().wait_for_block(block, timeout, poll)
 
     def hyperparameters(self) -> Hyperparameters:
-        with sdk_refusals():
-            raw = self._sdk.read("subnet_hyperparameters", netuid=self.netuid)
-            fields = self._sdk.constant(bt.constants.Commitments.MaxFields)
-            threshold = self._sdk.query(bt.storage.SubtensorModule.StakeThreshold)
+        raw, fields, threshold = self._read(
+            lambda: (
+                self._sdk.read("subnet_hyperparameters", netuid=self.netuid),
+                self._sdk.constant(bt.constants.Commitments.MaxFields),
+                self._sdk.query(bt.storage.SubtensorModule.StakeThreshold),
+            )
+        )
         if raw is None:
             raise ChainError("SubnetNotExists", f"subnet {self.netuid} does not exist on {self.network}")
         if not isinstance(raw, Mapping):
@@ -314,11 +371,14 @@ class SubtensorChain(Chain):
         return hyperparameters_from(raw, fields, threshold)
 
     def metagraph(self) -> Metagraph:
-        with sdk_refusals():
+
+        def read() -> tuple[Any, Any]:
             view = self._sdk.at()
             # SyncSnapshot sets its namespaces (subnets, ...) with setattr, out of the type checker's sight.
             mg = view.subnets.metagraph(self.netuid)  # type: ignore[attr-defined]
-            trust = view.query(bt.storage.SubtensorModule.ValidatorTrust, [self.netuid]) or []
+            return mg, view.query(bt.storage.SubtensorModule.ValidatorTrust, [self.netuid]) or []
+
+        mg, trust = self._read(read)
         if mg is None:
             raise ChainError("SubnetNotExists", f"subnet {self.netuid} does not exist on {self.network}")
         vtrust = [hyperparams.ratio_fraction("PerU16", int(t)) for t in trust]
@@ -337,8 +397,7 @@ class SubtensorChain(Chain):
             head = self.block()
             if block > head:
                 raise ChainError("BlockNotYetProduced", f"block {block} is in the future (now {head})")
-        with sdk_refusals(), pinned_refusals(block):
-            every = self._sdk.subnets.commitments(self.netuid, block=block)
+        every = self._read(lambda: self._sdk.subnets.commitments(self.netuid, block=block), block)
         return readable_commitments({hotkey: c for hotkey, c in every.items() if c.uid is not None})
 
     def registrations(self, block: int | None = None) -> dict[str, int]:
@@ -350,14 +409,14 @@ class SubtensorChain(Chain):
                     "BadBlock" if block < 0 else "BlockNotYetProduced",
                     f"block {block} is not on chain (now {head})",
                 )
-        with sdk_refusals(), pinned_refusals(block):
-            rows = self._sdk.query_map(bt.storage.SubtensorModule.Uids, [self.netuid], block=block)
+        rows = self._read(
+            lambda: self._sdk.query_map(bt.storage.SubtensorModule.Uids, [self.netuid], block=block), block
+        )
         return {str(hotkey): int(uid) for hotkey, uid in rows}
 
     def weights(self) -> dict[int, dict[int, float]]:
         """The subnet's `Weights` map: per setter uid, (destination uid, u16 weight) pairs."""
-        with sdk_refusals():
-            rows = self._sdk.query_map(bt.storage.SubtensorModule.Weights, [self.netuid])
+        rows = self._read(lambda: self._sdk.query_map(bt.storage.SubtensorModule.Weights, [self.netuid]))
         out = {}
         for uid, pairs in rows:
             dests, values = [int(d) for d, _ in pairs], [int(v) for _, v in pairs]
@@ -366,16 +425,17 @@ class SubtensorChain(Chain):
         return out
 
     def subnet_owner(self) -> str:
-        with sdk_refusals():
-            return account(self._sdk.query(bt.storage.SubtensorModule.SubnetOwner, [self.netuid]))
+        return account(
+            self._read(lambda: self._sdk.query(bt.storage.SubtensorModule.SubnetOwner, [self.netuid]))
+        )
 
     def subnet_owner_hotkey(self) -> str:
-        with sdk_refusals():
-            return account(self._sdk.query(bt.storage.SubtensorModule.SubnetOwnerHotkey, [self.netuid]))
+        return account(
+            self._read(lambda: self._sdk.query(bt.storage.SubtensorModule.SubnetOwnerHotkey, [self.netuid]))
+        )
 
     def uid_of(self, hotkey: str) -> int | None:
-        with sdk_refusals():
-            uid = self._sdk.query(bt.storage.SubtensorModule.Uids, [self.netuid, hotkey])
+        uid = self._read(lambda: self._sdk.query(bt.storage.SubtensorModule.Uids, [self.netuid, hotkey]))
         return None if uid is None else int(uid)
 
     # -- writes ---------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,15 +60,20 @@ class Node:
     store (`distrai.store.timeouts.node_store_timeouts` of the chain's block time)"""
 
 
-def open_chain(args: argparse.Namespace) -> Chain:
+def open_chain(args: argparse.Namespace, stop: threading.Event | None = None) -> Chain:
+    """The chain of `--subtensor.network`. With `stop` (a node's stop signal), a read of subtensor
+    waits through an outage of the node it reads (`READ_PATIENCE_S`, or until `stop`); without (a
+    one-shot command), it fails at once."""
     network, netuid = getattr(args, "subtensor.network"), int(args.netuid)
     if network == "embedded":
         from distrai.chain.local import LocalChain
 
         return LocalChain(Path(getattr(args, "chain.path")), netuid)
-    from distrai.chain.subtensor import SubtensorChain  # imports the bittensor package
+    from distrai.chain.subtensor import READ_PATIENCE_S, SubtensorChain  # imports the bittensor package
 
-    return SubtensorChain(network, netuid)
+    if stop is None:
+        return SubtensorChain(network, netuid)
+    return SubtensorChain(network, netuid, stop=stop, patience_s=READ_PATIENCE_S)
 
 
 def published_run(chain: Chain) -> str | None:
@@ -91,17 +97,22 @@ def configure_logging(level: str) -> None:
 
 
 def build_node(
-    args: argparse.Namespace, role: str, launch: Launch | None = None, budget: int | None = None
+    args: argparse.Namespace,
+    role: str,
+    launch: Launch | None = None,
+    budget: int | None = None,
+    stop: threading.Event | None = None,
 ) -> Node:
     """The node of `role` from its flags. With `launch`, rank 0 of a miner on several processes,
-    whose ranks agreed on the memory `budget`; without, the budget is this device's."""
+    whose ranks agreed on the memory `budget`; without, the budget is this device's. `stop` is the
+    node's stop signal (its chain's reads wait through an outage until it is set)."""
     configure_logging(getattr(args, "logging.level"))
     run_path = getattr(args, "run.config")
     if not run_path:
         raise ValueError("no run config: pass --run.config PATH (the subnet owner's TOML)")
     config: RunConfig = load_run_config(run_path)
     work_dir = node_work_dir(args)
-    chain = open_chain(args)
+    chain = open_chain(args, stop)
     wallet = open_wallet(
         getattr(args, "wallet.name"), getattr(args, "wallet.hotkey"), getattr(args, "wallet.path")
     )

@@ -1,0 +1,199 @@
+"""A subtensor node that stops answering: the adapter's reads wait through it (distrai/chain/subtensor.py).
+
+The node is the in-memory substrate behind the SDK's own code, made to refuse its reads for a while
+with the error the SDK raises once its reconnects and fallback endpoints are spent
+(`bt.RpcConnectionError`). Outages are counted in refused reads, not seconds, so nothing here waits
+on the clock except the patience test, which is about the clock."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+import time
+
+import bittensor as bt
+import pytest
+from support.memory_substrate import MemorySubstrate
+from support.subtensor_harness import make_subtensor_harness
+
+from distrai.chain import subtensor
+from distrai.chain.base import ChainError
+from distrai.chain.local import LocalChain
+from distrai.chain.subtensor import READ_PATIENCE_S, SubtensorChain
+from distrai.node.build import open_chain
+
+REFUSAL = "could not connect to any endpoint: [Errno 111] Connection refused"
+
+
+class UnreachableNode(MemorySubstrate):
+    """Refuses `refusals` reads (None: every read until `reachable` is called), then answers again."""
+
+    def __init__(self, local: LocalChain, refusals: int | None):
+        super().__init__(local)
+        self.left = refusals
+        self.refused = 0
+        self.first_refusal = threading.Event()
+        self._down = True
+
+    def reachable(self) -> None:
+        self._down = False
+
+    def _refuse(self) -> None:
+        if not self._down or self.left == 0:
+            return
+        if self.left is not None:
+            self.left -= 1
+        self.refused += 1
+        self.first_refusal.set()
+        raise bt.RpcConnectionError(REFUSAL)
+
+    async def block_number(self) -> int:
+        self._refuse()
+        return await super().block_number()
+
+    async def block_hash(self, block: int | None = None) -> str:
+        self._refuse()
+        return await super().block_hash(block)
+
+    async def query(self, *args, **kwargs):
+        self._refuse()
+        return await super().query(*args, **kwargs)
+
+    async def query_map(self, *args, **kwargs):
+        self._refuse()
+        return await super().query_map(*args, **kwargs)
+
+    async def runtime_call(self, *args, **kwargs):
+        self._refuse()
+        return await super().runtime_call(*args, **kwargs)
+
+
+@pytest.fixture
+def harness(tmp_path, monkeypatch):
+    monkeypatch.setattr(subtensor, "RETRY_PAUSE_S", 0.01)
+    h = make_subtensor_harness(tmp_path)
+    miner = h.new_wallet("miner")
+    h.chain.register(miner)
+    h.chain.commit(miner, "s3://bucket/miner")
+    h.advance(3)
+    return h
+
+
+def outage_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "distrai.chain"]
+
+
+def test_a_read_waits_through_an_outage_and_logs_its_start_and_end_once(harness, caplog):
+    node = UnreachableNode(harness.local, refusals=12)
+    chain = SubtensorChain("local", netuid=1, substrate=node, patience_s=3600.0)
+    caplog.set_level(logging.WARNING, logger="distrai.chain")
+
+    assert chain.block() == harness.local.block()
+    assert node.refused == 12
+    lines = outage_lines(caplog)
+    assert len(lines) == 2, lines
+    assert "out of reach" in lines[0] and "Connection refused" in lines[0]
+    assert "answered again after" in lines[1] and "(12 failed tries)" in lines[1]
+
+    node.left = 3
+    assert chain.commitments() == harness.local.commitments()
+    assert chain.metagraph().hotkeys == harness.local.metagraph().hotkeys
+    assert node.refused == 15 and len(outage_lines(caplog)) == 4
+
+
+def test_a_pinned_read_waits_too_and_a_refusal_that_is_not_an_outage_is_not_retried(harness):
+    node = UnreachableNode(harness.local, refusals=4)
+    chain = SubtensorChain("local", netuid=1, substrate=node, patience_s=3600.0)
+    head = harness.local.block()
+    assert chain.registrations(head - 1) == harness.local.registrations(head - 1)
+    assert node.refused == 4
+
+    pruned = SubtensorChain(
+        "local", netuid=1, substrate=MemorySubstrate(harness.local, state_pruning=1), patience_s=3600.0
+    )
+    with pytest.raises(ChainError) as old:
+        pruned.commitments(head - 3)
+    assert old.value.reason == "BlockUnavailable"
+
+
+def test_a_node_away_longer_than_the_patience_fails_the_read_as_before(harness, caplog):
+    node = UnreachableNode(harness.local, refusals=None)
+    chain = SubtensorChain("local", netuid=1, substrate=node, patience_s=0.2)
+    caplog.set_level(logging.WARNING, logger="distrai.chain")
+    started = time.monotonic()
+    with pytest.raises(ChainError) as gone:
+        chain.block()
+    assert gone.value.reason == "ConnectionFailed" and "Connection refused" in gone.value.detail
+    assert time.monotonic() - started >= 0.2
+    lines = outage_lines(caplog)
+    assert len(lines) == 2 and "not tried any more (a read waited its 0 s)" in lines[1], lines
+
+    node.reachable()
+    assert chain.block() == harness.local.block(), "the next read reaches the node again"
+
+
+def test_the_nodes_stop_signal_ends_a_read_waiting_through_an_outage(harness, caplog):
+    node = UnreachableNode(harness.local, refusals=None)
+    stop = threading.Event()
+    chain = SubtensorChain("local", netuid=1, substrate=node, stop=stop, patience_s=3600.0)
+    again = chain.connect_again()
+    assert again.stop is stop and again.patience_s == 3600.0
+    caplog.set_level(logging.WARNING, logger="distrai.chain")
+    failed: list[ChainError] = []
+
+    def read() -> None:
+        try:
+            chain.block()
+        except ChainError as exc:
+            failed.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert node.first_refusal.wait(30), "the read never reached the node"
+    stop.set()
+    reader.join(30)
+    assert not reader.is_alive(), "the read went on waiting after the stop signal"
+    assert [e.reason for e in failed] == ["ConnectionFailed"]
+    assert "not tried any more (the node is stopping)" in outage_lines(caplog)[-1]
+
+
+def test_without_patience_a_read_fails_at_once_and_says_nothing(harness, caplog):
+    """One-shot commands and the dashboard: the failure is theirs to report."""
+    node = UnreachableNode(harness.local, refusals=None)
+    caplog.set_level(logging.WARNING, logger="distrai.chain")
+    with pytest.raises(ChainError) as failed:
+        SubtensorChain("local", netuid=1, substrate=node).block()
+    assert failed.value.reason == "ConnectionFailed" and node.refused == 1
+    assert outage_lines(caplog) == []
+
+
+class DroppedSubmission(MemorySubstrate):
+    """Answers every read; the connection fails under each extrinsic sent."""
+
+    sends = 0
+
+    async def submit(self, call, keypair, **options):
+        self.sends += 1
+        raise bt.RpcConnectionError(REFUSAL)
+
+
+def test_a_write_whose_connection_failed_is_not_sent_again(harness):
+    """It may have landed: the caller (a commit, a weight set) decides what to do next."""
+    node = DroppedSubmission(harness.local)
+    chain = SubtensorChain("local", netuid=1, substrate=node, patience_s=3600.0)
+    miner = harness.new_wallet("miner")
+    with pytest.raises(ChainError) as dropped:
+        chain.commit(miner, "s3://bucket/again")
+    assert dropped.value.reason == "ConnectionFailed"
+    assert node.sends == 1
+
+
+def test_a_node_opens_a_patient_chain_and_a_one_shot_command_does_not():
+    args = argparse.Namespace(**{"subtensor.network": "ws://127.0.0.1:1", "netuid": "3"})
+    stop = threading.Event()
+    node = open_chain(args, stop)
+    assert isinstance(node, SubtensorChain)
+    assert (node.patience_s, node.stop, node.netuid) == (READ_PATIENCE_S, stop, 3)
+    command = open_chain(args)
+    assert isinstance(command, SubtensorChain) and command.patience_s == 0.0

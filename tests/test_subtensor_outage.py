@@ -22,6 +22,7 @@ from distrai.chain.base import ChainError
 from distrai.chain.local import LocalChain
 from distrai.chain.subtensor import READ_PATIENCE_S, SubtensorChain
 from distrai.node.build import open_chain
+from distrai.store.outage import OutageLog
 
 REFUSAL = "could not connect to any endpoint: [Errno 111] Connection refused"
 
@@ -80,13 +81,17 @@ def harness(tmp_path, monkeypatch):
     return h
 
 
+def outage_log() -> OutageLog:
+    return OutageLog(logging.getLogger("distrai.chain"))
+
+
 def outage_lines(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "distrai.chain"]
 
 
 def test_a_read_waits_through_an_outage_and_logs_its_start_and_end_once(harness, caplog):
     node = UnreachableNode(harness.local, refusals=12)
-    chain = SubtensorChain("local", netuid=1, substrate=node, patience_s=3600.0)
+    chain = SubtensorChain("local", netuid=1, substrate=node, patience_s=3600.0, outages=outage_log())
     caplog.set_level(logging.WARNING, logger="distrai.chain")
 
     assert chain.block() == harness.local.block()
@@ -104,14 +109,13 @@ def test_a_read_waits_through_an_outage_and_logs_its_start_and_end_once(harness,
 
 def test_a_pinned_read_waits_too_and_a_refusal_that_is_not_an_outage_is_not_retried(harness):
     node = UnreachableNode(harness.local, refusals=4)
-    chain = SubtensorChain("local", netuid=1, substrate=node, patience_s=3600.0)
+    chain = SubtensorChain("local", netuid=1, substrate=node, patience_s=3600.0, outages=outage_log())
     head = harness.local.block()
     assert chain.registrations(head - 1) == harness.local.registrations(head - 1)
     assert node.refused == 4
 
-    pruned = SubtensorChain(
-        "local", netuid=1, substrate=MemorySubstrate(harness.local, state_pruning=1), patience_s=3600.0
-    )
+    lite = MemorySubstrate(harness.local, state_pruning=1)
+    pruned = SubtensorChain("local", netuid=1, substrate=lite, patience_s=3600.0, outages=outage_log())
     with pytest.raises(ChainError) as old:
         pruned.commitments(head - 3)
     assert old.value.reason == "BlockUnavailable"
@@ -119,7 +123,7 @@ def test_a_pinned_read_waits_too_and_a_refusal_that_is_not_an_outage_is_not_retr
 
 def test_a_node_away_longer_than_the_patience_fails_the_read_as_before(harness, caplog):
     node = UnreachableNode(harness.local, refusals=None)
-    chain = SubtensorChain("local", netuid=1, substrate=node, patience_s=0.2)
+    chain = SubtensorChain("local", netuid=1, substrate=node, patience_s=0.2, outages=outage_log())
     caplog.set_level(logging.WARNING, logger="distrai.chain")
     started = time.monotonic()
     with pytest.raises(ChainError) as gone:
@@ -136,9 +140,11 @@ def test_a_node_away_longer_than_the_patience_fails_the_read_as_before(harness, 
 def test_the_nodes_stop_signal_ends_a_read_waiting_through_an_outage(harness, caplog):
     node = UnreachableNode(harness.local, refusals=None)
     stop = threading.Event()
-    chain = SubtensorChain("local", netuid=1, substrate=node, stop=stop, patience_s=3600.0)
+    chain = SubtensorChain(
+        "local", netuid=1, substrate=node, stop=stop, patience_s=3600.0, outages=outage_log()
+    )
     again = chain.connect_again()
-    assert again.stop is stop and again.patience_s == 3600.0
+    assert (again.stop, again.patience_s, again.outages) == (stop, 3600.0, chain.outages)
     caplog.set_level(logging.WARNING, logger="distrai.chain")
     failed: list[ChainError] = []
 
@@ -181,7 +187,7 @@ class DroppedSubmission(MemorySubstrate):
 def test_a_write_whose_connection_failed_is_not_sent_again(harness):
     """It may have landed: the caller (a commit, a weight set) decides what to do next."""
     node = DroppedSubmission(harness.local)
-    chain = SubtensorChain("local", netuid=1, substrate=node, patience_s=3600.0)
+    chain = SubtensorChain("local", netuid=1, substrate=node, patience_s=3600.0, outages=outage_log())
     miner = harness.new_wallet("miner")
     with pytest.raises(ChainError) as dropped:
         chain.commit(miner, "s3://bucket/again")
@@ -195,5 +201,8 @@ def test_a_node_opens_a_patient_chain_and_a_one_shot_command_does_not():
     node = open_chain(args, stop)
     assert isinstance(node, SubtensorChain)
     assert (node.patience_s, node.stop, node.netuid) == (READ_PATIENCE_S, stop, 3)
+    assert isinstance(node.outages, OutageLog)
     command = open_chain(args)
-    assert isinstance(command, SubtensorChain) and command.patience_s == 0.0
+    assert isinstance(command, SubtensorChain) and (command.patience_s, command.outages) == (0.0, None)
+    with pytest.raises(ValueError, match="needs an outage log"):
+        SubtensorChain("ws://127.0.0.1:1", 1, patience_s=1.0)

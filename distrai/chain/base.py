@@ -27,6 +27,17 @@ class WalletLike(Protocol):
     def coldkeypub(self): ...
 
 
+class OutageLogLike(Protocol):
+    """Where a chain that retries an unreachable node says so: `distrai.store.outage.OutageLog`,
+    handed in by the node (the chain room imports nothing from the store room beside it)."""
+
+    def failed(self, what: str, error: object) -> bool: ...
+
+    def answered(self, what: str) -> float | None: ...
+
+    def gave_up(self, what: str, why: str) -> float | None: ...
+
+
 class ChainError(Exception):
     """A write or read the chain refused. `reason` is subtensor's error name where one exists."""
 

@@ -13,7 +13,7 @@ Reads ride out an unreachable node. The SDK reconnects a dropped websocket by it
 through the network's fallback endpoints; when it gives up (`RpcConnectionError`, here
 `ConnectionFailed`: a lite node restarting, a network outage), a node's read is tried again every
 `RETRY_PAUSE_S` for up to `READ_PATIENCE_S`, with one log line when the outage starts and one when it
-ends (`distrai.store.outage`), and fails as before past it. The node's stop signal ends the wait at
+ends (the node's `distrai.store.outage.OutageLog`), and fails as before past it. The node's stop signal ends the wait at
 once. One-shot commands and the dashboard, which have no patience, fail at once. Writes are not tried again here: a write whose connection failed may have landed, and each
 caller already handles a refused commit or weight set by waiting for its next chance.
 
@@ -24,7 +24,6 @@ caller already handles a refused commit or weight set by waiting for its next ch
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import threading
 import time
@@ -36,10 +35,17 @@ from bittensor import hyperparams
 from bittensor.settings import resolve_endpoint
 
 from distrai.chain import rules
-from distrai.chain.base import Chain, ChainError, Commitment, Hyperparameters, Metagraph, Neuron, WalletLike
-from distrai.store.outage import OutageLog
+from distrai.chain.base import (
+    Chain,
+    ChainError,
+    Commitment,
+    Hyperparameters,
+    Metagraph,
+    Neuron,
+    OutageLogLike,
+    WalletLike,
+)
 
-log = logging.getLogger("distrai.chain")
 T = TypeVar("T")
 
 RAW_FIELD_BYTES = 128
@@ -261,8 +267,9 @@ class SubtensorChain(Chain):
 
     `version_key` goes with every weight set; a subnet may require a minimum (its weights version).
     `patience_s` is how long a read waits through an unreachable node (a node's is
-    `READ_PATIENCE_S`; 0, the default, fails at once), and `stop` (the node's stop signal) ends that
-    wait. Construction does not connect: the first read or write does."""
+    `READ_PATIENCE_S`; 0, the default, fails at once), saying so in `outages` (needed with a
+    patience), and `stop` (the node's stop signal) ends that wait. Construction does not connect:
+    the first read or write does."""
 
     def __init__(
         self,
@@ -273,13 +280,16 @@ class SubtensorChain(Chain):
         version_key: int = 0,
         stop: threading.Event | None = None,
         patience_s: float = 0.0,
+        outages: OutageLogLike | None = None,
     ):
+        if patience_s > 0 and outages is None:
+            raise ValueError("a chain that waits through outages needs an outage log to say so")
         self.network, self.endpoint = resolve_network(network)
         self.netuid = netuid
         self.version_key = version_key
         self.stop = stop or threading.Event()
         self.patience_s = patience_s
-        self.outages = OutageLog(log)
+        self.outages = outages
         self._sdk = bt.Subtensor(network, substrate=substrate)
         self._requested, self._substrate = network, substrate
 
@@ -295,6 +305,7 @@ class SubtensorChain(Chain):
             version_key=self.version_key,
             stop=self.stop,
             patience_s=self.patience_s,
+            outages=self.outages,
         )
 
     # -- reads ----------------------------------------------------------------------------------
@@ -310,7 +321,7 @@ class SubtensorChain(Chain):
                 with sdk_refusals(), pinned_refusals(block):
                     value = read()
             except ChainError as exc:
-                if exc.reason != "ConnectionFailed" or self.patience_s <= 0:
+                if exc.reason != "ConnectionFailed" or self.outages is None:
                     raise
                 self.outages.failed(what, exc)
                 if time.monotonic() >= give_up_at:
@@ -320,7 +331,8 @@ class SubtensorChain(Chain):
                     self.outages.gave_up(what, "the node is stopping")
                     raise
                 continue
-            self.outages.answered(what)
+            if self.outages is not None:
+                self.outages.answered(what)
             return value
 
     def block(self) -> int:

@@ -29,6 +29,7 @@ from distrai.node.registration import require_registered
 from distrai.node.wallets import open_wallet
 from distrai.protocol.run import RUN_COMMITMENT_PREFIX, RunConfig, check_run_matches, load_run_config
 from distrai.store import Store, StoreTimeouts, node_store_timeouts, open_store
+from distrai.store.outage import OutageLog
 from distrai.train.launch import Launch
 
 if TYPE_CHECKING:
@@ -73,7 +74,8 @@ def open_chain(args: argparse.Namespace, stop: threading.Event | None = None) ->
 
     if stop is None:
         return SubtensorChain(network, netuid)
-    return SubtensorChain(network, netuid, stop=stop, patience_s=READ_PATIENCE_S)
+    outages = OutageLog(logging.getLogger("distrai.chain"))
+    return SubtensorChain(network, netuid, stop=stop, patience_s=READ_PATIENCE_S, outages=outages)
 
 
 def published_run(chain: Chain) -> str | None:

@@ -11,6 +11,7 @@ import argparse
 import logging
 import threading
 import time
+from pathlib import Path
 
 import bittensor as bt
 import pytest
@@ -22,8 +23,15 @@ from distrai.chain.base import ChainError
 from distrai.chain.local import LocalChain
 from distrai.chain.subtensor import READ_PATIENCE_S, SubtensorChain
 from distrai.node.build import open_chain
+from distrai.protocol.run import load_run_config
+from distrai.protocol.runtime import build_runtime
+from distrai.protocol.windows import commit_deadline, committed_in_time, window_start
+from distrai.store import FileStore
 from distrai.store.outage import OutageLog
+from miners.miner import Miner, MinerOptions
+from miners.uploader import Uploader
 
+WINDOW = 3
 REFUSAL = "could not connect to any endpoint: [Errno 111] Connection refused"
 
 
@@ -206,3 +214,38 @@ def test_a_node_opens_a_patient_chain_and_a_one_shot_command_does_not():
     assert isinstance(command, SubtensorChain) and (command.patience_s, command.outages) == (0.0, None)
     with pytest.raises(ValueError, match="needs an outage log"):
         SubtensorChain("ws://127.0.0.1:1", 1, patience_s=1.0)
+
+
+def test_a_miner_trains_commits_and_reveals_its_window_through_an_outage_of_its_chain_node(
+    tmp_path, caplog, monkeypatch
+):
+    """The node's own path: `Miner.run_window` and its uploader, on the adapter, the node refusing
+    the miner's reads for a while as the window starts and again as its reveal begins."""
+    monkeypatch.setattr(subtensor, "RETRY_PAUSE_S", 0.01)
+    config = load_run_config(Path(__file__).parent / "support" / "adversary-localnet.toml")
+    h = make_subtensor_harness(tmp_path)
+    validator, wallet = h.new_wallet("validator"), h.new_wallet("miner")
+    h.chain.register(validator)
+    h.add_stake(validator, 1000.0)
+    h.chain.register(wallet)
+    h.advance(h.local.hyperparameters().tempo + 2)
+    h.advance(window_start(config.windows, WINDOW) - h.local.block())
+    node = UnreachableNode(h.local, refusals=15)
+    chain = SubtensorChain("local", netuid=1, substrate=node, patience_s=3600.0, outages=outage_log())
+    store = FileStore(tmp_path / "store")
+    miner = Miner(build_runtime(config), chain, wallet, store, store.url, MinerOptions(tmp_path / "miner"))
+    miner.uploader = Uploader(miner, chain.connect_again())
+    caplog.set_level(logging.WARNING, logger="distrai.chain")
+
+    miner.run_window(WINDOW, stop=None)
+    assert node.refused == 15
+    committed = h.local.commitment(wallet.hotkey.ss58_address)
+    assert committed is not None and committed_in_time(config.windows, WINDOW, committed.block)
+
+    node.left = 10
+    h.advance(commit_deadline(config.windows, WINDOW) + 1 - h.local.block())
+    result = miner.uploader.upload(miner.uploader.jobs.get())
+    assert result is not None and not result.late
+    assert node.refused == 25
+    lines = outage_lines(caplog)
+    assert len(lines) == 4 and sum("answered again after" in line for line in lines) == 2, lines

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 
 import pytest
 from bittensor.keyfiles import Keypair
 from support.local_harness import TEST_HYPERPARAMETERS, make_local_harness
 
+from distrai.chain import local_db
 from distrai.chain.base import ChainError
 from distrai.chain.local import LocalChain
 from distrai.chain.signing import SignedExtrinsic, encode_payload, sign_extrinsic
@@ -196,3 +198,24 @@ def test_malformed_extrinsics_are_refused(h):
     with pytest.raises(ChainError) as args:
         h.chain.apply(wrong_args)
     assert args.value.reason == "BadArguments"
+
+
+def test_a_write_that_waits_past_the_busy_timeout_is_refused_and_lands_later(h, monkeypatch):
+    """Another process holding the file's write lock longer than a write will wait: the write is a
+    named refusal (as a node refuses a call it cannot take), not a raw sqlite error, and goes
+    through once the lock is let go."""
+    miner = h.new_wallet("miner")
+    h.chain.register(miner)
+    monkeypatch.setattr(local_db, "BUSY_TIMEOUT_S", 0.2)
+    impatient = LocalChain(h.chain.path, h.chain.netuid)
+    holder = sqlite3.connect(str(h.chain.path), isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(ChainError) as locked:
+            impatient.commit(miner, "s3://bucket/miner")
+        assert locked.value.reason == "ChainLocked" and "locked by another process" in locked.value.detail
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    impatient.commit(miner, "s3://bucket/miner")
+    assert h.chain.commitments()[miner.hotkey.ss58_address].data == "s3://bucket/miner"

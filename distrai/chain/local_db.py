@@ -16,9 +16,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from distrai.chain.base import ChainError
+
 log = logging.getLogger("distrai.chain")
 
 SLOW_LOCK_SECONDS = 2.0
+BUSY_TIMEOUT_S = 60.0
+"""How long a write waits for another process's lock on the file before it is refused (`ChainLocked`)."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -129,8 +133,8 @@ def migrate(conn: sqlite3.Connection) -> None:
 
 
 def connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(str(path), timeout=60.0, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA busy_timeout = 60000")
+    conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = NORMAL")
     return conn
@@ -139,9 +143,17 @@ def connect(path: Path) -> sqlite3.Connection:
 @contextmanager
 def write_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """One atomic write: all of it lands, or (on any exception) none of it. A write that waited
-    seconds for another holder of the file's lock says so in the log."""
+    seconds for another holder of the file's lock says so in the log; one that waited past
+    `BUSY_TIMEOUT_S` is refused (`ChainLocked`), as a node refuses a call it cannot take."""
     asked = time.monotonic()
-    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        raise ChainError(
+            "ChainLocked",
+            f"the embedded chain's file stayed locked by another process for "
+            f"{time.monotonic() - asked:.1f} s: {exc}",
+        ) from exc
     waited = time.monotonic() - asked
     if waited > SLOW_LOCK_SECONDS:
         log.warning("the embedded chain's file was locked by another process for %.1f s", waited)

@@ -9,13 +9,14 @@ setting them when the subnet runs commit-reveal. Every refusal becomes `ChainErr
 subtensor's error name, and whatever the node sends back is checked before it is trusted, so a
 node that omits or garbles a value is a `ChainError` too.
 
-Reads ride out an unreachable node. The SDK reconnects a dropped websocket by itself and rotates
-through the network's fallback endpoints; when it gives up (`RpcConnectionError`, here
-`ConnectionFailed`: a lite node restarting, a network outage), a node's read is tried again every
-`RETRY_PAUSE_S` for up to `READ_PATIENCE_S`, with one log line when the outage starts and one when it
-ends (the node's `distrai.store.outage.OutageLog`), and fails as before past it. The node's stop signal ends the wait at
-once. One-shot commands and the dashboard, which have no patience, fail at once. Writes are not tried again here: a write whose connection failed may have landed, and each
-caller already handles a refused commit or weight set by waiting for its next chance.
+A node's reads ride out an unreachable subtensor node. The SDK reconnects a dropped websocket by
+itself and rotates through the network's fallback endpoints; when it gives up (`RpcConnectionError`,
+here `ConnectionFailed`: a lite node restarting, a network outage), the read is tried again every
+`RETRY_PAUSE_S` for up to `READ_PATIENCE_S`, with one log line when the outage starts and one when
+it ends (the node's `distrai.store.outage.OutageLog`), and fails as before past it. The node's stop
+signal ends the wait at once. One-shot commands and the dashboard, which have no patience, fail at
+once. Writes are not tried again: a write whose connection failed may have landed, and each caller
+already handles a refused commit or weight set by waiting for its next chance.
 
 `network` is `finney`, `test`, `local` (a subtensor node at ws://127.0.0.1:9944, or
 `$BT_CHAIN_ENDPOINT`), or any ws:// or wss:// URL. Tests hand in a `substrate` instead.
@@ -383,7 +384,6 @@ class SubtensorChain(Chain):
         return hyperparameters_from(raw, fields, threshold)
 
     def metagraph(self) -> Metagraph:
-
         def read() -> tuple[Any, Any]:
             view = self._sdk.at()
             # SyncSnapshot sets its namespaces (subnets, ...) with setattr, out of the type checker's sight.

@@ -36,14 +36,17 @@ REFUSAL = "could not connect to any endpoint: [Errno 111] Connection refused"
 
 
 class UnreachableNode(MemorySubstrate):
-    """Refuses `refusals` reads (None: every read until `reachable` is called), then answers again."""
+    """Answers until `go_down`, then refuses that many reads (None: every read until `reachable`)."""
 
-    def __init__(self, local: LocalChain, refusals: int | None):
+    def __init__(self, local: LocalChain):
         super().__init__(local)
-        self.left = refusals
+        self.left: int | None = 0
         self.refused = 0
         self.first_refusal = threading.Event()
-        self._down = True
+        self._down = False
+
+    def go_down(self, refusals: int | None) -> None:
+        self.left, self._down = refusals, True
 
     def reachable(self) -> None:
         self._down = False
@@ -98,9 +101,11 @@ def outage_lines(caplog) -> list[str]:
 
 
 def test_a_read_waits_through_an_outage_and_logs_its_start_and_end_once(harness, caplog):
-    node = UnreachableNode(harness.local, refusals=12)
+    node = UnreachableNode(harness.local)
     chain = SubtensorChain("local", netuid=1, substrate=node, patience_s=3600.0, outages=outage_log())
     caplog.set_level(logging.WARNING, logger="distrai.chain")
+    chain.block()
+    node.go_down(12)
 
     assert chain.block() == harness.local.block()
     assert node.refused == 12
@@ -109,16 +114,17 @@ def test_a_read_waits_through_an_outage_and_logs_its_start_and_end_once(harness,
     assert "out of reach" in lines[0] and "Connection refused" in lines[0]
     assert "answered again after" in lines[1] and "(12 failed tries)" in lines[1]
 
-    node.left = 3
+    node.go_down(3)
     assert chain.commitments() == harness.local.commitments()
     assert chain.metagraph().hotkeys == harness.local.metagraph().hotkeys
     assert node.refused == 15 and len(outage_lines(caplog)) == 4
 
 
 def test_a_pinned_read_waits_too_and_a_refusal_that_is_not_an_outage_is_not_retried(harness):
-    node = UnreachableNode(harness.local, refusals=4)
+    node = UnreachableNode(harness.local)
     chain = SubtensorChain("local", netuid=1, substrate=node, patience_s=3600.0, outages=outage_log())
-    head = harness.local.block()
+    head = chain.block()
+    node.go_down(4)
     assert chain.registrations(head - 1) == harness.local.registrations(head - 1)
     assert node.refused == 4
 
@@ -130,8 +136,10 @@ def test_a_pinned_read_waits_too_and_a_refusal_that_is_not_an_outage_is_not_retr
 
 
 def test_a_node_away_longer_than_the_patience_fails_the_read_as_before(harness, caplog):
-    node = UnreachableNode(harness.local, refusals=None)
+    node = UnreachableNode(harness.local)
     chain = SubtensorChain("local", netuid=1, substrate=node, patience_s=0.2, outages=outage_log())
+    chain.block()
+    node.go_down(None)
     caplog.set_level(logging.WARNING, logger="distrai.chain")
     started = time.monotonic()
     with pytest.raises(ChainError) as gone:
@@ -146,13 +154,16 @@ def test_a_node_away_longer_than_the_patience_fails_the_read_as_before(harness, 
 
 
 def test_the_nodes_stop_signal_ends_a_read_waiting_through_an_outage(harness, caplog):
-    node = UnreachableNode(harness.local, refusals=None)
+    node = UnreachableNode(harness.local)
     stop = threading.Event()
     chain = SubtensorChain(
         "local", netuid=1, substrate=node, stop=stop, patience_s=3600.0, outages=outage_log()
     )
+    assert not chain.connect_again().reached
+    chain.block()
     again = chain.connect_again()
-    assert (again.stop, again.patience_s, again.outages) == (stop, 3600.0, chain.outages)
+    assert (again.stop, again.patience_s, again.outages, again.reached) == (stop, 3600.0, chain.outages, True)
+    node.go_down(None)
     caplog.set_level(logging.WARNING, logger="distrai.chain")
     failed: list[ChainError] = []
 
@@ -174,10 +185,25 @@ def test_the_nodes_stop_signal_ends_a_read_waiting_through_an_outage(harness, ca
 
 def test_without_patience_a_read_fails_at_once_and_says_nothing(harness, caplog):
     """One-shot commands and the dashboard: the failure is theirs to report."""
-    node = UnreachableNode(harness.local, refusals=None)
+    node = UnreachableNode(harness.local)
+    chain = SubtensorChain("local", netuid=1, substrate=node)
+    chain.block()
+    node.go_down(None)
     caplog.set_level(logging.WARNING, logger="distrai.chain")
     with pytest.raises(ChainError) as failed:
-        SubtensorChain("local", netuid=1, substrate=node).block()
+        chain.block()
+    assert failed.value.reason == "ConnectionFailed" and node.refused == 1
+    assert outage_lines(caplog) == []
+
+
+def test_a_node_that_never_reached_its_chain_fails_at_once(harness, caplog):
+    """A wrong `--subtensor.network` at start-up: the node says it cannot start, not five minutes later."""
+    node = UnreachableNode(harness.local)
+    node.go_down(None)
+    chain = SubtensorChain("local", netuid=1, substrate=node, patience_s=3600.0, outages=outage_log())
+    caplog.set_level(logging.WARNING, logger="distrai.chain")
+    with pytest.raises(ChainError) as failed:
+        chain.hyperparameters()
     assert failed.value.reason == "ConnectionFailed" and node.refused == 1
     assert outage_lines(caplog) == []
 
@@ -230,8 +256,10 @@ def test_a_miner_trains_commits_and_reveals_its_window_through_an_outage_of_its_
     h.chain.register(wallet)
     h.advance(h.local.hyperparameters().tempo + 2)
     h.advance(window_start(config.windows, WINDOW) - h.local.block())
-    node = UnreachableNode(h.local, refusals=15)
+    node = UnreachableNode(h.local)
     chain = SubtensorChain("local", netuid=1, substrate=node, patience_s=3600.0, outages=outage_log())
+    chain.block()
+    node.go_down(15)
     store = FileStore(tmp_path / "store")
     miner = Miner(build_runtime(config), chain, wallet, store, store.url, MinerOptions(tmp_path / "miner"))
     miner.uploader = Uploader(miner, chain.connect_again())
@@ -242,7 +270,7 @@ def test_a_miner_trains_commits_and_reveals_its_window_through_an_outage_of_its_
     committed = h.local.commitment(wallet.hotkey.ss58_address)
     assert committed is not None and committed_in_time(config.windows, WINDOW, committed.block)
 
-    node.left = 10
+    node.go_down(10)
     h.advance(commit_deadline(config.windows, WINDOW) + 1 - h.local.block())
     result = miner.uploader.upload(miner.uploader.jobs.get())
     assert result is not None and not result.late

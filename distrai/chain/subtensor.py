@@ -14,8 +14,8 @@ itself and rotates through the network's fallback endpoints; when it gives up (`
 here `ConnectionFailed`: a lite node restarting, a network outage), the read is tried again every
 `RETRY_PAUSE_S` for up to `READ_PATIENCE_S`, with one log line when the outage starts and one when
 it ends (the node's `distrai.store.outage.OutageLog`), and fails as before past it. The node's stop
-signal ends the wait at once. One-shot commands and the dashboard, which have no patience, fail at
-once. Writes are not tried again: a write whose connection failed may have landed, and each caller
+signal ends the wait at once. A node that has not reached the chain yet (a wrong `--subtensor.network`,
+at start-up) fails at once, as do one-shot commands and the dashboard, which have no patience. Writes are not tried again: a write whose connection failed may have landed, and each caller
 already handles a refused commit or weight set by waiting for its next chance.
 
 `network` is `finney`, `test`, `local` (a subtensor node at ws://127.0.0.1:9944, or
@@ -291,6 +291,8 @@ class SubtensorChain(Chain):
         self.stop = stop or threading.Event()
         self.patience_s = patience_s
         self.outages = outages
+        self.reached = False
+        """whether a read has been answered here: only an outage of a node once reached is waited through"""
         self._sdk = bt.Subtensor(network, substrate=substrate)
         self._requested, self._substrate = network, substrate
 
@@ -298,8 +300,9 @@ class SubtensorChain(Chain):
         self._sdk.close()
 
     def connect_again(self) -> SubtensorChain:
-        """A new connection to the same endpoint (an injected test substrate is shared)."""
-        return SubtensorChain(
+        """A new connection to the same endpoint (an injected test substrate is shared), as patient
+        as this one once this one has reached the node."""
+        again = SubtensorChain(
             self._requested,
             self.netuid,
             substrate=self._substrate,
@@ -308,13 +311,15 @@ class SubtensorChain(Chain):
             patience_s=self.patience_s,
             outages=self.outages,
         )
+        again.reached = self.reached
+        return again
 
     # -- reads ----------------------------------------------------------------------------------
 
     def _read(self, read: Callable[[], T], block: int | None = None) -> T:
         """`read()` through the SDK, its refusals as `ChainError` (a read pinned to `block` that the
-        node has no state for: `BlockUnavailable`); tried again while the node cannot be reached,
-        until `patience_s` has passed or `stop` is set."""
+        node has no state for: `BlockUnavailable`); tried again while a node reached before cannot be
+        reached now, until `patience_s` has passed or `stop` is set."""
         what = f"the chain at {self.endpoint}"
         give_up_at = time.monotonic() + self.patience_s
         while True:
@@ -322,7 +327,7 @@ class SubtensorChain(Chain):
                 with sdk_refusals(), pinned_refusals(block):
                     value = read()
             except ChainError as exc:
-                if exc.reason != "ConnectionFailed" or self.outages is None:
+                if exc.reason != "ConnectionFailed" or self.outages is None or not self.reached:
                     raise
                 self.outages.failed(what, exc)
                 if time.monotonic() >= give_up_at:
@@ -332,6 +337,7 @@ class SubtensorChain(Chain):
                     self.outages.gave_up(what, "the node is stopping")
                     raise
                 continue
+            self.reached = True
             if self.outages is not None:
                 self.outages.answered(what)
             return value

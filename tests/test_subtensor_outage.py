@@ -197,7 +197,7 @@ def test_without_patience_a_read_fails_at_once_and_says_nothing(harness, caplog)
 
 
 def test_a_node_that_never_reached_its_chain_fails_at_once(harness, caplog):
-    """A wrong `--subtensor.network` at start-up: the node says it cannot start, not five minutes later."""
+    """A wrong `--subtensor.network` at start-up: the node says it cannot start, not ten minutes later."""
     node = UnreachableNode(harness.local)
     node.go_down(None)
     chain = SubtensorChain("local", netuid=1, substrate=node, patience_s=3600.0, outages=outage_log())

@@ -55,11 +55,13 @@ REGISTRATION_PATIENCE_BLOCKS = 50
 """How many blocks `register` keeps retrying when the subnet's per-block registrations are full."""
 MAX_POLL_SECONDS = 1.0
 """The longest pause between two polls of `wait_for_block`, which otherwise polls at a quarter block."""
-READ_PATIENCE_S = 300.0
-"""How long a node's read tries again through a subtensor node the SDK cannot reach: 25 blocks of 12 s,
-enough for a lite node's restart or a short network outage, and a quarter of a `gpu-subnet.toml` window
-(100 blocks), so an outage the reads ride out costs at most the window it hits (docs/reliability.md,
-Notes)."""
+READ_PATIENCE_S = 600.0
+"""How long a node's read tries again through a subtensor node the SDK cannot reach: half a
+`gpu-subnet.toml` window (50 blocks of 12 s), so an outage shorter than half a window costs at most
+the window it hits. A reveal whose challenge draw waited through an outage from its commit deadline
+has the last 19 of its 69 blocks left, what a 150m reveal takes at 100 Mbit/s (docs/reveal-size.md).
+A node whose chain stays away longer ends, saying why, for its supervisor to start again
+(docs/reliability.md, Notes)."""
 RETRY_PAUSE_S = 1.0
 """The pause between two tries of an unreachable node."""
 

@@ -33,9 +33,9 @@ Why nobody, when the marks are too close to tell: early in a run an update's gen
 what it memorised, and the marks of a piece of work on its trainer's data and on a copier's are
 equal give or take their noise. Keeping the higher of two noisy marks paid a miner that trained on
 an honest miner's data the honest share whenever its mark came out higher, about one time in two
-(seen in a local network, window 1: marks 0.0124 and 0.0121, standard errors 0.005). Paying nobody costs the copier its whole window of
-compute for nothing, and the miner it copied one window's pay at the validators that replayed
-neither of them; the validator that replays either one settles it.
+(seen in a local network, window 1: marks 0.0124 and 0.0121, standard errors 0.005). Paying nobody
+costs the copier its whole window of compute for nothing, and the miner it copied one window's pay
+at the validators that replayed neither of them; the validator that replays either one settles it.
 """
 
 from __future__ import annotations

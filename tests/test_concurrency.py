@@ -50,7 +50,7 @@ def worker(index: int, chain_path: str, store_url: str, wallet_path: str) -> Non
 
 
 def test_four_processes_share_chain_and_store(tmp_path: Path):
-    chain = LocalChain.create(tmp_path / "chain.db", block_time=0.05, hyperparameters=HP)
+    chain = LocalChain.create(tmp_path / "chain.db", block_time=0.2, hyperparameters=HP)
     store_url = f"file://{tmp_path / 'store'}"
     wallet_path = str(tmp_path / "wallets")
     for i in range(WORKERS):

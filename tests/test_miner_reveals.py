@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import math
 import threading
 from pathlib import Path
 
@@ -160,7 +161,12 @@ def test_the_link_check_says_when_the_store_is_too_slow_for_the_run(tmp_path, co
         assert "a challenged window would be missed" in caplog.text
         assert any(r.levelno == logging.WARNING for r in caplog.records)
     else:
-        assert verdict.measured_rate > 10 * 2_000_000.0
+        # an unthrottled store's rate depends on the machine: the record and the log follow the verdict
+        assert 0 < verdict.measured_rate < math.inf
+        assert record["upload_rate_measured"] == pytest.approx(verdict.measured_rate)
+        assert record["upload_rate_needed"] == pytest.approx(verdict.required_rate)
+        level = logging.INFO if verdict.ok else logging.WARNING
+        assert [r.levelno for r in caplog.records if "link check" in r.getMessage()] == [level]
     assert store.list("linkcheck/") == []
 
 

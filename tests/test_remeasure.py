@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distrai.protocol.globalmodel import SyncError
@@ -26,6 +26,7 @@ def test_the_sample_seed_depends_on_the_block_hash_the_run_and_the_window():
 
 
 @given(population=st.integers(1, 500), count=st.integers(1, 600), window=st.integers(0, 10**6))
+@settings(deadline=None)
 def test_a_sample_is_distinct_ascending_and_the_same_everywhere(population, count, window):
     seed = sample_seed(HASH, RUN, window)
     drawn = heldout_sample(seed, population, count)

@@ -20,8 +20,8 @@ pytest_plugins = ["tests.support.s3server"]
 
 RETRY_LOGGER = "distrai.store.retry"
 READ_TIMEOUT_S = 1.0
-SLACK_S = 5.0
-"""Scheduling delays on a loaded machine, over the hang's bound."""
+SLACK_S = 25.0
+"""Scheduling delays on a loaded machine, over the hang's bound; far below the 2 x 60 s that botocore's default read timeout would take."""
 RETRY = RetryPolicy(attempts=2, base_delay_s=0.0, max_delay_s=0.0)
 
 

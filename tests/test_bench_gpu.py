@@ -47,8 +47,9 @@ def test_quick_run_writes_every_table(gpu_bench):
     )
     assert all(not ms.startswith("0.0 ") for ms in by_kind["compiled (inductor)"][1:]), by_kind
     assert all(not ms.startswith("0.0 ") for ms in by_kind["matmul"]), by_kind
-    fallbacks = by_kind["sort, scatter, index_put"]
-    assert fallbacks[1] == "0.0 (0%)" and fallbacks[2] != "0.0 (0%)", (
+    # counted, not timed: on a CPU a fallback's time per step is near the table's 0.1-ms resolution
+    fallbacks = by_kind["calls of sort, scatter, index_put"]
+    assert fallbacks[1] == "0" and int(fallbacks[2]) > 0, (
         "under deterministic algorithms the plain compiled loop falls back to eager scatter and index_put; "
         "the atomic-free one has none left"
     )

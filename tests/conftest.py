@@ -114,9 +114,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def session_temp(tmp_path_factory):
     """Every process the session starts keeps its temporary files, and torch's compile cache, under
     the session's own folder, which pytest removes after a passing run: torchrun's otherwise stay in
-    /tmp for good. A compile cache shared with earlier runs made `bench/gpu.py --quick`'s profile
-    depend on what they had compiled (its deterministic loop showed no eager fallbacks once, and
-    tests/test_bench_gpu.py failed); a cold one costs that run about 50 CPU-s (131 s alone, 79 s warm)."""
+    /tmp for good. The compile cache starts cold, as on a CI machine, so a run here compiles what CI
+    compiles; that costs `bench/gpu.py --quick` about 50 CPU-s (131 s alone, 79 s warm)."""
     folder = tmp_path_factory.mktemp("tmp")
     saved = {name: os.environ.get(name) for name in ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR")}
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder / "torchinductor")

@@ -135,6 +135,13 @@ class Uploader:
                 if result is not None:
                     job.remove()
                     self.sweep(job.window - self.miner.rt.config.verification.retention_windows)
+            except ChainError as exc:
+                log.warning(
+                    "window %d: the reveal stopped: its chain could not be read (%s); the job stays on "
+                    "disk for the next start",
+                    job.window,
+                    exc,
+                )
             except Exception:
                 log.exception("window %d: the reveal failed", job.window)
             finally:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from distrai.node.stopping import stop_on_signals  # noqa: E402
+from distrai.node.stopping import chain_lost, stop_on_signals  # noqa: E402
 
 if __name__ == "__main__":
     STOP = stop_on_signals()  # before the imports below: a Ctrl-C while they load stops cleanly too
@@ -138,6 +138,8 @@ def run_miner(
     except ShardError as exc:
         print(f"miner stopped: the run's data cannot be read: {exc}", file=sys.stderr)
         return 1
+    except ChainError as exc:
+        return chain_lost("miner", exc, stop)
     finally:
         node.metrics.close()
         if node.runtime.parallel is not None:

@@ -23,6 +23,7 @@ from distrai.chain.base import ChainError
 from distrai.chain.local import LocalChain
 from distrai.chain.subtensor import READ_PATIENCE_S, SubtensorChain
 from distrai.node.build import open_chain
+from distrai.node.stopping import chain_lost
 from distrai.protocol.run import load_run_config
 from distrai.protocol.runtime import build_runtime
 from distrai.protocol.windows import commit_deadline, committed_in_time, window_start
@@ -277,3 +278,49 @@ def test_a_miner_trains_commits_and_reveals_its_window_through_an_outage_of_its_
     assert node.refused == 25
     lines = outage_lines(caplog)
     assert len(lines) == 4 and sum("answered again after" in line for line in lines) == 2, lines
+
+
+def test_a_node_stopped_in_an_outage_exits_cleanly_and_one_past_its_patience_says_why(tmp_path, capsys):
+    """The loop of a node (here `Miner.run`) ends on the `ChainError` of a read that gave up; the
+    neurons turn it into their exit status with `chain_lost`: 0 for a stop signal, 1 and one line
+    naming the chain's error when the read waited its patience out."""
+    config = load_run_config(Path(__file__).parent / "support" / "adversary-localnet.toml")
+    h = make_subtensor_harness(tmp_path)
+    wallet = h.new_wallet("miner")
+    h.chain.register(wallet)
+    h.advance(3)
+    store = FileStore(tmp_path / "store")
+    runtime = build_runtime(config)
+    codes: list[int] = []
+
+    def miner_on(chain: SubtensorChain, stop: threading.Event) -> None:
+        miner = Miner(runtime, chain, wallet, store, store.url, MinerOptions(tmp_path / "miner"))
+        try:
+            miner.run(stop, max_windows=1)
+        except ChainError as exc:
+            codes.append(chain_lost("miner", exc, stop))
+
+    node, stop = UnreachableNode(h.local), threading.Event()
+    chain = SubtensorChain(
+        "local", netuid=1, substrate=node, stop=stop, patience_s=3600.0, outages=outage_log()
+    )
+    chain.block()
+    node.go_down(None)
+    running = threading.Thread(target=miner_on, args=(chain, stop))
+    running.start()
+    assert node.first_refusal.wait(60), "the miner never read its chain"
+    stop.set()
+    running.join(60)
+    assert not running.is_alive() and codes == [0]
+    assert capsys.readouterr().err == ""
+
+    node, stop = UnreachableNode(h.local), threading.Event()
+    chain = SubtensorChain(
+        "local", netuid=1, substrate=node, stop=stop, patience_s=0.05, outages=outage_log()
+    )
+    chain.block()
+    node.go_down(None)
+    miner_on(chain, stop)
+    assert codes == [0, 1]
+    said = capsys.readouterr().err.splitlines()
+    assert said == [f"miner stopped: its chain could not be read: ConnectionFailed: {REFUSAL}"], said

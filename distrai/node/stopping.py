@@ -4,8 +4,12 @@ restoring state) stops the node with exit status 0 instead of a KeyboardInterrup
 
 from __future__ import annotations
 
+import logging
 import signal
+import sys
 import threading
+
+log = logging.getLogger(__name__)
 
 
 def stop_on_signals() -> threading.Event:
@@ -14,3 +18,15 @@ def stop_on_signals() -> threading.Event:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     return stop
+
+
+def chain_lost(role: str, error: Exception, stop: threading.Event) -> int:
+    """The exit status of a node whose loop ended on a chain read that failed (`ChainError`): 0 when
+    the node was stopping (the read, waiting through an outage, gave up for the stop signal), else 1,
+    with one line naming the chain's error in place of a traceback (the read had waited its patience,
+    `distrai.chain.subtensor.READ_PATIENCE_S`)."""
+    if stop.is_set():
+        log.info("%s stopped while its chain could not be read (%s)", role, error)
+        return 0
+    print(f"{role} stopped: its chain could not be read: {error}", file=sys.stderr)
+    return 1

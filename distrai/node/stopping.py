@@ -22,9 +22,10 @@ def stop_on_signals() -> threading.Event:
 
 def chain_lost(role: str, error: Exception, stop: threading.Event) -> int:
     """The exit status of a node whose loop ended on a chain read that failed (`ChainError`): 0 when
-    the node was stopping (the read, waiting through an outage, gave up for the stop signal), else 1,
-    with one line naming the chain's error in place of a traceback (the read had waited its patience,
-    `distrai.chain.subtensor.READ_PATIENCE_S`)."""
+    the node was stopping (a read waiting through an outage gives up for the stop signal), else 1,
+    with one line naming the chain's error (for an outage, the read had waited its patience,
+    `distrai.chain.subtensor.READ_PATIENCE_S`); the traceback goes to the debug log."""
+    log.debug("%s: the chain read that ended its loop", role, exc_info=error)
     if stop.is_set():
         log.info("%s stopped while its chain could not be read (%s)", role, error)
         return 0

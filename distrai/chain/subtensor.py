@@ -14,9 +14,10 @@ itself and rotates through the network's fallback endpoints; when it gives up (`
 here `ConnectionFailed`: a lite node restarting, a network outage), the read is tried again every
 `RETRY_PAUSE_S` for up to `READ_PATIENCE_S`, with one log line when the outage starts and one when
 it ends (the node's `distrai.store.outage.OutageLog`), and fails as before past it. The node's stop
-signal ends the wait at once. A node that has not reached the chain yet (a wrong `--subtensor.network`,
-at start-up) fails at once, as do one-shot commands and the dashboard, which have no patience. Writes are not tried again: a write whose connection failed may have landed, and each caller
-already handles a refused commit or weight set by waiting for its next chance.
+signal ends the wait at once. A node that has not reached the chain yet (a wrong
+`--subtensor.network`, at start-up) fails at once, as do one-shot commands and the dashboard, which
+have no patience. Writes are not tried again: a write whose connection failed may have landed, and
+each caller already handles a refused commit or weight set by waiting for its next chance.
 
 `network` is `finney`, `test`, `local` (a subtensor node at ws://127.0.0.1:9944, or
 `$BT_CHAIN_ENDPOINT`), or any ws:// or wss:// URL. Tests hand in a `substrate` instead.

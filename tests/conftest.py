@@ -25,6 +25,7 @@ from support.bench_jobs import (
     start_incentives_bench,
     start_outer_delay_bench,
     start_reveal_size_bench,
+    start_verification_scale_bench,
 )
 from support.chaos_run import ChaosJob, start_chaos_run
 from support.findings_net import start_findings_net
@@ -47,6 +48,7 @@ NETWORKS = {
     "convergence_bench": start_convergence_bench,
     "reveal_size_bench": start_reveal_size_bench,
     "calibrate_replay_bench": start_calibrate_replay_bench,
+    "verification_scale_bench": start_verification_scale_bench,
     "readme_net": start_readme_net,
 }
 """The background jobs, by the name of the fixture that gives each, in the order their readers run
@@ -60,6 +62,7 @@ LANES = (
         "outer_delay_bench",
         "data_memory_bench",
         "calibrate_replay_bench",
+        "verification_scale_bench",
     ),
     (
         "smoke_net",
@@ -72,7 +75,8 @@ LANES = (
     ),
 )
 """The order in which the jobs run, one at a time in each lane: the local networks, paced by the
-chain's blocks, in the first, then three benchmarks' quick runs; in the second the light smoke run beside the leader network, whose
+chain's blocks, in the first, then four benchmarks' quick runs (the last a network that waits for
+its blocks); in the second the light smoke run beside the leader network, whose
 timing is tightest, then the chaos run, the benchmarks, which take a core each, and the README's walk
 beside the other networks. The benchmarks' runs were tests of the foreground, which waited on each
 process in turn; there they come out of the foreground's time (docs/testing.md)."""
@@ -230,6 +234,12 @@ def calibrate_replay_bench(networks) -> CommandJob:
 def reveal_size_bench(networks) -> CommandJob:
     """`bench/reveal_size.py --quick` (`support.bench_jobs`), run to its end."""
     return networks.result("reveal_size_bench").net
+
+
+@pytest.fixture(scope="session")
+def verification_scale_bench(networks) -> CommandJob:
+    """`bench/verification_scale.py --quick --warm-start` (`support.bench_jobs`), run to its end."""
+    return networks.result("verification_scale_bench").net
 
 
 @pytest.fixture(scope="session")

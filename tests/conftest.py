@@ -41,15 +41,15 @@ NETWORKS = {
     "adversary_net": start_adversary_net,
     "findings_net": start_findings_net,
     "gpu_bench": start_gpu_bench,
-    "restart_net": start_restart_net,
-    "outer_delay_bench": start_outer_delay_bench,
-    "data_memory_bench": start_data_memory_bench,
     "incentives_bench": start_incentives_bench,
     "convergence_bench": start_convergence_bench,
     "reveal_size_bench": start_reveal_size_bench,
+    "outer_delay_bench": start_outer_delay_bench,
+    "data_memory_bench": start_data_memory_bench,
     "calibrate_replay_bench": start_calibrate_replay_bench,
-    "verification_scale_bench": start_verification_scale_bench,
+    "restart_net": start_restart_net,
     "readme_net": start_readme_net,
+    "verification_scale_bench": start_verification_scale_bench,
 }
 """The background jobs, by the name of the fixture that gives each, in the order their readers run
 (about the order in which they end)."""
@@ -59,9 +59,6 @@ LANES = (
         "adversary_net",
         "findings_net",
         "restart_net",
-        "outer_delay_bench",
-        "data_memory_bench",
-        "calibrate_replay_bench",
         "verification_scale_bench",
     ),
     (
@@ -71,15 +68,19 @@ LANES = (
         "incentives_bench",
         "convergence_bench",
         "reveal_size_bench",
+        "outer_delay_bench",
+        "data_memory_bench",
+        "calibrate_replay_bench",
         "readme_net",
     ),
 )
-"""The order in which the jobs run, one at a time in each lane: the local networks, paced by the
-chain's blocks, in the first, then four benchmarks' quick runs (the last a network that waits for
-its blocks); in the second the light smoke run beside the leader network, whose
-timing is tightest, then the chaos run, the benchmarks, which take a core each, and the README's walk
-beside the other networks. The benchmarks' runs were tests of the foreground, which waited on each
-process in turn; there they come out of the foreground's time (docs/testing.md)."""
+"""The order in which the jobs run, one at a time in each lane: in the first the local networks,
+paced by the chain's blocks, the last of them the verification-scale benchmark's; in the second the
+light smoke run beside the leader network, whose timing is tightest, then the chaos run, the
+benchmarks' quick runs, which take a core each, and the README's walk beside the other networks.
+The two lanes take about the same time (docs/testing.md has a timeline). The benchmarks' runs were
+tests of the foreground, which waited on each process in turn; there they come out of the
+foreground's time."""
 
 
 def pytest_configure(config):

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from distrai.chain.base import Chain, ChainError, Commitment, Metagraph, WalletLike
-from distrai.node.metrics import Metrics
+from distrai.node.metrics import Metrics, last_record
 from distrai.node.participant import Participant
 from distrai.protocol.aggregation import Scored, accepted_by_rule
 from distrai.protocol.announce import Announcement, committed_updates, sharing_validators
@@ -178,6 +178,7 @@ class Validator(Participant):
         self.options = options
         self.state_path = options.work_dir / "validator_state.json"
         self.state: ValidatorState = load_state(self.state_path, runtime.run_id)
+        self.write_saved_record()
         self.own_aggregates: dict[int, AggregateManifest] = {}
         self.pending = PendingWindows(options.work_dir / "pending")
         self.base: GlobalModel | None = None
@@ -197,6 +198,22 @@ class Validator(Participant):
         """the miners' stores as a window's passes of reads see them: within one pass (the listing at
         the reveal deadline, the first pass of checks, each pass of asking again), a store on which an
         operation gave up in an outage is not waited on again (`distrai.store.breaker`)"""
+
+    def write_saved_record(self) -> None:
+        """Write the last window's metrics record, saved with the state, when the metrics file does
+        not have it: the validator stopped after saving its state and before writing the record."""
+        record, metrics = self.state.record, self.metrics
+        if record is None or metrics is None:
+            return
+        last = last_record(metrics.path)
+        if last is not None and last.get("window", -1) >= self.state.window:
+            return
+        metrics.log(self.state.window, record)
+        log.warning(
+            "window %d: its metrics record was saved with the state but not written (the validator "
+            "stopped between the two); written now",
+            self.state.window,
+        )
 
     def run(self, stop: threading.Event, max_windows: int | None = None) -> None:
         done = 0
@@ -334,7 +351,6 @@ class Validator(Participant):
                 time_spent(parts),
             )
         self.fold_scores(w, mg, verdicts, [r.miner for r in rechecks if r.outcome == ADOPTED], pooled.workers)
-        self.pending.clear_through(w)
         weights = self.set_weights(mg)
         self.last_end = time.monotonic()
         log.info(
@@ -345,29 +361,30 @@ class Validator(Participant):
             seconds,
             {v.uid: round(v.score, 3) for v in verdicts},
         )
+        record = {
+            "updates": len(verdicts),
+            "accepted": len(accepted),
+            "validate_seconds": seconds,
+            "idle_seconds": idle,
+            "utilization": seconds / max(seconds + idle, 1e-9),
+            "leader_agreed_last_window": agreement,
+            "aggregates_refused": len(refused),
+            "findings_published": published,
+            "findings_adopted": sum(r.outcome == ADOPTED for r in rechecks),
+            "findings_refuted": sum(r.outcome == REFUTED for r in rechecks),
+            "bytes_received": self.syncer.bytes_received
+            + sum(int(v.numbers.get(Number.UPDATE_BYTES, 0)) for v in verdicts),
+            "emission": me.total_emission if (me := mg.neuron(self.hotkey)) else 0.0,
+            **{f"weight/{uid}": x for uid, x in enumerate(weights)},
+            **{f"score/{v.uid}": v.score for v in verdicts if not v.unmeasured},
+            **{f"unmeasured/{v.uid}": 1 for v in verdicts if v.unmeasured},
+            **{f"average/{uid}": a for uid, a in enumerate(self.state.averages)},
+        }
+        self.state = self.state.model_copy(update={"record": record})
+        save_state(self.state, self.state_path)
+        self.pending.clear_through(w)
         if self.metrics:
-            self.metrics.log(
-                w,
-                {
-                    "updates": len(verdicts),
-                    "accepted": len(accepted),
-                    "validate_seconds": seconds,
-                    "idle_seconds": idle,
-                    "utilization": seconds / max(seconds + idle, 1e-9),
-                    "leader_agreed_last_window": agreement,
-                    "aggregates_refused": len(refused),
-                    "findings_published": published,
-                    "findings_adopted": sum(r.outcome == ADOPTED for r in rechecks),
-                    "findings_refuted": sum(r.outcome == REFUTED for r in rechecks),
-                    "bytes_received": self.syncer.bytes_received
-                    + sum(int(v.numbers.get(Number.UPDATE_BYTES, 0)) for v in verdicts),
-                    "emission": me.total_emission if (me := mg.neuron(self.hotkey)) else 0.0,
-                    **{f"weight/{uid}": x for uid, x in enumerate(weights)},
-                    **{f"score/{v.uid}": v.score for v in verdicts if not v.unmeasured},
-                    **{f"unmeasured/{v.uid}": 1 for v in verdicts if v.unmeasured},
-                    **{f"average/{uid}": a for uid, a in enumerate(self.state.averages)},
-                },
-            )
+            self.metrics.log(w, record)
         return True
 
     def committed(self, w: int) -> tuple[dict[str, Announcement], dict[str, Commitment]]:
@@ -739,7 +756,8 @@ class Validator(Participant):
         self, w: int, mg: Metagraph, verdicts: list[MinerVerdict], adopted: list[str], workers: list[str]
     ) -> None:
         """Fold the window's scores into the moving averages; a miner caught in fraud here, or by
-        another validator's finding adopted here, has its average zeroed and is barred."""
+        another validator's finding adopted here, has its average zeroed and is barred. In memory:
+        `run_window` saves the state once the window's weights and metrics record are added."""
         state = self.state.aligned(mg.hotkeys)
         scores: list[float | None] = [0.0] * mg.n
         for v in verdicts:
@@ -773,7 +791,6 @@ class Validator(Participant):
                 "workers": workers,
             }
         )
-        save_state(self.state, self.state_path)
 
     def reread_withheld(self, w: int, mg: Metagraph) -> None:
         """Read again what miners withheld in window w (`validators.withheld`): a miner whose reveal
@@ -818,7 +835,8 @@ class Validator(Participant):
         return again.passed, again.reason or ""
 
     def set_weights(self, mg: Metagraph) -> list[float]:
-        """Set weights from the averages when allowed; returns the weights set (empty if none)."""
+        """Set weights from the averages when allowed; returns the weights set (empty if none). The
+        block they were set at is noted in the state in memory (`run_window` saves it)."""
         me = mg.neuron(self.hotkey)
         if me is None or not me.validator_permit:
             log.info("no validator permit yet; weights not set")
@@ -845,6 +863,5 @@ class Validator(Participant):
             log.warning("setting weights refused: %s", exc)
             return []
         self.state = self.state.model_copy(update={"last_weights_block": mg.block})
-        save_state(self.state, self.state_path)
         log.info("weights set: %s", {uid: round(x, 3) for uid, x in enumerate(weights) if x > 0})
         return weights

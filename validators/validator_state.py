@@ -6,6 +6,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,6 +44,9 @@ class ValidatorState(BaseModel):
     """The validators that did their share of the last window's measurements (paid by weights)."""
     suspended: dict[str, Suspension] = Field(default_factory=dict)
     """Hotkey → its bar for a withheld reveal, until this validator reads the reveal again."""
+    record: dict[str, Any] | None = None
+    """The metrics record of `window`, saved with the scores it describes: a validator stopped after
+    the save and before the record reached its metrics file writes it there when it starts again."""
 
     def aligned(self, hotkeys: list[str]) -> ValidatorState:
         """This state for the metagraph's current hotkeys (index = uid).

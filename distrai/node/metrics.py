@@ -106,6 +106,30 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+def last_record(path: Path, chunk: int = 1 << 16) -> dict[str, Any] | None:
+    """The file's last whole record, read back from its end in `chunk`-byte steps (a validator's file
+    grows a record a window, about 20 kB at 256 uids, for the life of a run); a torn line is passed
+    over; None when the file has no record or does not exist."""
+    try:
+        f = path.open("rb")
+    except FileNotFoundError:
+        return None
+    with f:
+        end, carry = f.seek(0, os.SEEK_END), b""
+        while end > 0:
+            start = max(0, end - chunk)
+            f.seek(start)
+            lines = (f.read(end - start) + carry).split(b"\n")
+            carry = lines.pop(0) if start > 0 else b""
+            for line in reversed(lines):
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    continue
+            end = start
+    return None
+
+
 def node_records(path: Path) -> list[dict]:
     return read_metrics(path) if path.exists() else []
 

@@ -1,0 +1,122 @@
+"""A validator stopped between saving its state and writing the window's metrics record.
+
+The state file is the window's commit: the scores folded into the averages, the weights set, and the
+metrics record that describes them, saved at once. A validator killed after that save and before its
+metrics file took the record (or while it wrote it: a torn line) writes the record when it starts
+again, once; the chaos run's check that every window folded into the state has its record
+(`bench/_chaos_checks.py`, "validator state") failed on that gap in one CI run.
+
+One miner trains, commits and reveals a window of the adversary config; the validator checks it on
+the embedded chain, whose clock moves only when the test moves it."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from test_validator_outage import CONFIG, WINDOW, Ticking, train
+
+from distrai.node.metrics import Metrics, last_record, read_metrics
+from distrai.protocol.run import load_run_config
+from distrai.protocol.runtime import build_runtime
+from distrai.store import FileStore
+from validators.validator import Validator, ValidatorOptions
+from validators.validator_state import load_state
+
+
+def start_validator(harness, work: Path) -> Validator:
+    """A validator process as it starts in `work`, with its metrics file there."""
+    config = load_run_config(CONFIG)
+    wallet = harness.new_wallet("validator")
+    store = FileStore(work.parent / "store-validator")
+    metrics = Metrics(work / "metrics.jsonl", role="validator", hotkey=wallet.hotkey.ss58_address, run_id="r")
+    return Validator(
+        build_runtime(config), harness.chain, wallet, store, store.url, ValidatorOptions(work), metrics
+    )
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory):
+    """A validator's folder after it checked WINDOW, and the record it wrote for it."""
+    root = tmp_path_factory.mktemp("record")
+    harness, _ = train(root, load_run_config(CONFIG), {"alpha": "alpha"})
+    work = root / "validator"
+    validator = start_validator(harness, work)
+    assert validator.run_window(WINDOW, Ticking(harness))
+    assert validator.metrics is not None
+    validator.metrics.close()
+    return harness, work, read_metrics(work / "metrics.jsonl")[-1]
+
+
+def numbers(record: dict) -> dict:
+    """A record less what each write adds: its time and the process's memory peaks."""
+    return {k: v for k, v in record.items() if k not in ("time", "peak_rss_bytes", "cuda_peak_bytes")}
+
+
+def restart(harness, work: Path, caplog) -> tuple[list[dict], list[str]]:
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="distrai.validator"):
+        validator = start_validator(harness, work)
+    assert validator.metrics is not None
+    validator.metrics.close()
+    return read_metrics(work / "metrics.jsonl"), [r.getMessage() for r in caplog.records]
+
+
+def test_the_saved_state_holds_the_windows_record(checked):
+    harness, work, record = checked
+    state = load_state(work / "validator_state.json", build_runtime(load_run_config(CONFIG)).run_id)
+    assert record["window"] == state.window == WINDOW
+    assert state.record is not None and state.record["updates"] == 1
+    assert {k: v for k, v in numbers(record).items() if k in state.record} == state.record
+    assert any(k.startswith("average/") for k in state.record), "the averages are in the record"
+
+
+@pytest.mark.parametrize("left", ["nothing", "a torn line"])
+def test_a_record_the_stop_kept_out_of_the_file_is_written_once_at_the_next_start(
+    checked, tmp_path, caplog, left
+):
+    harness, checked_work, record = checked
+    work = tmp_path / "validator"
+    work.mkdir()
+    (work / "validator_state.json").write_bytes((checked_work / "validator_state.json").read_bytes())
+    lines = (checked_work / "metrics.jsonl").read_text().splitlines(keepends=True)
+    kept = "".join(lines[:-1]) + ("" if left == "nothing" else lines[-1][: len(lines[-1]) // 2])
+    (work / "metrics.jsonl").write_text(kept)
+    assert last_record(work / "metrics.jsonl") is None
+
+    records, said = restart(harness, work, caplog)
+    assert [r["window"] for r in records] == [WINDOW]
+    assert numbers(records[-1]) == numbers(record)
+    assert said == [
+        f"window {WINDOW}: its metrics record was saved with the state but not written (the validator "
+        "stopped between the two); written now"
+    ]
+
+    records, said = restart(harness, work, caplog)
+    assert [r["window"] for r in records] == [WINDOW], "written twice"
+    assert said == []
+
+
+def test_a_record_already_in_the_file_is_not_written_again(checked, tmp_path, caplog):
+    harness, checked_work, _ = checked
+    work = tmp_path / "validator"
+    work.mkdir()
+    for name in ("validator_state.json", "metrics.jsonl"):
+        (work / name).write_bytes((checked_work / name).read_bytes())
+    records, said = restart(harness, work, caplog)
+    assert [r["window"] for r in records] == [WINDOW] and said == []
+
+
+def test_the_last_record_is_read_back_from_the_end_past_torn_and_long_lines(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    assert last_record(path) is None
+    path.write_text("")
+    assert last_record(path) is None
+    long = {"window": 7, "values": list(range(5000))}
+    path.write_text(json.dumps({"window": 6}) + "\n" + json.dumps(long) + "\n" + '{"window": 8, "va\n')
+    assert last_record(path, chunk=64) == long
+    assert last_record(path, chunk=1 << 16) == long
+    path.write_text('{"window": 8, "va\n\n')
+    assert last_record(path, chunk=4) is None

@@ -4,7 +4,8 @@ The state file is the window's commit: the scores folded into the averages, the 
 metrics record that describes them, saved at once. A validator killed after that save and before its
 metrics file took the record (or while it wrote it: a torn line) writes the record when it starts
 again, once; the chaos run's check that every window folded into the state has its record
-(`bench/_chaos_checks.py`, "validator state") failed on that gap in one CI run.
+(`bench/_chaos_checks.py`, "validator state") failed on that gap in one fresh-clone run of the
+suite.
 
 One miner trains, commits and reveals a window of the adversary config; the validator checks it on
 the embedded chain, whose clock moves only when the test moves it."""

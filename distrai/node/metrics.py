@@ -107,9 +107,10 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def last_record(path: Path, chunk: int = 1 << 16) -> dict[str, Any] | None:
-    """The file's last whole record, read back from its end in `chunk`-byte steps (a validator's file
-    grows a record a window, about 20 kB at 256 uids, for the life of a run); a torn line is passed
-    over; None when the file has no record or does not exist."""
+    """The file's last whole record, read back from its end in `chunk`-byte steps; a torn line is
+    passed over; None when the file has no record or does not exist. A validator's file grows by a
+    record a window for the life of a run: at 256 uids (a weight, a score and an average each) one
+    record is 26.7 kB as `Metrics.log` writes it, so 72 windows a day of 1,200 s add 1.9 MB a day."""
     try:
         f = path.open("rb")
     except FileNotFoundError:

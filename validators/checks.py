@@ -13,7 +13,7 @@ import torch
 
 from distrai.codec import CodecError
 from distrai.protocol.layout import manifest_key
-from distrai.protocol.update import decode_update
+from distrai.protocol.update import CheckedUpdate, check_update
 from distrai.store import StoreError
 from distrai.wire import WireError, open_document
 from distrai.wire.verdicts import PASS, Check, Number
@@ -34,8 +34,12 @@ class MinerVerdict:
     manifest: UpdateManifest | None = None
     manifest_bytes: bytes | None = None
     """the signed manifest as committed (the aggregate republishes it for followers)"""
-    update: dict[str, torch.Tensor] | None = None
     blob: bytes | None = None
+    checked: CheckedUpdate | None = field(default=None, repr=False)
+    """the update blob as checked: `update` decodes it on first use, the duplicate check sketches
+    it without decoding (`validators.duplicates`)"""
+    decoded: dict[str, torch.Tensor] | None = field(default=None, repr=False)
+    """the update, once decoded or set"""
     score: float = 0.0
     fraud: bool = False
     """A failure only a dishonest miner causes: zeroes the average and bars the hotkey."""
@@ -48,6 +52,24 @@ class MinerVerdict:
     withheld: bool = False
     """Settled as withheld: a challenged miner's committed object stayed unread (fraud, confirmed
     or lifted by the validator's own re-read one window later)."""
+
+    @property
+    def update(self) -> dict[str, torch.Tensor] | None:
+        """The miner's pseudo-gradient: decoded from the checked blob on first use and kept, so that
+        only the updates a validator measures, replays or aggregates are ever decoded."""
+        if self.decoded is None and self.checked is not None:
+            self.decoded = self.checked.decode()
+        return self.decoded
+
+    @update.setter
+    def update(self, value: dict[str, torch.Tensor] | None) -> None:
+        """Set the update itself; the checked blob, which no longer says what it is, is let go."""
+        self.decoded, self.checked = value, None
+
+    @property
+    def has_update(self) -> bool:
+        """Whether the verdict holds an update, decoded or not (asking decodes nothing)."""
+        return self.decoded is not None or self.checked is not None
 
     @property
     def passed(self) -> bool:
@@ -149,7 +171,7 @@ def check_miner(
         if len(blob) != manifest.update.size:
             raise StoreError(f"update is {len(blob)} bytes, the manifest says {manifest.update.size}")
         shapes = {name: tuple(t.shape) for name, t in model.params.items()}
-        verdict.update = decode_update(blob, runtime.codec, shapes, limits.max_update_bytes, hotkey, window)
+        verdict.checked = check_update(blob, runtime.codec, shapes, limits.max_update_bytes, hotkey, window)
         verdict.blob = blob
     except (StoreError, WireError, CodecError) as exc:
         return verdict.fail(Check.UPDATE, str(exc))

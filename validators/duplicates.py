@@ -8,7 +8,11 @@ one update point in the same direction whatever their scale.
 
 Each update is reduced to a count sketch (`distrai.train.sketch`, linear, `size` numbers, O(N)
 per update) and every pair's cosine is taken on the sketches: O(M² · size) for M miners instead
-of O(M² · N) on the full updates. Pairs at or above the run's `duplicate_cosine` are joined into
+of O(M² · N) on the full updates. A checked update is sketched from its payload, never decoded
+(`CheckedUpdate.sketch`: the same bits as the sketch of the decoded update), the updates spread over
+the validator's cores in threads of one intra-op thread each (torch releases the GIL in its
+kernels); each sketch is one thread's and sums in a fixed order, so the result does not depend on
+the number of threads. Pairs at or above the run's `duplicate_cosine` are joined into
 groups, and in each group the work stays with the miner it was trained for, when that can be told:
 
 1. a member whose challenged steps this validator replayed and found trained on its own data
@@ -41,23 +45,33 @@ at the validators that replayed neither of them; the validator that replays eith
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from distrai.train.determinism import pinned_threads
 from distrai.train.sketch import sketch
 from distrai.wire.verdicts import PASS, Check, Number
 from validators.checks import MinerVerdict
 from validators.scoring import MARK_Z_NONE
 
 SKETCH_SIZE = 8192
+SKETCH_WORKERS = os.cpu_count() or 1
+"""Updates sketched at once: one per core."""
 ATTRIBUTION_Z = MARK_Z_NONE
 """How many standard errors of the difference the trainer's mark must stand above each other
 member's: the bar that a difference of noise alone clears one time in 44 (`scoring.MARK_Z_NONE`)."""
 
 
-def update_sketch(update: Mapping[str, torch.Tensor], seed: str) -> torch.Tensor:
-    return sketch(update, seed, SKETCH_SIZE)
+def update_sketch(verdict: MinerVerdict, seed: str) -> torch.Tensor:
+    """The sketch of the verdict's update: from its checked payload when it keeps one (nothing is
+    decoded), else of the update it holds."""
+    if verdict.checked is not None:
+        return verdict.checked.sketch(seed, SKETCH_SIZE)
+    assert verdict.update is not None, "only verdicts that hold an update are sketched"
+    return sketch(verdict.update, seed, SKETCH_SIZE)
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -125,14 +139,18 @@ def duplicate_groups(sketches: Mapping[str, torch.Tensor], threshold: float) -> 
 
 
 def flag_duplicates(
-    verdicts: Sequence[MinerVerdict], commit_blocks: Mapping[str, int], threshold: float, seed: str
+    verdicts: Sequence[MinerVerdict],
+    commit_blocks: Mapping[str, int],
+    threshold: float,
+    seed: str,
+    workers: int = SKETCH_WORKERS,
 ) -> None:
     """Fail every passed update that duplicates the work of another miner, trained on that miner's
     data; record each passed update's largest cosine to any other as `max_cosine` (what
-    calibrates the threshold)."""
-    passed = {v.hotkey: v for v in verdicts if v.passed and v.update is not None}
-    # `passed` holds updates only; the filter says so again for the types.
-    sketches = {hk: update_sketch(v.update, seed) for hk, v in passed.items() if v.update is not None}
+    calibrates the threshold). The updates are sketched `workers` at a time."""
+    passed = {v.hotkey: v for v in verdicts if v.passed and v.has_update}
+    with pinned_threads(1), ThreadPoolExecutor(workers) as pool:
+        sketches = dict(zip(passed, pool.map(lambda v: update_sketch(v, seed), passed.values()), strict=True))
     for hk, v in passed.items():
         others = [cosine(sketches[hk], s) for other, s in sketches.items() if other != hk]
         v.numbers[Number.MAX_COSINE] = max(others, default=0.0)

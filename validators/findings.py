@@ -75,7 +75,7 @@ class HeldWindow:
 
 def held_window(basis: WindowBasis, verdicts: list[MinerVerdict], readers: dict[str, Reader]) -> HeldWindow:
     """What to keep of a window just checked; the verdicts lose their decoded updates and blobs."""
-    kept = {v.hotkey: dataclasses.replace(v, update=None, blob=None) for v in verdicts}
+    kept = {v.hotkey: dataclasses.replace(v, blob=None, checked=None, decoded=None) for v in verdicts}
     return HeldWindow(basis, kept, readers)
 
 
@@ -232,7 +232,8 @@ def recheck(runtime: Runtime, held: HeldWindow, finding: Finding, stores: StoreC
         )
     except (StoreError, WireError, CodecError) as exc:
         return judged(NOT_RECHECKED, f"the miner's update could not be read again: {exc}")
-    replayed = dataclasses.replace(verdict, verdicts={}, numbers={}, fraud=False, update=update)
+    replayed = dataclasses.replace(verdict, verdicts={}, numbers={}, fraud=False)
+    replayed.update = update
     segments = held.basis.segments(miner, verdict.manifest.n_segments)
     verify_challenge(held.basis, replayed, held.readers[miner], segments, held.basis.sample(miner))
     if replayed.fraud:

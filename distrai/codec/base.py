@@ -6,6 +6,11 @@ from the codec, its options and the parameter's number of elements (`Codec.layou
 `dict[str, str]`: `codec` (the name), `codec_version` and one entry per option. A decoder is built from
 the run config and accepts only payloads whose metadata equals its own.
 
+Entries. `Codec.entries` makes every check `decode` makes and gives each parameter's decoded values
+as its payload holds them (`Entries`): the kept indices and values of a sparse codec, the quantised
+values and their scales range by range, the plain values. A validator sketches an update from them
+(`distrai.train.sketch.sketch_entries`) without building its dense tensors; `dense()` decodes one.
+
 Error feedback (lossy codecs, after SparseLoCo). The miner carries a residual `e` across windows:
 `a = decay·e + delta` is encoded (`e = 0` in the first window), and the new residual is
 `a − decode(encode(a))`. With `decay = 1` the
@@ -91,6 +96,24 @@ class Encoded(NamedTuple):
     residual: Tensors | None
 
 
+class Entries(ABC):
+    """One parameter's decoded values, read from its checked payload range by range.
+
+    `between(start, stop)` gives the flat indices (int64, ascending) and the values, bit for bit what
+    decoding gives, of the entries in [start, stop) that may be nonzero: every entry it leaves out
+    decodes to zero. `dense()` is the whole decoded parameter, flat."""
+
+    numel: int
+
+    @abstractmethod
+    def between(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(indices, values) of the entries in [start, stop) that may be nonzero."""
+
+    @abstractmethod
+    def dense(self) -> torch.Tensor:
+        """The decoded parameter as a 1-D tensor of `numel` entries."""
+
+
 def payload_key(name: str, field: str) -> str:
     return f"{name}{KEY_SEPARATOR}{field}"
 
@@ -159,8 +182,13 @@ class Codec(ABC):
         """Encode one finite fp32 1-D tensor into its fields."""
 
     @abstractmethod
+    def entries_flat(self, name: str, fields: Tensors, numel: int) -> Entries:
+        """Check the values of one parameter's fields (dtypes and lengths already checked) and give its
+        entries, without decoding them."""
+
     def decode_flat(self, name: str, fields: Tensors, numel: int) -> torch.Tensor:
         """Decode one parameter's fields (dtypes and lengths already checked) into a 1-D fp32 tensor."""
+        return self.entries_flat(name, fields, numel).dense()
 
     def residual_decay(self) -> float | None:
         """The error-feedback decay, or None for a codec that keeps no residual."""
@@ -213,6 +241,16 @@ class Codec(ABC):
         self, payload: Mapping[str, torch.Tensor], metadata: Mapping[str, str], shapes: Shapes
     ) -> Tensors:
         """Validate every field of `payload` against `metadata` and `shapes`, then decode to fp32 tensors."""
+        return {
+            name: entries.dense().reshape(shapes[name])
+            for name, entries in self.entries(payload, metadata, shapes).items()
+        }
+
+    def entries(
+        self, payload: Mapping[str, torch.Tensor], metadata: Mapping[str, str], shapes: Shapes
+    ) -> dict[str, Entries]:
+        """Validate every field of `payload` against `metadata` and `shapes` as `decode` does (the same
+        refusals, in the same order), and give each parameter's entries instead of its dense tensor."""
         self._check_metadata(metadata)
         if not isinstance(payload, Mapping):
             raise CodecError(
@@ -221,14 +259,14 @@ class Codec(ABC):
         layouts = {name: self.layout(math.prod(shape)) for name, shape in shapes.items()}
         expected = {payload_key(name, field) for name, layout in layouts.items() for field in layout}
         _check_key_sets("payload tensor", expected, set(payload))
-        decoded: Tensors = {}
+        entries: dict[str, Entries] = {}
         for name, layout in layouts.items():
             parts = {}
             for field, spec in layout.items():
                 key = payload_key(name, field)
                 parts[field] = _checked_field(key, payload[key], spec)
-            decoded[name] = self.decode_flat(name, parts, math.prod(shapes[name])).reshape(shapes[name])
-        return decoded
+            entries[name] = self.entries_flat(name, parts, math.prod(shapes[name]))
+        return entries
 
     def _check_metadata(self, metadata: Mapping[str, str]) -> None:
         if not isinstance(metadata, Mapping) or not all(

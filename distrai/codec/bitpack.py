@@ -3,11 +3,13 @@
 Layout: entry `i` occupies stream bits `[i·bits, (i+1)·bits)`, least significant bit first; stream bit
 `j` is bit `j % 8` (least significant first) of byte `j // 8`. The last byte is padded with zero bits,
 and `unpack_bits` refuses a stream whose padding is not zero, so every stream has one valid encoding.
-The loops below run over bit positions (at most 16 and 8), never over entries.
+The loops below run over bit positions (at most 16 and 8) or over the entries of one group of bytes
+(at most 8), never over the stream's entries.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -65,14 +67,24 @@ def unpack_bits(packed: torch.Tensor, bits: int, count: int) -> torch.Tensor:
             "bad_count",
             f"{packed.numel()} bytes cannot hold exactly {count} entries of {bits} bits ({expected} bytes)",
         )
-    stream = torch.stack([(packed >> bit) & 1 for bit in range(8)], dim=1).reshape(-1)
-    if bool(stream[count * bits :].any()):
+    used = count * bits % 8
+    if used and int(packed[-1]) >> used:
         raise CodecError("bad_padding", "the padding bits after the last entry are not zero")
-    planes = stream[: count * bits].reshape(count, bits).to(torch.int64)
-    values = torch.zeros(count, dtype=torch.int64)
-    for bit in range(bits):
-        values |= planes[:, bit] << bit
-    return values
+    # Entries repeat their place in the bytes every `group_bytes` bytes (12 bits: 2 entries in 3 bytes),
+    # so each of a group's entries is read from its 1 to 3 bytes in every group at once.
+    group_bytes, per_group = bits // math.gcd(bits, 8), 8 // math.gcd(bits, 8)
+    groups = -(-count // per_group)
+    padded = torch.zeros(groups * group_bytes, dtype=torch.uint8)
+    padded[:expected] = packed
+    rows = padded.view(groups, group_bytes).to(torch.int32)
+    values = torch.empty(groups, per_group, dtype=torch.int64)
+    for entry in range(per_group):
+        first, shift = divmod(entry * bits, 8)
+        word = rows[:, first]
+        for extra in range(1, (shift + bits + 7) // 8):
+            word = word | (rows[:, first + extra] << 8 * extra)
+        values[:, entry] = (word >> shift) & ((1 << bits) - 1)
+    return values.reshape(-1)[:count]
 
 
 def _check_bits(bits: int) -> None:

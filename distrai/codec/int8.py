@@ -19,6 +19,7 @@ from distrai.codec.base import (
     FLOAT32_MAX,
     Codec,
     CodecError,
+    Entries,
     FieldSpec,
     Tensors,
     refuse,
@@ -71,13 +72,33 @@ class Int8Codec(Codec):
         quantized = torch.round(rows / divisors).clamp(-LEVELS, LEVELS).to(torch.int8)
         return {"values": quantized.reshape(-1)[:numel].clone(), "scales": scales}
 
-    def decode_flat(self, name: str, fields: Tensors, numel: int) -> torch.Tensor:
-        import torch
-
+    def entries_flat(self, name: str, fields: Tensors, numel: int) -> Entries:
         values = fields["values"]
         if bool((values == -LEVELS - 1).any()):
             raise refuse(
                 "value_out_of_range", f"{name}:values", f"holds {-LEVELS - 1}; values lie in [-127, 127]"
             )
-        scales = fields["scales"].repeat_interleave(self.chunk)[:numel]
-        return values.to(torch.float32) * scales
+        return QuantizedEntries(numel, values, fields["scales"], self.chunk)
+
+
+@dataclass(frozen=True)
+class QuantizedEntries(Entries):
+    """Every entry of a range, each its int8 value times its chunk's scale in fp32, as decoding
+    multiplies them: a range at a time, never the whole parameter."""
+
+    numel: int
+    values: torch.Tensor
+    scales: torch.Tensor
+    chunk: int
+
+    def between(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
+        indices = torch.arange(start, stop, dtype=torch.int64)
+        return indices, self.values[start:stop].to(torch.float32) * self.scales[indices // self.chunk]
+
+    def dense(self) -> torch.Tensor:
+        import torch
+
+        scales = self.scales.repeat_interleave(self.chunk)[: self.numel]
+        return self.values.to(torch.float32) * scales

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 if TYPE_CHECKING:
     import torch
 
-from distrai.codec.base import Codec, FieldSpec, Tensors
+from distrai.codec.base import Codec, Entries, FieldSpec, Tensors
 
 
 @dataclass(frozen=True)
@@ -25,5 +25,21 @@ class NoneCodec(Codec):
     def encode_flat(self, flat: torch.Tensor) -> Tensors:
         return {"values": flat.clone()}
 
-    def decode_flat(self, name: str, fields: Tensors, numel: int) -> torch.Tensor:
-        return fields["values"].clone()
+    def entries_flat(self, name: str, fields: Tensors, numel: int) -> Entries:
+        return PlainEntries(numel, fields["values"])
+
+
+@dataclass(frozen=True)
+class PlainEntries(Entries):
+    """The sent values are the decoded ones: every entry of a range, read in place."""
+
+    numel: int
+    values: torch.Tensor
+
+    def between(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
+        return torch.arange(start, stop, dtype=torch.int64), self.values[start:stop]
+
+    def dense(self) -> torch.Tensor:
+        return self.values.clone()

@@ -28,6 +28,7 @@ from distrai.codec.base import (
     FLOAT32_MAX,
     Codec,
     CodecError,
+    Entries,
     FieldSpec,
     Tensors,
     refuse,
@@ -96,7 +97,7 @@ class TopKCodec(Codec):
             "levels": levels,
         }
 
-    def decode_flat(self, name: str, fields: Tensors, numel: int) -> torch.Tensor:
+    def entries_flat(self, name: str, fields: Tensors, numel: int) -> Entries:
         import torch
 
         full, tail = divmod(numel, self.chunk)
@@ -114,8 +115,29 @@ class TopKCodec(Codec):
         _check_indices(name, indices, chunk_of, lengths)
         magnitudes = levels[chunk_of, codes & HIGH_LEVEL]
         signed = torch.where((codes & NEGATIVE) > 0, -magnitudes, magnitudes)
-        decoded = torch.zeros(numel, dtype=torch.float32)
-        decoded[chunk_of * self.chunk + indices] = signed
+        return KeptEntries(numel, chunk_of * self.chunk + indices, signed)
+
+
+@dataclass(frozen=True)
+class KeptEntries(Entries):
+    """The kept entries alone: their flat positions (ascending: chunk by chunk, each chunk's indices
+    strictly increasing) and their signed levels; every other entry decodes to zero."""
+
+    numel: int
+    positions: torch.Tensor
+    values: torch.Tensor
+
+    def between(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
+        first, last = torch.searchsorted(self.positions, torch.tensor([start, stop])).tolist()
+        return self.positions[first:last], self.values[first:last]
+
+    def dense(self) -> torch.Tensor:
+        import torch
+
+        decoded = torch.zeros(self.numel, dtype=torch.float32)
+        decoded[self.positions] = self.values
         return decoded
 
 

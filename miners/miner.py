@@ -376,7 +376,7 @@ class Miner(Participant):
         )
         manifest = self.behaviour.sign(self, w, body)
         job = self.stage(w, folder, manifest, blob, encoded.residual)
-        if not self.behaviour.commits(self) or not self.commit(w, manifest):
+        if not self.behaviour.commits(self) or not self.commit(w, manifest, body.n_segments):
             job.remove()
             self.last_end = time.monotonic()
             return True
@@ -557,7 +557,9 @@ class Miner(Participant):
             residual_out_hash=None if residual_out is None else residual_hash(residual_out),
         )
 
-    def commit(self, w: int, manifest: bytes) -> bool:
+    def commit(self, w: int, manifest: bytes, segments: int) -> bool:
+        """Put the signed manifest in the store and anchor its hash on chain with the `segments` it
+        claims, before the commit deadline; False (said) when the window is dropped."""
         deadline = commit_deadline(self.windows, w)
         if self.chain.block() >= deadline:
             log.warning(
@@ -567,7 +569,9 @@ class Miner(Participant):
         if not self.put_manifest(w, manifest):
             return False
         try:
-            announcement = Announcement(self.store_url, w, hashlib.sha256(manifest).hexdigest())
+            announcement = Announcement(
+                self.store_url, w, hashlib.sha256(manifest).hexdigest(), segments=segments
+            )
             self.chain.commit(self.wallet, announcement.encode())
         except ChainError as exc:
             log.error("window %d: commit failed: %s", w, exc)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from distrai.chain.base import Chain, ChainError
-from distrai.protocol.announce import committed_updates
+from distrai.protocol.announce import claims, committed_updates
 from distrai.protocol.layout import state_key, states_prefix, trajectory_key
 from distrai.protocol.run import challenge_inputs
 from distrai.protocol.trajectory import build_trajectory, drawn_pieces, encode_trajectory
@@ -246,7 +246,10 @@ class Uploader:
         deadline = commit_deadline(windows, w)
         counted = self.chain.commitments(block=deadline - 1)
         in_time = committed_updates(counted, w, lambda b: committed_in_time(windows, w, b))
-        inputs = challenge_inputs(miner.rt.config, self.chain.block_hash(deadline), w, in_time)
+        registered = {n.hotkey: n.registered_at for n in self.chain.metagraph().neurons}
+        inputs = challenge_inputs(
+            miner.rt.config, self.chain.block_hash(deadline), w, in_time, claims(in_time), registered
+        )
         k = miner.rt.inner.segment_steps
         segments = segments_to_reveal(inputs, miner.hotkey, job.steps // k) if miner.hotkey in in_time else []
         return [s * k for s in run_starts(segments)], inputs if segments else None

@@ -84,7 +84,10 @@ class Network:
         self.store.put_blob(blob)
         self.blobs[name], self.manifests[name] = blob, manifest
         self.harness.chain.commit(
-            wallet, Announcement(self.store.url, WINDOW, hashlib.sha256(manifest).hexdigest()).encode()
+            wallet,
+            Announcement(
+                self.store.url, WINDOW, hashlib.sha256(manifest).hexdigest(), segments=rt.config.train.n_segments
+            ).encode(),
         )
 
     def publish_aggregate(self, validator: str, scores: dict[str, float], tamper=None, anchor=True) -> bytes:

@@ -15,6 +15,7 @@ from distrai.codec import get_codec
 from distrai.protocol.announce import (
     Announcement,
     anchored_aggregates,
+    claims,
     committed_updates,
     parse_announcement,
     sharing_validators,
@@ -140,13 +141,13 @@ def test_checkpoint_keys_name_their_window():
 
 
 def test_announcements_round_trip_and_filter_by_window_and_time():
-    miner = Announcement("file:///s", 4, "ab" * 32)
+    miner = Announcement("file:///s", 4, "ab" * 32, segments=46)
     assert parse_announcement(miner.encode()) == miner
     assert parse_announcement(Announcement("s3://b/p").encode()) == Announcement("s3://b/p")
     commitments = {
         "m1": Commitment("m1", miner.encode(), 10),
-        "m2": Commitment("m2", Announcement("file:///t", 3, "cd" * 32).encode(), 10),
-        "m3": Commitment("m3", Announcement("file:///u", 4, "ef" * 32).encode(), 99),
+        "m2": Commitment("m2", Announcement("file:///t", 3, "cd" * 32, segments=1).encode(), 10),
+        "m3": Commitment("m3", Announcement("file:///u", 4, "ef" * 32, segments=2).encode(), 99),
         "owner": Commitment("owner", "distrai-run:" + "0" * 64, 1),
         "v1": Commitment("v1", Announcement("file:///v", 4, aggregate_sha256="12" * 32).encode(), 40),
         "v2": Commitment("v2", Announcement("file:///w", 3, aggregate_sha256="34" * 32).encode(), 40),
@@ -157,6 +158,22 @@ def test_announcements_round_trip_and_filter_by_window_and_time():
     assert parse_announcement('{"s":"x","w":1,"m":"' + "a" * 64 + '","a":"' + "b" * 64 + '"}') is None
     with pytest.raises(ValueError, match="one manifest or one aggregate"):
         Announcement("file:///v", 4, "ab" * 32, "cd" * 32)
+    assert claims(committed_updates(commitments, 4, lambda block: block < 100)) == {"m1": 46, "m3": 2}
+
+
+def test_a_manifest_anchor_names_the_segments_it_claims_and_nothing_else_does():
+    """The claim is on chain, so every node draws the same challenge from it (`windows.extra_runs`)."""
+    sha = "ab" * 32
+    assert parse_announcement(f'{{"s":"x","w":1,"m":"{sha}","n":3}}') == Announcement("x", 1, sha, segments=3)
+    for bad in ("", ',"n":0', ',"n":true', ',"n":"3"', ',"n":-1'):
+        assert parse_announcement(f'{{"s":"x","w":1,"m":"{sha}"{bad}}}') is None, bad
+    assert parse_announcement(f'{{"s":"x","w":1,"a":"{sha}","n":3}}') is None
+    with pytest.raises(ValueError, match="names the segments it claims"):
+        Announcement("x", 1, sha)
+    with pytest.raises(ValueError, match="names the segments it claims"):
+        Announcement("x", 1, aggregate_sha256=sha, segments=2)
+    with pytest.raises(ValueError, match="at least one segment"):
+        Announcement("x", 1, sha, segments=0)
 
 
 def test_the_replays_are_shared_by_the_permitted_validators_that_aggregate():
@@ -169,7 +186,7 @@ def test_the_replays_are_shared_by_the_permitted_validators_that_aggregate():
         "v3": Commitment("v3", aggregated(7), 20),  # silent for three windows: out
         "v4": Commitment("v4", aggregated(10), 45),  # an anchor for a window not yet checked: out
         "copier": Commitment("copier", "hello", 45),
-        "m1": Commitment("m1", Announcement("file:///m", 10, manifest_sha256="34" * 32).encode(), 41),
+        "m1": Commitment("m1", Announcement("file:///m", 10, manifest_sha256="34" * 32, segments=1).encode(), 41),
     }
     permitted = ["v1", "v2", "v3", "v4", "copier", "v1"]
     assert sharing_validators(permitted, commitments, 10) == ["v1", "v2"]

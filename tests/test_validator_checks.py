@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import pickle
 
 import pytest
@@ -77,11 +78,24 @@ def manifest_body(runtime, model, blob, metadata, hotkey, **overrides):
     return body
 
 
-def publish(store, runtime, hotkey, manifest: bytes, blob: bytes | None) -> Announcement:
+def publish(
+    store, runtime, hotkey, manifest: bytes, blob: bytes | None, segments: int | None = None
+) -> Announcement:
+    """The miner's manifest and blob in its store, and its anchor claiming `segments` (by default the
+    segments the manifest claims, as an honest miner announces them)."""
     store.put(manifest_key(runtime.run_id, WINDOW, hotkey), manifest)
     if blob is not None:
         store.put_blob(blob)
-    return Announcement(store.url, WINDOW, hashlib.sha256(manifest).hexdigest())
+    claimed = segments or claimed_segments(manifest)
+    return Announcement(store.url, WINDOW, hashlib.sha256(manifest).hexdigest(), segments=claimed)
+
+
+def claimed_segments(manifest: bytes) -> int:
+    """The segments a signed manifest claims (1 for bytes that are no manifest)."""
+    try:
+        return max(1, len(json.loads(manifest)["body"]["boundaries"]) - 1)
+    except (ValueError, KeyError, TypeError):
+        return 1
 
 
 def check(runtime, model, store, announcement, hotkey=MINER.ss58_address, start_hash=None, challenged=False):
@@ -120,6 +134,23 @@ def test_fewer_whole_segments_than_h_pass(runtime, model, tmp_path):
     verdict = check(runtime, model, store, publish(store, runtime, MINER.ss58_address, manifest, blob))
     assert verdict.passed, verdict.verdicts
     assert verdict.manifest.steps == k and verdict.manifest.n_segments == 1
+
+
+@pytest.mark.parametrize("anchored", [1, 3])
+def test_a_manifest_claiming_other_segments_than_its_anchor_is_fraud(runtime, model, tmp_path, anchored):
+    """The challenge is drawn from the claim on chain (`windows.extra_runs`): a manifest that claims
+    more than its anchor would be paid for segments the draw never weighed, and one that claims
+    less could have dodged the draw it owed."""
+    store = FileStore(tmp_path)
+    blob, meta = update_blob(runtime, model)
+    manifest = sign_document(MINER, manifest_body(runtime, model, blob, meta, MINER.ss58_address))
+    claimed = runtime.config.train.n_segments
+    assert anchored != claimed
+    announcement = publish(store, runtime, MINER.ss58_address, manifest, blob, segments=anchored)
+    verdict = check(runtime, model, store, announcement)
+    assert verdict.fraud and f"claims {claimed} segments where its anchor on chain claims {anchored}" in (
+        verdict.verdicts["consistency"]
+    )
 
 
 @pytest.mark.parametrize(

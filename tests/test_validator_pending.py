@@ -43,8 +43,8 @@ def test_a_store_that_cannot_be_listed_at_the_deadline_is_named_unreachable_and_
     loop.symlink_to(loop)
     reachable = FileStore(tmp_path / "store")
     miners = {
-        "5a": Announcement(loop.as_uri(), 7, "ab" * 32),
-        "5b": Announcement(reachable.url, 7, "cd" * 32),
+        "5a": Announcement(loop.as_uri(), 7, "ab" * 32, segments=1),
+        "5b": Announcement(reachable.url, 7, "cd" * 32, segments=1),
     }
     listing = take_inventory(StoreCache(), "r" * 16, 7, miners, 1 << 20, lambda: 250)
     assert listing.unreachable == frozenset({loop.as_uri()})

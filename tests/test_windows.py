@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections import Counter
 
@@ -20,6 +21,7 @@ from distrai.protocol.windows import (
     base_index,
     blocks_until,
     challenge_count,
+    challenge_runs,
     challenged,
     challenged_miners,
     challenged_segments,
@@ -27,12 +29,14 @@ from distrai.protocol.windows import (
     committed_in_time,
     is_checkpoint_window,
     miner_segments,
+    on_probation,
     phase,
     read_patience,
     replay_shares,
     replayed_by,
     reveal_deadline,
     reveal_seed,
+    roster_block,
     run_starts,
     score_patience,
     score_shares,
@@ -516,3 +520,44 @@ def test_the_read_and_score_patience_fall_in_order_inside_the_validate_phase(con
         reveal, aggregate = reveal_deadline(cfg, w), aggregate_deadline(cfg, w)
         assert reveal < read_patience(cfg, w) < score_patience(cfg, w) < aggregate
         assert aggregate - score_patience(cfg, w) >= 2  # room to score, report and aggregate
+
+
+# --- claims and probation -----------------------------------------------------------------------
+
+
+def test_probation_is_the_first_windows_whose_roster_holds_the_hotkey():
+    cfg = WindowConfig(blocks_per_window=10, commit_offset=5, reveal_offset=7, aggregate_offset=9)
+    registered = 23  # in window 2: window 3's roster (block 29) is the first to hold it
+    assert roster_block(cfg, 3) >= registered > roster_block(cfg, 2)
+    assert [w for w in range(8) if on_probation(cfg, w, registered, 2)] == [3, 4]
+    assert [w for w in range(8) if on_probation(cfg, w, 29, 1)] == [3]  # registered in the roster block
+    assert not any(on_probation(cfg, w, registered, 0) for w in range(8))
+
+
+def test_a_miner_on_probation_is_challenged_whatever_the_floor_draws():
+    base = inputs_of(7, 12, 1)
+    missed = sorted(set(base.miner_hotkeys) - set(challenged(base)))
+    assert len(missed) == 11
+    on = dataclasses.replace(base, probation=(missed[0],))
+    assert set(challenged(on)) == set(challenged(base)) | {missed[0]}
+    assert challenge_runs(on, missed[0]) == 1 and segments_to_reveal(on, missed[0], 6) != []
+
+
+def test_a_claim_beyond_the_reference_draws_more_runs_and_every_node_draws_the_same():
+    miners = tuple(hotkeys(8))
+
+    def inputs(i: int, claimed: int) -> ChallengeInputs:
+        return dataclasses.replace(
+            inputs_of(i, 8, 1), claims=((miners[0], claimed),), reference_segments=10
+        )
+    # 1/8 of the miners challenged: a claim of 10 draws the floor's run only, one of 90 eight
+    # times the reference, so 1/8 + 1/8 · 80 / 10 = 1.125 runs a window in expectation
+    small = [challenge_runs(inputs(i, 10), miners[0]) for i in range(800)]
+    large = [challenge_runs(inputs(i, 90), miners[0]) for i in range(800)]
+    assert max(small) == 1 and 0.07 <= sum(small) / 800 <= 0.18
+    assert 1.0 <= sum(large) / 800 <= 1.25 and max(large) == 2
+    for i in range(20):
+        a, b = inputs(i, 90), dataclasses.replace(inputs(i, 90), miner_hotkeys=tuple(reversed(miners)))
+        assert challenge_runs(a, miners[0]) == challenge_runs(b, miners[0])
+        runs = challenge_runs(a, miners[0])
+        assert len(miner_segments(a, miners[0], 90)) == max(1, runs)

@@ -138,6 +138,12 @@ def check_miner(
         problems.append("names another hotkey")
     if manifest.base_hash != model.hash:
         problems.append("trained from another base model")
+    if manifest.n_segments != announcement.segments:
+        # the challenge was drawn from the anchored claim: a manifest claiming more than its anchor
+        # would be paid for segments the draw never weighed
+        problems.append(
+            f"claims {manifest.n_segments} segments where its anchor on chain claims {announcement.segments}"
+        )
     if start_hash is not None and manifest.boundaries[0].state_hash != start_hash:
         problems.append("boundary 0 is not the window's starting state")
     if not manifest.shape_matches(cfg.train.inner_steps, cfg.train.segment_steps):

@@ -2,18 +2,21 @@
 
 Compact JSON, one letter per key so it fits the chain's commitment limit:
 - `{"s": store_url}`: where the neuron publishes;
-- `{"s": store_url, "w": window, "m": manifest_sha256}`: a miner's update manifest of window `w`;
+- `{"s": store_url, "w": window, "m": manifest_sha256, "n": segments}`: a miner's update manifest of
+  window `w` and the segments it claims to have trained (the manifest must say the same);
 - `{"s": store_url, "w": window, "a": aggregate_sha256}`: a validator's aggregate of window `w`.
 A manifest counts for a window only if the chain holds its hash before the commit deadline, an
 aggregate only if the chain holds its hash before the aggregate deadline: nodes read the
-commitments as of the block before each deadline (`Chain.commitments(block=…)`).
+commitments as of the block before each deadline (`Chain.commitments(block=…)`). The claim is on
+chain so that the challenge draw, which grows with it (`windows.extra_runs`), is the same for every
+node, whether or not it could read the manifest.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from distrai.chain.base import Commitment
@@ -28,11 +31,17 @@ class Announcement:
     window: int | None = None
     manifest_sha256: str | None = None
     aggregate_sha256: str | None = None
+    segments: int | None = None
+    """the segments the anchored manifest claims (a manifest anchor only)"""
 
     def __post_init__(self) -> None:
         anchors = [a for a in (self.manifest_sha256, self.aggregate_sha256) if a is not None]
         if (self.window is None) != (not anchors) or len(anchors) > 1:
             raise ValueError("an announcement anchors one manifest or one aggregate, with its window")
+        if (self.manifest_sha256 is not None) != (self.segments is not None):
+            raise ValueError("a manifest anchor names the segments it claims, and only a manifest anchor does")
+        if self.segments is not None and self.segments < 1:
+            raise ValueError(f"a manifest claims at least one segment, not {self.segments}")
 
     def encode(self) -> str:
         body: dict[str, object] = {"s": self.store_url}
@@ -40,6 +49,7 @@ class Announcement:
             body["w"] = self.window
             if self.manifest_sha256 is not None:
                 body["m"] = self.manifest_sha256
+                body["n"] = self.segments
             else:
                 body["a"] = self.aggregate_sha256
         return json.dumps(body, separators=(",", ":"), sort_keys=True)
@@ -55,15 +65,26 @@ def parse_announcement(data: str) -> Announcement | None:
         return None
     if set(body) == {"s"}:
         return Announcement(body["s"])
-    anchor = set(body) - {"s", "w"}
+    anchor = set(body) - {"s", "w", "n"}
     if not ({"s", "w"} <= set(body) and len(anchor) == 1 and anchor <= _ANCHOR_KEYS.keys()):
         return None
     window, (key,) = body["w"], anchor
-    if not (isinstance(window, int) and not isinstance(window, bool) and window >= 0):
+    if not _count(window, 0):
         return None
     if not (isinstance(body[key], str) and _SHA.fullmatch(body[key])):
         return None
-    return Announcement(body["s"], window, **{_ANCHOR_KEYS[key]: body[key]})
+    if key == "m":
+        segments = body.get("n")
+        if not _count(segments, 1):
+            return None
+        return Announcement(body["s"], window, manifest_sha256=body[key], segments=segments)
+    if "n" in body:
+        return None
+    return Announcement(body["s"], window, aggregate_sha256=body[key])
+
+
+def _count(value: object, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def _anchoring(
@@ -87,6 +108,11 @@ def committed_updates(
 ) -> dict[str, Announcement]:
     """The miners whose commitment names an update of `window` and landed in time, by hotkey."""
     return _anchoring(commitments, window, in_time, "manifest_sha256")
+
+
+def claims(committed: Mapping[str, Announcement]) -> dict[str, int]:
+    """Miner → the segments its manifest anchor claims (the challenge draw grows with them)."""
+    return {hotkey: a.segments for hotkey, a in committed.items() if a.segments is not None}
 
 
 def anchored_aggregates(

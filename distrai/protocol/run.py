@@ -32,7 +32,7 @@ from pydantic import (
 )
 
 from distrai.codec import get_codec
-from distrai.protocol.windows import ChallengeInputs, WindowConfig
+from distrai.protocol.windows import ChallengeInputs, WindowConfig, on_probation
 from distrai.train.pieces import PIECE_ELEMENTS
 
 RUN_COMMITMENT_PREFIX = "distrai-run:"
@@ -335,7 +335,21 @@ class VerificationConfig(_Section):
         default=0.25,
         description="the miners replayed in each window, by somebody: a count (int) or a fraction (float in (0, 1])",
     )
-    challenge_segments: int = Field(default=1, ge=1, description="segments replayed per challenged miner")
+    challenge_segments: int = Field(
+        default=1, ge=1, description="consecutive segments in each run replayed of a challenged miner"
+    )
+    reference_segments: int | None = Field(
+        default=None,
+        ge=1,
+        description="the claim (segments a manifest commits to) up to which a miner is challenged with the "
+        "floor probability q alone; each claimed segment beyond adds q / reference_segments runs to replay in "
+        "expectation, so a claim's chance of a replay grows with it (None: no runs beyond the floor's)",
+    )
+    probation_windows: int = Field(
+        default=0,
+        ge=0,
+        description="a new hotkey is challenged in each of the first this many windows whose roster holds it",
+    )
     replicas: int = Field(
         default=1,
         ge=1,
@@ -413,6 +427,12 @@ class ScoringConfig(_Section):
     )
     ban_windows: int = Field(
         default=10, ge=0, description="windows a miner caught in verified fraud is barred"
+    )
+    maturity_windows: int = Field(
+        default=0,
+        ge=0,
+        description="a window's score enters the moving average (and so the weights) this many windows after "
+        "the window; a catch before then forfeits every score not yet matured",
     )
     duplicate_cosine: float = Field(
         default=0.95,
@@ -652,16 +672,33 @@ def check_run_matches(config: RunConfig, commitment_data: str | None) -> None:
 
 
 def challenge_inputs(
-    config: RunConfig, block_hash: str, window: int, miner_hotkeys: Iterable[str]
+    config: RunConfig,
+    block_hash: str,
+    window: int,
+    miner_hotkeys: Iterable[str],
+    claims: Mapping[str, int] | None = None,
+    registered_at: Mapping[str, int] | None = None,
 ) -> ChallengeInputs:
     """The challenge inputs of `window` under this run, from the hash of the block at its commit deadline
-    and the miners whose commitment counts for it."""
+    and the miners whose commitment counts for it: the segments each commitment claims
+    (`Announcement.segments`) and the block each miner registered at (for its probation), where known."""
+    miners = tuple(sorted(set(miner_hotkeys)))
+    claims, registered_at = claims or {}, registered_at or {}
+    verification = config.verification
     return ChallengeInputs(
         block_hash=block_hash,
         run_id=run_id(config),
         window=window,
-        miner_hotkeys=tuple(sorted(set(miner_hotkeys))),
-        miners_challenged=config.verification.challenge_miners,
-        segments_per_miner=config.verification.challenge_segments,
-        replicas=config.verification.replicas,
+        miner_hotkeys=miners,
+        miners_challenged=verification.challenge_miners,
+        segments_per_miner=verification.challenge_segments,
+        replicas=verification.replicas,
+        claims=tuple((m, claims[m]) for m in miners if m in claims),
+        reference_segments=verification.reference_segments,
+        probation=tuple(
+            m
+            for m in miners
+            if m in registered_at
+            and on_probation(config.windows, window, registered_at[m], verification.probation_windows)
+        ),
     )

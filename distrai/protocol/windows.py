@@ -27,17 +27,28 @@ state, `trajectory_sample`), and how the replays are shared among the validators
 (`replay_shares`: each challenged miner goes to `replicas` of them, the load balanced to within one
 miner). A miner's reveal does not grow with the number of validators, and a validator's replays
 shrink as validators join.
+
+A claim is checked in proportion to its size. Every miner is challenged with the run's floor
+probability q (`challenge_miners` of the committed miners, uniformly); a miner whose commitment
+claims more than `reference_segments` segments draws, besides, q · (claimed − reference) / reference
+runs of segments in expectation (`extra_runs`), so claiming m times the reference multiplies one's
+own chance of a replay about m-fold, and a claim of segments that were never trained is caught the
+surer the more it claims. A miner on probation (registered within the run's `probation_windows`
+windows before the window) is challenged in every window. Nobody can change the draw after it is
+known: the claims are the segment counts the miners anchored on chain before the commit deadline.
 """
 
 from __future__ import annotations
 
 import hashlib
+import heapq
 import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import Enum
+from fractions import Fraction
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -50,6 +61,7 @@ _PIECE_TAG = b"distrai/trajectory-piece/v1"
 _VALIDATOR_TAG = b"distrai/challenge-validator/v1"
 _SCORER_TAG = b"distrai/score-validator/v1"
 _SCORED_TAG = b"distrai/score-miner/v1"
+_EXTRA_TAG = b"distrai/challenge-extra/v1"
 
 
 class WindowConfig(BaseModel):
@@ -319,20 +331,25 @@ def challenged_miners(seed: bytes, miner_hotkeys: Iterable[str], count_or_fracti
     return ranked[: challenge_count(count_or_fraction, len(ranked))]
 
 
-def challenged_segments(seed: bytes, miner_hotkey: str, n_segments: int, count: int) -> list[int]:
-    """The `count` segment indices (of `n_segments`) a seed challenges for one miner, ascending: a run
-    of consecutive segments from a uniformly drawn first one, wrapping around to segment 0. A run is
-    replayed from one revealed state (each replayed end, matching its committed hash, starts the
-    next segment; segment 0 starts at the window's base), so a longer run costs replay, not upload,
-    and every segment is covered with probability count / n_segments."""
+def challenged_segments(
+    seed: bytes, miner_hotkey: str, n_segments: int, count: int, runs: int = 1
+) -> list[int]:
+    """The segment indices (of `n_segments`) a seed challenges for one miner, ascending: `runs` runs
+    of `count` consecutive segments, each from a distinct, uniformly drawn first one, wrapping around
+    to segment 0 (runs that meet merge). A run is replayed from one revealed state (each replayed
+    end, matching its committed hash, starts the next segment; segment 0 starts at the window's
+    base), so a longer run costs replay, not upload, and one run covers every segment with
+    probability count / n_segments. The first run is the same whatever `runs` is."""
     _check_seed(seed)
     hotkey = _hotkey("miner_hotkey", miner_hotkey)
     if _non_negative("n_segments", n_segments) < _non_negative("count", count):
         raise ValueError(f"cannot challenge {count} segments of {n_segments}")
-    if count == 0:
+    if count == 0 or _non_negative("runs", runs) == 0:
         return []
-    first = min(range(n_segments), key=lambda i: _digest(_SEGMENT_TAG, seed, hotkey, i.to_bytes(8, "big")))
-    return sorted((first + i) % n_segments for i in range(count))
+    firsts = heapq.nsmallest(
+        runs, range(n_segments), key=lambda i: _digest(_SEGMENT_TAG, seed, hotkey, i.to_bytes(8, "big"))
+    )
+    return sorted({(first + i) % n_segments for first in firsts for i in range(count)})
 
 
 def run_starts(segments: Iterable[int]) -> list[int]:
@@ -358,13 +375,66 @@ class ChallengeInputs:
     """segments replayed per challenged miner (all of them when it committed fewer)"""
     replicas: int = 1
     """validators that replay each challenged miner (fewer when fewer validators take part)"""
+    claims: tuple[tuple[str, int], ...] = ()
+    """(miner, segments its commitment claims); a miner not listed draws no runs beyond the floor's"""
+    reference_segments: int | None = None
+    """the claim up to which a miner draws only the floor's run; each segment beyond adds
+    q / reference_segments runs in expectation (None: no runs beyond the floor's)"""
+    probation: tuple[str, ...] = ()
+    """miners challenged whatever the floor draws: hotkeys registered within the run's probation"""
+
+
+def floor_rate(inputs: ChallengeInputs) -> Fraction:
+    """q: the share of the committed miners the floor challenges, each with that probability."""
+    population = len(set(inputs.miner_hotkeys))
+    if population == 0:
+        return Fraction(0)
+    return Fraction(challenge_count(inputs.miners_challenged, population), population)
+
+
+def extra_runs(seed: bytes, miner_hotkey: str, claimed: int, reference: int | None, rate: Fraction) -> int:
+    """The runs a claim of `claimed` segments draws beyond the floor's: rate · (claimed − reference) /
+    reference in expectation (none up to the reference), the whole part always and the fraction
+    with its probability, drawn from the seed in exact arithmetic so every node draws the same."""
+    _check_seed(seed)
+    if reference is None or _non_negative("claimed", claimed) <= _positive("reference", reference):
+        return 0
+    expected = rate * Fraction(claimed - reference, reference)
+    whole = math.floor(expected)
+    part = expected - whole
+    draw = int.from_bytes(_digest(_EXTRA_TAG, seed, _hotkey("miner_hotkey", miner_hotkey)), "big")
+    return whole + int(draw * part.denominator < part.numerator * (1 << (8 * SEED_BYTES)))
+
+
+def challenge_runs(inputs: ChallengeInputs, miner_hotkey: str) -> int:
+    """How many runs of segments the window replays of one miner: one when the floor draws it or it is
+    on probation, plus the runs its claim draws beyond the reference (`extra_runs`); 0: not
+    challenged."""
+    return _Draw(inputs).runs(miner_hotkey)
 
 
 def challenged(inputs: ChallengeInputs) -> list[str]:
     """The miners replayed in the window, most urgent first: each with probability
-    `miners_challenged` (a fraction), whoever validates."""
-    seed = reveal_seed(inputs.block_hash, inputs.run_id, inputs.window)
-    return challenged_miners(seed, inputs.miner_hotkeys, inputs.miners_challenged)
+    `miners_challenged` (a fraction), whoever validates; besides, each miner on probation and each
+    whose claim draws runs beyond the reference (`challenge_runs`)."""
+    draw = _Draw(inputs)
+    return [m for m in challenged_miners(draw.seed, inputs.miner_hotkeys, 1.0) if draw.runs(m) > 0]
+
+
+class _Draw:
+    """One window's draw of runs, its seed, floor and claims worked out once."""
+
+    def __init__(self, inputs: ChallengeInputs):
+        self.inputs = inputs
+        self.seed = reveal_seed(inputs.block_hash, inputs.run_id, inputs.window)
+        self.floor = set(challenged_miners(self.seed, inputs.miner_hotkeys, inputs.miners_challenged))
+        self.claims = dict(inputs.claims)
+        self.rate = floor_rate(inputs)
+
+    def runs(self, miner_hotkey: str) -> int:
+        drawn = int(miner_hotkey in self.floor or miner_hotkey in self.inputs.probation)
+        claimed = self.claims.get(miner_hotkey, 0)
+        return drawn + extra_runs(self.seed, miner_hotkey, claimed, self.inputs.reference_segments, self.rate)
 
 
 def replay_shares(inputs: ChallengeInputs, validator_hotkeys: Iterable[str]) -> dict[str, list[str]]:
@@ -419,10 +489,12 @@ def replayed_by(inputs: ChallengeInputs, validator_hotkeys: Iterable[str], valid
 
 def miner_segments(inputs: ChallengeInputs, miner_hotkey: str, n_segments: int) -> list[int]:
     """The segments a miner that committed `n_segments` reveals and any validator that challenges
-    it replays, drawn from the window's seed."""
+    it replays, drawn from the window's seed: its `challenge_runs` runs (at least one) of
+    `segments_per_miner` consecutive segments."""
     seed = reveal_seed(inputs.block_hash, inputs.run_id, inputs.window)
     count = min(inputs.segments_per_miner, n_segments)
-    return challenged_segments(seed, miner_hotkey, n_segments, count)
+    runs = max(1, challenge_runs(inputs, miner_hotkey))
+    return challenged_segments(seed, miner_hotkey, n_segments, count, runs)
 
 
 def segments_to_reveal(inputs: ChallengeInputs, miner_hotkey: str, n_segments: int) -> list[int]:
@@ -442,6 +514,14 @@ def trajectory_sample(
     unique = sorted(set(pieces))
     ranked = sorted(unique, key=lambda p: (_digest(_PIECE_TAG, seed, hotkey, p.encode("utf-8")), p))
     return sorted(ranked[: challenge_count(fraction, len(ranked))])
+
+
+def on_probation(cfg: WindowConfig, window: int, registered_at: int, probation_windows: int) -> bool:
+    """Whether a hotkey registered at block `registered_at` is on probation in `window`: the window is
+    one of the first `probation_windows` whose roster holds it (`roster_block`), those that start
+    within that many windows' blocks after its registration."""
+    age = window_start(cfg, window) - _non_negative("registered_at", registered_at)
+    return 0 < age <= _non_negative("probation_windows", probation_windows) * cfg.blocks_per_window
 
 
 def skipped_windows(last_tried: int | None, next_window: int) -> range:

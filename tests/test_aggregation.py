@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import statistics
 from collections import Counter
 
 import pytest
@@ -18,7 +19,7 @@ def tie(seed: bytes):
     return lambda item: hashlib.sha256(seed + item[0].encode()).digest()
 
 
-def test_the_best_passing_scores_are_taken_and_weighted_by_score():
+def test_the_passing_scores_capped_at_their_median_are_taken_best_first_and_weighted():
     scored = {
         "a": Scored(True, 0.5),
         "b": Scored(True, 1.0),
@@ -27,14 +28,36 @@ def test_the_best_passing_scores_are_taken_and_weighted_by_score():
         "e": Scored(True, 0.5),
         "f": Scored(True, 0.25),
     }
+    # candidates a, b, e, f: median 0.5, so b weighs as much as a and e and ties with them
     chosen = accepted_by_rule(scored, 4, SEED)
-    tied = sorted(["a", "e"], key=lambda hk: tie(SEED)((hk,)))
-    assert [hk for hk, _ in chosen] == ["b", *tied, "f"]
-    assert [w for _, w in chosen] == pytest.approx([1.0 / 2.25, 0.5 / 2.25, 0.5 / 2.25, 0.25 / 2.25])
-    assert accepted_by_rule(scored, 1, SEED) == [("b", 1.0)]
+    tied = sorted(["a", "b", "e"], key=lambda hk: tie(SEED)((hk,)))
+    assert [hk for hk, _ in chosen] == [*tied, "f"]
+    assert [w for _, w in chosen] == pytest.approx([0.5 / 1.75, 0.5 / 1.75, 0.5 / 1.75, 0.25 / 1.75])
+    assert accepted_by_rule(scored, 1, SEED) == [(tied[0], 1.0)]
     assert accepted_by_rule({"x": Scored(False, 1.0)}, 3, SEED) == []
     with pytest.raises(ValueError, match="top_n"):
         accepted_by_rule(scored, 0, SEED)
+
+
+def test_an_inflated_claim_buys_neither_weight_nor_a_place_above_the_median():
+    """A miner that claims 8.7 times an H100's tokens (16,000 steps against 1,840) weighs in the model
+    as an H100 does, and takes the last place among them as often as any: its claim is capped at the
+    window's median claim, and ties go by the seed."""
+    honest = {f"5honest{i:03d}": Scored(True, 1840.0) for i in range(30)}
+    slower = {f"5slow{i:03d}": Scored(True, 460.0) for i in range(10)}
+    scored = {**honest, **slower, "5inflater": Scored(True, 16000.0)}
+    places = Counter()
+    for i in range(64):
+        chosen = dict(accepted_by_rule(scored, 16, bytes([i]) * 32))
+        if "5inflater" in chosen:
+            assert chosen["5inflater"] == pytest.approx(1.0 / 16)
+            places["in"] += 1
+        assert all(w == pytest.approx(1.0 / 16) for w in chosen.values())
+    # 16 of the 31 candidates at the cap are taken: the inflater about half the windows, not every one
+    assert 16 <= places["in"] <= 48, places
+    # below the median, a slower miner weighs by what it trained
+    few = {"5a": Scored(True, 1.0), "5b": Scored(True, 4.0), "5c": Scored(True, 9.0)}
+    assert dict(accepted_by_rule(few, 3, SEED)) == pytest.approx({"5a": 1 / 9, "5b": 4 / 9, "5c": 4 / 9})
 
 
 def test_ties_are_broken_by_the_window_seed_not_by_the_hotkey():
@@ -58,6 +81,11 @@ def test_weights_sum_to_one_and_follow_the_scores(scored, top_n):
     chosen = accepted_by_rule(scored, top_n, SEED)
     assert len(chosen) <= top_n
     assert all(scored[hk].passed and scored[hk].score > 0 for hk, _ in chosen)
+    candidates = sorted(s.score for s in scored.values() if s.passed and s.score > 0)
+    if candidates:
+        median = statistics.median(candidates)
+        assert all(w <= median / sum(min(scored[hk].score, median) for hk, _ in chosen) * (1 + 1e-9)
+                   for hk, w in chosen)
     if chosen:
         assert sum(w for _, w in chosen) == pytest.approx(1.0)
         weights = [w for _, w in chosen]

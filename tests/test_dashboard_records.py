@@ -238,12 +238,12 @@ def test_not_in_the_global_model_says_why_as_the_miners_log_does():
     )
 
 
-def test_score_words_name_the_tokens_and_the_quality_of_a_score():
-    numbers = {"tokens": 30720.0, "quality": 0.5, "mark": 0.02, "mark_z": 2.5}
-    words = score_words({**numbers, "mark_judged": 1.0})
-    assert "30,720 tokens" in words and "at 0.50 of full pay" in words
-    assert "by 2.00% more" in words and "2.5 standard errors (full pay from 3)" in words
-    assert "too small to measure" in score_words({**numbers, "quality": 1.0, "mark_judged": 0.0})
+def test_score_words_name_the_tokens_the_drop_and_the_mark_of_a_score():
+    numbers = {"tokens": 30720.0, "drop_trained": 0.031, "mark": 0.02, "mark_z": 2.5}
+    words = score_words(numbers)
+    assert "30,720 tokens, each paid in full" in words
+    assert "last segment by 3.10%" in words and "2.00% more than of unseen ones (2.5 standard errors)" in words
+    assert score_words({"tokens": 10.0}) == "You trained 10 tokens, each paid in full."
     assert score_words({}) == "No usefulness was measured."
     assert explain({"manifest": "pass"}) == "Every check passed."
     assert "does not describe (novel)" in explain({"novel": "no"})

@@ -4,18 +4,20 @@ challenged, so the scores alone must hold:
 
 - pay follows the tokens trained: a miner that trained a quarter of the steps earns a quarter, and
   one piece of compute earns the same as one hotkey or split over four;
-- work published under a hotkey that did not train it earns nothing, however it is disguised: a
-  verbatim, rescaled or slightly perturbed copy, a copy drowned in noise and re-encoded with another
-  codec residual, and another miner's update of an earlier window;
-- an update scaled to a ten-thousandth of an honest one earns nothing;
-- the aggregate takes each piece of work once;
+- one piece of work earns one share: a verbatim, rescaled or slightly perturbed copy of another
+  miner's update, and an honest update scaled to a ten-thousandth, fail `duplicate`;
+- a copy disguised beyond the sketches (noise, another codec residual) and another miner's update of
+  an earlier window pass the window's checks when nobody replays them, though their mark of the
+  hotkey's own data is within noise where every honest one stands out: the mark does not decide
+  pay (docs/protocol.md, "Scores"); what keeps them from being paid is a replay before their pay
+  matures (tests/test_deterrence.py, tests/test_pay.py);
 - an update nobody measured in time is not scored, neither paid nor zeroed;
 - in a run's first window, where the marks cannot tell a trainer from a copier, a miner that
   trained on an honest miner's public assignment (and so published its update) does not take the
   honest share: nobody is paid for the work, unless a replay of the honest miner passed.
 
 The base is the tiny model after two windows of training, when an update's memorisation of its own
-data can be measured (from the initial model it cannot: `scoring.marks_judged`)."""
+data can be measured (from the initial model it cannot)."""
 
 from __future__ import annotations
 
@@ -171,11 +173,10 @@ def full_pay(runtime) -> float:
     return tokens_trained(FULL, runtime.config.train.batch_size, runtime.config.data.seq_len)
 
 
-def test_the_marks_are_judged_and_honest_work_is_paid_by_its_tokens(runtime, window):
+def test_honest_work_is_paid_by_its_tokens(runtime, window):
     for hk in HONEST[1:]:
         verdict = window[hk]
-        assert verdict.passed and verdict.numbers["mark_judged"] == 1.0, verdict.numbers
-        assert verdict.score == full_pay(runtime), verdict.numbers
+        assert verdict.passed and verdict.score == full_pay(runtime), verdict.numbers
 
 
 def test_a_quarter_of_the_steps_earns_a_quarter_and_splitting_changes_nothing(runtime, window):
@@ -185,13 +186,23 @@ def test_a_quarter_of_the_steps_earns_a_quarter_and_splitting_changes_nothing(ru
 
 
 @pytest.mark.parametrize(
-    "copy",
-    [RELABELLED, RESCALED, PERTURBED, DISGUISED, STALE],
-    ids=["relabelled", "rescaled", "perturbed", "disguised", "stale"],
+    "copy", [RELABELLED, RESCALED, PERTURBED, TINY], ids=["relabelled", "rescaled", "perturbed", "tiny"]
 )
-def test_work_under_a_hotkey_that_did_not_train_it_earns_nothing(window, copy):
+def test_one_piece_of_work_earns_one_share(window, copy):
     verdict = window[copy]
     assert verdict.score == 0.0 and not verdict.fraud, (verdict.verdicts, verdict.numbers)
+    assert "one piece of work earns one share" in verdict.verdicts["duplicate"], verdict.verdicts
+
+
+@pytest.mark.parametrize("copy", [DISGUISED, STALE], ids=["disguised", "stale"])
+def test_a_disguised_or_stale_copy_waits_like_any_claim_for_a_replay_before_it_matures(runtime, window, copy):
+    """The mark tells these apart from honest work here (honest marks stand 5 or more standard
+    errors out, these within noise), but not at every model size and sequence count: pay does not
+    rest on it. Scored by their claim, they are pending until the replays of the next
+    `maturity_windows` windows have had their chance (`validators.deterrence`)."""
+    verdict = window[copy]
+    assert verdict.passed and verdict.score == full_pay(runtime), verdict.verdicts
+    assert abs(verdict.numbers["mark_z"]) < 2 < 5 < min(window[hk].numbers["mark_z"] for hk in HONEST)
 
 
 def test_the_original_of_a_copied_update_keeps_its_pay(runtime, window):
@@ -201,15 +212,11 @@ def test_the_original_of_a_copied_update_keeps_its_pay(runtime, window):
     )
 
 
-def test_an_update_scaled_to_a_ten_thousandth_earns_nothing(window):
-    assert window[TINY].score == 0.0, window[TINY].numbers
-
-
 def test_the_aggregate_takes_each_piece_of_work_once(window):
     chosen = accepted_by_rule({hk: Scored(v.passed, v.score) for hk, v in window.items()}, 16, bytes(32))
     taken = {hk for hk, _ in chosen}
-    assert not taken & {TINY, *COPIES, STALE}
-    assert set(HONEST) | set(SPLIT) == taken
+    assert not taken & {TINY, RELABELLED, RESCALED, PERTURBED}
+    assert set(HONEST) | set(SPLIT) | {DISGUISED, STALE} == taken
 
 
 def test_an_update_nobody_measured_is_not_scored(runtime, model):
@@ -255,7 +262,6 @@ def test_training_on_another_miners_data_takes_nothing_from_it_in_a_first_window
     runtime, first_updates, honest_replayed
 ):
     got = first_window(runtime, first_updates, honest_replayed)
-    assert got[HONEST[1]].numbers["mark_judged"] == 0.0, got[HONEST[1]].numbers
     assert got[HONEST[1]].score == full_pay(runtime), got[HONEST[1]].verdicts
     copier, honest = got[WRONGDATA], got[HONEST[0]]
     assert copier.score == 0.0 and not copier.fraud and "duplicate" in copier.verdicts, copier.verdicts

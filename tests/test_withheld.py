@@ -33,6 +33,7 @@ from distrai.wire.window_documents import Finding
 from validators import findings
 from validators.checks import check_miner
 from validators.findings import ADOPTED, REFUTED, finding_body, recheck
+from validators.pay import add_window, mature
 from validators.replay_check import verify_challenge
 from validators.validator_state import Suspension, ValidatorState
 from validators.withheld import after_reread, own_outage, reread, settle
@@ -73,7 +74,9 @@ def published(runtime, model, store, window: Window) -> Announcement:
     manifest = sign_document(Keypair.create_from_uri("//ReplayMiner"), body)
     store.put(manifest_key(runtime.run_id, WINDOW, MINER), manifest)
     store.put_blob(verdict.blob)
-    return Announcement(store.url, WINDOW, manifest_sha256=sha256_hex(manifest))
+    return Announcement(
+        store.url, WINDOW, manifest_sha256=sha256_hex(manifest), segments=verdict.manifest.n_segments
+    )
 
 
 def first_look(runtime, model, store, announcement):
@@ -176,22 +179,29 @@ def test_a_validator_blames_its_own_link_when_most_stores_are_silent(unheard, an
     assert own_outage(unheard, announced) is outage
 
 
-def test_the_reread_gives_back_a_sound_miners_bar_and_average_and_keeps_the_others():
+def test_the_reread_gives_back_a_sound_miners_bar_and_held_pay_and_forfeits_the_others():
     hotkeys = ["honest", "cheat", "bystander"]
+    held = add_window(add_window({}, 5, dict.fromkeys(hotkeys, 4.0)), 6, dict.fromkeys(hotkeys, 0.0))
     state = ValidatorState(
         run_id="run",
         hotkeys=hotkeys,
-        averages=[0.0, 0.0, 5.0],
+        averages=[10.0, 8.0, 5.0],
+        pending=held,
         banned_until={"honest": 20, "cheat": 20, "bystander": 9},
         suspended={
-            "honest": Suspension(window=6, average=10.0, banned_until=-1),
-            "cheat": Suspension(window=6, average=8.0, banned_until=-1),
-            "bystander": Suspension(window=7, average=3.0, banned_until=4),
+            "honest": Suspension(window=6, banned_until=-1),
+            "cheat": Suspension(window=6, banned_until=-1),
+            "bystander": Suspension(window=7, banned_until=4),
         },
     )
-    after = after_reread(state, hotkeys, due=["honest", "cheat"], sound=["honest"], alpha=0.25)
-    assert after.averages == [7.5, 0.0, 5.0], "the sound miner loses one window of decay, nothing more"
+    after = after_reread(state, hotkeys, due=["honest", "cheat"], sound=["honest"])
+    assert after.averages == [10.0, 0.0, 5.0], "the sound miner keeps its average; the cheat's is zeroed"
+    assert after.pending["honest"] == held["honest"], "its held scores mature again, the window withheld at 0"
+    assert "cheat" not in after.pending and after.pending["bystander"] == held["bystander"]
     assert after.banned_until == {"cheat": 20, "bystander": 9}
     assert set(after.suspended) == {"bystander"}, "a suspension not yet due stays"
-    earlier = after_reread(state, hotkeys, due=["bystander"], sound=["bystander"], alpha=0.25)
-    assert earlier.banned_until["bystander"] == 4 and earlier.averages[2] == 0.75 * 3.0
+    earlier = after_reread(state, hotkeys, due=["bystander"], sound=["bystander"])
+    assert earlier.banned_until["bystander"] == 4 and earlier.averages[2] == 5.0
+    # while held, nothing matures and no weight is set on it (`Validator.set_weights` excludes it)
+    averages, kept = mature(dict(zip(hotkeys, state.averages, strict=True)), held, 6, 0.5, state.suspended)
+    assert averages == dict(zip(hotkeys, state.averages, strict=True)) and kept == held

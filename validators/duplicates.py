@@ -55,14 +55,13 @@ from distrai.train.determinism import pinned_threads
 from distrai.train.sketch import sketch
 from distrai.wire.verdicts import PASS, Check, Number
 from validators.checks import MinerVerdict
-from validators.scoring import MARK_Z_NONE
 
 SKETCH_SIZE = 8192
 SKETCH_WORKERS = os.cpu_count() or 1
 """Updates sketched at once: one per core."""
-ATTRIBUTION_Z = MARK_Z_NONE
+ATTRIBUTION_Z = 2.0
 """How many standard errors of the difference the trainer's mark must stand above each other
-member's: the bar that a difference of noise alone clears one time in 44 (`scoring.MARK_Z_NONE`)."""
+member's: the bar that a difference of noise alone clears one time in 44."""
 
 
 def update_sketch(verdict: MinerVerdict, seed: str) -> torch.Tensor:

@@ -1,57 +1,24 @@
 """From a miner's per-window verdicts to its score, the moving average, and weights on chain.
 
 Pay follows verified work: a window score is the tokens the miner's manifest commits to having
-trained (steps × batch × sequence length: what a challenge can check by replay) times a quality
-factor in [0, 1] from the mark its update leaves on its own data (`usefulness.py`). There is no
-cap at the window's median: a miner twice as fast earns twice as much, and the same compute earns
-the same under one hotkey or many. Every check is a gate in front of the score (a miner that fails
-one scores 0), never a share of it, so presence and well-formedness alone earn nothing. Pure
-functions: the validator's loop gathers the numbers, these turn them into scores.
+trained (steps × batch × sequence length: what a challenge can check by replay), for an update that
+passes every check, `useful` included (the update alone lowers the loss of the sequences of its last
+segment: clear non-work fails it). There is no cap at the window's median: a miner twice as fast
+earns twice as much, and the same compute earns the same under one hotkey or many. Every check is a
+gate in front of the score (a miner that fails one scores 0), never a share of it, so presence and
+well-formedness alone earn nothing. What keeps a claim honest is that it is paid only once it has
+been open to challenge (`validators.pay`, `validators.deterrence`). Pure functions: the validator's
+loop gathers the numbers, these turn them into scores.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-
-MARK_Z_NONE, MARK_Z_FULL = 2.0, 3.0
-"""An update's quality rises from 0 at a mark `MARK_Z_NONE` standard errors above zero to 1 at
-`MARK_Z_FULL`: a copy of another's work shows a mark of 0 give or take its noise (above 2 standard
-errors one time in 44), an honest miner's last segment far more once a run is past its first windows."""
-
-
-def marks_judged(marks_z: Sequence[float]) -> bool:
-    """Whether a window's marks can be judged: its upper quartile of passing miners shows a mark at
-    least `MARK_Z_FULL` standard errors above zero. Early in a run an update's generic gain swamps
-    what it memorised, and no honest miner should lose its pay to that noise; copies, which show no
-    mark, cannot pull the quartile down unless they are most of the miners."""
-    finite = sorted(z for z in marks_z if math.isfinite(z))
-    return bool(finite) and finite[(3 * (len(finite) - 1)) // 4] >= MARK_Z_FULL
-
-
-def quality(mark_z: float, judged: bool) -> float:
-    """The quality factor of an update whose mark of its own last segment is `mark_z` standard
-    errors above zero: 1 in a window whose marks are not judged; else 0 up to `MARK_Z_NONE`, 1 from
-    `MARK_Z_FULL`, in proportion between. A gate, never a share: an honest update is paid in full,
-    and being more memorable than that earns nothing more."""
-    if not judged:
-        return 1.0
-    if not math.isfinite(mark_z):
-        return 0.0
-    return min(1.0, max(0.0, (mark_z - MARK_Z_NONE) / (MARK_Z_FULL - MARK_Z_NONE)))
 
 
 def tokens_trained(steps: int, batch_size: int, seq_len: int) -> int:
     """The tokens a manifest of `steps` inner steps commits to having trained."""
     return steps * batch_size * seq_len
-
-
-def ema_update(previous: Sequence[float], scores: Sequence[float | None], alpha: float) -> list[float]:
-    """new = alpha · score + (1 − alpha) · old, uid by uid; a uid whose score is None (its update
-    passed but nobody measured it in time) keeps its average."""
-    if len(previous) != len(scores):
-        raise ValueError(f"{len(previous)} averages but {len(scores)} scores")
-    return [p if s is None else alpha * s + (1.0 - alpha) * p for p, s in zip(previous, scores, strict=True)]
 
 
 def weights_from_averages(
@@ -85,13 +52,3 @@ def weights_from_averages(
     if owner_uid is not None and 0 <= owner_uid < len(weights):
         weights[owner_uid] += burn if total > 0 else 1.0 - to_workers
     return weights
-
-
-def break_even_margin(challenged: float, alpha: float, ban_windows: int) -> float:
-    """The profit margin (emission less compute cost, over emission) below which faking part of
-    one's segments pays: a miner challenged with probability `challenged` a window, caught on the
-    faked share f of its segments, barred `ban_windows` windows and rebuilding its moving average
-    (rate `alpha`, about 1/alpha windows of emission) earns (f + μ − fμ − q·f/α) / (1 + q·f·B) of an
-    honest miner's emission per window against μ for honest work: less exactly when
-    μ > (1 − q/α) / (1 + q·B), whatever f (docs/protocol.md, "Why cheating does not pay")."""
-    return max(0.0, (1.0 - challenged / alpha) / (1.0 + challenged * ban_windows))

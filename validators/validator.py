@@ -43,7 +43,7 @@ from distrai.chain.base import Chain, ChainError, Commitment, Metagraph, WalletL
 from distrai.node.metrics import Metrics, last_record
 from distrai.node.participant import Participant
 from distrai.protocol.aggregation import Scored, accepted_by_rule
-from distrai.protocol.announce import Announcement, committed_updates, sharing_validators
+from distrai.protocol.announce import Announcement, claims, committed_updates, sharing_validators
 from distrai.protocol.globalmodel import GlobalModel, SyncUnavailable, encode_checkpoint, outer_config
 from distrai.protocol.layout import aggregate_key, checkpoint_key, report_key
 from distrai.protocol.run import challenge_inputs
@@ -78,6 +78,7 @@ from distrai.wire.window_documents import (
     AcceptedUpdate,
     AggregateManifest,
     MinerEntry,
+    PayStanding,
     Recheck,
     Refusal,
     WindowReport,
@@ -95,8 +96,9 @@ from validators.findings import (
 )
 from validators.inventory import take_inventory
 from validators.measuring import WindowMeasuring
+from validators.pay import add_window, forfeit, mature, matures_at, pending_total
 from validators.pending import ListedWindow, PendingWindow, PendingWindows
-from validators.scoring import ema_update, weights_from_averages
+from validators.scoring import weights_from_averages
 from validators.shared_scoring import (
     Pooled,
 )
@@ -334,6 +336,7 @@ class Validator(Participant):
         listed = ListedWindow(pending, in_time, commitments, inventory)
         verdicts, pooled = self.check_window(listed, mg, stop)
         self.options.behaviour.judge(self, w, verdicts)
+        self.fold_scores(w, mg, verdicts, [r.miner for r in rechecks if r.outcome == ADOPTED], pooled.workers)
         parts.append((f"checking the miners (reading their stores: {urls})", time.monotonic() - mark))
         mark = time.monotonic()
         put = self.publishing(w, stop)
@@ -350,7 +353,6 @@ class Validator(Participant):
                 aggregate_deadline(self.windows, w),
                 time_spent(parts),
             )
-        self.fold_scores(w, mg, verdicts, [r.miner for r in rechecks if r.outcome == ADOPTED], pooled.workers)
         weights = self.set_weights(mg)
         self.last_end = time.monotonic()
         log.info(
@@ -404,7 +406,8 @@ class Validator(Participant):
         findings of this one and to re-read what was withheld (`held`)."""
         w, in_time, commitments = listed.number, listed.in_time, listed.commitments
         deadline_hash = self.chain.block_hash(commit_deadline(self.windows, w))
-        inputs = challenge_inputs(self.rt.config, deadline_hash, w, in_time)
+        registered = {n.hotkey: n.registered_at for n in mg.neurons}
+        inputs = challenge_inputs(self.rt.config, deadline_hash, w, in_time, claims(in_time), registered)
         permitted = [n.hotkey for n in mg.neurons if n.validator_permit and n.stake > 0]
         sharing = sharing_validators(permitted, commitments, w)
         shares = replay_shares(inputs, sharing)
@@ -695,7 +698,12 @@ class Validator(Participant):
             observed_block=observed_block,
             miners={
                 v.hotkey: MinerEntry(
-                    uid=v.uid, verdicts=v.verdicts, numbers=v.numbers, score=v.score, reason=v.reason
+                    uid=v.uid,
+                    verdicts=v.verdicts,
+                    numbers=v.numbers,
+                    score=v.score,
+                    reason=v.reason,
+                    pay=self.pay_standing(v.hotkey),
                 )
                 for v in verdicts
             },
@@ -709,6 +717,19 @@ class Validator(Participant):
         if not (put or self.publish)(report_key(self.rt.run_id, w, self.hotkey), document):
             return None
         return document
+
+    def pay_standing(self, hotkey: str) -> PayStanding | None:
+        """Where `hotkey`'s pay stands here once the window is folded in (None: not in the metagraph
+        the window was folded with)."""
+        state = self.state
+        if hotkey not in state.hotkeys:
+            return None
+        return PayStanding(
+            average=state.averages[state.hotkeys.index(hotkey)],
+            pending=pending_total(state.pending, hotkey),
+            matures_at=matures_at(state.pending, hotkey, self.rt.config.scoring.maturity_windows),
+            held=hotkey in state.suspended,
+        )
 
     def publishing(self, w: int, stop: threading.Event) -> Publish:
         """How window w's findings, report, accepted updates and aggregate are published: through an
@@ -755,37 +776,44 @@ class Validator(Participant):
     def fold_scores(
         self, w: int, mg: Metagraph, verdicts: list[MinerVerdict], adopted: list[str], workers: list[str]
     ) -> None:
-        """Fold the window's scores into the moving averages; a miner caught in fraud here, or by
-        another validator's finding adopted here, has its average zeroed and is barred. In memory:
-        `run_window` saves the state once the window's weights and metrics record are added."""
+        """Add the window's scores to the scores waiting to mature and fold those of window
+        w − `maturity_windows` into the moving averages (`validators.pay`); a miner caught in fraud here,
+        or by another validator's finding adopted here, forfeits every score not yet matured, has its
+        average zeroed and is barred; one that withheld its reveal is held until the re-read. In
+        memory: `run_window` saves the state once the window's weights and metrics record are added."""
+        scoring = self.rt.config.scoring
         state = self.state.aligned(mg.hotkeys)
-        scores: list[float | None] = [0.0] * mg.n
+        scores: dict[str, float | None] = dict.fromkeys(mg.hotkeys, 0.0)
         for v in verdicts:
             if v.uid < mg.n and mg.hotkeys[v.uid] == v.hotkey:
-                scores[v.uid] = None if v.unmeasured else v.score
-        averages = ema_update(state.averages, scores, self.rt.config.scoring.ema_alpha)
+                scores[v.hotkey] = None if v.unmeasured else v.score
+        pending = add_window(state.pending, w, scores)
+        averages = dict(zip(mg.hotkeys, state.averages, strict=True))
         banned = dict(state.banned_until)
         suspended = dict(state.suspended)
-        for v in verdicts:
-            if v.fraud and v.uid < mg.n and mg.hotkeys[v.uid] == v.hotkey:
-                if v.withheld:
-                    suspended[v.hotkey] = Suspension(
-                        window=w, average=state.averages[v.uid], banned_until=banned.get(v.hotkey, -1)
+        caught = [v for v in verdicts if v.fraud and v.uid < mg.n and mg.hotkeys[v.uid] == v.hotkey]
+        for v in caught:
+            if v.withheld:
+                suspended[v.hotkey] = Suspension(window=w, banned_until=banned.get(v.hotkey, -1))
+            banned[v.hotkey] = w + 1 + scoring.ban_windows
+            log.warning(
+                "window %d: uid %d barred until window %d: %s", w, v.uid, banned[v.hotkey], v.reason
+            )
+        for hotkey in [v.hotkey for v in caught if not v.withheld] + list(adopted):
+            if hotkey in averages:
+                pending, lost = forfeit(pending, hotkey)
+                averages[hotkey] = 0.0
+                if lost > 0:
+                    log.warning(
+                        "window %d: %s forfeits %.0f of pay not yet matured", w, hotkey[:10], lost
                     )
-                averages[v.uid] = 0.0
-                banned[v.hotkey] = w + 1 + self.rt.config.scoring.ban_windows
-                log.warning(
-                    "window %d: uid %d barred until window %d: %s", w, v.uid, banned[v.hotkey], v.reason
-                )
-        for hotkey in adopted:
-            uid = mg.uid_of(hotkey)
-            if uid is not None:
-                averages[uid] = 0.0
+        averages, pending = mature(averages, pending, w - scoring.maturity_windows, scoring.ema_alpha, suspended)
         self.state = state.model_copy(
             update={
                 "window": w,
-                "averages": averages,
-                "last_scores": [0.0 if score is None else score for score in scores],
+                "averages": [averages[hk] for hk in mg.hotkeys],
+                "pending": pending,
+                "last_scores": [0.0 if scores[hk] is None else scores[hk] for hk in mg.hotkeys],
                 "banned_until": banned,
                 "suspended": suspended,
                 "workers": workers,
@@ -794,8 +822,8 @@ class Validator(Participant):
 
     def reread_withheld(self, w: int, mg: Metagraph) -> None:
         """Read again what miners withheld in window w (`validators.withheld`): a miner whose reveal
-        is there now and sound has its bar lifted and its average given back, less the window it
-        lost; one whose reveal is still unread, or fails, stays barred."""
+        is there now and sound has its bar lifted and its held scores mature again, less the window
+        it lost; one whose reveal is still unread, or fails, stays barred and forfeits them."""
         due = sorted(hk for hk, s in self.state.suspended.items() if s.window <= w)
         if not due:
             return
@@ -814,9 +842,7 @@ class Validator(Participant):
                 log.warning(
                     "window %d: %s stays barred for withholding its reveal: %s", window, hotkey[:10], reason
                 )
-        self.state = after_reread(
-            self.state.aligned(mg.hotkeys), mg.hotkeys, due, sound, self.rt.config.scoring.ema_alpha
-        )
+        self.state = after_reread(self.state.aligned(mg.hotkeys), mg.hotkeys, due, sound)
         save_state(self.state, self.state_path)
 
     def withheld_is_sound(self, hotkey: str, window: int) -> tuple[bool, str]:
@@ -848,10 +874,12 @@ class Validator(Participant):
         workers = [
             uid for hk in self.state.workers if hk != self.hotkey and (uid := mg.uid_of(hk)) is not None
         ]
+        held = [uid for hk in self.state.suspended if (uid := mg.uid_of(hk)) is not None]
         weights = weights_from_averages(
             self.state.averages,
             burn_share=self.rt.config.scoring.burn_share,
             owner_uid=owner_uid,
+            exclude=held,
             workers=workers,
             worker_share=self.rt.config.scoring.validator_share,
         )

@@ -10,16 +10,18 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from validators.pay import Pending
+
 
 class Suspension(BaseModel):
-    """A miner barred for withholding what it committed to in `window` (`validators.withheld`), and
-    what it had before, given back if this validator's own re-read one window later finds the
-    withheld objects there and sound."""
+    """A miner barred for withholding what it committed to in `window` (`validators.withheld`): paid
+    nothing and its scores held from maturing (`validators.pay`) until this validator's own re-read one
+    window later settles it; the bar it had before is given back if the withheld objects are there
+    and sound."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     window: int
-    average: float
     banned_until: int
     """the bar before this one (-1: none)"""
 
@@ -34,6 +36,9 @@ class ValidatorState(BaseModel):
     """The last window whose scores are folded into `averages`; -1 before the first."""
     hotkeys: list[str] = Field(default_factory=list)
     averages: list[float] = Field(default_factory=list)
+    """The moving average of each uid's matured scores: what the weights follow."""
+    pending: Pending = Field(default_factory=dict)
+    """Hotkey → its window scores not yet matured (`validators.pay`)."""
     last_scores: list[float] = Field(default_factory=list)
     banned_until: dict[str, int] = Field(default_factory=dict)
     """Hotkey → the first window in which it may score again."""
@@ -51,15 +56,23 @@ class ValidatorState(BaseModel):
     def aligned(self, hotkeys: list[str]) -> ValidatorState:
         """This state for the metagraph's current hotkeys (index = uid).
 
-        A uid whose hotkey changed (a new registration took the slot) starts from zero; the
-        arrays grow or shrink with the metagraph; bans stay with their hotkeys.
+        A uid whose hotkey changed (a new registration took the slot) starts from zero, with nothing
+        pending; the arrays grow or shrink with the metagraph; bans stay with their hotkeys.
         """
         averages, scores = [], []
         for uid, hotkey in enumerate(hotkeys):
             same = uid < len(self.hotkeys) and self.hotkeys[uid] == hotkey
             averages.append(self.averages[uid] if same else 0.0)
             scores.append(self.last_scores[uid] if same else 0.0)
-        return self.model_copy(update={"hotkeys": list(hotkeys), "averages": averages, "last_scores": scores})
+        kept = {hk for uid, hk in enumerate(hotkeys) if uid < len(self.hotkeys) and self.hotkeys[uid] == hk}
+        return self.model_copy(
+            update={
+                "hotkeys": list(hotkeys),
+                "averages": averages,
+                "last_scores": scores,
+                "pending": {hk: entries for hk, entries in self.pending.items() if hk in kept},
+            }
+        )
 
     def is_banned(self, hotkey: str, window: int) -> bool:
         return self.banned_until.get(hotkey, -1) > window

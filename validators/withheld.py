@@ -6,13 +6,15 @@ it nothing, every cheat caught by a challenge would answer the challenge's reads
 the validator's read patience runs out (`windows.read_patience`), and once more after a first pass of
 reads that ended past it (`Validator.check_window`), and what is still unread then is settled here:
 
-- a challenged miner: **withheld**, treated as fraud: the window scores 0, the moving average is
-  zeroed and the hotkey barred, and a validator whose share held the miner publishes a finding that
-  the others re-check by reading the same objects themselves (they adopt it when they cannot read
-  them either, or when what they read fails its replay). One window later the validator reads them
-  again itself (`validators.validator_state.Suspension`): if they are there and pass, the bar is lifted and the average given
-  back, so an honest miner whose store was down loses that window's pay, nothing more; if they are
-  still unread, or fail, the bar stands.
+- a challenged miner: **withheld**, treated as fraud: the window scores 0, the hotkey is barred and
+  paid nothing, its scores not yet matured are held (`validators.pay`), and a validator whose share
+  held the miner publishes a finding that the others re-check by reading the same objects
+  themselves (they adopt it when they cannot read them either, or when what they read fails its
+  replay). One window later the validator reads them again itself
+  (`validators.validator_state.Suspension`): if they are there and pass, the bar is lifted and the
+  held scores mature again, so an honest miner whose store was down loses that window's pay,
+  nothing more; if they are still unread, or fail, the bar stands and the held scores and the
+  average are forfeited.
 - a miner nobody challenged: absent, like a miner that published nothing: the window scores 0.
 - a validator that could not reach most of the stores it listed (`own_outage`): its own link is
   down, not the miners', and nothing is counted against anyone.
@@ -30,6 +32,7 @@ from distrai.train.train_state import state_hash
 from distrai.wire.verdicts import PASS, Check
 from validators.checks import MinerVerdict, check_miner
 from validators.inventory import Reader
+from validators.pay import forfeit
 from validators.replay_check import verify_challenge
 from validators.validator_state import ValidatorState
 
@@ -89,25 +92,29 @@ def reread(runtime: Runtime, held: HeldWindow, hotkey: str, store: Reader) -> Mi
 
 
 def after_reread(
-    state: ValidatorState, hotkeys: Sequence[str], due: Collection[str], sound: Collection[str], alpha: float
+    state: ValidatorState, hotkeys: Sequence[str], due: Collection[str], sound: Collection[str]
 ) -> ValidatorState:
     """`state` (aligned with the metagraph's `hotkeys`) once the suspensions of `due` are settled:
     those whose withheld objects were `sound` on the re-read get their bar before this one back and
-    their average as if the window had scored 0 (a window of decay, `alpha` the moving average's
-    rate); the others keep the bar. Every settled suspension is dropped."""
-    averages, banned = list(state.averages), dict(state.banned_until)
-    for hotkey in sorted(set(due) & set(sound)):
-        suspension = state.suspended[hotkey]
+    their held scores mature again (the withheld window scored 0); the others keep the bar, forfeit
+    every score not yet matured and have their average zeroed. Every settled suspension is dropped."""
+    averages, banned, pending = list(state.averages), dict(state.banned_until), dict(state.pending)
+    for hotkey in sorted(set(due)):
+        if hotkey in sound:
+            before = state.suspended[hotkey].banned_until
+            if before < 0:
+                banned.pop(hotkey, None)
+            else:
+                banned[hotkey] = before
+            continue
+        pending, _ = forfeit(pending, hotkey)
         if hotkey in hotkeys:
-            averages[hotkeys.index(hotkey)] = (1.0 - alpha) * suspension.average
-        if suspension.banned_until < 0:
-            banned.pop(hotkey, None)
-        else:
-            banned[hotkey] = suspension.banned_until
+            averages[hotkeys.index(hotkey)] = 0.0
     return state.model_copy(
         update={
             "averages": averages,
             "banned_until": banned,
+            "pending": pending,
             "suspended": {hk: s for hk, s in state.suspended.items() if hk not in due},
         }
     )

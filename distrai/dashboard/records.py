@@ -14,7 +14,7 @@ from distrai.chain.base import Metagraph
 from distrai.dashboard.words import explain, score_words
 from distrai.protocol.standing import standing
 from distrai.wire.verdicts import Number
-from distrai.wire.window_documents import WindowReport
+from distrai.wire.window_documents import PayStanding, WindowReport
 
 TEXT_CHARS = 400
 """Participant-written text is cut to this many characters for display."""
@@ -170,6 +170,10 @@ class MinerRow:
     last_rejection: str | None
     last_rejection_window: int | None
     last_rejection_by: str | None
+    pay: PayStanding | None = None
+    """where its pay stands at the leading validator, as its newest report says (`validators.pay`)"""
+    pay_window: int | None = None
+    """the window of that report"""
 
 
 @dataclass(frozen=True)
@@ -334,6 +338,18 @@ def leader_scores(docs: list[WindowDocs], hotkey: str) -> list[float]:
     return scores
 
 
+def pay_of(docs: list[WindowDocs], hotkey: str) -> tuple[PayStanding | None, int | None]:
+    """Where `hotkey`'s pay stands in the newest report that says so, the window's leader's first,
+    and that report's window."""
+    for d in sorted(docs, key=lambda d: -d.window):
+        ordered = ([d.leader] if d.leader in d.reports else []) + sorted(d.reports)
+        for validator in ordered:
+            entry = d.reports[validator].miners.get(hotkey)
+            if entry is not None and entry.pay is not None:
+                return entry.pay, d.window
+    return None, None
+
+
 def miner_row(
     hotkey: str,
     docs: list[WindowDocs],
@@ -346,6 +362,7 @@ def miner_row(
     last = rejections[-1] if rejections else None
     scores = leader_scores(docs, hotkey)
     neuron = chain.metagraph.neuron(hotkey) if chain else None
+    pay, pay_window = pay_of(docs, hotkey)
     return MinerRow(
         hotkey=hotkey,
         label=label_of(hotkey, labels),
@@ -368,6 +385,8 @@ def miner_row(
         last_rejection=last.reason if last else None,
         last_rejection_window=last.window if last else None,
         last_rejection_by=last.validator_label if last else None,
+        pay=pay,
+        pay_window=pay_window,
     )
 
 
@@ -431,16 +450,31 @@ def miner_summary(row: MinerRow, verdicts: list[Verdict]) -> list[str]:
         )
     if row.mean_score is not None:
         lines.append(
-            f"Your mean score from the leading validator is {row.mean_score:,.0f}: the tokens you trained "
-            "times the quality of your update (1 for an update that bears the mark of your own data like the "
-            "window's honest ones); scores feed each validator's moving average, and its weights."
+            f"Your mean score from the leading validator is {row.mean_score:,.0f}: the tokens your manifests "
+            "claim, for an update that lowers the loss of the sequences it was trained on."
         )
+    if row.pay is not None:
+        lines.append(pay_words(row.pay, row.pay_window))
     lines.append(
         f"On chain now: weight {row.weight:.3f} (stake-weighted over the validators), incentive "
         f"{row.incentive:.3f}, emission {row.emission:.4f} per epoch"
         + (f", {row.earned:.4f} earned in all as of block {row.earned_block}." if row.earned else ".")
     )
     return lines
+
+
+def pay_words(pay: PayStanding, window: int | None) -> str:
+    """What a miner's pay standing means, in a sentence or two (docs/protocol.md, "Pay that matures")."""
+    text = (
+        f"After window {window}: matured pay {pay.average:,.0f} tokens a window (the moving average your "
+        f"weight follows); pending {pay.pending:,.0f} tokens"
+    )
+    if pay.matures_at is not None:
+        text += f", the oldest maturing at window {pay.matures_at}"
+    text += ". A window's score is paid only once it has been open to challenge; a catch before then forfeits it."
+    if pay.held:
+        text += " Paid nothing for now: a withheld reveal is read again before anything matures."
+    return text
 
 
 def validator_row(

@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, cast
 
+from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -72,7 +73,10 @@ class SecurityHeaders:
 
 
 def jsonable(value: Any) -> Any:
-    """`value` with every non-finite float as None (JSON has no NaN or infinity)."""
+    """`value` with every non-finite float as None (JSON has no NaN or infinity) and every document
+    (a pydantic model) as its JSON fields."""
+    if isinstance(value, BaseModel):
+        return jsonable(value.model_dump(mode="json"))
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):

@@ -42,21 +42,16 @@ def explain(checks: dict[str, str]) -> str:
 
 def score_words(numbers: dict[str, float]) -> str:
     """How a score came about, from the report's numbers (docs/protocol.md, "Scores"): the tokens the
-    manifest commits to, times the quality factor from the mark the update leaves on the sequences of
-    the miner's last segment."""
-    tokens, factor = numbers.get(Number.TOKENS), numbers.get(Number.QUALITY)
-    if tokens is None or factor is None:
+    manifest commits to, paid once the update lowers the loss of the sequences of the miner's last
+    segment, and the mark it left on them (shown, not paid for)."""
+    tokens, drop = numbers.get(Number.TOKENS), numbers.get(Number.DROP_TRAINED)
+    if tokens is None:
         return "No usefulness was measured."
-    parts = [f"you trained {tokens:,.0f} tokens, paid at {factor:.2f} of full pay per token"]
+    parts = [f"you trained {tokens:,.0f} tokens, each paid in full"]
+    if drop is not None:
+        parts.append(f"your update lowered the loss of sequences of your last segment by {drop:.2%}")
     mark, z = numbers.get(Number.MARK), numbers.get(Number.MARK_Z)
-    if numbers.get(Number.MARK_JUDGED) == 1.0 and None not in (mark, z):
-        parts.append(
-            f"your update lowered the loss of sequences of your last segment by {mark:.2%} more than of unseen "
-            f"ones, {z:.1f} standard errors (full pay from 3)"
-        )
-    else:
-        parts.append(
-            "this window's marks were too small to measure yet, so every passing update is paid in full"
-        )
+    if None not in (mark, z):
+        parts.append(f"{mark:.2%} more than of unseen ones ({z:.1f} standard errors)")
     text = "; ".join(parts)
     return text[0].upper() + text[1:] + "."

@@ -64,5 +64,3 @@ class Number(StrEnum):
     MARK = "mark"
     MARK_Z = "mark_z"
     TOKENS = "tokens"
-    MARK_JUDGED = "mark_judged"
-    QUALITY = "quality"

@@ -174,9 +174,24 @@ class AggregateManifest(_Body):
     (`distrai.train.outer.outer_state_hash`): anyone applying it must reach this too."""
 
 
+class PayStanding(_Body):
+    """A miner's pay at the reporting validator once the window's scores are folded in
+    (`validators.pay`): what its weight follows now, and what still waits to mature."""
+
+    average: float = Field(ge=0.0, allow_inf_nan=False)
+    """the moving average of its matured window scores, in tokens a window: its weight follows it"""
+    pending: float = Field(ge=0.0, allow_inf_nan=False)
+    """its window scores not yet matured, summed, in tokens: forfeited if it is caught before then"""
+    matures_at: int | None = Field(ge=0)
+    """the window whose check matures its oldest pending score (None: nothing pending)"""
+    held: bool = False
+    """paid nothing and nothing matures until a withheld reveal is read again"""
+
+
 class MinerEntry(_Body):
     """One miner's line in a report: each check's verdict ("pass" or why not), what was measured,
-    the window score and the first failed check's reason (None when every check passed)."""
+    the window score, the first failed check's reason (None when every check passed) and where its
+    pay stands at this validator."""
 
     uid: int = Field(ge=0)
     verdicts: dict[str, str]
@@ -184,6 +199,7 @@ class MinerEntry(_Body):
     score: float = Field(ge=0.0, allow_inf_nan=False)
     """the window's pay units: tokens trained times the update's quality (0 when a check failed)"""
     reason: str | None
+    pay: PayStanding | None = None
 
     @field_validator("numbers")
     @classmethod

@@ -3,13 +3,17 @@ number of steps on its assigned data with the project's inner loop (a data-paral
 split over its ranks, replayed in one process as `distrai/train/step.py` does), its update goes
 through the run's codec with the miner's error feedback, the validator's `measure_updates` and
 `score_window` score the window, and `outer_step` applies the accepted updates under one of the
-aggregation weightings. Windows are sequential: window w trains from the model the last outer step
+aggregation rules. Windows are sequential: window w trains from the model the last outer step
 produced (a pipelined run trains from the one before it; that moves every miner's base, not how
 they are paid).
 
-Nothing is challenged or replayed: every update passes the checks, so the scores alone are
-measured. Training is deterministic on the CPU, so a miner whose base and residual are bit for bit
-those of another run's window trains the same update: `Trainer` reuses it within the window.
+Besides honest miners, a window holds the cheats a claim invites: a miner that claims more steps
+than it trains (it trains the last steps of its claim, so the sequences the validator measures are
+ones it trained), and a copier that trains nothing and publishes a blend of the updates the last
+window's aggregate took. Nothing is challenged or replayed here: what a challenge would catch, and
+what that costs a cheater, is `validators.deterrence`'s, at the GPU config (`bench/incentives.py`).
+Training is deterministic on the CPU, so a miner whose base and residual are bit for bit those of
+another run's window trains the same update: `Trainer` reuses it within the window.
 """
 
 from __future__ import annotations
@@ -40,9 +44,10 @@ from validators.usefulness import measure_updates
 from validators.window import WindowBasis
 from validators.window_scoring import score_window
 
-WEIGHTINGS = ("equal", "tokens", "score")
-"""How the outer step weighs the accepted updates: 1/n each; by the tokens each manifest commits to;
-by window score, tokens × quality (`aggregation.accepted_by_rule`, the run's rule)."""
+RULES = ("capped", "uncapped")
+"""Which updates the outer step takes, and their weights: the run's rule (`aggregation.accepted_by_rule`:
+scores capped at the window's median, the top n, weighted by the capped score), or the rule before
+it (the top n by score, weighted by score, however much a manifest claims)."""
 
 Residual = dict[str, torch.Tensor] | None
 
@@ -59,6 +64,18 @@ class Miner:
     """inner steps it trains in a window"""
     ranks: int = 1
     """data-parallel processes its step is split over"""
+    claimed: int | None = None
+    """inner steps its manifest claims (None: the steps it trains); it trains the last `steps` of them"""
+    copies: bool = False
+    """trains nothing: publishes a blend of the updates the last window's aggregate took"""
+
+    @property
+    def claims(self) -> int:
+        return self.steps if self.claimed is None else self.claimed
+
+    @property
+    def honest(self) -> bool:
+        return not self.copies and self.claims == self.steps
 
 
 @dataclass(frozen=True)
@@ -71,10 +88,12 @@ class Trained:
 
 @dataclass
 class Run:
-    """One run's state: the global model and every miner's codec residual."""
+    """One run's state: the global model, every miner's codec residual, and the updates the last
+    window's aggregate took (what a copier blends)."""
 
     model: GlobalModel
     residuals: dict[str, Residual] = field(default_factory=dict)
+    accepted: list[dict[str, torch.Tensor]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -86,13 +105,15 @@ class MinerWindow:
     """the tokens its manifest commits to"""
     score: float
     numbers: dict[str, float]
-    """the validator's numbers: mark, mark_z, mark_judged, quality, …"""
+    """the validator's numbers: drop_trained, mark, mark_z, tokens, …"""
     weight: float
     """its weight in the outer step (0 when the aggregate did not take it)"""
+    reason: str | None
+    """why its update failed a check (`useful`, `duplicate`), None when it passed"""
 
     @property
     def pay_per_token(self) -> float:
-        """The window score over the tokens: the quality factor of a passing update, in [0, 1]."""
+        """The window score over the tokens claimed: 1 for a passing update, 0 for a failed one."""
         return self.score / self.tokens
 
 
@@ -124,22 +145,29 @@ class Trainer:
         if model.window != self.window:
             self.window, self.done = model.window, {}
         residual = run.residuals.get(miner.hotkey)
-        key = (miner, tuple(miners), model.hash, _digest(residual))
+        blended = tuple(params_hash(u) for u in run.accepted) if miner.copies else ()
+        key = (miner, tuple(miners), model.hash, _digest(residual), blended)
         if key not in self.done:
-            self.done[key] = self._train(model, miner, miners, residual)
+            self.done[key] = self._train(run, miner, miners, residual)
         return self.done[key]
 
-    def _train(self, model: GlobalModel, miner: Miner, miners: Sequence[str], residual: Residual) -> Trained:
-        rt, cfg = self.rt, self.rt.config.train
+    def _pseudo_gradient(self, run: Run, miner: Miner, miners: Sequence[str]) -> dict[str, torch.Tensor]:
+        """What the miner trained this window; a copier's blend of the last aggregate's updates."""
+        rt, cfg, model = self.rt, self.rt.config.train, run.model
+        if miner.copies:
+            if not run.accepted:
+                raise ValueError(f"{miner.label} copies the last window's updates, and there are none")
+            return {name: sum(u[name] for u in run.accepted) / len(run.accepted) for name in model.params}
         step = over_ranks(rt.inner.step, cfg.batch_size, miner.ranks) if miner.ranks > 1 else rt.inner.step
         inner = dataclasses.replace(rt.inner, inner_steps=miner.steps, step=step)
+        skipped = miner.claims - miner.steps
 
         def batch(t: int) -> torch.Tensor:
             indices = batch_indices(
                 rt.run_id,
                 model.window,
                 miner.hotkey,
-                t,
+                skipped + t,
                 cfg.batch_size,
                 rt.data.n_train,
                 miners,
@@ -150,7 +178,11 @@ class Trainer:
         rt.load_params(model.params)
         result = inner_loop(rt.model, batch, rt.loss_fn, inner, keep_states=False)
         rt.load_params(model.params)
-        encoded = rt.codec.encode(result.pseudo_gradient, residual)
+        return result.pseudo_gradient
+
+    def _train(self, run: Run, miner: Miner, miners: Sequence[str], residual: Residual) -> Trained:
+        rt, cfg, model = self.rt, self.rt.config.train, run.model
+        encoded = rt.codec.encode(self._pseudo_gradient(run, miner, miners), residual)
         blob = encode_tensors(encoded.payload, encoded.metadata)
         manifest = UpdateManifest(
             run_id=rt.run_id,
@@ -165,15 +197,21 @@ class Trainer:
             ),
             micro_batches=cfg.micro_batches,
             ranks=miner.ranks,
-            losses=result.losses,
+            losses=[1.0] * miner.claims,
             boundaries=[
-                Boundary(step=b.step, state_hash=b.state_hash, sketch=b.sketch) for b in result.boundaries
+                Boundary(step=s, state_hash=UNCHECKED, sketch=[])
+                for s in range(0, miner.claims + 1, cfg.segment_steps)
             ],
             residual_in_hash=None,
             residual_out_hash=None,
         )
         update = rt.codec.decode(encoded.payload, encoded.metadata, rt.shapes())
         return Trained(update, encoded.residual, manifest)
+
+
+UNCHECKED = "00" * 32
+"""The boundary hashes of the bench's manifests: nothing replays them here, and scoring reads only
+how many steps a manifest covers."""
 
 
 def window_block(window: int) -> str:
@@ -207,18 +245,20 @@ def score(runtime: Runtime, model: GlobalModel, verdicts: Mapping[str, MinerVerd
 
 
 def aggregation_weights(
-    weighting: str, verdicts: Mapping[str, MinerVerdict], tokens: Mapping[str, int], top_n: int, seed: bytes
+    rule: str, verdicts: Mapping[str, MinerVerdict], top_n: int, seed: bytes
 ) -> list[tuple[str, float]]:
-    """(hotkey, weight) of the updates the outer step takes under `weighting`."""
-    if weighting == "score":
-        return accepted_by_rule({hk: Scored(v.passed, v.score) for hk, v in verdicts.items()}, top_n, seed)
-    passed = sorted(hk for hk, v in verdicts.items() if v.passed)
-    if weighting == "tokens":
-        total = sum(tokens[hk] for hk in passed)
-        return [(hk, tokens[hk] / total) for hk in passed]
-    if weighting == "equal":
-        return [(hk, 1.0 / len(passed)) for hk in passed]
-    raise ValueError(f"unknown weighting {weighting!r}; choose one of {WEIGHTINGS}")
+    """(hotkey, weight) of the updates the outer step takes under `rule` (`RULES`)."""
+    scored = {hk: Scored(v.passed, v.score) for hk, v in verdicts.items()}
+    if rule == "capped":
+        return accepted_by_rule(scored, top_n, seed)
+    if rule == "uncapped":
+        ranked = sorted(
+            ((hk, s.score) for hk, s in scored.items() if s.passed and s.score > 0),
+            key=lambda item: (-item[1], hashlib.sha256(seed + item[0].encode()).digest()),
+        )[:top_n]
+        total = sum(score for _, score in ranked)
+        return [(hk, score / total) for hk, score in ranked]
+    raise ValueError(f"unknown rule {rule!r}; choose one of {RULES}")
 
 
 def heldout_loss(runtime: Runtime, params: dict[str, torch.Tensor]) -> float:
@@ -231,27 +271,24 @@ def advance(
     trainer: Trainer,
     run: Run,
     miners: Sequence[Miner],
-    weighting: str,
-    clip: bool,
+    rule: str,
     *,
-    scored: bool,
     evaluated: bool,
 ) -> tuple[Run, WindowRecord]:
-    """One window: every miner trains from the run's model, the window is scored (when `scored` or
-    the weights need the scores), and the outer step applies the accepted updates weighted by
-    `weighting`, clipped to the median norm or not; the new model's held-out loss when `evaluated`."""
+    """One window: every miner trains from the run's model, the window is scored, and the outer step
+    applies the updates `rule` takes, clipped to the median norm as the run's config says; the new
+    model's held-out loss when `evaluated`."""
     hotkeys = sorted(m.hotkey for m in miners)
     trained = {m.hotkey: trainer.train(run, m, hotkeys) for m in miners}
     verdicts = passed_verdicts(trained, hotkeys)
-    if scored or weighting == "score":
-        score(runtime, run.model, verdicts)
+    score(runtime, run.model, verdicts)
     cfg = runtime.config
-    tokens = {m.hotkey: tokens_trained(m.steps, cfg.train.batch_size, cfg.data.seq_len) for m in miners}
+    tokens = {m.hotkey: tokens_trained(m.claims, cfg.train.batch_size, cfg.data.seq_len) for m in miners}
     seed = window_seed(runtime, run.model.window)
-    weights = dict(aggregation_weights(weighting, verdicts, tokens, cfg.scoring.aggregate_top_n, seed))
+    weights = dict(aggregation_weights(rule, verdicts, cfg.scoring.aggregate_top_n, seed))
     outer = cfg.outer
     config = OuterConfig(
-        lr=outer.lr, momentum=outer.momentum, nesterov=outer.nesterov, clip_to_median_norm=clip
+        lr=outer.lr, momentum=outer.momentum, nesterov=outer.nesterov, clip_to_median_norm=outer.clip_to_median_norm
     )
     contributions = [Contribution(hk, trained[hk].update, w) for hk, w in sorted(weights.items())]
     stepped = outer_step(run.model.params, contributions, run.model.outer, config)
@@ -264,6 +301,7 @@ def advance(
                 verdicts[m.hotkey].score,
                 dict(verdicts[m.hotkey].numbers),
                 weights.get(m.hotkey, 0.0),
+                verdicts[m.hotkey].reason,
             )
             for m in miners
         },
@@ -273,5 +311,6 @@ def advance(
     following = Run(
         GlobalModel(run.model.window + 1, stepped.params, stepped.state),
         {**run.residuals, **{m.hotkey: trained[m.hotkey].residual for m in miners}},
+        [trained[hk].update for hk in sorted(weights)],
     )
     return following, record

@@ -1,6 +1,6 @@
 """bench/incentives.py's report: the tables as markdown for docs/incentives.md and as rich tables for
-the terminal, from the same cells, each target MET or MISSED. The text after the report's
-NOTES_MARKER line is kept when the benchmark rewrites it."""
+the terminal, from the same cells, each target MET or MISSED from its own numbers. The text after the
+report's NOTES_MARKER line is kept when the benchmark rewrites it."""
 
 from __future__ import annotations
 
@@ -8,19 +8,25 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from _incentive_pay import TOLERANCE, GroupPay, MinerPay, group_pay, met, miner_pay, spread
+from _incentive_lives import H100_SEGMENTS, HARDWARE, Life, Worst
+from _incentive_pay import (
+    DOCKED_TARGET,
+    TOLERANCE,
+    GroupPay,
+    MinerPay,
+    group_pay,
+    met,
+    miner_pay,
+    spread,
+)
 from _incentive_windows import Miner, WindowRecord
 from _report import NOTES_MARKER, Machine, kept_notes
-from _validator_cost import CPU_KIND, GPU_KIND, LINK_KIND, ValidatorCost
+from _validator_cost import RESOURCES, ValidatorCost, cost_markdown
 from rich.console import Console
 from rich.table import Table as RichTable
 
 from distrai.protocol.run import RunConfig
-from validators.scoring import MARK_Z_FULL, MARK_Z_NONE
-
-COST_TARGET = 0.05
-BASELINE = ("equal", True)
-"""the aggregation variant the others are compared with: equal weights, clipped to the median norm"""
+from validators.deterrence import Rule
 
 
 @dataclass(frozen=True)
@@ -31,8 +37,8 @@ class Plan:
     pretrain_windows: int
     pay_windows: int
     aggregation_windows: int
-    usefulness_sequences: int | None = None
-    """None: the config's"""
+    lives_windows: int
+    """windows of each cheat's simulated lives (row d)"""
     heldout_fraction: float | None = None
     """None: the config's"""
     cosine_miners: int = 256
@@ -55,8 +61,14 @@ class Results:
     speeds: list[Miner]
     splits: dict[str, list[Miner]]
     """operator → its hotkeys, the 4× miner's compute"""
+    cheaters: list[Miner]
     pay_records: list[WindowRecord]
-    aggregation: dict[tuple[str, bool], list[WindowRecord]]
+    aggregation: dict[str, list[WindowRecord]]
+    """rule → its windows"""
+    rule: Rule
+    """the GPU config's, as row d reads it"""
+    lives: list[Life]
+    worst: Worst
     cost: ValidatorCost
 
 
@@ -82,19 +94,20 @@ class Table:
 # -- the numbers --------------------------------------------------------------------------------------
 
 
-def pay_miners(r: Results) -> list[Miner]:
+def honest_miners(r: Results) -> list[Miner]:
     return r.speeds + [m for members in r.splits.values() for m in members if m not in r.speeds]
 
 
 def pays(r: Results) -> dict[str, MinerPay]:
-    return miner_pay(r.pay_records, pay_miners(r), r.config.scoring.ema_alpha)
+    scoring = r.config.scoring
+    return miner_pay(r.pay_records, honest_miners(r) + r.cheaters, scoring.ema_alpha, scoring.maturity_windows)
 
 
 def relative_pay_per_token(r: Results) -> dict[str, float]:
-    """Each miner's pay per token over the 1× miner's."""
+    """Each honest miner's pay per token over the 1× miner's."""
     p = pays(r)
     one = p[r.speeds[1].label].pay_per_token
-    return {label: (pay.pay_per_token / one if one > 0 else math.nan) for label, pay in p.items()}
+    return {m.label: p[m.label].pay_per_token / one if one > 0 else math.nan for m in honest_miners(r)}
 
 
 def speed_spread(r: Results) -> float:
@@ -111,91 +124,103 @@ def split_ratios(r: Results) -> list[float]:
     return [group.pay / g[0].pay if g[0].pay > 0 else math.inf for group in g]
 
 
-def judged_windows(records: list[WindowRecord]) -> list[bool]:
-    return [any(m.numbers.get("mark_judged") == 1.0 for m in record.miners.values()) for record in records]
+def docked(r: Results) -> tuple[int, int]:
+    """(honest miner-windows the `useful` gate failed, honest miner-windows)."""
+    cells = [r.pay_records[i].miners[m.hotkey] for m in honest_miners(r) for i in range(len(r.pay_records))]
+    return sum(cell.score == 0 for cell in cells), len(cells)
 
 
-def total_share(r: Results) -> float:
-    return sum(part.share for part in r.cost.parts)
+def passed_share(r: Results, miner: Miner) -> float:
+    """The share of the windows whose checks the miner's update passed."""
+    return statistics.fmean(record.miners[miner.hotkey].score > 0 for record in r.pay_records)
 
 
-def final_losses(r: Results) -> dict[tuple[str, bool], float]:
-    return {variant: records[-1].heldout for variant, records in r.aggregation.items()}
+def final_losses(r: Results) -> dict[str, float]:
+    return {rule: records[-1].heldout for rule, records in r.aggregation.items()}
 
 
-def variant_name(variant: tuple[str, bool]) -> str:
-    weighting, clip = variant
-    return f"{weighting} weights, {'clipped to the median norm' if clip else 'no clip'}"
+def bench_miner(r: Results, label: str | None) -> Miner | None:
+    return next((m for m in r.cheaters if m.label == label), None)
 
 
 # -- the tables ---------------------------------------------------------------------------------------
 
 
 def targets_table(r: Results) -> Table:
-    p, rel = pays(r), relative_pay_per_token(r)
+    rel = relative_pay_per_token(r)
     a = speed_spread(r)
     ratios = split_ratios(r)
     g = groups(r)
-    one = p[r.speeds[1].label]
-    pooled = [q for m in pay_miners(r) if m.steps == r.plan.unit_steps for q in p[m.label].qualities]
+    failed, cells = docked(r)
     losses = final_losses(r)
-    best = min(losses, key=losses.get)
-    gpu = sum(part.share for part in r.cost.parts if part.kind == GPU_KIND)
-    cpu = sum(part.share for part in r.cost.parts if part.kind == CPU_KIND)
-    link = sum(part.share for part in r.cost.parts if part.kind == LINK_KIND)
-    total = total_share(r)
-    return Table(
-        "Targets",
-        ["row", "measured", "target", "verdict"],
+    rows = [
         [
-            [
-                "a. pay per token by speed",
-                ", ".join(f"{m.label} {rel[m.label]:.2f}" for m in r.speeds)
-                + f" (1× = 1.00); max / min − 1 = {a:.1%}",
-                f"within ±{TOLERANCE:.0%} of one another",
-                met(a <= TOLERANCE),
-            ],
-            [
-                "b. splitting the 4× compute",
-                ", ".join(f"{group.label} {ratio:.2f}" for group, ratio in zip(g, ratios, strict=True))
-                + " of one hotkey's pay",
-                f"within ±{TOLERANCE:.0%} of one hotkey",
-                met(all(abs(ratio - 1) <= TOLERANCE for ratio in ratios)),
-            ],
-            [
-                "c. an honest miner's score noise",
-                f"1× miner: pay per token {one.mean_quality:.2f} ± {one.quality_spread:.2f} over "
-                f"{len(one.qualities)} windows, unpaid in {one.unpaid_windows}; all {len(pooled) // len(r.pay_records)} "
-                f"1× hotkeys: {statistics.fmean(pooled):.2f} ± {statistics.stdev(pooled):.2f}, unpaid in "
-                f"{sum(q == 0 for q in pooled)} of {len(pooled)} miner-windows",
-                "none: a measurement",
-                "—",
-            ],
-            [
-                "d. a validator's work per window, 256 miners, GPU config",
-                f"{total:.1%}: GPU compute {gpu:.1%} (alone: {met(gpu <= COST_TARGET)}), CPU time {cpu:.1%}, "
-                f"link time {link:.1%}",
-                f"≤ {COST_TARGET:.0%} of one miner's compute",
-                met(total <= COST_TARGET),
-            ],
-            [
-                "e. aggregation weights",
-                f"lowest held-out loss after the last window: {variant_name(best)}, {losses[best]:.4f} "
-                f"(equal weights, clipped: {losses[BASELINE]:.4f}; the run's rule, score weights, clipped: "
-                f"{losses[('score', True)]:.4f})",
-                "none: chooses the weights",
-                "—",
-            ],
+            "a. pay per token by speed",
+            ", ".join(f"{m.label} {rel[m.label]:.2f}" for m in r.speeds) + f" (1× = 1.00); max / min − 1 = {a:.1%}",
+            f"within ±{TOLERANCE:.0%} of one another",
+            met(a <= TOLERANCE),
         ],
+        [
+            "b. splitting the 4× compute",
+            ", ".join(f"{group.label} {ratio:.2f}" for group, ratio in zip(g, ratios, strict=True))
+            + " of one hotkey's pay",
+            f"within ±{TOLERANCE:.0%} of one hotkey",
+            met(all(abs(ratio - 1) <= TOLERANCE for ratio in ratios)),
+        ],
+        [
+            f"c. honest work the `useful` gate fails, {r.config.scoring.usefulness_sequences} sequences",
+            f"{failed} of {cells} honest miner-windows ({failed / cells:.1%})",
+            f"≤ {DOCKED_TARGET:.0%}",
+            met(failed / cells <= DOCKED_TARGET),
+        ],
+    ]
+    for row in r.lives:
+        target = f"≤ {row.cheat.target:.0%} of an H100's" if row.cheat.copier else "< 1 of the same hardware's"
+        rows.append(
+            [
+                f"d. {row.cheat.label}",
+                f"{row.arithmetic:.3f} of honest pay (simulated: {row.simulated:.3f} over {row.catches:,} "
+                f"lives)",
+                target,
+                met(row.met),
+            ]
+        )
+    rows.append(
+        [
+            "d. any claim beyond the work, the worst",
+            f"{r.worst.ratio:.3f}: trains {r.worst.trained}, claims {r.worst.claimed} segments"
+            + (f", honest for its first {r.worst.honest_windows} windows" if r.worst.honest_windows else ""),
+            "< 1 of the same hardware's",
+            met(r.worst.ratio < 1),
+        ]
     )
+    rows.append(
+        [
+            "e. the aggregate's rule, an inflater and a copier present",
+            f"held-out loss after the last window: capped at the median {losses['capped']:.4f}, uncapped "
+            f"{losses['uncapped']:.4f}",
+            "none: chooses the rule",
+            "—",
+        ]
+    )
+    for resource in RESOURCES:
+        share = r.cost.share(resource)
+        rows.append(
+            [
+                f"f. a validator's {resource.name} per window, 256 miners, GPU config",
+                f"{share:.1%}",
+                f"≤ {resource.target:.0%}",
+                met(r.cost.verdicts[resource.name]),
+            ]
+        )
+    return Table("Targets", ["row", "measured", "target", "verdict"], rows)
 
 
 def speed_table(r: Results) -> Table:
     p, rel = pays(r), relative_pay_per_token(r)
     total_pay = sum(x.pay for x in p.values())
-    total_tokens = sum(x.tokens for x in p.values())
     rows = []
-    for m in pay_miners(r):
+    for m in honest_miners(r):
         x = p[m.label]
         rows.append(
             [
@@ -203,24 +228,20 @@ def speed_table(r: Results) -> Table:
                 str(m.steps),
                 str(m.ranks),
                 f"{x.tokens:,}",
-                f"{x.mean_quality:.2f}",
                 f"{x.unpaid_windows} of {len(x.qualities)}",
                 f"{x.pay / total_pay:.1%}",
-                f"{x.tokens / total_tokens:.1%}",
                 f"{rel[m.label]:.2f}",
             ]
         )
     return Table(
-        "a. Pay per token of every miner of the windows",
+        "a. Pay per token of every honest miner of the windows",
         [
             "miner",
             "steps / window",
             "ranks",
-            "tokens",
-            "mean quality",
-            "windows unpaid",
+            "tokens (matured windows)",
+            "windows failed",
             "share of pay",
-            "share of tokens",
             "pay per token (1× = 1.00)",
         ],
         rows,
@@ -232,15 +253,7 @@ def split_table(r: Results) -> Table:
     total_pay = sum(x.pay for x in pays(r).values())
     return Table(
         "b. The 4× miner's compute under 1, 2 and 4 hotkeys",
-        [
-            "operator",
-            "hotkeys",
-            "steps per hotkey / window",
-            "tokens",
-            "share of pay",
-            "pay / one hotkey's",
-            "verdict",
-        ],
+        ["operator", "hotkeys", "steps per hotkey / window", "tokens", "share of pay", "pay / one hotkey's", "verdict"],
         [
             [
                 group.label,
@@ -256,102 +269,96 @@ def split_table(r: Results) -> Table:
     )
 
 
-def noise_table(r: Results) -> Table:
+def gate_table(r: Results) -> Table:
     p = pays(r)
     windows = [record.window for record in r.pay_records]
     rows = []
-    for m in pay_miners(r):
+    for m in honest_miners(r) + r.cheaters:
         x = p[m.label]
-        cells = [f"{q:.2f} (z {z:.1f})" for q, z in zip(x.qualities, x.marks_z, strict=True)]
-        rows.append(
-            [m.label, *cells, f"{x.mean_quality:.2f}", f"{x.quality_spread:.2f}", str(x.unpaid_windows)]
-        )
-    judged = judged_windows(r.pay_records)
-    rows.append(["marks judged", *("yes" if j else "no" for j in judged), "", "", ""])
+        cells = [
+            f"{'pass' if q > 0 else 'FAIL'} ({d:.1%}, z {z:.1f})"
+            for q, d, z in zip(x.qualities, x.drops, x.marks_z, strict=True)
+        ]
+        rows.append([m.label, f"{m.steps} / {m.claims}", *cells, str(x.unpaid_windows)])
     return Table(
-        "c. Pay per token window by window (the quality factor; z: the mark in standard errors)",
-        ["miner", *(f"window {w}" for w in windows), "mean", "sd", "unpaid"],
+        "c. The `useful` gate window by window (its update's loss drop on its last segment's sequences; "
+        "z: the mark of its own data, in standard errors, shown and not paid for)",
+        ["miner", "trains / claims (steps)", *(f"window {w}" for w in windows), "failed"],
         rows,
     )
 
 
-def cost_table(r: Results) -> Table:
-    rows = [
-        [part.name, part.kind, part.amount, f"{part.seconds:,.1f}", f"{part.share:.2%}"]
-        for part in r.cost.parts
-    ]
-    for kind in (GPU_KIND, CPU_KIND, LINK_KIND):
-        chosen = [part for part in r.cost.parts if part.kind == kind]
+def lives_table(r: Results) -> Table:
+    rows = []
+    for row in r.lives:
+        c = row.cheat
+        bench = bench_miner(r, c.bench_label)
         rows.append(
             [
-                f"all {kind}",
-                kind,
-                "",
-                f"{sum(p.seconds for p in chosen):,.1f}",
-                f"{sum(p.share for p in chosen):.2%}",
+                c.label,
+                f"{c.trained} / {c.claimed}" + (f", honest for {c.honest_windows} first" if c.honest_windows else ""),
+                f"{c.hardware}",
+                f"{row.catch_probation:.3f} / {row.catch:.4f}",
+                "—" if bench is None else f"{passed_share(r, bench):.0%}",
+                f"{row.arithmetic:.4f}",
+                f"{row.simulated:.4f} ({row.catches:,} lives, {row.windows:,} windows)",
+                (f"≤ {c.target:.2f} of an H100's" if c.copier else "< 1"),
+                met(row.met),
             ]
         )
-    total = total_share(r)
-    rows.append(["total", "", f"target ≤ {COST_TARGET:.0%}: {met(total <= COST_TARGET)}", "", f"{total:.2%}"])
     return Table(
-        "d. A validator's work per window at 256 miners (GPU config)",
-        ["part", "kind", "what, and its arithmetic", "seconds of the window", "share"],
+        "d. Claims beyond the work over their lives, at the GPU config, re-registering at once when caught",
+        [
+            "cheat",
+            "trains / claims (segments a window)",
+            "its hardware honestly (segments)",
+            "caught a window (probation / after)",
+            "passed the checks in the bench's windows",
+            "pay ÷ honest pay, arithmetic",
+            "simulated",
+            "target",
+            "verdict",
+        ],
         rows,
     )
 
 
 def aggregation_table(r: Results) -> Table:
     losses = final_losses(r)
-    windows = [record.window for record in next(iter(r.aggregation.values()))]
-    fastest = max(r.speeds[:3], key=lambda m: m.steps)
+    windows = [record.window for record in r.aggregation["capped"]]
+    cheats = [m for m in r.cheaters if m.hotkey in r.aggregation["capped"][0].miners]
     rows = []
-    for variant, records in r.aggregation.items():
-        weighting, clip = variant
-        weights = [record.miners[fastest.hotkey].weight for record in records]
-        factors = [record.clip_factors.get(fastest.hotkey, 1.0) for record in records]
+    for rule, records in r.aggregation.items():
+        weights = [
+            f"{m.label} {statistics.fmean(record.miners[m.hotkey].weight for record in records):.2f}" for m in cheats
+        ]
         rows.append(
             [
-                weighting,
-                "yes" if clip else "no",
-                f"{statistics.fmean(weights):.2f} × {statistics.fmean(factors):.2f}",
+                "capped at the median (the run's)" if rule == "capped" else "uncapped (before)",
+                ", ".join(weights),
                 *(f"{record.heldout:.4f}" for record in records),
-                f"{losses[variant] - losses[BASELINE]:+.4f}",
+                f"{losses[rule] - losses['uncapped']:+.4f}",
             ]
         )
     return Table(
-        "e. Held-out loss after each window, by the aggregation's weights",
-        [
-            "weights",
-            "median-norm clip",
-            f"{fastest.label} update: weight × clip factor (mean)",
-            *(f"after window {w}" for w in windows),
-            "last − equal, clipped",
-        ],
+        "e. Held-out loss after each window, by the aggregate's rule",
+        ["rule", "mean weight of the cheats", *(f"after window {w}" for w in windows), "last − uncapped"],
         rows,
     )
 
 
 def tables(r: Results) -> list[Table]:
-    return [
-        targets_table(r),
-        speed_table(r),
-        split_table(r),
-        noise_table(r),
-        cost_table(r),
-        aggregation_table(r),
-    ]
+    return [targets_table(r), speed_table(r), split_table(r), gate_table(r), lives_table(r), aggregation_table(r)]
 
 
 # -- the report ----------------------------------------------------------------------------------------
 
 
 def setup_lines(r: Results) -> list[str]:
-    c, p, m = r.config, r.plan, r.machine
+    c, p, m, rule = r.config, r.plan, r.machine, r.rule
     first, last = r.pay_records[0].window, r.pay_records[-1].window
     quick = (
-        ["- **quick run**: every code path on a few steps; its numbers mean nothing (`--quick`)"]
-        if p.quick
-        else []
+        ["- **quick run**: every code path on a few steps; its numbers mean nothing (`--quick`)"] if p.quick else []
     )
     return [
         *quick,
@@ -359,59 +366,43 @@ def setup_lines(r: Results) -> list[str]:
         f"- machine: {m.cpu}, {m.cores} cores (shared); one thread; torch {m.torch}; Python {m.python}",
         f"- run: `bench/incentives.toml`: preset `{c.model.preset}` ({r.parameters:,} parameters), the built-in "
         f"corpus under the byte tokenizer, sequences of {c.data.seq_len} tokens, batch {c.train.batch_size}, "
-        f"segments of {c.train.segment_steps} steps; codec `{c.codec.name}` {dict(c.codec.options)} with each "
-        f"miner's error feedback; outer Nesterov SGD lr {c.outer.lr}, momentum {c.outer.momentum}; scoring: "
-        f"{c.scoring.usefulness_sequences} sequences of each miner's last segment and of the reserve measured "
-        f"per update, quality 0 up to a mark {MARK_Z_NONE:g} standard errors above 0 and 1 from {MARK_Z_FULL:g}; "
-        f"moving average rate {c.scoring.ema_alpha}",
+        f"segments of {c.train.segment_steps} steps, H = {c.train.inner_steps}; codec `{c.codec.name}` "
+        f"{dict(c.codec.options)} with each miner's error feedback; outer Nesterov SGD lr {c.outer.lr}, momentum "
+        f"{c.outer.momentum}, clipped to the median norm; scoring: {c.scoring.usefulness_sequences} sequences of each "
+        f"miner's last segment and of the reserve measured per update (the GPU config's count), a passing update "
+        f"paid its claimed tokens; pay matures {c.scoring.maturity_windows} window(s) late into a moving average of "
+        f"rate {c.scoring.ema_alpha}",
         f"- base: the initial model (held-out loss {r.heldout_initial:.4f}) pre-trained {p.pretrain_windows} "
-        f"windows by three 1× miners (equal weights, the outer step) to {r.heldout_base:.4f}: from the initial "
-        "model no update's mark of its own data can be measured, and a window whose marks cannot be measured "
-        "pays every passing update by its tokens alone (quality 1), which would say nothing",
+        f"window(s) by three 1× miners to {r.heldout_base:.4f}",
         f"- a 1× miner trains {p.unit_steps} steps a window; every miner trains on its own assigned data from "
-        "the window's global model (windows are sequential: each trains from the model the last outer step "
-        "produced). The 2-rank miner's step is split over 2 data-parallel ranks, replayed in one process as "
-        "a validator replays it (`distrai/train/step.py`; `tests/test_train_parallel.py` shows gloo ranks "
-        "end there bit for bit); two ranks of a 1× GPU each train 2× the steps",
-        f"- rows a–c: windows {first}–{last} of {len(pay_miners(r))} miners together "
-        "(the four speeds and the 4× compute split over 2 and 4 hotkeys; the 4× miner is the 1-hotkey row), "
-        f"the outer step weighted by score (`accepted_by_rule`, the run's rule) and clipped to the median norm; "
-        "pay: each window the moving averages take the scores and the weights follow them "
-        "(`validators/scoring.py`), a miner's pay is its weights summed over the windows",
-        f"- row e: the ¼×, 1× and 4× miners alone, from the same base, {p.aggregation_windows} windows per "
-        "variant at equal tokens; held-out loss: `evaluate` over the whole held-out split",
-    ]
-
-
-def cost_lines(r: Results) -> list[str]:
-    a, g, c = r.cost.accounting, r.cost.config, r.cost.update
-    updates = a.miners * a.update_bytes
-    return [
-        f"The GPU config (`distrai/configs/gpu-subnet.toml`, {a.params:,} parameters) at {a.miners} miners and "
-        f"{a.validators} validators: `challenge_miners` {g.verification.challenge_miners}, `replicas` "
-        f"{g.verification.replicas}, `score_replicas` {g.scoring.score_replicas}, `score_rechecks` "
-        f"{g.scoring.score_rechecks}, `usefulness_sequences` {g.scoring.usefulness_sequences} of "
-        f"{g.data.seq_len:,} tokens. One miner's compute: h = {a.steps_per_window:,} steps a window, the "
-        f"measured H100 pace (docs/gpu.md: 101,863 tokens/s, {r.cost.step_seconds:.3f} s a step of "
-        f"{g.train.batch_size * g.data.seq_len:,} tokens, {a.steps_per_window * r.cost.step_seconds:,.0f} s). "
-        "GPU parts are a share of that compute, on the validator's GPU of the same class; CPU parts are "
-        f"seconds of one core of this machine, a share of the {g.windows.blocks_per_window * 12:,.0f}-s "
-        "window; link parts are seconds at "
-        f"{r.cost.link_bits / 1e6:.0f} Mbit/s, a share of the window. The total adds the shares: the validator "
-        "doing one part after the other.",
-        "",
-        f"The update: {c.file_bytes / 1e6:.2f} MB as a file ({c.payload_bytes / 1e6:.2f} MB of payload"
-        f"{'' if c.scale == 1 else ', scaled'}) measured here; `linkcheck.update_bytes` counts "
-        f"{a.update_bytes / 1e6:.2f} MB (docs/links.md: 7.5 MB); {a.miners} updates are "
-        f"{updates / 1e9:.2f} GB. A replayed reveal beyond its update is {a.reveal_bytes / 1e9:.2f} GB "
-        f"({a.reveal_per_param:.2f} B/param, `linkcheck.reveal_bytes`).",
+        "the window's global model (windows are sequential). The 2-rank miner's step is split over 2 "
+        "data-parallel ranks, replayed in one process as a validator replays it (`distrai/train/step.py`); "
+        "two ranks of a 1× GPU each train 2× the steps. An inflater trains the last steps of its claim (so "
+        "the sequences the validator measures are ones it trained); the copier publishes the mean of the "
+        "updates the last window's aggregate took, through the codec with a residual of its own",
+        f"- rows a–c: windows {first}–{last} of {len(honest_miners(r)) + len(r.cheaters)} miners together "
+        "(the four speeds, the 4× compute split over 2 and 4 hotkeys, the four cheats), the outer step by "
+        "the run's rule (`accepted_by_rule`); nothing is challenged in these windows, so their scores are "
+        "what an unchallenged window pays; pay: each window's scores mature into the moving averages and "
+        "the weights follow them (`validators/pay.py`), a miner's pay is its weights summed over the windows",
+        f"- row d: the GPU config (`distrai/configs/gpu-subnet.toml`): q = {rule.floor:.4f} "
+        f"(`challenge_miners` of 256), reference {rule.reference} segments, probation {rule.probation_windows} "
+        f"windows, pay maturing {rule.maturity} windows late, moving average rate {rule.alpha}; work in segments of "
+        f"40 steps (an H100: {H100_SEGMENTS} a window, H = 400); arithmetic: `validators/deterrence.py` "
+        "(the larger of the catching validator's view and the others', which adopt its finding a window "
+        "later), assuming every window of a cheat passes the cheap checks; simulated: `deterrence.simulate`, "
+        f"the project's draw and pay over {p.lives_windows:,} windows (the others' view); the worst claim "
+        f"searched over hardware of {', '.join(map(str, HARDWARE))} segments and claims up to 400",
+        f"- row e: the ¼×, 1× and 4× miners with the inflater claiming H and the copier, from the same base, "
+        f"{p.aggregation_windows} windows per rule at equal tokens; held-out loss: `evaluate` over the whole "
+        "held-out split",
     ]
 
 
 def markdown(r: Results, path) -> str:
     t = tables(r)
     lines = [
-        "# Incentives: pay per verified work, and what checking it costs",
+        "# Incentives: pay per checked work, what a claim beyond it earns, and what checking costs",
         "",
         "Written by `bench/incentives.py`. The command that produced these numbers:",
         "",
@@ -427,30 +418,31 @@ def markdown(r: Results, path) -> str:
         "",
         t[1].markdown(),
         "",
-        "Quality: a window score over its tokens: 0 for a mark of the miner's last segment up to "
-        f"{MARK_Z_NONE:g} standard errors above 0, 1 from {MARK_Z_FULL:g}, in proportion between "
-        "(`validators/scoring.py`). Pay per token: a miner's pay over its tokens, over the 1× miner's.",
+        "Pay per token: a miner's pay (its weights summed over the windows) over the tokens it claimed in "
+        "the windows whose scores matured, over the 1× miner's.",
         "",
         "## b. Splitting",
         "",
         t[2].markdown(),
         "",
-        "## c. Score noise",
+        "## c. The gate",
         "",
         t[3].markdown(),
         "",
-        "## d. A validator's cost per window",
-        "",
-        *cost_lines(r),
+        "## d. Claims beyond the work",
         "",
         t[4].markdown(),
         "",
-        "## e. Aggregation weights",
+        "## e. The aggregate's rule",
         "",
         t[5].markdown(),
         "",
-        "Equal: 1/n each; tokens: by the tokens each manifest commits to; score: tokens × quality, the run's "
-        "rule (`accepted_by_rule`). Every variant trains the same miners for the same steps from the same base.",
+        "Capped: each passing score capped at the window's median, the top n, weighted by the capped "
+        "score (`distrai/protocol/aggregation.py`); uncapped: the top n by score, weighted by score.",
+        "",
+        "## f. A validator's cost per window",
+        "",
+        *cost_markdown(r.cost),
         "",
         NOTES_MARKER,
         kept_notes(path),

@@ -14,12 +14,13 @@ keeps the sections of the corpora it did not run, and the benchmark imports torc
 peer, which without torchft is refused with the install command.
 
 bench/incentives.py: a `--quick` run writes every table of docs/incentives.md, each target's verdict
-follows from its numbers, and the validator's cost adds up from its parts with the GPU config's
-arithmetic.
+follows from its numbers (the lives of row d under a rule that pays at once say MISSED), and the
+validator's cost is split by resource.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import subprocess
@@ -248,79 +249,106 @@ def test_incentives_report_names_its_command_and_keeps_notes(incentives):
 def test_incentives_targets_follow_from_their_numbers(incentives):
     header, *rows = table_after(incentives, "## Targets")
     assert header == ["row", "measured", "target", "verdict"]
-    assert [row[0][:2] for row in rows] == ["a.", "b.", "c.", "d.", "e."]
-    verdicts = {row[0][:1]: row[3] for row in rows}
+    assert [row[0][:2] for row in rows] == ["a.", "b.", "c.", *["d."] * 7, "e.", "f.", "f.", "f."]
+    verdicts = {row[0]: row[3] for row in rows}
     _, *speeds = table_after(incentives, "## a. Pay per token by speed")
-    per_token = {row[0]: number(row[8]) for row in speeds}
-    for row in speeds:
-        pay_share, token_share = number(row[6]), number(row[7])
-        one_pay, one_tokens = number(speeds[1][6]), number(speeds[1][7])
-        assert per_token[row[0]] == pytest.approx(pay_share / token_share / (one_pay / one_tokens), abs=0.03)
+    per_token = {row[0]: number(row[6]) for row in speeds}
     four = [per_token[label] for label in ("¼×", "1×", "4×", "2 ranks")]
     assert per_token["1×"] == 1.0
-    assert verdicts["a"] == ("MET" if min(four) > 0 and max(four) / min(four) <= 1.10 else "MISSED")
+    a = verdicts["a. pay per token by speed"]
+    assert a == ("MET" if min(four) > 0 and max(four) / min(four) <= 1.10 + 0.01 else "MISSED")
     _, *splits = table_after(incentives, "## b. Splitting")
     assert [row[1] for row in splits] == ["1", "2", "4"] and len({row[3] for row in splits}) == 1
     ratios = [number(row[5]) for row in splits]
     assert ratios[0] == 1.0
-    assert verdicts["b"] == ("MET" if all(abs(r - 1) <= 0.10 for r in ratios) else "MISSED")
+    assert verdicts["b. splitting the 4× compute"] == (
+        "MET" if all(abs(r - 1) <= 0.10 for r in ratios) else "MISSED"
+    )
+    gate = next(row for row in rows if row[0].startswith("c."))
+    failed, cells = map(int, re.match(r"(\d+) of (\d+) honest", gate[1]).groups())
+    assert gate[3] == ("MET" if failed / cells <= 0.01 else "MISSED")
+    for row in rows:
+        if row[0].startswith("d.") and "the worst" not in row[0]:
+            ratio = float(row[1].split(" of honest")[0])
+            bound = 0.05 if "copier" in row[0] else 1.0
+            assert row[3] == ("MET" if (ratio <= bound if bound < 1 else ratio < bound) else "MISSED"), row
+        if row[0].startswith("f."):
+            target = number(re.search(r"≤ ([\d.]+%)", row[2]).group(1)) / 100
+            assert row[3] == ("MET" if number(row[1]) / 100 <= target + 5e-4 else "MISSED"), row
 
 
-def test_incentives_noise_table_is_the_scores_of_every_window(incentives):
-    header, *rows = table_after(incentives, "## c. Score noise")
+def test_incentives_gate_table_is_every_window_of_every_miner(incentives):
+    header, *rows = table_after(incentives, "## c. The gate")
     windows = [h for h in header if h.startswith("window ")]
-    assert len(windows) >= 2
-    for row in rows[:-1]:
-        qualities = [float(cell.split(" (z ")[0]) for cell in row[1 : 1 + len(windows)]]
-        assert all(0.0 <= q <= 1.0 for q in qualities)
-        assert number(row[-3]) == pytest.approx(sum(qualities) / len(qualities), abs=0.006)
-        assert int(row[-1]) == sum(q == 0 for q in qualities)
-    assert rows[-1][0] == "marks judged"
+    assert len(windows) >= 2 and header[-1] == "failed"
+    labels = [row[0] for row in rows]
+    assert {"¼×", "1×", "4×", "2 ranks", "inflater, 2×", "inflater, H", "last segment only", "copier"} <= set(labels)
+    for row in rows:
+        cells = row[2 : 2 + len(windows)]
+        assert all(cell.startswith(("pass (", "FAIL (")) for cell in cells), row
+        assert int(row[-1]) == sum(cell.startswith("FAIL") for cell in cells)
+    trains, claims = map(int, rows[labels.index("inflater, 2×")][1].split(" / "))
+    assert claims == 2 * trains
 
 
-def test_incentives_validator_cost_adds_up_from_its_parts(incentives):
-    _, *rows = table_after(incentives, "## d. A validator's cost per window")
+def test_incentives_lives_follow_the_gpu_config(incentives):
+    header, *rows = table_after(incentives, "## d. Claims beyond the work")
+    assert header[-1] == "verdict" and len(rows) == 6
+    by_label = {row[0]: row for row in rows}
+    trains, claims = by_label["inflater, H"][1].split(" / ")
+    assert (int(trains), int(claims)) == (46, 400)
+    for row in rows:
+        ratio = float(row[5])
+        copier = "copier" in row[0]
+        assert row[-1] == ("MET" if (ratio <= 0.05 if copier else ratio < 1) else "MISSED"), row
+        probation, later = map(float, row[3].split(" / "))
+        assert 0 < later <= probation <= 1
+
+
+def test_the_lives_table_says_missed_under_a_rule_that_pays_at_once():
+    """Row d can fail: the quick run's `--maturity-windows 0` pays a window at once, and the cheats
+    that a maturing pay keeps below honest work then earn more than it."""
+    lives = bench_module("_incentive_lives")
+    from distrai.protocol.run import load_run_config, shipped_config_path
+
+    rule = lives.gpu_rule(load_run_config(shipped_config_path("gpu-subnet")))
+    at_once = [lives.life(dataclasses.replace(rule, maturity=0), c, 200) for c in lives.cheats(rule)]
+    assert not all(row.met for row in at_once)
+    assert lives.worst_claim(dataclasses.replace(rule, maturity=0)).ratio > 1
+
+
+def test_incentives_validator_cost_is_split_by_resource(incentives):
+    _, *rows = table_after(incentives, "## f. A validator's cost per window")
     parts = {row[0]: row for row in rows}
     share = {name: number(row[4]) / 100 for name, row in parts.items()}
     assert share["replays"] == pytest.approx(40 / 1840, abs=5e-5)
-    measured = -(-256 * 1 // 16) + 1
-    useful_tokens = (measured * 3 + 1) * 16 * 2048 / 3
-    assert share["usefulness measurements"] == pytest.approx(useful_tokens / (1840 * 65536), abs=5e-5)
-    gigabytes = float(re.search(r"= ([\d.]+) GB at 100 Mbit/s", parts["downloads"][2]).group(1))
-    assert number(parts["downloads"][3]) == pytest.approx(gigabytes * 8e9 / 100e6, rel=0.01)
-    assert share["downloads"] == pytest.approx(number(parts["downloads"][3]) / 1200, abs=1e-4)
-    kinds = ("GPU compute", "CPU time (one core)", "link time")
-    for kind in kinds:
-        chosen = [s for name, s in share.items() if parts[name][1] == kind and not name.startswith("all ")]
-        assert share[f"all {kind}"] == pytest.approx(sum(chosen), abs=2e-4)
-    assert share["total"] == pytest.approx(sum(share[f"all {kind}"] for kind in kinds), abs=2e-4)
-    verdict = "MET" if share["total"] <= 0.05 else "MISSED"
-    assert parts["total"][2] == f"target ≤ 5%: {verdict}"
+    for resource in ("GPU", "CPU", "link"):
+        chosen = [s for name, s in share.items() if parts[name][1] == resource and not name.startswith("all ")]
+        assert share[f"all {resource}"] == pytest.approx(sum(chosen), abs=2e-4)
+        assert parts[f"all {resource}"][-1] in ("MET", "MISSED")
 
 
-def test_incentives_aggregation_table_compares_every_variant_with_equal_weights(incentives):
-    header, *rows = table_after(incentives, "## e. Aggregation weights")
-    assert [(row[0], row[1]) for row in rows] == [
-        (weights, clip) for weights in ("equal", "tokens", "score") for clip in ("yes", "no")
-    ]
-    baseline = float(rows[0][-2])
+def test_incentives_aggregation_table_compares_the_rules(incentives):
+    header, *rows = table_after(incentives, "## e. The aggregate's rule")
+    assert [row[0] for row in rows] == ["capped at the median (the run's)", "uncapped (before)"]
+    uncapped = float(rows[1][-2])
     for row in rows:
         assert math.isfinite(float(row[-2])) and float(row[-2]) > 0
-        assert float(row[-1]) == pytest.approx(float(row[-2]) - baseline, abs=2e-4)
+        assert float(row[-1]) == pytest.approx(float(row[-2]) - uncapped, abs=2e-4)
 
 
-def test_pay_follows_the_scores_whatever_the_split():
+def test_pay_follows_the_scores_and_matures_whatever_the_split():
     windows, pay = bench_module("_incentive_windows"), bench_module("_incentive_pay")
     miners = [
         windows.Miner(label, f"hotkey-{label}", steps) for label, steps in (("a", 10), ("b", 40), ("c", 20))
     ]
 
-    def record(window: int, quality: dict[str, float]):
+    def record(window: int, failed: set[str]):
         return windows.WindowRecord(
             window=window,
             miners={
                 m.hotkey: windows.MinerWindow(
-                    m.steps, m.steps * 512, m.steps * 512 * quality.get(m.label, 1.0), {}, 0
+                    m.steps, m.steps * 512, 0.0 if m.label in failed else m.steps * 512.0, {}, 0, None
                 )
                 for m in miners
             },
@@ -328,11 +356,13 @@ def test_pay_follows_the_scores_whatever_the_split():
             clip_factors={},
         )
 
-    full = pay.miner_pay([record(w, {}) for w in (1, 2, 3)], miners, alpha=0.3)
+    full = pay.miner_pay([record(w, set()) for w in (1, 2, 3, 4)], miners, alpha=0.3, maturity=1)
     per_token = [full[m.label].pay_per_token for m in miners]
-    assert max(per_token) / min(per_token) == pytest.approx(1.0)
     assert pay.spread(per_token) == pytest.approx(0.0, abs=1e-12)
-    unpaid = pay.miner_pay([record(1, {"b": 0.0}), record(2, {})], miners, alpha=0.3)
+    assert full["b"].tokens == 3 * 40 * 512  # the last window has not matured
+    nothing = pay.miner_pay([record(1, set())], miners, alpha=0.3, maturity=1)
+    assert all(x.pay == 0.0 for x in nothing.values())  # nothing matured yet: nothing paid
+    unpaid = pay.miner_pay([record(1, {"b"}), record(2, set()), record(3, set())], miners, alpha=0.3, maturity=1)
     assert unpaid["b"].unpaid_windows == 1 and unpaid["b"].pay_per_token < unpaid["a"].pay_per_token
     assert pay.spread([1.0, 0.0]) == math.inf
 

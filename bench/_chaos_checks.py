@@ -27,6 +27,7 @@ from distrai.train.coded_state import CODED_STATE_FORMAT, check_coded_state
 from distrai.train.tensorfile import blob_format
 from distrai.train.tensorfile import decode_tensors as decode_record_tensors
 from distrai.train.train_state import decode_state
+from validators.pay import Pending, add_window, forfeit, mature
 from validators.validator_state import ValidatorState
 
 LOG_SLACK_S = 8.0
@@ -38,23 +39,29 @@ def validator_records(path: Path) -> list[dict]:
 
 
 def ema_from_records(
-    records: list[dict], n: int, alpha: float, barred: set[tuple[int, int]] = frozenset()
+    records: list[dict], n: int, alpha: float, maturity: int, barred: set[tuple[int, int]] = frozenset()
 ) -> tuple[list[float], list[int]]:
     """The moving average the validator's metrics imply (first record of each window), as
-    tests/test_localnet_e2e.py recomputes it, with the average of a uid the validator barred in a
-    window (`barred`: (window, uid), from its log) reset to 0 as `fold_scores` does, and that of a
-    uid no validator measured (`unmeasured/uid`) kept."""
+    tests/test_localnet_e2e.py recomputes it: each window's scores entering it `maturity` windows late
+    (`validators.pay`), those of a uid the validator barred in a window (`barred`: (window, uid), from
+    its log) forfeited and its average reset to 0 as `fold_scores` does, and a uid no validator
+    measured (`unmeasured/uid`) left as it was."""
     windows = sorted({r["window"] for r in records})
-    averages = [0.0] * n
+    averages: dict[str, float] = {str(uid): 0.0 for uid in range(n)}
+    pending: Pending = {}
     for w in windows:
         record = next(r for r in records if r["window"] == w)
-        scores = [record.get(f"score/{uid}", 0.0) for uid in range(n)]
-        averages = [
-            a if f"unmeasured/{uid}" in record else alpha * s + (1 - alpha) * a
-            for uid, (a, s) in enumerate(zip(averages, scores, strict=True))
-        ]
-        averages = [0.0 if (w, uid) in barred else a for uid, a in enumerate(averages)]
-    return averages, windows
+        scores = {
+            str(uid): None if f"unmeasured/{uid}" in record else record.get(f"score/{uid}", 0.0)
+            for uid in range(n)
+        }
+        pending = add_window(pending, w, scores)
+        for window, uid in barred:
+            if window == w:
+                pending, _ = forfeit(pending, str(uid))
+                averages[str(uid)] = 0.0
+        averages, pending = mature(averages, pending, w - maturity, alpha)
+    return [averages[str(uid)] for uid in range(n)], windows
 
 
 def barred_in_log(path: Path) -> set[tuple[int, int]]:
@@ -129,7 +136,7 @@ def check_validator_state(h: Harness) -> Check:
     again after the restart (its scores are folded once: state and record are written only when
     the window is done) or skipped (neither the state nor the metrics hold it)."""
     details, notes = [], []
-    alpha = h.net.config.scoring.ema_alpha
+    scoring = h.net.config.scoring
     for k in (k for k in h.kills if k.role == "validator"):
         before, after = ValidatorState(**k.state_before), ValidatorState(**k.state_after)
         if after.window < before.window:
@@ -169,7 +176,9 @@ def check_validator_state(h: Harness) -> Check:
     for neuron in (n_ for n_ in h.net.neurons if n_.role == "validator"):
         final = h.saved_state(neuron.name)
         records = validator_records(neuron.work_dir / "metrics.jsonl")
-        averages, windows = ema_from_records(records, n, alpha, barred_in_log(neuron.log_path))
+        averages, windows = ema_from_records(
+            records, n, scoring.ema_alpha, scoring.maturity_windows, barred_in_log(neuron.log_path)
+        )
         worst = max((abs(a - b) for a, b in zip(averages, final.averages, strict=False)), default=0.0)
         if len(averages) != len(final.averages) or worst > 1e-12:
             details.append(

@@ -276,3 +276,21 @@ def test_node_metrics_give_each_hotkeys_utilization_and_skip_a_torn_line(tmp_pat
     assert reader.utilization() == {M0: (6.0 + 7.0) / 20.0}
     (node / "metrics.jsonl").write_text(json.dumps({"hotkey": M1, "event": "train"}) + "\n")
     assert reader.utilization() == {M1: None}
+
+
+def test_a_miners_page_shows_its_matured_and_pending_pay_from_the_newest_report_that_says():
+    docs = two_windows()
+    pay = {"average": 1200.0, "pending": 5400.0, "matures_at": 9, "held": False}
+    newer = WindowDocs(
+        7,
+        reports={V1: report(V1, 7, {M1: {**line(4, 0.8), "pay": pay}})},
+        leader=None,
+        settled=False,
+    )
+    row = miner_row(M1, [*docs, newer], chain_state(), LABELS, {})
+    assert (row.pay.average, row.pay.pending, row.pay.matures_at, row.pay_window) == (1200.0, 5400.0, 9, 7)
+    page = miner_page(row, [*docs, newer], LABELS, [], 3)
+    words = next(s for s in page.summary if s.startswith("After window 7"))
+    assert "matured pay 1,200 tokens a window" in words and "pending 5,400 tokens" in words
+    assert "the oldest maturing at window 9" in words and "forfeits it" in words
+    assert miner_row(M1, docs, chain_state(), LABELS, {}).pay is None  # no report says: none shown

@@ -267,7 +267,8 @@ def test_an_honest_leaders_aggregate_is_followed(net):
     assert [s.window for s in settled] == [WINDOW] and syncer.take_settled() == []
     top_n = net.runtime.config.scoring.aggregate_top_n
     taken, _, copied = (standing_lines(m.hotkey.ss58_address, settled, top_n)[0] for m in net.miners.values())
-    assert taken.startswith(f"window {WINDOW}: taken into the global model, weight 0.556; scores: ")
+    # scores 1.0 and 0.8, each capped at their median 0.9: weights 0.9 / 1.7 and 0.8 / 1.7
+    assert taken.startswith(f"window {WINDOW}: taken into the global model, weight 0.529; scores: ")
     assert copied.startswith(
         f"window {WINDOW}: not in the global model: the followed validator rejected it: "
         "update: wrong_owner: copied; scores: "

@@ -15,6 +15,7 @@ from distrai.localnet.view import heldout_losses, processed_windows
 from distrai.node.metrics import read_metrics
 from distrai.node.wallets import open_wallet
 from distrai.protocol.run import load_run_config, run_id
+from validators.pay import add_window, mature
 from validators.validator_state import load_state
 
 
@@ -59,17 +60,18 @@ def test_localnet_trains_pays_honest_miners_and_survives_a_validator_restart(res
     records = read_metrics(net.neuron(RESTARTED).work_dir / "metrics.jsonl")
     windows = sorted({r["window"] for r in records})
     assert before.window in windows and final.window in windows
-    averages = [0.0] * mg.n
-    alpha = net.config.scoring.ema_alpha
+    # the averages are the metrics' scores, each window's entering `maturity_windows` windows late
+    averages, pending = {str(uid): 0.0 for uid in range(mg.n)}, {}
+    scoring = net.config.scoring
     for w in windows:
         record = next(r for r in records if r["window"] == w)
-        kept = [f"unmeasured/{uid}" in record for uid in range(mg.n)]
-        scores = [record.get(f"score/{uid}", 0.0) for uid in range(mg.n)]
-        averages = [
-            a if keep else alpha * s + (1 - alpha) * a
-            for a, s, keep in zip(averages, scores, kept, strict=True)
-        ]
-    assert final.averages == pytest.approx(averages, abs=1e-12)
+        scores = {
+            str(uid): None if f"unmeasured/{uid}" in record else record.get(f"score/{uid}", 0.0)
+            for uid in range(mg.n)
+        }
+        pending = add_window(pending, w, scores)
+        averages, pending = mature(averages, pending, w - scoring.maturity_windows, scoring.ema_alpha)
+    assert final.averages == pytest.approx([averages[str(uid)] for uid in range(mg.n)], abs=1e-12)
 
     agreement = [
         r["leader_agreed_last_window"] for r in records if r.get("leader_agreed_last_window") is not None

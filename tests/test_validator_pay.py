@@ -1,0 +1,78 @@
+"""A validator's pay that matures, through its real window: an honest miner's window of a run whose
+scores mature two windows late is pending after the validator checks it (the report says so, the
+moving average and the weight are 0: a fresh hotkey earns nothing before its first window matures),
+and a catch before it matures forfeits it.
+
+One miner trains, commits and reveals a window of the adversary config (every miner challenged) with
+`maturity_windows` = 2; the validator checks it on the embedded chain, whose clock moves only when
+the test moves it."""
+
+from __future__ import annotations
+
+import pytest
+from test_validator_outage import CONFIG, WINDOW, Ticking, train
+
+from distrai.protocol.layout import report_key
+from distrai.protocol.run import load_run_config
+from distrai.protocol.runtime import build_runtime
+from distrai.store import FileStore
+from distrai.wire import open_document
+from distrai.wire.window_documents import WindowReport, parse_body
+from validators.validator import Validator, ValidatorOptions
+
+MATURITY = 2
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pay")
+    base = load_run_config(CONFIG)
+    config = base.model_copy(
+        update={"scoring": base.scoring.model_copy(update={"maturity_windows": MATURITY})}
+    )
+    harness, _ = train(root, config, {"alpha": "alpha"})
+    store = FileStore(root / "store-validator")
+    validator = Validator(
+        build_runtime(config),
+        harness.chain,
+        harness.new_wallet("validator"),
+        store,
+        store.url,
+        ValidatorOptions(root / "validator"),
+    )
+    assert validator.run_window(WINDOW, Ticking(harness))
+    miner = harness.new_wallet("alpha").hotkey.ss58_address
+    return harness, validator, store, miner
+
+
+def test_a_checked_window_is_pending_not_paid_and_the_report_says_when_it_matures(checked):
+    harness, validator, store, miner = checked
+    data = store.get(report_key(validator.rt.run_id, WINDOW, validator.hotkey), 1 << 24)
+    report = parse_body(WindowReport, open_document(data, max_bytes=1 << 24, is_registered=lambda _: True).body)
+    entry = report.miners[miner]
+    assert entry.score > 0 and entry.reason is None, entry
+    assert entry.pay is not None
+    assert (entry.pay.average, entry.pay.pending, entry.pay.matures_at) == (0.0, entry.score, WINDOW + MATURITY)
+    mg = harness.chain.metagraph()
+    assert validator.state.averages[mg.uid_of(miner)] == 0.0
+    weights = harness.chain.weights().get(mg.uid_of(validator.hotkey), {})
+    assert weights.get(mg.uid_of(miner), 0.0) == 0.0, weights
+
+
+def test_the_pending_window_matures_unless_a_catch_forfeits_it_first(checked):
+    harness, validator, _, miner = checked
+    mg = harness.chain.metagraph()
+    uid, state = mg.uid_of(miner), validator.state
+    score = state.pending[miner][0].score
+    alpha = validator.rt.config.scoring.ema_alpha
+    # two windows without this miner: its window matures at the second, at the moving average's rate
+    validator.fold_scores(WINDOW + 1, mg, [], [], [])
+    assert validator.state.averages[uid] == 0.0 and validator.state.pending[miner][0].score == score
+    validator.fold_scores(WINDOW + 2, mg, [], [], [])
+    assert validator.state.averages[uid] == pytest.approx(alpha * score)
+    # the same windows with another validator's finding on it adopted first: nothing ever matures
+    validator.state = state
+    validator.fold_scores(WINDOW + 1, mg, [], [miner], [])
+    validator.fold_scores(WINDOW + 2, mg, [], [], [])
+    assert validator.state.averages[uid] == 0.0
+    assert [e.window for e in validator.state.pending[miner]] == [WINDOW + 2]  # only what came after

@@ -7,7 +7,6 @@ claimed in the windows whose scores matured. Pure functions."""
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -58,10 +57,6 @@ class MinerPay:
     @property
     def unpaid_windows(self) -> int:
         return sum(q == 0 for q in self.qualities)
-
-    @property
-    def mean_quality(self) -> float:
-        return statistics.fmean(self.qualities)
 
 
 def miner_pay(

@@ -132,10 +132,15 @@ def passed(
 
 
 @pytest.fixture(scope="module")
-def window(runtime, model):
+def honest(runtime, model):
+    """What each honest miner publishes from the window's base."""
+    return {hk: published(runtime, model, trained(runtime, model.params, hk)) for hk in HONEST}
+
+
+@pytest.fixture(scope="module")
+def window(runtime, model, honest):
     """Every miner's verdict after scoring."""
     base = model.params
-    honest = {hk: published(runtime, model, trained(runtime, base, hk)) for hk in HONEST}
     split = {hk: published(runtime, model, trained(runtime, base, hk, steps=QUARTER)) for hk in SPLIT}
     original = trained(runtime, base, HONEST[0])
     generator = torch.Generator().manual_seed(0)
@@ -177,6 +182,29 @@ def test_honest_work_is_paid_by_its_tokens(runtime, window):
     for hk in HONEST[1:]:
         verdict = window[hk]
         assert verdict.passed and verdict.score == full_pay(runtime), verdict.numbers
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_an_honest_miner_measured_on_the_gpu_configs_sequence_count_is_not_failed(
+    runtime, model, honest, seed
+):
+    """The GPU config measures 16 sequences per update; the `useful` gate, judged on each update's
+    own last segment, fails none of the honest miners' updates on any of four window seeds (the
+    mark's z at 16 sequences is noisy: it decides no pay)."""
+    sixteen = dataclasses.replace(
+        runtime,
+        config=runtime.config.model_copy(
+            update={"scoring": runtime.config.scoring.model_copy(update={"usefulness_sequences": 16})}
+        ),
+    )
+    block = "0x" + f"{seed:02x}" * 32
+    verdicts = [passed(runtime, hk, u) for hk, u in honest.items()]
+    basis = WindowBasis.measured_outside(sixteen, model, block, MINERS)
+    updates = {v.hotkey: (FULL, v.update) for v in verdicts}
+    measured = measure_updates(basis, reveal_seed(block, runtime.run_id, WINDOW), updates)
+    measurements = {hk: as_measurement(r) for hk, r in measured.items()}
+    score_window(sixteen, verdicts, measurements, dict.fromkeys(HONEST, 10))
+    assert all(v.passed and v.score == full_pay(runtime) for v in verdicts), [v.verdicts for v in verdicts]
 
 
 def test_a_quarter_of_the_steps_earns_a_quarter_and_splitting_changes_nothing(runtime, window):

@@ -29,7 +29,7 @@ class PendingScore(BaseModel):
 
     window: int = Field(ge=0)
     score: float | None = Field(ge=0.0, allow_inf_nan=False)
-    """tokens times quality; None: the update passed but nobody measured it in time, so when it
+    """the window's score, in tokens; None: the update passed but nobody measured it in time, so when it
     matures the average is left as it was"""
 
 

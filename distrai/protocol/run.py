@@ -411,10 +411,10 @@ class VerificationConfig(_Section):
 class ScoringConfig(_Section):
     """From window scores to weights on chain, and to the aggregate.
 
-    A miner's window score is the tokens its manifest commits to having trained times a quality
-    factor in [0, 1]: how surely its update bears the mark of its own last segment's data
-    (`validators/scoring.py`). Being present, well formed and verified are gates, not
-    points: they earn nothing by themselves."""
+    A miner's window score is the tokens its manifest commits to having trained, for an update that
+    passes every check (`validators/scoring.py`); it enters the moving average `maturity_windows`
+    windows later unless a catch forfeits it first (`validators/pay.py`). Being present, well formed
+    and verified are gates, not points: they earn nothing by themselves."""
 
     ema_alpha: float = Field(
         default=0.1, gt=0.0, le=1.0, description="moving-average rate: new = alpha·window + (1 − alpha)·old"

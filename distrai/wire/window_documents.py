@@ -197,7 +197,7 @@ class MinerEntry(_Body):
     verdicts: dict[str, str]
     numbers: dict[str, float]
     score: float = Field(ge=0.0, allow_inf_nan=False)
-    """the window's pay units: tokens trained times the update's quality (0 when a check failed)"""
+    """the window's pay units: the tokens the manifest claims (0 when a check failed)"""
     reason: str | None
     pay: PayStanding | None = None
 

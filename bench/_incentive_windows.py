@@ -44,10 +44,10 @@ from validators.usefulness import measure_updates
 from validators.window import WindowBasis
 from validators.window_scoring import score_window
 
-RULES = ("capped", "uncapped")
+RULES = ("gain", "claims")
 """Which updates the outer step takes, and their weights: the run's rule (`aggregation.accepted_by_rule`:
-scores capped at the window's median, the top n, weighted by the capped score), or the rule before
-it (the top n by score, weighted by score, however much a manifest claims)."""
+the top n by the gain each update measured on the window's reserve, weighted by it), or the rule
+before it (the top n by score, the tokens a manifest claims, weighted by it)."""
 
 Residual = dict[str, torch.Tensor] | None
 
@@ -248,10 +248,10 @@ def aggregation_weights(
     rule: str, verdicts: Mapping[str, MinerVerdict], top_n: int, seed: bytes
 ) -> list[tuple[str, float]]:
     """(hotkey, weight) of the updates the outer step takes under `rule` (`RULES`)."""
-    scored = {hk: Scored(v.passed, v.score) for hk, v in verdicts.items()}
-    if rule == "capped":
+    scored = {hk: Scored(v.passed, v.score, v.numbers.get("drop_unseen", 0.0)) for hk, v in verdicts.items()}
+    if rule == "gain":
         return accepted_by_rule(scored, top_n, seed)
-    if rule == "uncapped":
+    if rule == "claims":
         ranked = sorted(
             ((hk, s.score) for hk, s in scored.items() if s.passed and s.score > 0),
             key=lambda item: (-item[1], hashlib.sha256(seed + item[0].encode()).digest()),

@@ -197,8 +197,8 @@ def targets_table(r: Results) -> Table:
     rows.append(
         [
             "e. the aggregate's rule, an inflater and a copier present",
-            f"held-out loss after the last window: capped at the median {losses['capped']:.4f}, uncapped "
-            f"{losses['uncapped']:.4f}",
+            f"held-out loss after the last window: weights by measured gain {losses['gain']:.4f}, by claimed "
+            f"tokens {losses['claims']:.4f}",
             "none: chooses the rule",
             "—",
         ]
@@ -325,24 +325,26 @@ def lives_table(r: Results) -> Table:
 
 def aggregation_table(r: Results) -> Table:
     losses = final_losses(r)
-    windows = [record.window for record in r.aggregation["capped"]]
-    cheats = [m for m in r.cheaters if m.hotkey in r.aggregation["capped"][0].miners]
+    windows = [record.window for record in r.aggregation["gain"]]
+    cheats = [m for m in r.cheaters if m.hotkey in r.aggregation["gain"][0].miners]
+    honest = [m for m in r.speeds if m.hotkey in r.aggregation["gain"][0].miners]
     rows = []
     for rule, records in r.aggregation.items():
         weights = [
-            f"{m.label} {statistics.fmean(record.miners[m.hotkey].weight for record in records):.2f}" for m in cheats
+            f"{m.label} {statistics.fmean(record.miners[m.hotkey].weight for record in records):.2f}"
+            for m in honest + cheats
         ]
         rows.append(
             [
-                "capped at the median (the run's)" if rule == "capped" else "uncapped (before)",
+                "by measured gain (the run's)" if rule == "gain" else "by claimed tokens (before)",
                 ", ".join(weights),
                 *(f"{record.heldout:.4f}" for record in records),
-                f"{losses[rule] - losses['uncapped']:+.4f}",
+                f"{losses[rule] - losses['claims']:+.4f}",
             ]
         )
     return Table(
         "e. Held-out loss after each window, by the aggregate's rule",
-        ["rule", "mean weight of the cheats", *(f"after window {w}" for w in windows), "last − uncapped"],
+        ["rule", "mean weight", *(f"after window {w}" for w in windows), "last − by claims"],
         rows,
     )
 
@@ -437,8 +439,9 @@ def markdown(r: Results, path) -> str:
         "",
         t[5].markdown(),
         "",
-        "Capped: each passing score capped at the window's median, the top n, weighted by the capped "
-        "score (`distrai/protocol/aggregation.py`); uncapped: the top n by score, weighted by score.",
+        "By measured gain: the top n passing updates by their loss drop on the window's reserve (which no "
+        "miner was assigned, drawn after the commit deadline), weighted by it (`distrai/protocol/aggregation.py`); "
+        "by claimed tokens: the top n by score, weighted by score, as before.",
         "",
         "## f. A validator's cost per window",
         "",

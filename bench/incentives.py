@@ -16,8 +16,9 @@ c. the `useful` gate window by window: honest miner-windows it fails, target at 
 d. what those cheats earn over their lives at the GPU config, re-registering at once when caught
    (`validators/deterrence.py`, its arithmetic beside a simulation of the rule): target below the
    same hardware's honest pay, a copier at most 5% of an honest H100's;
-e. the held-out loss of the aggregate's rule (scores capped at the median) against the rule before
-   it (uncapped), the same miners with an inflater and a copier among them, from the same base;
+e. the held-out loss of the aggregate's rule (weights by each update's measured gain on the
+   window's reserve) against the rule before it (by claimed tokens), the same miners with an
+   inflater and a copier among them, from the same base;
 f. a validator's cost per window at 256 miners on `distrai/configs/gpu-subnet.toml`, by resource,
    from measured parts (`bench/_validator_cost.py`): GPU, CPU and link, each with its target.
 
@@ -154,7 +155,7 @@ def pretrained(rt: Runtime, trainer: Trainer, plan: Plan, console: Console) -> R
     run = Run(GlobalModel(1, rt.initial_params(), OuterState(momentum={})))
     warm = [Miner(f"pre-training miner {i}", hotkey(f"Warm{i}"), plan.unit_steps) for i in range(3)]
     run, _ = run_windows(
-        rt, trainer, run, warm, plan.pretrain_windows, "capped", evaluated=False, console=console, label="pre-training"
+        rt, trainer, run, warm, plan.pretrain_windows, "gain", evaluated=False, console=console, label="pre-training"
     )
     return run
 
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     cheaters = cheat_miners(plan.unit_steps, plan.segment_steps, config.train.inner_steps)
     pay_miners = speeds + [m for group in splits.values() for m in group] + cheaters
     _, pay_records = run_windows(
-        rt, trainer, run, pay_miners, plan.pay_windows, "capped", evaluated=False, console=console, label="pay"
+        rt, trainer, run, pay_miners, plan.pay_windows, "gain", evaluated=False, console=console, label="pay"
     )
     together = [*speeds[:3], cheaters[1], cheaters[3]]
     aggregation = aggregation_runs(rt, trainer, run, together, plan.aggregation_windows, console)

@@ -330,11 +330,11 @@ def test_incentives_validator_cost_is_split_by_resource(incentives):
 
 def test_incentives_aggregation_table_compares_the_rules(incentives):
     header, *rows = table_after(incentives, "## e. The aggregate's rule")
-    assert [row[0] for row in rows] == ["capped at the median (the run's)", "uncapped (before)"]
-    uncapped = float(rows[1][-2])
+    assert [row[0] for row in rows] == ["by measured gain (the run's)", "by claimed tokens (before)"]
+    claims = float(rows[1][-2])
     for row in rows:
         assert math.isfinite(float(row[-2])) and float(row[-2]) > 0
-        assert float(row[-1]) == pytest.approx(float(row[-2]) - uncapped, abs=2e-4)
+        assert float(row[-1]) == pytest.approx(float(row[-2]) - claims, abs=2e-4)
 
 
 def test_pay_follows_the_scores_and_matures_whatever_the_split():

@@ -107,7 +107,7 @@ class Network:
                     hotkeys[name]: {
                         "uid": i,
                         "verdicts": {"update": "pass" if name in scores else "wrong_owner: copied"},
-                        "numbers": {},
+                        "numbers": {"drop_unseen": scores[name]} if name in scores else {},
                         "score": scores.get(name, 0.0),
                         "reason": None if name in scores else "update: wrong_owner: copied",
                     }
@@ -121,7 +121,7 @@ class Network:
             self.harness.local.block_hash(commit_deadline(self.cfg, WINDOW)), rt.run_id, WINDOW
         )
         chosen = accepted_by_rule(
-            {hotkeys[n]: Scored(n in scores, scores.get(n, 0.0)) for n in self.miners},
+            {hotkeys[n]: Scored(n in scores, scores.get(n, 0.0), scores.get(n, 0.0)) for n in self.miners},
             rt.config.scoring.aggregate_top_n,
             seed,
         )
@@ -267,8 +267,8 @@ def test_an_honest_leaders_aggregate_is_followed(net):
     assert [s.window for s in settled] == [WINDOW] and syncer.take_settled() == []
     top_n = net.runtime.config.scoring.aggregate_top_n
     taken, _, copied = (standing_lines(m.hotkey.ss58_address, settled, top_n)[0] for m in net.miners.values())
-    # scores 1.0 and 0.8, each capped at their median 0.9: weights 0.9 / 1.7 and 0.8 / 1.7
-    assert taken.startswith(f"window {WINDOW}: taken into the global model, weight 0.529; scores: ")
+    # measured gains 1.0 and 0.8: weights 1.0 / 1.8 and 0.8 / 1.8
+    assert taken.startswith(f"window {WINDOW}: taken into the global model, weight 0.556; scores: ")
     assert copied.startswith(
         f"window {WINDOW}: not in the global model: the followed validator rejected it: "
         "update: wrong_owner: copied; scores: "

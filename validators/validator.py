@@ -611,7 +611,7 @@ class Validator(Participant):
         )
         seed = reveal_seed(held.basis.inputs.block_hash, self.rt.run_id, w)
         chosen = accepted_by_rule(
-            {v.hotkey: Scored(v.passed, v.score) for v in verdicts},
+            {v.hotkey: Scored(v.passed, v.score, v.numbers.get(Number.DROP_UNSEEN, 0.0)) for v in verdicts},
             self.rt.config.scoring.aggregate_top_n,
             seed,
         )

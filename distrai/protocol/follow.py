@@ -10,8 +10,8 @@ aggregator's own choice, and nothing in it may rest on the aggregator's word alo
   that the manifest names the accepted blob.
 - **Weights by the rule.** The aggregate names the hash of the validator's signed report of the
   window; the accepted updates and their weights must be exactly what the run's rule
-  (`distrai.protocol.aggregation.accepted_by_rule`) gives from that report's scores, so an update the
-  report rejected, or any other weighting, is refused.
+  (`distrai.protocol.aggregation.accepted_by_rule`) gives from that report's verdicts, scores and
+  measured gains, so an update the report rejected, or any other weighting, is refused.
 - **The report quorum.** Every accepted update must not be failed by the signed reports of
   validators holding at least as much stake as those that passed it (`distrai.protocol.quorum`): the reports
   that count are those named by the aggregates anchored on chain for the window
@@ -42,6 +42,7 @@ from distrai.protocol.run import run_id as run_id_of
 from distrai.protocol.windows import aggregate_deadline, commit_deadline, reveal_seed, window_start
 from distrai.store import Store, StoreError
 from distrai.wire import WireError, open_document, sha256_hex
+from distrai.wire.verdicts import Number
 from distrai.wire.window_documents import AggregateManifest, UpdateManifest, WindowReport, parse_body
 
 
@@ -156,7 +157,10 @@ def checked_aggregate(
     aggregate = anchored_aggregate(config, run_id, window, validator, store, anchors)
     report = _checked_report(config, run_id, window, validator, store, aggregate.report_sha256)
     expected = accepted_by_rule(
-        {hk: Scored(e.reason is None, e.score) for hk, e in report.miners.items()},
+        {
+            hk: Scored(e.reason is None, e.score, e.numbers.get(Number.DROP_UNSEEN, 0.0))
+            for hk, e in report.miners.items()
+        },
         config.scoring.aggregate_top_n,
         anchors.seed,
     )

@@ -2,10 +2,9 @@
 aggregate of the window, weighed by stake, not on its aggregator's report alone.
 
 For each update an aggregate accepts, the validators whose reports count are split three ways:
-- **passed**: its report's line for the miner is one the run's rule would take on its own
-  (`distrai.protocol.aggregation.accepted_by_rule` given that line alone: every check passed, a score
-  above zero);
-- **failed**: its report has a line for the miner that the rule would not take;
+- **passed**: its report's line for the miner passes the work: every check passed, a score above
+  zero (`passes`; how much the aggregate then weighs it, by its measured gain, is not a verdict);
+- **failed**: its report has a line for the miner that does not;
 - **abstained**: it published no report that counts (none anchored, none readable, not signed),
   or its report has no line for the miner (it saw no manifest of it in time). Only signed
   verdicts are weighed: counting silence as a failure would let validators that publish nothing
@@ -24,14 +23,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from distrai.protocol.aggregation import Scored, accepted_by_rule
 from distrai.protocol.globalmodel import SyncError, SyncUnavailable
 from distrai.wire.window_documents import MinerEntry, WindowReport
 
 
 def passes(entry: MinerEntry) -> bool:
-    """Whether the run's rule, given this one line of a report, would take its update."""
-    return bool(accepted_by_rule({"miner": Scored(entry.reason is None, entry.score)}, 1, seed=b""))
+    """Whether this one line of a report passes the miner's work: every check passed and a score above
+    0. How much the aggregate weighs it (`aggregation.accepted_by_rule`, by its measured gain) is not
+    a verdict on the work."""
+    return entry.reason is None and entry.score > 0
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ from distrai.protocol.windows import (
     commit_deadline,
     committed_in_time,
     reveal_deadline,
+    roster_block,
     skipped_windows,
     window_of,
     window_start,
@@ -166,6 +167,8 @@ class Miner(Participant):
         """the last window this process set out to train (None before the first)"""
         self.unreached: int | None = None
         """the window last set aside because its base model was out of reach, until it is trained or skipped"""
+        self.off_roster: int | None = None
+        """the window last passed over because its roster did not hold this hotkey (said once)"""
 
     @classmethod
     def from_node(cls, node: Node, adversary: str = "honest") -> Miner:
@@ -230,9 +233,30 @@ class Miner(Participant):
                 self.chain.inclusion_blocks,
             )
         )
-        if current > self.last_window and block + needed < commit_deadline(self.windows, current):
+        if (
+            current > self.last_window
+            and block + needed < commit_deadline(self.windows, current)
+            and self.on_roster(current)
+        ):
             return current
         return None if current + 1 <= self.last_window else current + 1
+
+    def on_roster(self, w: int) -> bool:
+        """Whether this hotkey is among window w's miners: registered by the window's roster block,
+        before the window began. A miner started right after its registration is not, and trains
+        the next window; it says so once."""
+        if self.hotkey in self.window_miners(w):
+            return True
+        if self.off_roster != w:
+            log.info(
+                "window %d: not trained: this hotkey registered after its miners were read (block %d); "
+                "window %d is the first whose roster holds it",
+                w,
+                roster_block(self.windows, w),
+                w + 1,
+            )
+            self.off_roster = w
+        return False
 
     def say_skipped(self, w: int) -> None:
         """Say which windows before `w`, the next one to train, this process passes over, and why."""

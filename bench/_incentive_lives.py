@@ -11,6 +11,7 @@ against the simulation on a small rule)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from distrai.protocol.run import RunConfig
@@ -144,3 +145,27 @@ def worst_claim(rule: Rule) -> Worst:
                 if ratio > worst.ratio:
                     worst = Worst(ratio, trained, claimed, honest)
     return worst
+
+
+SWEPT_MATURITIES = (0, 16, 32, 48, 52, 56, 60)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    maturity: int
+    worst: Worst
+    copier: float
+    """a copier after an honest probation: its pay over an H100's"""
+
+
+def maturity_sweep(rule: Rule, maturities: tuple[int, ...] = SWEPT_MATURITIES) -> list[Sweep]:
+    """The worst claim and the copier after an honest probation under each maturity, the rest of the
+    rule as it is: how long pay must wait before every claim beyond the work loses."""
+    sweeps = []
+    for maturity in maturities:
+        at = dataclasses.replace(rule, maturity=maturity)
+        copier = max(
+            pay_per_window(at, 0, H100_SEGMENTS, lag, at.probation_windows, H100_SEGMENTS) for lag in (0, 1)
+        )
+        sweeps.append(Sweep(maturity, worst_claim(at), copier / H100_SEGMENTS))
+    return sweeps

@@ -8,7 +8,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from _incentive_lives import H100_SEGMENTS, HARDWARE, Life, Worst
+from _incentive_lives import COPIER_TARGET, H100_SEGMENTS, HARDWARE, Life, Sweep, Worst
 from _incentive_pay import (
     DOCKED_TARGET,
     TOLERANCE,
@@ -69,6 +69,8 @@ class Results:
     """the GPU config's, as row d reads it"""
     lives: list[Life]
     worst: Worst
+    sweep: list[Sweep]
+    """the worst claim and the copier after its probation under other maturities"""
     cost: ValidatorCost
 
 
@@ -323,6 +325,32 @@ def lives_table(r: Results) -> Table:
     )
 
 
+def sweep_table(r: Results) -> Table:
+    rows = [
+        [
+            f"{row.maturity}" + (" (the GPU config's)" if row.maturity == r.rule.maturity else ""),
+            f"{row.worst.ratio:.3f}",
+            f"{row.worst.trained} / {row.worst.claimed}"
+            + (f", honest for {row.worst.honest_windows} first" if row.worst.honest_windows else ""),
+            f"{row.copier:.4f}",
+            met(row.worst.ratio < 1 and row.copier <= COPIER_TARGET),
+        ]
+        for row in r.sweep
+    ]
+    return Table(
+        "d. How long pay must wait: the worst claim beyond the work, and a copier after an honest probation, "
+        "by `maturity_windows`",
+        [
+            "maturity (windows)",
+            "worst pay ÷ honest",
+            "at trains / claims (segments)",
+            "copier after probation ÷ an H100's",
+            "every claim loses, copier ≤ 5%",
+        ],
+        rows,
+    )
+
+
 def aggregation_table(r: Results) -> Table:
     losses = final_losses(r)
     windows = [record.window for record in r.aggregation["gain"]]
@@ -350,7 +378,15 @@ def aggregation_table(r: Results) -> Table:
 
 
 def tables(r: Results) -> list[Table]:
-    return [targets_table(r), speed_table(r), split_table(r), gate_table(r), lives_table(r), aggregation_table(r)]
+    return [
+        targets_table(r),
+        speed_table(r),
+        split_table(r),
+        gate_table(r),
+        lives_table(r),
+        sweep_table(r),
+        aggregation_table(r),
+    ]
 
 
 # -- the report ----------------------------------------------------------------------------------------
@@ -435,9 +471,11 @@ def markdown(r: Results, path) -> str:
         "",
         t[4].markdown(),
         "",
+        t[5].markdown(),
+        "",
         "## e. The aggregate's rule",
         "",
-        t[5].markdown(),
+        t[6].markdown(),
         "",
         "By measured gain: the top n passing updates by their loss drop on the window's reserve (which no "
         "miner was assigned, drawn after the commit deadline), weighted by it (`distrai/protocol/aggregation.py`); "

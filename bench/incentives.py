@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
-from _incentive_lives import cheats, gpu_rule, life, worst_claim
+from _incentive_lives import cheats, gpu_rule, life, maturity_sweep, worst_claim
 from _incentive_windows import RULES, Miner, Run, Trainer, WindowRecord, advance, heldout_loss, hotkey
 from _incentives_report import Plan, Results, markdown, print_report
 from _report import Machine
@@ -69,7 +69,7 @@ FULL = Plan(
     pretrain_windows=3,
     pay_windows=8,
     aggregation_windows=4,
-    lives_windows=20_000,
+    lives_windows=1_000_000,
 )
 QUICK = Plan(
     unit_steps=4,
@@ -248,6 +248,7 @@ def main(argv: list[str] | None = None) -> None:
         rule=rule,
         lives=lives,
         worst=worst_claim(rule),
+        sweep=maturity_sweep(rule),
         cost=cost,
     )
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -94,7 +94,10 @@ class Life:
         return self.arithmetic < self.cheat.target
 
 
-def life(rule: Rule, cheat: Cheat, windows: int) -> Life:
+def life(rule: Rule, cheat: Cheat, windows: int, lives: int) -> Life:
+    """The cheat's pay by the arithmetic and by a simulation of `windows` windows or `lives` caught
+    hotkeys, whichever ends first (a slow cheat's pay rests on its rare long lives: it needs many
+    windows; a fast one's draws are dear, a claim of 400 segments drawing among 400)."""
     honest = cheat.hardware if cheat.honest_windows else None
 
     def ratio(lag: int) -> float:
@@ -110,6 +113,7 @@ def life(rule: Rule, cheat: Cheat, windows: int) -> Life:
         lag=1,
         honest_windows=cheat.honest_windows,
         honest_trained=honest,
+        lives=lives,
         label=f"distrai.bench.incentives/{cheat.label}",
     )
     return Life(

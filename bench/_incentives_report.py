@@ -38,7 +38,9 @@ class Plan:
     pay_windows: int
     aggregation_windows: int
     lives_windows: int
-    """windows of each cheat's simulated lives (row d)"""
+    """the most windows of each cheat's simulated lives (row d)"""
+    lives: int
+    """the most caught hotkeys of each cheat's simulation: it ends at whichever comes first"""
     heldout_fraction: float | None = None
     """None: the config's"""
     cosine_miners: int = 256
@@ -429,7 +431,8 @@ def setup_lines(r: Results) -> list[str]:
         f"40 steps (an H100: {H100_SEGMENTS} a window, H = 400); arithmetic: `validators/deterrence.py` "
         "(the larger of the catching validator's view and the others', which adopt its finding a window "
         "later), assuming every window of a cheat passes the cheap checks; simulated: `deterrence.simulate`, "
-        f"the project's draw and pay over {p.lives_windows:,} windows (the others' view); the worst claim "
+        f"the project's draw and pay over {p.lives_windows:,} windows or {p.lives:,} caught hotkeys, whichever "
+        "ends first (the others' view); the worst claim "
         f"searched over hardware of {', '.join(map(str, HARDWARE))} segments and claims up to 400",
         f"- row e: the ¼×, 1× and 4× miners with the inflater claiming H and the copier, from the same base, "
         f"{p.aggregation_windows} windows per rule at equal tokens; held-out loss: `evaluate` over the whole "

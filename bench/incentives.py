@@ -70,6 +70,7 @@ FULL = Plan(
     pay_windows=8,
     aggregation_windows=4,
     lives_windows=1_000_000,
+    lives=50_000,
 )
 QUICK = Plan(
     unit_steps=4,
@@ -78,6 +79,7 @@ QUICK = Plan(
     pay_windows=3,
     aggregation_windows=1,
     lives_windows=400,
+    lives=200,
     heldout_fraction=0.02,
     cosine_miners=32,
     quick=True,
@@ -226,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
         rule = dataclasses.replace(rule, maturity=args.maturity_windows)
     lives = []
     for cheat in cheats(rule):
-        lives.append(life(rule, cheat, plan.lives_windows))
+        lives.append(life(rule, cheat, plan.lives_windows, plan.lives))
         console.log(f"lives: {cheat.label} done")
     cost = validator_cost(plan, rt.shapes())
     initial = rt.initial_params()

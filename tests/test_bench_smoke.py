@@ -312,7 +312,7 @@ def test_the_lives_table_says_missed_under_a_rule_that_pays_at_once():
     from distrai.protocol.run import load_run_config, shipped_config_path
 
     rule = lives.gpu_rule(load_run_config(shipped_config_path("gpu-subnet")))
-    at_once = [lives.life(dataclasses.replace(rule, maturity=0), c, 200) for c in lives.cheats(rule)]
+    at_once = [lives.life(dataclasses.replace(rule, maturity=0), c, 200, 100) for c in lives.cheats(rule)]
     assert not all(row.met for row in at_once)
     assert lives.worst_claim(dataclasses.replace(rule, maturity=0)).ratio > 1
 

@@ -138,6 +138,7 @@ def simulate(
     lag: int = 0,
     honest_windows: int = 0,
     honest_trained: int | None = None,
+    lives: int | None = None,
     label: str = "distrai.deterrence",
 ) -> Simulated:
     """The same miner's pay under the rule itself rather than the arithmetic: each window's challenge
@@ -145,7 +146,8 @@ def simulate(
     others claim the reference), the miner caught when a replayed segment is one it did not train
     (the first claimed − trained of its claim: the draw is uniform), its pay folded by
     `validators.pay` and read after each window as a validator's weight reads it, and a fresh
-    hotkey, on probation, the window after each catch. `lag` as in `pay_per_window`."""
+    hotkey, on probation, the window after each catch; over `windows` windows, or until `lives`
+    hotkeys have been caught if that comes first. `lag` as in `pay_per_window`."""
     floor_count = round(rule.floor * population)
     if floor_count < 1 or not math.isclose(floor_count, rule.floor * population):
         raise ValueError(f"a floor of {rule.floor} is no whole number of {population} miners")
@@ -154,9 +156,9 @@ def simulate(
     reference = rule.reference or claimed
     hotkey, life, average = f"5claimer{0:06d}", 0, 0.0
     pending: Pending = {}
-    paid, catches = 0.0, 0
-    for w in range(windows):
-        life += 1
+    paid, catches, ran = 0.0, 0, 0
+    while ran < windows and (lives is None or catches < lives):
+        w, ran, life = ran, ran + 1, life + 1
         cheating = life > honest_windows
         claim, faked = (claimed, set(range(claimed - trained))) if cheating else (honest, set())
         inputs = ChallengeInputs(
@@ -183,4 +185,4 @@ def simulate(
         if caught:
             catches += 1
             hotkey, life, average, pending = f"5claimer{w + 1:06d}", 0, 0.0, {}
-    return Simulated(paid / windows, catches, windows)
+    return Simulated(paid / ran, catches, ran)

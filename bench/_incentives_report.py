@@ -474,6 +474,8 @@ def markdown(r: Results, path) -> str:
         "",
         t[4].markdown(),
         "",
+        "## d, by maturity: how long pay must wait",
+        "",
         t[5].markdown(),
         "",
         "## e. The aggregate's rule",

@@ -27,7 +27,7 @@ from dataclasses import replace
 import torch
 
 from distrai.protocol.update import encode_update
-from distrai.wire.verdicts import PASS, Check
+from distrai.wire.verdicts import PASS, Check, Number
 from validators.leader_adversary_names import COLLUDE, LEADER_ADVERSARY_NAMES, check_leader_adversary
 from validators.validator import LeaderBehaviour
 
@@ -78,12 +78,16 @@ class Reweight(LeaderBehaviour):
 
 COLLUDING_SCORE = 1.0
 """The score the colluding leader's report gives its miner."""
+COLLUDING_GAIN = 1.0
+"""The gain on the window's reserve the colluding leader's report claims its miner's update measured:
+the aggregate weighs updates by it (`distrai.protocol.aggregation`), and the poisoned update's own is
+below zero."""
 
 
 class Collude(LeaderBehaviour):
-    """Reports its colluding miner's update as passing every check with the best score, and every
-    other miner as failing the usefulness check; the aggregate is then what the rule gives from that
-    report: the colluder's update alone. It knows its miner by hotkey (`--validator.colluder`;
+    """Reports its colluding miner's update as passing every check with the best score and a gain it
+    did not measure, and every other miner as failing the usefulness check; the aggregate is then what
+    the rule gives from that report: the colluder's update alone. It knows its miner by hotkey (`--validator.colluder`;
     `distrai localnet` pairs it with the `poison` adversary's). A window whose colluder published no
     readable update is judged honestly."""
 
@@ -105,6 +109,7 @@ class Collude(LeaderBehaviour):
             if v is partner:
                 v.verdicts = {check: PASS for check in v.verdicts} | {Check.USEFUL: PASS}
                 v.score, v.fraud = COLLUDING_SCORE, False
+                v.numbers[Number.DROP_UNSEEN] = COLLUDING_GAIN
             else:
                 v.verdicts[Check.USEFUL] = (
                     "the update does not lower the loss of the sequences it was trained on"

@@ -1,5 +1,5 @@
 """The whole subnet on one machine: 3 honest miners, 1 idle miner and 2 validators as separate
-processes through the real entry points, on the embedded chain and a file store, for 3 windows;
+processes through the real entry points, on the embedded chain and a file store, for 4 windows;
 one validator is killed and restarted mid-run. The owner first prepares the run's data from local
 files with `distrai data prepare` into a data store of its own, which the run config names: every
 node trains, replays and scores from those shards. The network runs while other tests do

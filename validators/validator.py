@@ -867,8 +867,8 @@ class Validator(Participant):
         if me is None or not me.validator_permit:
             log.info("no validator permit yet; weights not set")
             return []
-        if mg.block - me.last_update < self.chain.hyperparameters().weights_rate_limit:
-            return []
+        if self.chain.block() - me.last_update < self.chain.hyperparameters().weights_rate_limit:
+            return []  # the chain's rule, at the block the weights would be set (mg is as old as the check)
         owner_hotkey = self.chain.subnet_owner_hotkey()
         owner_uid = mg.uid_of(owner_hotkey) if owner_hotkey else None
         workers = [

@@ -143,9 +143,7 @@ def worst_claim(rule: Rule) -> Worst:
         claims = {trained + 1, trained + 2, 2 * trained, 4 * trained, 46, 47, 60, 92, 200, 400}
         for claimed in sorted(c for c in claims if trained < c <= 400):
             for honest in sorted({0, rule.probation_windows}):
-                ratio = max(
-                    pay_per_window(rule, trained, claimed, lag, honest) / trained for lag in (0, 1)
-                )
+                ratio = max(pay_per_window(rule, trained, claimed, lag, honest) / trained for lag in (0, 1))
                 if ratio > worst.ratio:
                     worst = Worst(ratio, trained, claimed, honest)
     return worst

@@ -288,7 +288,10 @@ def advance(
     weights = dict(aggregation_weights(rule, verdicts, cfg.scoring.aggregate_top_n, seed))
     outer = cfg.outer
     config = OuterConfig(
-        lr=outer.lr, momentum=outer.momentum, nesterov=outer.nesterov, clip_to_median_norm=outer.clip_to_median_norm
+        lr=outer.lr,
+        momentum=outer.momentum,
+        nesterov=outer.nesterov,
+        clip_to_median_norm=outer.clip_to_median_norm,
     )
     contributions = [Contribution(hk, trained[hk].update, w) for hk, w in sorted(weights.items())]
     stepped = outer_step(run.model.params, contributions, run.model.outer, config)

@@ -104,7 +104,9 @@ def honest_miners(r: Results) -> list[Miner]:
 
 def pays(r: Results) -> dict[str, MinerPay]:
     scoring = r.config.scoring
-    return miner_pay(r.pay_records, honest_miners(r) + r.cheaters, scoring.ema_alpha, scoring.maturity_windows)
+    return miner_pay(
+        r.pay_records, honest_miners(r) + r.cheaters, scoring.ema_alpha, scoring.maturity_windows
+    )
 
 
 def relative_pay_per_token(r: Results) -> dict[str, float]:
@@ -160,7 +162,8 @@ def targets_table(r: Results) -> Table:
     rows = [
         [
             "a. pay per token by speed",
-            ", ".join(f"{m.label} {rel[m.label]:.2f}" for m in r.speeds) + f" (1× = 1.00); max / min − 1 = {a:.1%}",
+            ", ".join(f"{m.label} {rel[m.label]:.2f}" for m in r.speeds)
+            + f" (1× = 1.00); max / min − 1 = {a:.1%}",
             f"within ±{TOLERANCE:.0%} of one another",
             met(a <= TOLERANCE),
         ],
@@ -179,7 +182,9 @@ def targets_table(r: Results) -> Table:
         ],
     ]
     for row in r.lives:
-        target = f"≤ {row.cheat.target:.0%} of an H100's" if row.cheat.copier else "< 1 of the same hardware's"
+        target = (
+            f"≤ {row.cheat.target:.0%} of an H100's" if row.cheat.copier else "< 1 of the same hardware's"
+        )
         rows.append(
             [
                 f"d. {row.cheat.label}",
@@ -257,7 +262,15 @@ def split_table(r: Results) -> Table:
     total_pay = sum(x.pay for x in pays(r).values())
     return Table(
         "b. The 4× miner's compute under 1, 2 and 4 hotkeys",
-        ["operator", "hotkeys", "steps per hotkey / window", "tokens", "share of pay", "pay / one hotkey's", "verdict"],
+        [
+            "operator",
+            "hotkeys",
+            "steps per hotkey / window",
+            "tokens",
+            "share of pay",
+            "pay / one hotkey's",
+            "verdict",
+        ],
         [
             [
                 group.label,
@@ -300,7 +313,8 @@ def lives_table(r: Results) -> Table:
         rows.append(
             [
                 c.label,
-                f"{c.trained} / {c.claimed}" + (f", honest for {c.honest_windows} first" if c.honest_windows else ""),
+                f"{c.trained} / {c.claimed}"
+                + (f", honest for {c.honest_windows} first" if c.honest_windows else ""),
                 f"{c.hardware}",
                 f"{row.catch_probation:.3f} / {row.catch:.4f}",
                 "—" if bench is None else f"{passed_share(r, bench):.0%}",
@@ -398,7 +412,9 @@ def setup_lines(r: Results) -> list[str]:
     c, p, m, rule = r.config, r.plan, r.machine, r.rule
     first, last = r.pay_records[0].window, r.pay_records[-1].window
     quick = (
-        ["- **quick run**: every code path on a few steps; its numbers mean nothing (`--quick`)"] if p.quick else []
+        ["- **quick run**: every code path on a few steps; its numbers mean nothing (`--quick`)"]
+        if p.quick
+        else []
     )
     return [
         *quick,

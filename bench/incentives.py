@@ -157,7 +157,15 @@ def pretrained(rt: Runtime, trainer: Trainer, plan: Plan, console: Console) -> R
     run = Run(GlobalModel(1, rt.initial_params(), OuterState(momentum={})))
     warm = [Miner(f"pre-training miner {i}", hotkey(f"Warm{i}"), plan.unit_steps) for i in range(3)]
     run, _ = run_windows(
-        rt, trainer, run, warm, plan.pretrain_windows, "gain", evaluated=False, console=console, label="pre-training"
+        rt,
+        trainer,
+        run,
+        warm,
+        plan.pretrain_windows,
+        "gain",
+        evaluated=False,
+        console=console,
+        label="pre-training",
     )
     return run
 
@@ -187,7 +195,14 @@ def validator_cost(plan: Plan, bench_shapes: dict[str, tuple[int, ...]]) -> Vali
     window_seconds = gpu.windows.blocks_per_window * 12.0
     spec = validator_spec()
     parts = cost_parts(
-        accounting, gpu, update, cosine_seconds, plan.cosine_miners, GPU_STEP_SECONDS, window_seconds, spec=spec
+        accounting,
+        gpu,
+        update,
+        cosine_seconds,
+        plan.cosine_miners,
+        GPU_STEP_SECONDS,
+        window_seconds,
+        spec=spec,
     )
     return ValidatorCost(gpu, accounting, update, parts, spec.download_bits, GPU_STEP_SECONDS, spec)
 

@@ -282,7 +282,9 @@ def test_incentives_gate_table_is_every_window_of_every_miner(incentives):
     windows = [h for h in header if h.startswith("window ")]
     assert len(windows) >= 2 and header[-1] == "failed"
     labels = [row[0] for row in rows]
-    assert {"¼×", "1×", "4×", "2 ranks", "inflater, 2×", "inflater, H", "last segment only", "copier"} <= set(labels)
+    assert {"¼×", "1×", "4×", "2 ranks", "inflater, 2×", "inflater, H", "last segment only", "copier"} <= set(
+        labels
+    )
     for row in rows:
         cells = row[2 : 2 + len(windows)]
         assert all(cell.startswith(("pass (", "FAIL (")) for cell in cells), row
@@ -323,7 +325,9 @@ def test_incentives_validator_cost_is_split_by_resource(incentives):
     share = {name: number(row[4]) / 100 for name, row in parts.items()}
     assert share["replays"] == pytest.approx(40 / 1840, abs=5e-5)
     for resource in ("GPU", "CPU", "link"):
-        chosen = [s for name, s in share.items() if parts[name][1] == resource and not name.startswith("all ")]
+        chosen = [
+            s for name, s in share.items() if parts[name][1] == resource and not name.startswith("all ")
+        ]
         assert share[f"all {resource}"] == pytest.approx(sum(chosen), abs=2e-4)
         assert parts[f"all {resource}"][-1] in ("MET", "MISSED")
 
@@ -362,7 +366,9 @@ def test_pay_follows_the_scores_and_matures_whatever_the_split():
     assert full["b"].tokens == 3 * 40 * 512  # the last window has not matured
     nothing = pay.miner_pay([record(1, set())], miners, alpha=0.3, maturity=1)
     assert all(x.pay == 0.0 for x in nothing.values())  # nothing matured yet: nothing paid
-    unpaid = pay.miner_pay([record(1, {"b"}), record(2, set()), record(3, set())], miners, alpha=0.3, maturity=1)
+    unpaid = pay.miner_pay(
+        [record(1, {"b"}), record(2, set()), record(3, set())], miners, alpha=0.3, maturity=1
+    )
     assert unpaid["b"].unpaid_windows == 1 and unpaid["b"].pay_per_token < unpaid["a"].pay_per_token
     assert pay.spread([1.0, 0.0]) == math.inf
 

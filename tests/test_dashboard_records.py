@@ -242,7 +242,9 @@ def test_score_words_name_the_tokens_the_drop_and_the_mark_of_a_score():
     numbers = {"tokens": 30720.0, "drop_trained": 0.031, "mark": 0.02, "mark_z": 2.5}
     words = score_words(numbers)
     assert "30,720 tokens, each paid in full" in words
-    assert "last segment by 3.10%" in words and "2.00% more than of unseen ones (2.5 standard errors)" in words
+    assert (
+        "last segment by 3.10%" in words and "2.00% more than of unseen ones (2.5 standard errors)" in words
+    )
     assert score_words({"tokens": 10.0}) == "You trained 10 tokens, each paid in full."
     assert score_words({}) == "No usefulness was measured."
     assert explain({"manifest": "pass"}) == "Every check passed."

@@ -47,7 +47,9 @@ def test_runs_are_drawn_as_the_rule_says_over_2000_windows():
             drawn.append(challenge_runs(inputs, "5m0"))
             assert len(miner_segments(inputs, "5m0", claimed)) == min(max(1, drawn[-1]), claimed)
         expected = sum(runs * p for runs, p in runs_distribution(RULE, claimed, probation))
-        sd = math.sqrt(sum((runs - expected) ** 2 * p for runs, p in runs_distribution(RULE, claimed, probation)))
+        sd = math.sqrt(
+            sum((runs - expected) ** 2 * p for runs, p in runs_distribution(RULE, claimed, probation))
+        )
         assert abs(sum(drawn) / 2000 - expected) <= 4 * sd / math.sqrt(2000) + 1e-9, (claimed, probation)
 
 
@@ -75,7 +77,9 @@ def test_per_segment_draws_make_a_larger_claim_likelier_to_be_caught():
     is caught almost every window, however little the miner fakes per segment claimed."""
     gpu = rule_of("gpu-subnet")
     assert catch_probability(gpu, 45, 46) == pytest.approx(gpu.floor / 46, rel=1e-9)  # the floor's run alone
-    assert catch_probability(gpu, 46, 92) > 30 * catch_probability(gpu, 45, 46)  # a run more, half of it faked
+    assert catch_probability(gpu, 46, 92) > 30 * catch_probability(
+        gpu, 45, 46
+    )  # a run more, half of it faked
     assert catch_probability(gpu, 46, 400) > 0.45
     no_extra = Rule(gpu.floor, None, gpu.probation_windows, gpu.maturity, gpu.alpha)
     assert catch_probability(no_extra, 46, 400) < gpu.floor  # per miner only, it saturates at q
@@ -97,8 +101,13 @@ TRAINED = [1, 2, 3, 5, 8, 12, 23, 34, 45, 46, 92, 184, 368]
 
 
 def claims_of(trained: int) -> list[int]:
-    return sorted({c for c in (trained + 1, trained + 2, 2 * trained, 4 * trained, 46, 47, 60, 92, 200, 400)
-                   if trained < c <= 400})
+    return sorted(
+        {
+            c
+            for c in (trained + 1, trained + 2, 2 * trained, 4 * trained, 46, 47, 60, 92, 200, 400)
+            if trained < c <= 400
+        }
+    )
 
 
 def test_on_the_gpu_config_every_claim_beyond_the_work_loses_even_with_a_fresh_hotkey():

@@ -86,7 +86,10 @@ class Network:
         self.harness.chain.commit(
             wallet,
             Announcement(
-                self.store.url, WINDOW, hashlib.sha256(manifest).hexdigest(), segments=rt.config.train.n_segments
+                self.store.url,
+                WINDOW,
+                hashlib.sha256(manifest).hexdigest(),
+                segments=rt.config.train.n_segments,
             ).encode(),
         )
 

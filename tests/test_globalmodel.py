@@ -186,7 +186,9 @@ def test_the_replays_are_shared_by_the_permitted_validators_that_aggregate():
         "v3": Commitment("v3", aggregated(7), 20),  # silent for three windows: out
         "v4": Commitment("v4", aggregated(10), 45),  # an anchor for a window not yet checked: out
         "copier": Commitment("copier", "hello", 45),
-        "m1": Commitment("m1", Announcement("file:///m", 10, manifest_sha256="34" * 32, segments=1).encode(), 41),
+        "m1": Commitment(
+            "m1", Announcement("file:///m", 10, manifest_sha256="34" * 32, segments=1).encode(), 41
+        ),
     }
     permitted = ["v1", "v2", "v3", "v4", "copier", "v1"]
     assert sharing_validators(permitted, commitments, 10) == ["v1", "v2"]

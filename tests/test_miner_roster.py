@@ -34,7 +34,9 @@ def miner_registered_at(tmp_path, offset: int) -> tuple[Miner, object]:
     harness.chain.register(wallet)
     harness.advance(max(start + 1, harness.local.block() + 1) - harness.local.block())
     store = FileStore(tmp_path / "store")
-    miner = Miner(build_runtime(config), harness.chain, wallet, store, store.url, MinerOptions(tmp_path / "m"))
+    miner = Miner(
+        build_runtime(config), harness.chain, wallet, store, store.url, MinerOptions(tmp_path / "m")
+    )
     return miner, harness
 
 
@@ -42,7 +44,9 @@ def miner_registered_at(tmp_path, offset: int) -> tuple[Miner, object]:
 def test_a_miner_registered_in_a_window_trains_the_next_and_says_so_once(tmp_path, caplog, offset):
     miner, harness = miner_registered_at(tmp_path, offset)
     assert miner.hotkey not in miner.window_miners(WINDOW)
-    assert miner.hotkey in miner.chain.registrations()  # registered now: window WINDOW + 1's roster will hold it
+    assert (
+        miner.hotkey in miner.chain.registrations()
+    )  # registered now: window WINDOW + 1's roster will hold it
     with caplog.at_level(logging.INFO, logger="distrai.miner"):
         assert miner.next_window() == WINDOW + 1
         assert miner.next_window() == WINDOW + 1

@@ -63,7 +63,10 @@ def signed_manifest(verdict: MinerVerdict) -> MinerVerdict:
 def basis_of(runtime, model, store, verdict, shares=None):
     """The window as the checks read it, the miner's manifest committed from `store`."""
     announcement = Announcement(
-        store.url, WINDOW, manifest_sha256=sha256_hex(verdict.manifest_bytes), segments=verdict.manifest.n_segments
+        store.url,
+        WINDOW,
+        manifest_sha256=sha256_hex(verdict.manifest_bytes),
+        segments=verdict.manifest.n_segments,
     )
     return window_basis(runtime, model, BLOCK_HASH, shares=shares or {}, announcements={MINER: announcement})
 
@@ -221,7 +224,9 @@ def test_findings_are_read_from_every_validator_with_a_permit_anchored_in_time_o
         "late": Commitment("late", late.encode(), 400),
         "no-aggregate": Commitment("no-aggregate", Announcement("file:///c").encode(), 3),
         "miner": Commitment(
-            "miner", Announcement("file:///m", window=WINDOW, manifest_sha256="c" * 64, segments=1).encode(), 40
+            "miner",
+            Announcement("file:///m", window=WINDOW, manifest_sha256="c" * 64, segments=1).encode(),
+            40,
         ),
         "garbled": Commitment("garbled", "not an announcement", 5),
     }

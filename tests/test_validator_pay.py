@@ -48,11 +48,17 @@ def checked(tmp_path_factory):
 def test_a_checked_window_is_pending_not_paid_and_the_report_says_when_it_matures(checked):
     harness, validator, store, miner = checked
     data = store.get(report_key(validator.rt.run_id, WINDOW, validator.hotkey), 1 << 24)
-    report = parse_body(WindowReport, open_document(data, max_bytes=1 << 24, is_registered=lambda _: True).body)
+    report = parse_body(
+        WindowReport, open_document(data, max_bytes=1 << 24, is_registered=lambda _: True).body
+    )
     entry = report.miners[miner]
     assert entry.score > 0 and entry.reason is None, entry
     assert entry.pay is not None
-    assert (entry.pay.average, entry.pay.pending, entry.pay.matures_at) == (0.0, entry.score, WINDOW + MATURITY)
+    assert (entry.pay.average, entry.pay.pending, entry.pay.matures_at) == (
+        0.0,
+        entry.score,
+        WINDOW + MATURITY,
+    )
     mg = harness.chain.metagraph()
     assert validator.state.averages[mg.uid_of(miner)] == 0.0
     weights = harness.chain.weights().get(mg.uid_of(validator.hotkey), {})

@@ -547,9 +547,8 @@ def test_a_claim_beyond_the_reference_draws_more_runs_and_every_node_draws_the_s
     miners = tuple(hotkeys(8))
 
     def inputs(i: int, claimed: int) -> ChallengeInputs:
-        return dataclasses.replace(
-            inputs_of(i, 8, 1), claims=((miners[0], claimed),), reference_segments=10
-        )
+        return dataclasses.replace(inputs_of(i, 8, 1), claims=((miners[0], claimed),), reference_segments=10)
+
     # 1/8 of the miners challenged: a claim of 10 draws the floor's run only, one of 90 eight
     # times the reference, so 1/8 + 1/8 · 80 / 10 = 1.125 runs a window in expectation
     small = [challenge_runs(inputs(i, 10), miners[0]) for i in range(800)]

@@ -471,7 +471,9 @@ def pay_words(pay: PayStanding, window: int | None) -> str:
     )
     if pay.matures_at is not None:
         text += f", the oldest maturing at window {pay.matures_at}"
-    text += ". A window's score is paid only once it has been open to challenge; a catch before then forfeits it."
+    text += (
+        ". A window's score is paid only once it has been open to challenge; a catch before then forfeits it."
+    )
     if pay.held:
         text += " Paid nothing for now: a withheld reveal is read again before anything matures."
     return text

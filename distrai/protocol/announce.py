@@ -39,7 +39,9 @@ class Announcement:
         if (self.window is None) != (not anchors) or len(anchors) > 1:
             raise ValueError("an announcement anchors one manifest or one aggregate, with its window")
         if (self.manifest_sha256 is not None) != (self.segments is not None):
-            raise ValueError("a manifest anchor names the segments it claims, and only a manifest anchor does")
+            raise ValueError(
+                "a manifest anchor names the segments it claims, and only a manifest anchor does"
+            )
         if self.segments is not None and self.segments < 1:
             raise ValueError(f"a manifest claims at least one segment, not {self.segments}")
 

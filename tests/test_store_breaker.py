@@ -64,6 +64,18 @@ def test_a_store_that_gives_up_in_an_outage_says_so(tmp_path, caplog):
         FileStore(tmp_path / "other", retry=NO_WAIT).get(KEYS[0], 100)
 
 
+def test_a_file_store_cut_off_answers_exists_with_an_error_not_with_no(tmp_path):
+    """A probe of a store in an outage must not read as "the object is not there"."""
+    store = filled(tmp_path / "store")
+    away = store.root.rename(tmp_path / "away")
+    store.root.symlink_to(store.root)  # every path under the root fails (ELOOP)
+    with pytest.raises(StoreError, match="exists"):
+        store.exists(KEYS[0])
+    store.root.unlink()
+    away.rename(store.root)
+    assert store.exists(KEYS[0]) and not store.exists("window-1/absent.json")
+
+
 def test_an_s3_store_out_of_reach_says_so_and_a_missing_object_does_not(
     unused_endpoint, s3_endpoint, s3_bucket, s3_credentials
 ):

@@ -98,7 +98,16 @@ def claimed_segments(manifest: bytes) -> int:
         return 1
 
 
-def check(runtime, model, store, announcement, hotkey=MINER.ss58_address, start_hash=None, challenged=False):
+def check(
+    runtime,
+    model,
+    store,
+    announcement,
+    hotkey=MINER.ss58_address,
+    start_hash=None,
+    challenged=False,
+    behind=False,
+):
     registered = {MINER.ss58_address, THIEF.ss58_address}
     basis = WindowBasis(
         runtime=runtime,
@@ -110,6 +119,7 @@ def check(runtime, model, store, announcement, hotkey=MINER.ss58_address, start_
         announcements={hotkey: announcement},
         is_registered=lambda hk: hk in registered,
         start_hash=start_hash,
+        behind=behind,
     )
     return check_miner(basis, hotkey, 1, store, challenged=challenged)
 
@@ -148,8 +158,10 @@ def test_a_manifest_claiming_other_segments_than_its_anchor_is_fraud(runtime, mo
     assert anchored != claimed
     announcement = publish(store, runtime, MINER.ss58_address, manifest, blob, segments=anchored)
     verdict = check(runtime, model, store, announcement)
-    assert verdict.fraud and f"claims {claimed} segments where its anchor on chain claims {anchored}" in (
-        verdict.verdicts["consistency"]
+    assert (
+        verdict.fraud
+        and f"claims {claimed} segments where its anchor on chain claims {anchored}"
+        in (verdict.verdicts["consistency"])
     )
 
 
@@ -232,6 +244,23 @@ def test_bad_input_becomes_a_named_verdict(runtime, model, tmp_path, case, check
     assert verdict.verdicts[check_name] != PASS
     assert words in verdict.verdicts[check_name], verdict.verdicts
     assert verdict.fraud == (case not in ("no manifest", "no blob")), case
+
+
+@pytest.mark.parametrize("behind", [False, True], ids=["with the network", "behind"])
+def test_a_manifest_on_another_base_is_fraud_unless_this_validator_may_be_behind(
+    runtime, model, tmp_path, behind
+):
+    """A validator that passed over an aggregate out of reach cannot tell whether the miner or itself
+    has the network's model: it does not judge the miner (no score, no bar)."""
+    store = FileStore(tmp_path)
+    blob, meta = update_blob(runtime, model)
+    body = {**manifest_body(runtime, model, blob, meta, MINER.ss58_address), "base_hash": "cd" * 32}
+    announcement = publish(store, runtime, MINER.ss58_address, sign_document(MINER, body), blob)
+    verdict = check(runtime, model, store, announcement, behind=behind)
+    assert not verdict.passed
+    assert verdict.fraud is not behind and verdict.unmeasured is behind
+    words = "not judged: trained from model cdcdcdcdcd" if behind else "another base model"
+    assert words in verdict.verdicts["consistency"], verdict.verdicts
 
 
 def test_a_missing_update_is_fraud_only_for_a_challenged_miner(runtime, model, tmp_path):

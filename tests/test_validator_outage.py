@@ -28,7 +28,7 @@ from support.local_harness import LocalHarness, make_local_harness
 
 from distrai.chain.local import LocalChain
 from distrai.protocol.announce import anchored_aggregates
-from distrai.protocol.layout import aggregate_key, report_key
+from distrai.protocol.layout import aggregate_key, report_key, window_prefix
 from distrai.protocol.run import load_run_config
 from distrai.protocol.runtime import build_runtime
 from distrai.protocol.sync import StoreCache
@@ -84,10 +84,12 @@ def restore(store: FileStore, away: Path) -> None:
     away.rename(store.root)
 
 
-def train(root: Path, config, store_of: dict[str, str], absent: tuple[str, ...] = ()):
+def train(
+    root: Path, config, store_of: dict[str, str], absent: tuple[str, ...] = (), until: int | None = None
+):
     """Miners (name → the name of its store folder) that revealed WINDOW in time: the chain's
-    harness and each miner's store by hotkey. `absent` names validators that hold a permit and stake
-    beside the test's, and never run."""
+    harness, at block `until` (by default the reveal deadline), and each miner's store by hotkey.
+    `absent` names validators that hold a permit and stake beside the test's, and never run."""
     harness = make_local_harness(root)
     for name in ("validator", *absent):
         validator_wallet = harness.new_wallet(name)
@@ -118,7 +120,7 @@ def train(root: Path, config, store_of: dict[str, str], absent: tuple[str, ...] 
     for miner in miners:
         result = miner.uploader.upload(miner.uploader.jobs.get())
         assert result is not None and not result.late
-    harness.advance(reveal_deadline(config.windows, WINDOW) - harness.local.block())
+    harness.advance((until or reveal_deadline(config.windows, WINDOW)) - harness.local.block())
     return harness, stores
 
 
@@ -219,6 +221,55 @@ def test_a_store_still_silent_after_the_one_more_pass_is_withheld(revealed):
     assert alpha in validator.state.banned_until
     other = max(stores)
     assert validator.held.verdicts[other].passed and other not in validator.state.banned_until
+
+
+@pytest.fixture(scope="module")
+def revealing(tmp_path_factory, config):
+    """Two miners that committed WINDOW and revealed it, each into its own store, the chain in the
+    reveal phase two blocks after the commit deadline."""
+    until = commit_deadline(config.windows, WINDOW) + 2
+    return train(
+        tmp_path_factory.mktemp("revealing"), config, {"alpha": "alpha", "beta": "beta"}, until=until
+    )
+
+
+@pytest.mark.parametrize("lands", [True, False], ids=["honest, held up", "withholder"])
+def test_an_outage_that_ends_just_before_the_reveal_deadline_is_not_withholding(
+    tmp_path, config, revealing, lands
+):
+    """alpha's store is out from the reveal phase's second block to the block before the deadline,
+    and its reveal, held up by the outage, lands at the block after (or, from a withholder, never).
+    The validator's probes through the reveal phase saw the outage: the honest miner passes, the
+    withholder is still barred at the read patience."""
+    harness, validator, _ = at_the_reveal_deadline(tmp_path, config, revealing)
+    stores = revealing[1]
+    alpha = min(stores)
+    store = stores[alpha]
+    reveal = store.root / window_prefix(validator.rt.run_id, WINDOW)
+    held = reveal.rename(tmp_path / "held-up")
+    away = cut(store)
+    deadline = reveal_deadline(validator.windows, WINDOW)
+    try:
+        validator.wait_noting_miners(
+            deadline, Ticking(harness, {deadline - 1: lambda: restore(store, away)}), probe=WINDOW
+        )
+        assert validator.pending.load(WINDOW).probe_failed == {store.url: deadline - 2}
+        arrival = {deadline + 1: lambda: held.rename(reveal)} if lands else {}
+        assert validator.run_window(WINDOW, Ticking(harness, arrival))
+    finally:
+        if (store.root.with_name(store.root.name + ".away")).exists():
+            restore(store, away)
+        if held.exists():
+            held.rename(reveal)
+    verdict = validator.held.verdicts[alpha]
+    if lands:
+        assert verdict.passed and not verdict.fraud, verdict.verdicts
+        assert alpha not in validator.state.banned_until
+    else:
+        assert verdict.withheld and verdict.fraud, verdict.verdicts
+        assert alpha in validator.state.banned_until
+    beta = max(stores)
+    assert validator.held.verdicts[beta].passed and beta not in validator.state.banned_until
 
 
 def cut_when_publishing(validator, store: FileStore) -> list:

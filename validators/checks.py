@@ -133,6 +133,14 @@ def check_miner(
     verdict.verdicts[Check.MANIFEST] = PASS
     verdict.manifest = manifest
     verdict.manifest_bytes = data
+    if basis.behind and manifest.base_hash != model.hash:
+        verdict.unmeasured = True
+        return verdict.fail(
+            Check.CONSISTENCY,
+            f"not judged: trained from model {manifest.base_hash[:10]}, which this validator does not have "
+            "(it passed over an aggregate out of reach and may be behind the network)",
+            fraud=False,
+        )
     problems = []
     if manifest.hotkey != hotkey:
         problems.append("names another hotkey")

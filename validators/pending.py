@@ -35,6 +35,9 @@ class PendingWindow(BaseModel):
     unreachable: list[str] = []
     late: dict[str, int] = {}
     """store URL → the block of a listing taken after the deadline, the store not answering then"""
+    probe_failed: dict[str, int] = {}
+    """store URL → the last block of the reveal phase at which it did not answer this validator's
+    probe (`validators.reveal_probe`)"""
 
     def inventory(self) -> Inventory | None:
         if self.inventory_block is None or self.present is None:

@@ -98,6 +98,7 @@ from validators.inventory import take_inventory
 from validators.measuring import WindowMeasuring
 from validators.pay import add_window, forfeit, mature, matures_at, pending_total
 from validators.pending import ListedWindow, PendingWindow, PendingWindows
+from validators.reveal_probe import held_up, probe_keys, silent_stores
 from validators.scoring import weights_from_averages
 from validators.shared_scoring import (
     Pooled,
@@ -195,6 +196,8 @@ class Validator(Participant):
         """the last window this process set out to check (None before the first)"""
         self.unreached: int | None = None
         """the window last put off because the models to check it were out of reach"""
+        self.probing: tuple[int, dict[str, str]] | None = None
+        """the window whose stores the reveal-phase probes ask, and what each is asked for"""
         self.breaker = PassBreaker()
         self.miner_stores = StoreCache(lambda url: self.breaker.guard(self.stores.get(url)))
         """the miners' stores as a window's passes of reads see them: within one pass (the listing at
@@ -224,7 +227,7 @@ class Validator(Participant):
             self.say_skipped(w)
             self.wait_noting_miners(window_start(self.windows, w), stop)
             self.note_miners(w)
-            self.wait_noting_miners(reveal_deadline(self.windows, w), stop)
+            self.wait_noting_miners(reveal_deadline(self.windows, w), stop, probe=w)
             if stop.is_set():
                 return
             if self.run_window(w, stop):
@@ -269,9 +272,11 @@ class Validator(Participant):
             self.pending.save(pending)
         return pending
 
-    def wait_noting_miners(self, block: int, stop: threading.Event) -> None:
+    def wait_noting_miners(self, block: int, stop: threading.Event, probe: int | None = None) -> None:
         """Sleep until `block`, noting the miners of every window that starts meanwhile (on
-        pipelined windows, the next window starts while this one waits for its reveal deadline)."""
+        pipelined windows, the next window starts while this one waits for its reveal deadline), and
+        probing window `probe`'s stores once a block from its commit deadline on."""
+        probed = -1
         while not stop.is_set():
             now = self.block_now()
             current = window_of(self.windows, now)
@@ -279,7 +284,37 @@ class Validator(Participant):
                 self.note_miners(current)
             if now >= block:
                 return
+            if probe is not None and now != probed and now >= commit_deadline(self.windows, probe):
+                self.probe_reveals(probe, now)
+                probed = now
             stop.wait(min(0.5, self.chain.block_time() / 4))
+
+    def probe_reveals(self, w: int, block: int) -> None:
+        """Ask each store window w's miners announced whether it answers, and note the ones that do
+        not in the window's notes (`validators.reveal_probe`); nothing once the window is listed."""
+        pending = self.note_miners(w)
+        if pending.inventory() is not None:
+            return
+        if self.probing is None or self.probing[0] != w:
+            in_time, _ = self.committed(w)
+            self.probing = (w, probe_keys(self.rt.run_id, w, in_time))
+        silent = silent_stores(self.stores, self.probing[1])
+        if not silent:
+            return
+        for url in silent:
+            if url not in pending.probe_failed:
+                log.warning(
+                    "window %d: the store %s did not answer at block %d of the reveal phase: what it lacks "
+                    "at the reveal deadline is asked for again until the read patience",
+                    w,
+                    url,
+                    block,
+                )
+        self.pending.save(
+            pending.model_copy(
+                update={"probe_failed": {**pending.probe_failed, **dict.fromkeys(silent, block)}}
+            )
+        )
 
     # -- one window -----------------------------------------------------------------------------
 
@@ -303,6 +338,7 @@ class Validator(Participant):
                     self.rt.config.limits.max_manifest_bytes,
                     self.chain.block,
                 )
+            inventory = held_up(inventory, pending.probe_failed)
             self.pending.save(pending.with_inventory(inventory))
             for url in sorted(inventory.unreachable):
                 log.warning("window %d: the store %s could not be listed at the reveal deadline", w, url)
@@ -429,6 +465,7 @@ class Validator(Participant):
             in_time,
             lambda hk: mg.uid_of(hk) is not None,
             self.start_hash,
+            behind=self.syncer.behind(),
         )
         view = WindowView(
             basis,
@@ -796,18 +833,16 @@ class Validator(Participant):
             if v.withheld:
                 suspended[v.hotkey] = Suspension(window=w, banned_until=banned.get(v.hotkey, -1))
             banned[v.hotkey] = w + 1 + scoring.ban_windows
-            log.warning(
-                "window %d: uid %d barred until window %d: %s", w, v.uid, banned[v.hotkey], v.reason
-            )
+            log.warning("window %d: uid %d barred until window %d: %s", w, v.uid, banned[v.hotkey], v.reason)
         for hotkey in [v.hotkey for v in caught if not v.withheld] + list(adopted):
             if hotkey in averages:
                 pending, lost = forfeit(pending, hotkey)
                 averages[hotkey] = 0.0
                 if lost > 0:
-                    log.warning(
-                        "window %d: %s forfeits %.0f of pay not yet matured", w, hotkey[:10], lost
-                    )
-        averages, pending = mature(averages, pending, w - scoring.maturity_windows, scoring.ema_alpha, suspended)
+                    log.warning("window %d: %s forfeits %.0f of pay not yet matured", w, hotkey[:10], lost)
+        averages, pending = mature(
+            averages, pending, w - scoring.maturity_windows, scoring.ema_alpha, suspended
+        )
         self.state = state.model_copy(
             update={
                 "window": w,

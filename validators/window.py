@@ -44,6 +44,9 @@ class WindowBasis:
     start_hash: str | None = None
     """the hash of G_w with a fresh optimizer at step 0, which every boundary 0 must commit to
     (None: not checked)"""
+    behind: bool = False
+    """whether this validator passed over an aggregate out of reach and may be behind the network
+    (`distrai.protocol.sync.Syncer.behind`): a manifest built on another model is then not judged"""
 
     @classmethod
     def measured_outside(

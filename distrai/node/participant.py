@@ -40,7 +40,7 @@ class Participant:
         self.store_url = store_url
         self.metrics = metrics
         self.stores = stores or StoreCache()
-        self.syncer = Syncer(runtime, chain, self.stores)
+        self.syncer = Syncer(runtime, chain, self.stores, me=self.hotkey)
         self.windows = runtime.config.windows
         self.model: GlobalModel | None = None
 

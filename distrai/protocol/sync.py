@@ -6,6 +6,11 @@ refused on the way is remembered with its reason (`take_refusals`), so a validat
 the leader it would not follow. A window nobody aggregated leaves the model as it was. A node
 that joins late starts from the newest checkpoint that is the result of an aggregate it would
 follow (`newest_checkpoint`), or from the run's initial parameters at the run's first window.
+
+Passing over an aggregate out of reach is provisional: a node that did keeps the model it had then,
+and goes back to it and waits for what it passed over once the other validators' aggregates show that
+the network followed it (`distrai.protocol.rejoin`). Every node then ends on one model after an
+outage, whoever's patience ran out first.
 """
 
 from __future__ import annotations
@@ -17,7 +22,13 @@ from dataclasses import dataclass
 
 from distrai.chain.base import Chain, ChainError, Metagraph
 from distrai.protocol.announce import Announcement, parse_announcement
-from distrai.protocol.follow import WindowAnchors, checked_aggregate, read_anchors, window_quorum
+from distrai.protocol.follow import (
+    WindowAnchors,
+    anchored_aggregate,
+    checked_aggregate,
+    read_anchors,
+    window_quorum,
+)
 from distrai.protocol.globalmodel import (
     GlobalModel,
     SyncError,
@@ -28,6 +39,7 @@ from distrai.protocol.globalmodel import (
 )
 from distrai.protocol.layout import checkpoint_prefix, checkpoint_window
 from distrai.protocol.quorum import Quorum
+from distrai.protocol.rejoin import REJOIN_WINDOWS, BaseVote, Verdict, verdict
 from distrai.protocol.remeasure import HeldoutJudge, check_not_worse, heldout_sample, loss_rise, sample_seed
 from distrai.protocol.run import RUN_COMMITMENT_PREFIX, parse_run_commitment
 from distrai.protocol.runtime import Runtime
@@ -132,8 +144,10 @@ class Settled:
 class Syncer:
     """Moves a node's copy of the global model forward to the window it needs."""
 
-    def __init__(self, runtime: Runtime, chain: Chain, stores: StoreCache):
+    def __init__(self, runtime: Runtime, chain: Chain, stores: StoreCache, me: str | None = None):
         self.runtime = runtime
+        self.me = me
+        """this node's hotkey: its own aggregates say nothing of where the network is"""
         self.chain = chain
         self.stores = stores
         self.outages = OutageLog(log)
@@ -152,6 +166,13 @@ class Syncer:
         self.judge = HeldoutJudge(runtime)
         self._base_loss: tuple[int, str, float] | None = None
         """(window, base hash, its loss on the window's held-out sample), measured once per window"""
+        self.passed_over: GlobalModel | None = None
+        """G_w of the first window w whose aggregate or report this node passed over out of reach, held
+        until it rejoins the network or `REJOIN_WINDOWS` windows pass without a sign that it is behind"""
+        self._patient = False
+        """while rejoining: nothing out of reach is passed over, it is waited for"""
+        self._gave_up = False
+        """whether the step under way passed over something out of reach"""
 
     def first_window(self) -> int:
         """The run's first window (read once: the owner's run commitment does not move)."""
@@ -171,8 +192,76 @@ class Syncer:
         if model is None or model.window > target:
             model = self.newest_checkpoint(view, target) or self.initial()
         while model.window < target:
-            model = self.step(model, view)
+            model = self.step(self.rejoined(model, view), view)
         return model
+
+    def behind(self) -> bool:
+        """Whether this node passed over something out of reach that the network may have followed:
+        its model is provisional (`distrai.protocol.rejoin`)."""
+        return self.passed_over is not None
+
+    def rejoined(self, model: GlobalModel, view: PeerView) -> GlobalModel:
+        """`model`, or, for a node that passed over something out of reach and now sees the other
+        validators' aggregates of `model.window` built on another model, G_model.window stepped again from
+        the model it passed over from, waiting for everything (`SyncUnavailable` while it cannot)."""
+        held = self.passed_over
+        if held is None or model.window <= held.window:
+            return model
+        seen = verdict(self.base_votes(model.window, view), model.hash, self.me)
+        if seen is not Verdict.BEHIND:
+            if model.window - held.window >= REJOIN_WINDOWS:
+                log.info(
+                    "window %d: no sign in %d windows that the network followed what this node passed "
+                    "over in window %d; its model stands",
+                    model.window,
+                    REJOIN_WINDOWS,
+                    held.window,
+                )
+                self.passed_over = None
+            return model
+        log.warning(
+            "window %d: the other validators' aggregates build on another model than this node's, which "
+            "passed over what was out of reach in window %d: going back to window %d and waiting for it",
+            model.window,
+            held.window,
+            held.window,
+        )
+        again, self._patient = held, True
+        try:
+            while again.window < model.window:
+                again = self.step(again, view)
+        finally:
+            self._patient = False
+        self.passed_over = None
+        log.info(
+            "window %d: rejoined the network's model (%s, was %s)",
+            model.window,
+            again.hash[:10],
+            model.hash[:10],
+        )
+        return again
+
+    def base_votes(self, w: int, view: PeerView) -> list[BaseVote]:
+        """The model each validator's anchored, signed aggregate of window w was built on, with its
+        stake; aggregates that cannot be read now are left out."""
+        config = self.runtime.config
+        try:
+            anchors = read_anchors(self.chain, config, w)
+        except SyncError:
+            return []
+        stake = {n.hotkey: n.stake for n in view.metagraph.neurons}
+        votes = []
+        for hotkey, url in view.validators_by_stake():
+            if hotkey not in anchors.aggregates:
+                continue
+            try:
+                aggregate = anchored_aggregate(
+                    config, self.runtime.run_id, w, hotkey, self.stores.get(url), anchors
+                )
+            except (StoreError, OSError, SyncError, ValueError):
+                continue
+            votes.append(BaseVote(hotkey, aggregate.base_hash, stake.get(hotkey, 0.0)))
+        return votes
 
     def step(self, model: GlobalModel, view: PeerView) -> GlobalModel:
         """G_{w+1} from the first aggregate of window w that passes every check, or G_w again if
@@ -184,6 +273,7 @@ class Syncer:
         config = self.runtime.config
         anchors = read_anchors(self.chain, config, w)
         patience = self.patience(w)
+        self._gave_up = False
         quorum = self.quorum(w, view, anchors)
         for hotkey, url in view.validators_by_stake():
             if hotkey not in anchors.aggregates:
@@ -210,9 +300,10 @@ class Syncer:
             except SyncUnavailable as exc:
                 now = self.chain.block()
                 since = self.unreachable_since.setdefault((w, hotkey), now)
-                if now < patience or since >= patience:
+                if self._patient or now < patience or since >= patience:
                     self.outages.failed(aggregate_of(w, hotkey), exc)
                     raise
+                self._gave_up = True
                 self.outages.gave_up(aggregate_of(w, hotkey), "passed over")
                 log.warning(
                     "window %d: not following %s's aggregate, out of reach since its deadline: %s",
@@ -234,11 +325,19 @@ class Syncer:
                 Settled(w, hotkey, tuple((a.hotkey, a.weight) for a in aggregate.accepted), quorum.reports)
             )
             self.reached(w)
+            self.hold_if_passed_over(model)
             return following
         log.info("window %d: no aggregate anchored and verifiable; the global model stays", w)
         self.settle(Settled(w, None, (), quorum.reports))
         self.reached(w)
+        self.hold_if_passed_over(model)
         return skip_window(model)
+
+    def hold_if_passed_over(self, model: GlobalModel) -> None:
+        """Hold G_w, the model a step passed over something out of reach from, unless an earlier one is
+        held already (going back to it steps through this window again)."""
+        if self._gave_up and self.passed_over is None:
+            self.passed_over = model
 
     def reached(self, w: int) -> None:
         """End the outages of window w's aggregates and reports: the window is settled."""
@@ -281,10 +380,11 @@ class Syncer:
         def still_due(validator: str, exc: SyncUnavailable) -> bool:
             now = self.chain.block()
             since = self.unreachable_since.setdefault((w, validator), now)
-            due = now < patience or since >= patience
+            due = self._patient or now < patience or since >= patience
             if due:
                 self.outages.failed(f"window {w}: {validator[:10]}'s report", exc)
             else:
+                self._gave_up = True
                 self.outages.gave_up(f"window {w}: {validator[:10]}'s report", "it does not count")
                 log.warning(
                     "window %d: %s's report does not count, out of reach since its deadline: %s",

@@ -142,8 +142,17 @@ class FileStore(Store):
         return self._run(f"get {key!r}", read)
 
     def exists(self, key: str) -> bool:
+        """Whether `key` is there; a store that cannot be read raises, as every other operation does
+        (`Path.is_file` would answer False through an outage)."""
         path = self._path(key)
-        return self._run(f"exists {key!r}", path.is_file)
+
+        def regular_file() -> bool:
+            try:
+                return stat.S_ISREG(os.stat(path).st_mode)
+            except (FileNotFoundError, NotADirectoryError):
+                return False
+
+        return self._run(f"exists {key!r}", regular_file)
 
     def list(self, prefix: str = "") -> list[str]:
         directory = prefix.rpartition("/")[0]

@@ -155,6 +155,30 @@ def test_an_aggregate_followers_refuse_counts_against_no_agreement_and_names_its
     assert (v1.agreed, v1.compared, v1.aggregate_problem) == (1, 1, "weights")
 
 
+def test_a_validator_whose_aggregates_are_built_on_another_model_is_shown_behind_since_the_first():
+    """validator1 passed over window 5's aggregate: its aggregates of windows 6 and 7 start from the
+    model before it. It is behind since window 6, and no longer once it builds on the network's."""
+    docs = [
+        WindowDocs(5, aggregates={V0: AggregateCheck(V0, (), "g6", base_hash="g5")}, leader=V0),
+        WindowDocs(
+            6,
+            aggregates={
+                V0: AggregateCheck(V0, (), "g7", base_hash="g6"),
+                V1: AggregateCheck(V1, (), "x", base_hash="g5"),
+            },
+            leader=V0,
+        ),
+        WindowDocs(7, aggregates={V1: AggregateCheck(V1, (), "y", base_hash="x")}),
+    ]
+    assert validator_row(V1, docs, chain_state(), LABELS, {}).behind_since == 6
+    assert validator_row(V0, docs, chain_state(), LABELS, {}).behind_since is None
+    rejoined = [
+        *docs,
+        WindowDocs(8, aggregates={V1: AggregateCheck(V1, (), "g9", base_hash="g7")}, leader=V1),
+    ]
+    assert validator_row(V1, rejoined, chain_state(), LABELS, {}).behind_since is None
+
+
 def test_a_window_row_counts_each_upload_once_however_many_validators_read_it():
     row = window_row(two_windows()[1], LABELS, {7: 2.5})
     assert (row.update_bytes, row.revealed_bytes, row.reports, row.accepted) == (200, 900, 2, 2)

@@ -6,10 +6,10 @@ and at its wallets to see its hotkeys by name. Only public key files are read (`
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from distrai.node.metrics import read_metrics, utilization
+from distrai.node.wallets import public_hotkeys
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -59,16 +59,10 @@ def _by_hotkey(records: list[dict]) -> dict[str, list[dict]]:
 
 def wallet_labels(path: Path | None) -> dict[str, str]:
     """Hotkey → "wallet" (or "wallet/hotkey" for a hotkey not named default), from the public key
-    files of the wallets under `path` (the bittensor layout: <wallet>/hotkeys/<hotkey>pub.txt)."""
+    files of the wallets under `path` (`distrai.node.wallets.public_hotkeys`)."""
     if path is None:
         return {}
-    labels = {}
-    for pub in sorted(Path(path).expanduser().glob("*/hotkeys/*pub.txt")):
-        try:
-            address = json.loads(pub.read_text(encoding="utf-8")).get("ss58Address")
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-            continue
-        if isinstance(address, str):
-            wallet, hotkey = pub.parent.parent.name, pub.name.removesuffix("pub.txt")
-            labels[address] = wallet if hotkey == "default" else f"{wallet}/{hotkey}"
-    return labels
+    return {
+        key.address: key.wallet if key.hotkey == "default" else f"{key.wallet}/{key.hotkey}"
+        for key in public_hotkeys(path)
+    }

@@ -237,7 +237,9 @@ class RunReader:
                 out[validator] = AggregateCheck(validator, problem=clip(str(exc)))
                 continue
             accepted = tuple((a.hotkey, a.weight) for a in aggregate.accepted)
-            out[validator] = AggregateCheck(validator, accepted, aggregate.result_hash)
+            out[validator] = AggregateCheck(
+                validator, accepted, aggregate.result_hash, base_hash=aggregate.base_hash
+            )
         return out
 
     def tokens(self, w: int, aggregate: AggregateCheck, url: str, anchors: WindowAnchors) -> int | None:

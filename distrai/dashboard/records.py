@@ -39,6 +39,8 @@ class AggregateCheck:
     result_hash: str | None = None
     problem: str | None = None
     """why a follower refuses it; None when it passes"""
+    base_hash: str | None = None
+    """the model it was built on (G_w as its validator had it)"""
 
 
 @dataclass(frozen=True)
@@ -222,6 +224,9 @@ class ValidatorRow:
     """windows in which it anchored an aggregate before the aggregate deadline"""
     aggregate_problem: str | None
     """why followers refuse its latest aggregate, if they do"""
+    behind_since: int | None = None
+    """the first window of the latest run of windows whose aggregate it built on another model than
+    the network's (`behind_since`); None when its latest aggregate was built on the network's"""
 
 
 @dataclass(frozen=True)
@@ -525,7 +530,26 @@ def validator_row(
         utilization=utilization.get(hotkey),
         aggregates=sum(1 for d in docs if hotkey in d.aggregates),
         aggregate_problem=latest_aggregate.problem if latest_aggregate else None,
+        behind_since=behind_since(hotkey, docs),
     )
+
+
+def behind_since(hotkey: str, docs: list[WindowDocs]) -> int | None:
+    """The first window of the latest run of windows in which `hotkey` built its aggregate on another
+    model than the network's: the result of the aggregate followed in the window before, or that
+    window's model again when none was followed (the first window shown: the base of its followed
+    aggregate). None when its latest aggregate was built on the network's model, or none tells. A
+    validator that passed over an aggregate out of reach goes back for it once it sees the others'
+    next aggregates (`distrai.protocol.rejoin`); this says how long it was off meanwhile."""
+    since, network = None, None
+    for d in sorted(docs, key=lambda d: d.window):
+        lead = d.aggregates.get(d.leader) if d.leader else None
+        expected = network if network is not None else (lead.base_hash if lead else None)
+        mine = d.aggregates.get(hotkey)
+        if mine is not None and mine.base_hash is not None and expected is not None:
+            since = None if mine.base_hash == expected else (d.window if since is None else since)
+        network = lead.result_hash if lead else expected
+    return since
 
 
 def window_row(d: WindowDocs, labels: dict[str, str], heldout: dict[int, float]) -> WindowRow:

@@ -55,7 +55,27 @@ const minerColumns = [
 ];
 
 const validatorColumns = [
-  { title: "Validator", cell: (x) => who(x.label, x.hotkey) },
+  {
+    title: "Validator",
+    cell: (x) => [
+      who(x.label, x.hotkey),
+      x.behind_since !== null && x.behind_since !== undefined
+        ? [
+            " ",
+            el(
+              "span",
+              {
+                class: "badge bad",
+                title:
+                  "its aggregates are built on another model than the network's: it passed over an aggregate out " +
+                  "of reach, and does not judge miners trained on the network's model until it rejoins",
+              },
+              `behind since window ${x.behind_since}`,
+            ),
+          ]
+        : null,
+    ],
+  },
   { title: "UID", cell: (x) => x.uid ?? dash },
   { title: "Stake", cell: (x) => num(x.stake, 0) },
   { title: "V-trust", cell: (x) => num(x.validator_trust) },

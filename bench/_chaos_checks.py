@@ -150,9 +150,13 @@ def check_validator_state(h: Harness) -> Check:
                 f"kill {k.index} ({k.node}): state of w{after.window} changed without a new window"
             )
         started = [
-            int(m[1])
+            int(m[1]) if m[1] is not None else -1
             for r in log_records(h.net.neuron(k.node).log_path, k.log_offset)
-            if (m := re.search(r"started on run \S+ at window (-?\d+)", r.message))
+            if (
+                m := re.search(
+                    r"started on run \S+, (?:its last window checked (\d+)|no window checked yet)", r.message
+                )
+            )
         ]
         if not started:
             details.append(f"kill {k.index} ({k.node}): the restarted process never said it started")

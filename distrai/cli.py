@@ -19,10 +19,13 @@ from distrai.dashboard.cli import DEFAULT_PORT as DASHBOARD_PORT
 from distrai.dashboard.cli import add_dashboard_parser, run_dashboard
 from distrai.data.cli import add_data_commands, cmd_data_prepare
 from distrai.node.flags import FLAGS
-from distrai.node.wallets import create_dev_wallet
+from distrai.node.wallets import create_dev_wallet, public_hotkeys
 from distrai.run_cmd import add_run_commands, cmd_run_publish
 
-console = Console()
+PIPED_WIDTH = 200
+"""Columns of output that goes to a file or a pipe (rich's own default there is 80, which cuts the
+metagraph's hotkeys and wraps long messages); a terminal's own width, or COLUMNS, wins."""
+console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else PIPED_WIDTH)
 DOCTOR_CHAIN_FLAGS = ("--netuid", "--subtensor.network", "--chain.path")
 """The nodes' flags `distrai doctor` reads the chain's block time with."""
 
@@ -36,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     create = wallet.add_parser("create", help="create an unencrypted coldkey and hotkey where missing")
     wallet_args(create, name_default="default")
+    listing = wallet.add_parser("list", help="every wallet and hotkey under --wallet.path, with addresses")
+    wallet_args(listing, name_default=None)
 
     add_chain_commands(groups)
     add_run_commands(groups)
@@ -206,6 +211,22 @@ def cmd_wallet_create(args: argparse.Namespace) -> None:
     console.print(f"  coldkey {wallet.coldkeypub.ss58_address}\n  hotkey  {wallet.hotkey.ss58_address}")
 
 
+def cmd_wallet_list(args: argparse.Namespace) -> int:
+    keys = public_hotkeys(args.wallet_path)
+    if not keys:
+        console.print(
+            f"no wallets under {args.wallet_path}; make one with `distrai wallet create`", highlight=False
+        )
+        return 1
+    table = Table(title=f"wallets under {args.wallet_path}")
+    for column in ("wallet", "hotkey", "hotkey address", "coldkey address"):
+        table.add_column(column, no_wrap=True)
+    for key in keys:
+        table.add_row(key.wallet, key.hotkey, key.address, key.coldkey or "(no coldkeypub.txt)")
+    console.print(table)
+    return 0
+
+
 def cmd_localnet(args: argparse.Namespace) -> None:
     from distrai.localnet.preflight import preflight
 
@@ -301,6 +322,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int | None]] = {
     ("wallet", "create"): cmd_wallet_create,
+    ("wallet", "list"): cmd_wallet_list,
     **{("chain", name): partial(command, console=console) for name, command in CHAIN_COMMANDS.items()},
     ("run", "publish"): lambda args: cmd_run_publish(args, console),
     ("localnet", None): cmd_localnet,

@@ -78,10 +78,12 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
     )
     validator.announce()
     logging.getLogger("distrai.validator").info(
-        "validator %s started on run %s… at window %d",
+        "validator %s started on run %s…, %s",
         node.wallet.hotkey.ss58_address,
         node.runtime.run_id[:12],
-        validator.state.window,
+        f"its last window checked {validator.state.window}"
+        if validator.state.window >= 0
+        else "no window checked yet",
     )
     try:
         validator.run(stop, node.max_windows)

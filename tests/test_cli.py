@@ -11,8 +11,11 @@ import bittensor as bt
 from distrai.node.wallets import create_dev_wallet
 
 
-def distrai(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HOME": str(tmp_path), "COLUMNS": "200", "DISTRAI_CHAIN": str(tmp_path / "chain.db")}
+def distrai(tmp_path, *args: str, columns: str | None = "200") -> subprocess.CompletedProcess:
+    env = {**os.environ, "HOME": str(tmp_path), "DISTRAI_CHAIN": str(tmp_path / "chain.db")}
+    env.pop("COLUMNS", None)
+    if columns is not None:
+        env["COLUMNS"] = columns
     return subprocess.run(
         [sys.executable, "-m", "distrai.cli", *args], capture_output=True, text=True, env=env, timeout=120
     )
@@ -151,3 +154,50 @@ def test_chain_init_takes_commit_reveal_stake_threshold_and_owner_hotkey(tmp_pat
         owner.coldkeypub.ss58_address,
     )
     assert too_long.returncode == 1 and "RevealPeriodTooLarge" in too_long.stdout
+
+
+def test_output_to_a_pipe_keeps_whole_addresses_on_their_lines(tmp_path):
+    """Without a terminal or COLUMNS, the metagraph and `chain init`'s message are not cut at 80 columns."""
+    wallets = str(tmp_path / "wallets")
+    owner = ("--wallet.name", "alice", "--wallet.path", wallets)
+    assert distrai(tmp_path, "wallet", "create", *owner).returncode == 0
+    wallet = bt.Wallet("alice", "default", path=wallets)
+    init = distrai(tmp_path, "chain", "init", "--block-time", "0.2", *owner, columns=None)
+    assert init.returncode == 0, init.stderr
+    assert any(
+        wallet.coldkeypub.ss58_address in line and "owner hotkey" in line for line in init.stdout.splitlines()
+    )
+    assert distrai(tmp_path, "chain", "register", *owner).returncode == 0
+    mg = distrai(tmp_path, "chain", "metagraph", columns=None)
+    shown = wallet.hotkey.ss58_address[:10] + "…"
+    assert mg.returncode == 0 and shown in mg.stdout and "dividends" in mg.stdout, mg.stdout
+
+
+def test_wallet_list_shows_every_hotkey_with_its_addresses(tmp_path):
+    wallets = str(tmp_path / "wallets")
+    empty = distrai(tmp_path, "wallet", "list", "--wallet.path", wallets)
+    assert empty.returncode == 1 and "distrai wallet create" in empty.stdout
+    for name, hotkey in (("alice", "default"), ("alice", "h1"), ("bob", "default")):
+        made = distrai(
+            tmp_path,
+            "wallet",
+            "create",
+            "--wallet.name",
+            name,
+            "--wallet.hotkey",
+            hotkey,
+            "--wallet.path",
+            wallets,
+        )
+        assert made.returncode == 0, made.stderr
+    listed = distrai(tmp_path, "wallet", "list", "--wallet.path", wallets)
+    assert listed.returncode == 0, listed.stderr
+    for name, hotkey in (("alice", "default"), ("alice", "h1"), ("bob", "default")):
+        wallet = bt.Wallet(name, hotkey, path=wallets)
+        assert any(
+            name in line
+            and hotkey in line
+            and wallet.hotkey.ss58_address in line
+            and wallet.coldkeypub.ss58_address in line
+            for line in listed.stdout.splitlines()
+        ), listed.stdout

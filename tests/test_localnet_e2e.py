@@ -40,7 +40,7 @@ def test_localnet_trains_pays_honest_miners_and_survives_a_validator_restart(res
     for neuron in net.neurons:
         assert "not following" not in neuron.log_path.read_text(), f"{neuron.name} refused an aggregate"
     restarted_log = net.neuron(RESTARTED).log_path.read_text()
-    assert f"at window {before.window}" in restarted_log
+    assert f"its last window checked {before.window}" in restarted_log
 
     mg = net.chain.metagraph()
     honest = [hotkey(net, f"miner{i}") for i in range(3)]

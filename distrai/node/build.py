@@ -96,6 +96,8 @@ def configure_logging(level: str) -> None:
     logging.basicConfig(
         level=level.upper(), format="%(message)s", handlers=[RichHandler(show_path=False, markup=False)]
     )
+    # boto3 says where it found the S3 keys once per client (a node opens one per store) at INFO
+    logging.getLogger("botocore.credentials").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 def build_node(

@@ -9,6 +9,8 @@ module: the nodes read `DEFAULT_WALLET_PATH` for their flags before they parse t
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,3 +51,42 @@ def create_dev_wallet(
         wallet.create_new_hotkey(use_password=False, overwrite=False, suppress=True)
         created = True
     return wallet, created
+
+
+@dataclass(frozen=True)
+class PublicHotkey:
+    """One hotkey under a wallet folder, from its public key files only."""
+
+    wallet: str
+    hotkey: str
+    address: str
+    coldkey: str | None
+    """the wallet's coldkey address (None when its coldkeypub.txt is missing or unreadable)"""
+
+
+def _ss58_of(pub: Path) -> str | None:
+    try:
+        address = json.loads(pub.read_text(encoding="utf-8")).get("ss58Address")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return None
+    return address if isinstance(address, str) else None
+
+
+def public_hotkeys(path: str | Path) -> list[PublicHotkey]:
+    """Every hotkey of the wallets under `path` (the bittensor layout:
+    <wallet>/hotkeys/<hotkey>pub.txt and <wallet>/coldkeypub.txt), by wallet and hotkey name; files
+    that are not public keys are passed over. No secret key file is read."""
+    found = []
+    for pub in sorted(Path(path).expanduser().glob("*/hotkeys/*pub.txt")):
+        address = _ss58_of(pub)
+        if address is not None:
+            folder = pub.parent.parent
+            found.append(
+                PublicHotkey(
+                    folder.name,
+                    pub.name.removesuffix("pub.txt"),
+                    address,
+                    _ss58_of(folder / "coldkeypub.txt"),
+                )
+            )
+    return found

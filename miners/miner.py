@@ -39,6 +39,7 @@ import torch
 
 from distrai.chain.base import Chain, ChainError, WalletLike
 from distrai.codec import Encoded
+from distrai.data.cache import ShardError
 from distrai.node.build import Node
 from distrai.node.linkcheck import LinkVerdict, format_rate, measure_upload_rate, reveal_bytes, reveal_seconds
 from distrai.node.metrics import Metrics
@@ -62,7 +63,7 @@ from distrai.protocol.windows import (
 from distrai.store import Store, StoreError
 from distrai.store.outage import OutageLog
 from distrai.train.assignment import batch_indices
-from distrai.train.inner import BoundaryState, inner_loop, window_start_state
+from distrai.train.inner import BoundaryState, TimeUp, inner_loop, window_start_state
 from distrai.train.replay_class import replay_class_of
 from distrai.train.sketch import sketch
 from distrai.train.train_state import TrainState, load_state, save_state, state_hash
@@ -388,7 +389,16 @@ class Miner(Participant):
         self.pacer = Pacer(
             started=trained_at, until=self.stop_time(w, trained_at), stalled=lambda: self.rt.data.waited_s
         )
-        trained = self.behaviour.train(self, w, miners, folder / "states")
+        self.rt.data.give_up_at(self.pacer.until)
+        try:
+            trained = self.behaviour.train(self, w, miners, folder / "states")
+        except TimeUp as exc:
+            log.warning("window %d: dropped: not one segment trained in time (%s)", w, exc)
+            self.pacer = None
+            self.last_end = time.monotonic()
+            return True
+        finally:
+            self.rt.data.give_up_at(None)
         train_seconds = time.monotonic() - trained_at
         self.segment_seconds = self.pacer.slowest or train_seconds
         self.pacer = None
@@ -497,11 +507,34 @@ class Miner(Participant):
         states_dir.mkdir(parents=True, exist_ok=True)
         owner = data_of or self.hotkey
 
+        k = cfg.train.segment_steps
+
+        def time_up(t: int, why: str) -> TimeUp:
+            if t >= k:
+                log.warning(
+                    "window %d: %s; its %d whole segment(s) before step %d are committed",
+                    w,
+                    why,
+                    t // k,
+                    t // k * k,
+                )
+            return TimeUp(why)
+
         def batch_for_step(t: int) -> torch.Tensor:
+            pacer = self.pacer
+            if pacer is not None and t % k and pacer.time_up():
+                raise time_up(t, f"the training time ran out at step {t}, in the middle of a segment")
             indices = batch_indices(
                 self.rt.run_id, w, owner, t, cfg.train.batch_size, data.n_train, miners, data.unit
             )
-            return data.batch(indices)
+            try:
+                return data.batch(indices)
+            except ShardError as exc:
+                if pacer is not None and pacer.time_up():
+                    raise time_up(
+                        t, f"the data of step {t} stayed out of reach until the training time ran out ({exc})"
+                    ) from exc
+                raise
 
         def keep(boundary: BoundaryState) -> None:
             assert boundary.state is not None, "inner_loop keeps the states unless asked not to"

@@ -61,6 +61,10 @@ class Pacer:
         self.segment_seconds.append(trained - sum(self.segment_seconds))
         return now + max(self.segment_seconds) <= self.until
 
+    def time_up(self) -> bool:
+        """Whether training must end now, in the middle of a segment if it must (`until` has passed)."""
+        return self.clock() >= self.until
+
     @property
     def slowest(self) -> float | None:
         """The slowest segment timed so far (None before any ended)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 import tomllib
 
 import numpy as np
@@ -158,6 +159,22 @@ def test_a_fetch_waits_through_a_data_store_outage_says_so_once_and_goes_on_when
     assert len(said.lines) == 2, said.lines
     assert said.lines[0].startswith(f"the data store {store.url} is out of reach: train shard 0")
     assert said.lines[1].startswith(f"the data store {store.url} answered again after")
+
+
+def test_a_fetch_out_of_reach_gives_up_when_the_training_time_is_up_whatever_its_patience(prepared, tmp_path):
+    """A miner's stop time bounds a shard fetch: past it the window cannot use the shard."""
+    store, manifest = prepared
+    root = tmp_path / "store"
+    data, _ = open_prepared(access(store, tmp_path, patience_s=3600.0), manifest.sha256(), SEQ)
+    root.rename(tmp_path / "store.away")
+    root.symlink_to(root)
+    data.give_up_at(time.monotonic())  # the time is up already: no pause, no wait of the patience
+    with pytest.raises(ShardError, match="train shard 0"):
+        data.batch([0, 1])
+    data.give_up_at(None)
+    root.unlink()
+    (tmp_path / "store.away").rename(root)
+    assert data.batch([0, 1])[1].tolist() == stream(store, manifest)[SEQ : 2 * SEQ].tolist()
 
 
 def test_the_pauses_between_tries_of_a_shard_grow_to_a_few_seconds_and_no_further():

@@ -49,6 +49,15 @@ def test_a_pacer_whose_time_is_up_stops_after_the_first_segment():
     assert not pacer.go_on(1)
 
 
+def test_the_time_is_up_once_the_stop_time_has_come():
+    clock = Clock()
+    pacer = Pacer(started=0.0, until=10.0, clock=clock)
+    clock.now = 9.9
+    assert not pacer.time_up()
+    clock.now = 10.0
+    assert pacer.time_up()
+
+
 def test_the_windows_a_miner_passes_over_are_those_between_the_last_it_set_out_to_train_and_the_next():
     assert list(skipped_windows(7, 9)) == [8]
     assert list(skipped_windows(7, 8)) == []

@@ -11,7 +11,7 @@ import torch
 from support.tiny_models import fast_inner_config, tiny_data, tiny_model
 
 from distrai.train.assignment import batch_indices
-from distrai.train.inner import InnerConfig, float_params, inner_loop, own_anchor, window_start_state
+from distrai.train.inner import InnerConfig, TimeUp, float_params, inner_loop, own_anchor, window_start_state
 from distrai.train.loss import causal_lm_loss
 from distrai.train.optimizer import InnerOptimizerConfig
 from distrai.train.replay import replay_distance, replay_segment
@@ -209,6 +209,37 @@ def test_a_window_cut_short_is_the_full_window_s_first_segments(honest):
     assert cut.losses == full.losses[:4]
     end = full.boundaries[2].state.params
     assert all(torch.equal(cut.pseudo_gradient[n], start[n] - end[n].float()) for n in start)
+
+
+@pytest.mark.parametrize("at", [3, 5], ids=["in segment 1", "in the last segment"])
+def test_a_window_whose_time_runs_out_in_a_segment_ends_at_the_boundary_before(honest, at):
+    """`TimeUp` from the batch of step `at` (its data out of reach until the miner's stop time) cuts the
+    segment: the window is the whole segments before it, bit for bit."""
+    _, _, full = honest
+    batches = batch_for("bob")
+
+    def batch(step: int) -> torch.Tensor:
+        if step == at:
+            raise TimeUp(f"step {step}")
+        return batches(step)
+
+    model = tiny_model()
+    start = float_params(model)
+    cut = inner_loop(model, batch, causal_lm_loss, CONFIG)
+    whole = at // CONFIG.segment_steps
+    assert [b.step for b in cut.boundaries] == [b.step for b in full.boundaries[: whole + 1]]
+    assert [b.state_hash for b in cut.boundaries] == [b.state_hash for b in full.boundaries[: whole + 1]]
+    assert cut.losses == full.losses[: whole * CONFIG.segment_steps]
+    end = full.boundaries[whole].state.params
+    assert all(torch.equal(cut.pseudo_gradient[n], start[n] - end[n].float()) for n in start)
+
+
+def test_a_window_whose_time_runs_out_in_its_first_segment_has_nothing_to_commit():
+    def batch(step: int) -> torch.Tensor:
+        raise TimeUp(f"step {step}")
+
+    with pytest.raises(TimeUp):
+        inner_loop(tiny_model(), batch, causal_lm_loss, CONFIG)
 
 
 def test_a_window_carries_nothing_from_the_window_before(honest):

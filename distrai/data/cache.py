@@ -63,6 +63,9 @@ class ShardCache:
     ):
         self.store = store
         self.patience_s = patience_s
+        self.give_up_at: float | None = None
+        """a `time.monotonic()` after which a fetch out of reach gives up even within its patience (a
+        training miner's stop time: past it the window cannot use the shard)"""
         self.folder = Path(folder)
         self.dtype = np.dtype(dtype).newbyteorder("<")
         self.open_limit = open_limit
@@ -112,6 +115,10 @@ class ShardCache:
     def _download(self, shard: ShardEntry, path: Path, what: str) -> None:
         size = shard.tokens * self.dtype.itemsize
         deadline, pause = time.monotonic() + self.patience_s, FIRST_PAUSE_S
+        if self.give_up_at is not None and self.give_up_at < deadline:
+            deadline, why = self.give_up_at, "the window's training time is up"
+        else:
+            why = f"patience of {self.patience_s:.0f} s spent"
         source = f"the data store {self.store.url}"
         while True:
             tried = time.monotonic()
@@ -131,7 +138,7 @@ class ShardCache:
                     else f"could not be fetched: {exc}"
                 )
                 if time.monotonic() + pause > deadline:
-                    self.outages.gave_up(source, f"patience of {self.patience_s:.0f} s spent")
+                    self.outages.gave_up(source, why)
                     raise ShardError(f"{what} ({shard.sha256}) {problem}") from None
                 self.outages.failed(source, f"{what} ({shard.sha256[:12]}) {problem}")
                 time.sleep(pause)

@@ -50,6 +50,9 @@ class PreparedData:
         """The training shards that hold `indices`, in order of first use."""
         return list(dict.fromkeys(i // self.unit for i in indices))
 
+    def give_up_at(self, deadline: float | None) -> None:
+        self.cache.give_up_at = deadline
+
     def batch(self, indices: Sequence[int]) -> torch.Tensor:
         """The training sequences at `indices` (as returned by `assignment.batch_indices`), int64 [len, T]."""
         bad = [i for i in indices if not 0 <= i < self.n_train]

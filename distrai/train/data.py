@@ -48,6 +48,11 @@ class TrainingData(Protocol):
 
     def batch(self, indices: Sequence[int]) -> torch.Tensor: ...
 
+    def give_up_at(self, deadline: float | None) -> None:
+        """Make a read of data out of reach give up at `deadline` (on `time.monotonic`), even within
+        its patience: a training miner's stop time (None: its patience alone)."""
+        ...
+
 
 @dataclass(frozen=True)
 class DataSpec:
@@ -75,6 +80,9 @@ class TokenData:
     heldout_documents: tuple[int, ...]
     unit = 1
     waited_s = 0.0
+
+    def give_up_at(self, deadline: float | None) -> None:
+        """Data in memory is never out of reach."""
 
     @property
     def n_train(self) -> int:

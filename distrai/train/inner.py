@@ -33,6 +33,11 @@ from distrai.train.step import Anchor, StepConfig, StepResult, anchor_to, step_w
 from distrai.train.train_state import TrainState, capture_state, state_hash
 
 
+class TimeUp(Exception):
+    """Raised by a `batch_for_step` when the window's training time ran out in the middle of a
+    segment (its data was out of reach, say): `inner_loop` ends the window at the last boundary."""
+
+
 @dataclass(frozen=True)
 class InnerConfig:
     """At most H inner steps in segments of k, the inner optimizer, how each step runs, and the sketch."""
@@ -188,8 +193,11 @@ def inner_loop(
     `batch_for_step(t)` gives the batch of inner step t. `on_boundary` sees each boundary as it
     is made (for example to write its state to disk); `keep_states=False` drops the states from
     the result to save memory, keeping hashes and sketches. `go_on(s)` is asked before every
-    segment s after the first; False ends the window there (the miner's time is up). With
-    `parallel` (the leader of a miner's ranks) every rank trains the window's steps with it."""
+    segment s after the first; False ends the window there (the miner's time is up). A `TimeUp`
+    from `batch_for_step` in a segment after the first ends the window at the boundary before it:
+    the result is that of the whole segments before (the model, and a follower rank, keep the steps
+    of the cut segment until the next window loads its base); in the first segment it propagates.
+    With `parallel` (the leader of a miner's ranks) every rank trains the window's steps with it."""
     if parallel is not None:
         parallel.start_window()
     optimizer = make_inner_optimizer(model, config.optimizer)
@@ -211,7 +219,13 @@ def inner_loop(
             break
         first = segment * config.segment_steps
         batches = (batch_for_step(t) for t in range(first, first + config.segment_steps))
-        results.extend(run_steps(model, optimizer, batches, loss_fn, config, first, anchor, parallel))
+        try:
+            done = run_steps(model, optimizer, batches, loss_fn, config, first, anchor, parallel)
+        except TimeUp:
+            if segment == 0:
+                raise
+            break
+        results.extend(done)
         local_params = add_boundary(first + config.segment_steps)
     return InnerResult(
         pseudo_gradient=pseudo_gradient(global_params, local_params),

@@ -174,21 +174,21 @@ def plan(
     blocked: list[tuple[float, float]] = []
     events: list[Planned] = []
     before = MARGIN_BLOCKS + RESTART_S / options.block_time
-    # each outage in a window of its own, before the last (the window after it shows what it cost)
+    # each outage in a window of its own with none in the windows beside it, before the last (the
+    # window after it shows what it cost)
     outage_windows = kill_windows[:-1] or kill_windows
     used: set[int] = set()
     for spec in options.outages:
-        if spec.seconds >= bpw * options.block_time / 2:
+        if spec.seconds > bpw * options.block_time:
             raise ValueError(
-                f"a {spec.kind} of {spec.seconds:g} s is not shorter than half a window "
-                f"({bpw * options.block_time / 2:g} s)"
+                f"a {spec.kind} of {spec.seconds:g} s is longer than a window ({bpw * options.block_time:g} s)"
             )
         length = spec.seconds / options.block_time
         for _ in range(1000):
             window = rng.choice(outage_windows)
             start = outage_start(cfg, spec.phase, window, rng)
             span = (start - before, start + length + MARGIN_BLOCKS)
-            if window not in used and not any(_overlap(span, b) for b in blocked):
+            if not {window - 1, window, window + 1} & used and not any(_overlap(span, b) for b in blocked):
                 break
         else:
             raise ValueError(f"no room for the {spec.kind} in the {spec.phase} phase: add --windows")

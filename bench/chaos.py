@@ -8,12 +8,13 @@ real entry points, `distrai.localnet`). While they run, the harness
   the train phase alone, the previous window's reveal beside it, or its validation beside it;
   every (role, phase) pair at least once, one miner kill aimed at the block its reveal uploads
   in), and restarts it at once with the same command (`Localnet.restart`);
-- puts each outage of `--outage KIND:PHASE:SECONDS` in a window of its own, starting in the phase
+- puts each outage of `--outage KIND:PHASE:SECONDS` in a window of its own, with a window free of
+  outages on each side, starting in the phase
   named (`outage_start`: the train phase alone, across the window's first block; the reveal
   phase in the second half of the commit deadline's block, so it is in place when every miner
   uploads its update blob and the challenged ones their reveals, at the next block; the validate
-  phase at the reveal deadline, when the validators list the reveals), each shorter
-  than half a window:
+  phase at the reveal deadline, when the validators list the reveals), each a window long at
+  most:
   - `store`: the store unreachable. In a file store the store directory is moved aside and a
     symbolic link that points at itself takes its place, so every put and get fails with a
     `StoreError` (ELOOP) until the directory is moved back (chmod 000 does not stop root, and a

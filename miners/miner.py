@@ -39,7 +39,7 @@ import torch
 
 from distrai.chain.base import Chain, ChainError, WalletLike
 from distrai.codec import Encoded
-from distrai.data.cache import ShardError
+from distrai.data.cache import ShardDeadline
 from distrai.node.build import Node
 from distrai.node.linkcheck import LinkVerdict, format_rate, measure_upload_rate, reveal_bytes, reveal_seconds
 from distrai.node.metrics import Metrics
@@ -529,12 +529,9 @@ class Miner(Participant):
             )
             try:
                 return data.batch(indices)
-            except ShardError as exc:
-                if pacer is not None and pacer.time_up():
-                    raise time_up(
-                        t, f"the data of step {t} stayed out of reach until the training time ran out ({exc})"
-                    ) from exc
-                raise
+            except ShardDeadline as exc:
+                why = f"the data of step {t} stayed out of reach until the training time ran out ({exc})"
+                raise time_up(t, why) from exc
 
         def keep(boundary: BoundaryState) -> None:
             assert boundary.state is not None, "inner_loop keeps the states unless asked not to"

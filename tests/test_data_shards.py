@@ -17,7 +17,7 @@ from support.tiny_models import save_tiny_model
 
 from distrai.data.access import DataAccess, load_manifest, open_prepared
 from distrai.data.byte_tokenizer import byte_tokenizer
-from distrai.data.cache import FIRST_PAUSE_S, MAX_PAUSE_S, ShardError, next_pause
+from distrai.data.cache import FIRST_PAUSE_S, MAX_PAUSE_S, ShardDeadline, ShardError, next_pause
 from distrai.data.corpus import offline_documents
 from distrai.data.manifest import DataManifestError
 from distrai.data.prepare import PrepareOptions, prepare
@@ -169,7 +169,7 @@ def test_a_fetch_out_of_reach_gives_up_when_the_training_time_is_up_whatever_its
     root.rename(tmp_path / "store.away")
     root.symlink_to(root)
     data.give_up_at(time.monotonic())  # the time is up already: no pause, no wait of the patience
-    with pytest.raises(ShardError, match="train shard 0"):
+    with pytest.raises(ShardDeadline, match="train shard 0"):
         data.batch([0, 1])
     data.give_up_at(None)
     root.unlink()

@@ -8,7 +8,9 @@ changed on disk) is deleted and fetched again; a fetched one that fails is delet
 `patience_s` (an outage of the data store pauses the node), then refused with `ShardError` too. The
 pauses between tries grow to `MAX_PAUSE_S` and no further, so a node that waited through an outage
 goes on within that long of its end: a training miner still commits its window when the outage
-ends in time. The outage is logged once when it starts and once when it ends (`distrai.store.outage`).
+ends in time. A reader may set a deadline instead (`give_up_at`, a training miner's stop time): a
+fetch then waits for the store until that moment, whatever the patience, and gives up with
+`ShardDeadline`. The outage is logged once when it starts and once when it ends (`distrai.store.outage`).
 Nothing unchecked is ever read.
 
 At most `open_limit` shards are mapped at once (least recently used unmapped first), so the pages
@@ -49,6 +51,10 @@ class ShardError(RuntimeError):
     """A shard that cannot be had: missing from the store, or not the bytes its manifest names."""
 
 
+class ShardDeadline(ShardError):
+    """A shard still out of reach at the deadline its reader set (`ShardCache.give_up_at`)."""
+
+
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -64,8 +70,9 @@ class ShardCache:
         self.store = store
         self.patience_s = patience_s
         self.give_up_at: float | None = None
-        """a `time.monotonic()` after which a fetch out of reach gives up even within its patience (a
-        training miner's stop time: past it the window cannot use the shard)"""
+        """a `time.monotonic()` at which a fetch out of reach gives up (`ShardDeadline`), in place of
+        `patience_s`: a training miner's stop time, past which the window cannot use the shard, and
+        until which it is worth waiting whatever the patience"""
         self.folder = Path(folder)
         self.dtype = np.dtype(dtype).newbyteorder("<")
         self.open_limit = open_limit
@@ -115,10 +122,9 @@ class ShardCache:
     def _download(self, shard: ShardEntry, path: Path, what: str) -> None:
         size = shard.tokens * self.dtype.itemsize
         deadline, pause = time.monotonic() + self.patience_s, FIRST_PAUSE_S
-        if self.give_up_at is not None and self.give_up_at < deadline:
-            deadline, why = self.give_up_at, "the window's training time is up"
-        else:
-            why = f"patience of {self.patience_s:.0f} s spent"
+        why, refusal = f"patience of {self.patience_s:.0f} s spent", ShardError
+        if self.give_up_at is not None:
+            deadline, why, refusal = self.give_up_at, "the deadline its reader set passed", ShardDeadline
         source = f"the data store {self.store.url}"
         while True:
             tried = time.monotonic()
@@ -139,7 +145,7 @@ class ShardCache:
                 )
                 if time.monotonic() + pause > deadline:
                     self.outages.gave_up(source, why)
-                    raise ShardError(f"{what} ({shard.sha256}) {problem}") from None
+                    raise refusal(f"{what} ({shard.sha256}) {problem}") from None
                 self.outages.failed(source, f"{what} ({shard.sha256[:12]}) {problem}")
                 time.sleep(pause)
                 pause = next_pause(pause)

@@ -49,8 +49,9 @@ class TrainingData(Protocol):
     def batch(self, indices: Sequence[int]) -> torch.Tensor: ...
 
     def give_up_at(self, deadline: float | None) -> None:
-        """Make a read of data out of reach give up at `deadline` (on `time.monotonic`), even within
-        its patience: a training miner's stop time (None: its patience alone)."""
+        """Make a read of data out of reach wait until `deadline` (on `time.monotonic`) in place of
+        its patience, then give up (`distrai.data.cache.ShardDeadline`): a training miner's stop
+        time. None: its patience again."""
         ...
 
 

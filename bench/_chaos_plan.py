@@ -174,8 +174,9 @@ def plan(
     blocked: list[tuple[float, float]] = []
     events: list[Planned] = []
     before = MARGIN_BLOCKS + RESTART_S / options.block_time
-    # each outage in a window of its own with none in the windows beside it, before the last (the
-    # window after it shows what it cost)
+    # each outage in a window of its own, before the last (the window after it shows what it cost);
+    # one of half a window or more with no outage in the two windows on either side, since the
+    # windows it can cost reach a window past its end
     outage_windows = kill_windows[:-1] or kill_windows
     used: set[int] = set()
     for spec in options.outages:
@@ -184,11 +185,14 @@ def plan(
                 f"a {spec.kind} of {spec.seconds:g} s is longer than a window ({bpw * options.block_time:g} s)"
             )
         length = spec.seconds / options.block_time
+        apart = 0 if length < bpw / 2 else 2
         for _ in range(1000):
             window = rng.choice(outage_windows)
             start = outage_start(cfg, spec.phase, window, rng)
             span = (start - before, start + length + MARGIN_BLOCKS)
-            if not {window - 1, window, window + 1} & used and not any(_overlap(span, b) for b in blocked):
+            if not set(range(window - apart, window + apart + 1)) & used and not any(
+                _overlap(span, b) for b in blocked
+            ):
                 break
         else:
             raise ValueError(f"no room for the {spec.kind} in the {spec.phase} phase: add --windows")

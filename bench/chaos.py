@@ -8,8 +8,9 @@ real entry points, `distrai.localnet`). While they run, the harness
   the train phase alone, the previous window's reveal beside it, or its validation beside it;
   every (role, phase) pair at least once, one miner kill aimed at the block its reveal uploads
   in), and restarts it at once with the same command (`Localnet.restart`);
-- puts each outage of `--outage KIND:PHASE:SECONDS` in a window of its own, with a window free of
-  outages on each side, starting in the phase
+- puts each outage of `--outage KIND:PHASE:SECONDS` in a window of its own (one of half a window
+  or more with two windows free of outages on each side, so no window is counted against two
+  outages), starting in the phase
   named (`outage_start`: the train phase alone, across the window's first block; the reveal
   phase in the second half of the commit deadline's block, so it is in place when every miner
   uploads its update blob and the challenged ones their reveals, at the next block; the validate

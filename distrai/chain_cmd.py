@@ -26,6 +26,20 @@ NO_OWNER = (
 )
 
 
+class Given(argparse.Action):
+    """Stores a flag's value and notes that the user gave it (`given`), so that a refusal can tell a
+    setting asked for from a default."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+        namespace.given = {*getattr(namespace, "given", ()), self.dest}
+
+
+def given(args: argparse.Namespace) -> set[str]:
+    """The destinations of the flags the user gave (those stored with `Given`)."""
+    return set(getattr(args, "given", ()))
+
+
 def wallet_args(
     parser: argparse.ArgumentParser, name_default: str | None, name_help: str | None = None
 ) -> None:
@@ -71,9 +85,11 @@ def add_chain_commands(groups: argparse._SubParsersAction) -> None:
         name_help="the subnet owner's wallet: its coldkey owns the subnet, its hotkey is the owner hotkey",
     )
     defaults = Hyperparameters()
-    init.add_argument("--block-time", type=float, default=12.0, help="seconds per block (default 12)")
-    init.add_argument("--emission-per-block", type=float, default=1.0)
-    init.add_argument("--owner-cut", type=float, default=0.18)
+    init.add_argument(
+        "--block-time", type=float, default=12.0, action=Given, help="seconds per block (default 12)"
+    )
+    init.add_argument("--emission-per-block", type=float, default=1.0, action=Given)
+    init.add_argument("--owner-cut", type=float, default=0.18, action=Given)
     init.add_argument(
         "--owner-coldkey",
         default="",
@@ -87,7 +103,10 @@ def add_chain_commands(groups: argparse._SubParsersAction) -> None:
     init.add_argument(
         "--commit-reveal",
         dest="commit_reveal_weights",
-        action="store_true",
+        action=Given,
+        nargs=0,
+        const=True,
+        default=False,
         help="validators commit weights sealed; the chain reveals them --reveal-period epochs later",
     )
     init.add_argument(
@@ -95,6 +114,7 @@ def add_chain_commands(groups: argparse._SubParsersAction) -> None:
         dest="commit_reveal_period",
         type=int,
         default=defaults.commit_reveal_period,
+        action=Given,
         metavar="EPOCHS",
         help=f"epochs from a weights commit to its reveal (default {defaults.commit_reveal_period})",
     )
@@ -104,10 +124,14 @@ def add_chain_commands(groups: argparse._SubParsersAction) -> None:
         flag = "--" + field.replace("_", "-")
         if isinstance(value, bool):
             init.add_argument(
-                flag, type=lambda s: s.lower() in ("1", "true", "yes"), default=value, metavar="BOOL"
+                flag,
+                type=lambda s: s.lower() in ("1", "true", "yes"),
+                default=value,
+                action=Given,
+                metavar="BOOL",
             )
         else:
-            init.add_argument(flag, type=type(value), default=value, help=FIELD_HELP.get(field))
+            init.add_argument(flag, type=type(value), default=value, action=Given, help=FIELD_HELP.get(field))
     for name, text in (("status", "block, subnet and epoch"), ("metagraph", "every neuron of the subnet")):
         chain_args(chain.add_parser(name, help=text))
     register = chain.add_parser("register", help="register a wallet's hotkey on the subnet")
@@ -147,6 +171,7 @@ def cmd_chain_init(args: argparse.Namespace, console: Console) -> None:
     coldkey, hotkey = owner_keys(args)
     existed = subnet_exists(Path(args.chain), args.netuid)
     hp = Hyperparameters(**{k: getattr(args, k) for k in vars(Hyperparameters())})
+    settings = {"block_time", "emission_per_block", "owner_cut", *vars(Hyperparameters())}
     chain = LocalChain.create(
         Path(args.chain),
         netuid=args.netuid,
@@ -156,6 +181,7 @@ def cmd_chain_init(args: argparse.Namespace, console: Console) -> None:
         owner_cut=args.owner_cut,
         owner_coldkey=coldkey,
         owner_hotkey=hotkey,
+        defaulted=frozenset(settings - given(args)),
     )
     if existed:
         console.print(

@@ -31,6 +31,20 @@ def wallets(tmp_path):
     return {name: create_dev_wallet(name, "default", path)[0] for name in ("owner", "stranger")}, path
 
 
+def test_a_refused_chain_init_names_the_settings_it_was_not_given_as_defaults(tmp_path, capsys, wallets):
+    (_, path), db = wallets, str(tmp_path / "chain.db")
+    owner = ["--wallet.name", "owner", "--wallet.path", path]
+    first = ["chain", "init", "--chain", db, "--block-time", "1", "--tempo", "10", "--commit-reveal", *owner]
+    assert main(first) == 0
+    said(capsys)
+    assert main(["chain", "init", "--chain", db, "--block-time", "2", *owner]) == 1
+    out = said(capsys)
+    assert "block_time 1.0 (asked 2.0)" in out
+    assert "tempo 10 (360 by default, not given)" in out
+    assert "commit_reveal_weights True (False by default, not given)" in out
+    assert main(first) == 0  # the same flags again: nothing to refuse
+
+
 def test_chain_init_needs_an_owner_and_refuses_other_settings_for_a_subnet_it_holds(
     tmp_path, capsys, wallets
 ):

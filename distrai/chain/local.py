@@ -66,9 +66,11 @@ class LocalChain(Chain):
         owner_cut: float = 0.18,
         owner_coldkey: str = "",
         owner_hotkey: str = "",
+        defaulted: frozenset[str] = frozenset(),
     ) -> LocalChain:
         """Create the chain file if it does not exist, and subnet `netuid` on it if it is missing; a
-        subnet (or chain) that exists with other settings is refused (`AlreadyInitialised`).
+        subnet (or chain) that exists with other settings is refused (`AlreadyInitialised`), naming
+        the settings in `defaulted` (by field name: ones the caller's user did not give) as defaults.
 
         `owner_hotkey` is the subnet owner's hotkey (subtensor sets it when the subnet is
         registered); its coldkey can change it later with `set_subnet_owner_hotkey`."""
@@ -91,7 +93,7 @@ class LocalChain(Chain):
         try:
             migrate(conn)
             with write_transaction(conn):
-                check_same_settings(conn, str(path), netuid, asked)
+                check_same_settings(conn, str(path), netuid, asked, defaulted)
                 _insert_genesis(conn, netuid, asked)
         finally:
             conn.close()

@@ -6,6 +6,7 @@ for others, it is refused, naming each setting that differs, rather than silentl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from dataclasses import asdict, dataclass, fields
@@ -51,35 +52,47 @@ def stored_settings(conn: sqlite3.Connection, netuid: int) -> SubnetSettings | N
     )
 
 
-def differences(stored: SubnetSettings, asked: SubnetSettings) -> list[str]:
-    """One `name stored (asked value)` entry per setting that differs, hyperparameters by field."""
+def differences(
+    stored: SubnetSettings, asked: SubnetSettings, defaulted: frozenset[str] = frozenset()
+) -> list[str]:
+    """One `name stored (asked value)` entry per setting that differs, hyperparameters by field; a
+    setting in `defaulted` (one the caller left at its default) reads `name stored (value by
+    default, not given)`."""
+
+    def entry(name: str, have: object, want: object) -> str:
+        said = f"{want!r} by default, not given" if name in defaulted else f"asked {want!r}"
+        return f"{name} {have!r} ({said})"
+
     found = []
     for field in fields(SubnetSettings):
         if field.name == "hyperparameters":
             continue
         have, want = getattr(stored, field.name), getattr(asked, field.name)
         if have != want:
-            found.append(f"{field.name} {have!r} (asked {want!r})")
+            found.append(entry(field.name, have, want))
     have_hp, want_hp = asdict(stored.hyperparameters), asdict(asked.hyperparameters)
-    found += [
-        f"{name} {have_hp[name]!r} (asked {want!r})"
-        for name, want in want_hp.items()
-        if have_hp[name] != want
-    ]
+    found += [entry(name, have_hp[name], want) for name, want in want_hp.items() if have_hp[name] != want]
     return found
 
 
-def check_same_settings(conn: sqlite3.Connection, path: str, netuid: int, asked: SubnetSettings) -> None:
+def check_same_settings(
+    conn: sqlite3.Connection,
+    path: str,
+    netuid: int,
+    asked: SubnetSettings,
+    defaulted: frozenset[str] = frozenset(),
+) -> None:
     """Refuse (`AlreadyInitialised`) to create subnet `netuid` in a file that holds it, or the chain,
-    with other settings."""
+    with other settings (those in `defaulted` named as defaults the caller did not give)."""
     stored = stored_settings(conn, netuid)
     if stored is not None:
-        found, held = differences(stored, asked), f"subnet {netuid}"
+        found, held = differences(stored, asked, defaulted), f"subnet {netuid}"
     else:
         have = stored_block_time(conn)
-        found = (
-            [] if have in (None, asked.block_time) else [f"block_time {have!r} (asked {asked.block_time!r})"]
-        )
+        chain_only = dataclasses.replace(asked, block_time=have) if have is not None else asked
+        found = [
+            entry for entry in differences(chain_only, asked, defaulted) if entry.startswith("block_time ")
+        ]
         held = "a chain"
     if found:
         raise ChainError(

@@ -42,7 +42,7 @@ from distrai.codec import Encoded
 from distrai.data.cache import ShardDeadline
 from distrai.node.build import Node
 from distrai.node.linkcheck import LinkVerdict, format_rate, measure_upload_rate, reveal_bytes, reveal_seconds
-from distrai.node.metrics import Metrics
+from distrai.node.metrics import LOST, Metrics
 from distrai.node.participant import Participant
 from distrai.protocol.announce import Announcement, committed_updates
 from distrai.protocol.globalmodel import SyncUnavailable
@@ -259,6 +259,12 @@ class Miner(Participant):
             self.off_roster = w
         return False
 
+    def note_lost(self, w: int, why: str) -> None:
+        """Write in the metrics file that window w was lost and why (the dashboard's miner page lists
+        the windows no validator's report covers from these, `distrai.dashboard.nodes`)."""
+        if self.metrics:
+            self.metrics.log(w, {"event": LOST, "why": why})
+
     def say_skipped(self, w: int) -> None:
         """Say which windows before `w`, the next one to train, this process passes over, and why."""
         block = self.chain.block()
@@ -268,6 +274,7 @@ class Miner(Participant):
                 "window %d: skipped: its base model stayed out of reach until too late to train it",
                 self.unreached,
             )
+            self.note_lost(self.unreached, "skipped: its base model stayed out of reach until too late")
             self.unreached = None
         for skipped in skipped_windows(self.last_tried, w):
             log.warning(
@@ -276,6 +283,9 @@ class Miner(Participant):
                 skipped,
                 block,
                 commit_deadline(self.windows, skipped),
+            )
+            self.note_lost(
+                skipped, "skipped: too little of its train phase was left when the miner came to it"
             )
         self.last_tried = w
 
@@ -342,6 +352,7 @@ class Miner(Participant):
                     job.window,
                     reveal_deadline(self.windows, job.window),
                 )
+                self.note_lost(job.window, "its reveal deadline passed while the miner was down")
                 job.remove()
         if self.last_window >= 0:
             self.last_tried = self.last_window
@@ -394,6 +405,7 @@ class Miner(Participant):
             trained = self.behaviour.train(self, w, miners, folder / "states")
         except TimeUp as exc:
             log.warning("window %d: dropped: not one segment trained in time (%s)", w, exc)
+            self.note_lost(w, "dropped: not one segment trained in time")
             self.pacer = None
             self.last_end = time.monotonic()
             return True
@@ -619,8 +631,10 @@ class Miner(Participant):
             log.warning(
                 "window %d: training ended after the commit deadline (block %d); update dropped", w, deadline
             )
+            self.note_lost(w, "dropped: training ended after the commit deadline")
             return False
         if not self.put_manifest(w, manifest):
+            self.note_lost(w, "dropped: its manifest could not be put in its store in time")
             return False
         try:
             announcement = Announcement(
@@ -629,10 +643,12 @@ class Miner(Participant):
             self.chain.commit(self.wallet, announcement.encode())
         except ChainError as exc:
             log.error("window %d: commit failed: %s", w, exc)
+            self.note_lost(w, f"dropped: its commitment failed: {exc}")
             return False
         committed = self.chain.commitment(self.hotkey)
         if committed is None or not committed_in_time(self.windows, w, committed.block):
             log.warning("window %d: the commitment landed after the deadline", w)
+            self.note_lost(w, "dropped: its commitment landed after the commit deadline")
             return False
         return True
 

@@ -179,6 +179,20 @@ def test_a_validator_whose_aggregates_are_built_on_another_model_is_shown_behind
     assert validator_row(V1, rejoined, chain_state(), LABELS, {}).behind_since is None
 
 
+def test_a_miners_page_lists_the_windows_no_report_covers_from_its_own_records():
+    """M1 lost window 7 (no validator reported on it); its own records say why. Windows 5 and 6 carry
+    what its records say beside the reports."""
+    docs = [*two_windows(), WindowDocs(7, settled=True)]
+    row = miner_row(M1, docs, chain_state(), LABELS, {})
+    own = {6: "trained 60 steps and committed", 7: "lost: dropped: training ended after the commit deadline"}
+    page = miner_page(row, docs, LABELS, [], top_n=2, own=own)
+    assert [w.window for w in page.windows] == [7, 6, 5]
+    lost = page.windows[0]
+    assert lost.own == own[7] and lost.verdicts == [] and not lost.in_global_model
+    assert page.windows[1].own == own[6] and page.windows[2].own is None
+    assert [w.window for w in miner_page(row, docs, LABELS, [], top_n=2).windows] == [6, 5]
+
+
 def test_a_window_row_counts_each_upload_once_however_many_validators_read_it():
     row = window_row(two_windows()[1], LABELS, {7: 2.5})
     assert (row.update_bytes, row.revealed_bytes, row.reports, row.accepted) == (200, 900, 2, 2)

@@ -152,6 +152,7 @@ class Live:
             time.time(),
             heldout_on=self.heldout is not None,
         )
+        own = self.metrics.miner_windows()
         self.pages = {
             row.hotkey: miner_page(
                 row,
@@ -159,6 +160,7 @@ class Live:
                 self.labels,
                 self.history.get(row.hotkey, []),
                 self.reader.config.scoring.aggregate_top_n,
+                own.get(row.hotkey),
             )
             for row in view.miners
         }

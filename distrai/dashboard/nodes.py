@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from distrai.node.metrics import read_metrics, utilization
+from distrai.node.metrics import LOST, read_metrics, utilization
 from distrai.node.wallets import public_hotkeys
 
 METRICS_FILE = "metrics.jsonl"
@@ -28,13 +28,15 @@ def metrics_files(paths: list[Path]) -> list[Path]:
 
 
 class NodeMetrics:
-    """Utilization per hotkey from the nodes' metrics files, read again only when a file changes."""
+    """Utilization per hotkey, and what each miner's own records say of its windows, from the nodes'
+    metrics files, read again only when a file changes."""
 
     def __init__(self, paths: list[Path]):
         self.paths = paths
         self._read: dict[Path, tuple[tuple[int, int], dict[str, list[dict]]]] = {}
 
-    def utilization(self) -> dict[str, float | None]:
+    def records(self) -> dict[str, list[dict]]:
+        """Every record of the metrics files, by hotkey."""
         by_hotkey: dict[str, list[dict]] = {}
         for path in metrics_files(self.paths):
             try:
@@ -46,7 +48,33 @@ class NodeMetrics:
                 continue
             for hotkey, records in self._read[path][1].items():
                 by_hotkey.setdefault(hotkey, []).extend(records)
-        return {hotkey: utilization(records) for hotkey, records in by_hotkey.items()}
+        return by_hotkey
+
+    def utilization(self) -> dict[str, float | None]:
+        return {hotkey: utilization(records) for hotkey, records in self.records().items()}
+
+    def miner_windows(self) -> dict[str, dict[int, str]]:
+        """Hotkey → window → what the miner's own records say of it (`own_windows`)."""
+        return {hotkey: own_windows(records) for hotkey, records in self.records().items()}
+
+
+def own_windows(records: list[dict]) -> dict[int, str]:
+    """Window → what a miner's own metrics records say of it: trained and committed (its `train`
+    record, written once the commitment landed), or lost and why (`LOST`, the later word when both
+    are there: a reveal lost to a restart follows its window's train record)."""
+    said: dict[int, str] = {}
+    for r in records:
+        window = r.get("window")
+        if not isinstance(window, int):
+            continue
+        if r.get("event") == "train":
+            steps = r.get("steps_trained")
+            said[window] = (
+                f"trained {steps} steps and committed" if isinstance(steps, int) else "trained and committed"
+            )
+        elif r.get("event") == LOST:
+            said[window] = f"lost: {r.get('why') or 'no reason recorded'}"
+    return said
 
 
 def _by_hotkey(records: list[dict]) -> dict[str, list[dict]]:

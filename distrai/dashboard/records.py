@@ -7,6 +7,7 @@ to `TEXT_CHARS`; the pages put it on screen as text, never as markup.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from statistics import mean
 
@@ -142,6 +143,9 @@ class MinerWindow:
     was refused)"""
     why_not: str | None
     """why its update is not in the global model (`distrai.protocol.standing`); None when it is"""
+    own: str | None = None
+    """what the miner's own metrics records say of the window (trained and committed, or lost and
+    why); None when the dashboard reads no metrics file of it"""
 
 
 @dataclass(frozen=True)
@@ -409,15 +413,23 @@ def why_not_taken(d: WindowDocs, hotkey: str, top_n: int) -> str | None:
 
 
 def miner_page(
-    row: MinerRow, docs: list[WindowDocs], labels: dict[str, str], history: list[Sample], top_n: int
+    row: MinerRow,
+    docs: list[WindowDocs],
+    labels: dict[str, str],
+    history: list[Sample],
+    top_n: int,
+    own: Mapping[int, str] | None = None,
 ) -> MinerPage:
-    """`top_n`: the run's `scoring.aggregate_top_n`."""
+    """`top_n`: the run's `scoring.aggregate_top_n`; `own`: window → what the miner's own metrics
+    records say of it (`distrai.dashboard.nodes.own_windows`), so that a window no validator's report
+    covers (dropped, skipped, its reveal lost to a restart) is listed too."""
+    own = own or {}
     verdicts = verdicts_of(docs, row.hotkey, labels)
     windows = []
     for d in reversed(docs):
         mine = [v for v in verdicts if v.window == d.window]
         weight = d.in_leader_aggregate(row.hotkey)
-        if mine or weight is not None:
+        if mine or weight is not None or d.window in own:
             windows.append(
                 MinerWindow(
                     d.window,
@@ -426,6 +438,7 @@ def miner_page(
                     mine,
                     d.leader is not None,
                     why_not_taken(d, row.hotkey, top_n),
+                    own.get(d.window),
                 )
             )
     return MinerPage(

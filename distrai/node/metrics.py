@@ -15,6 +15,9 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
+LOST = "lost"
+"""The event of a miner's record of a window it set out to train and lost, with `why`."""
+
 
 class Metrics:
     def __init__(

@@ -73,6 +73,7 @@ function render(page) {
       el("h3", {}, `Window ${w.window}`, w.in_global_model
         ? el("span", { class: "badge good" }, `in the global model, weight ${num(w.aggregate_weight)}`)
         : el("span", { class: "badge neutral" }, `not in the global model: ${w.why_not}`)),
+      w.own ? el("p", { class: "note" }, `This miner's own log: ${w.own}.`) : null,
       w.verdicts.length ? w.verdicts.map(verdict) : el("p", { class: "note" }, "No validator report names this miner in this window."),
     )) : [el("p", { class: "empty" }, "No window names this miner yet.")]),
   );

@@ -372,3 +372,28 @@ def test_a_node_waiting_for_an_aggregate_out_of_reach_says_so_once_and_once_more
     assert len(said) == 2, said
     assert said[0].startswith(f"{aggregate} is out of reach: ")
     assert said[1].startswith(f"{aggregate} answered again after ")
+
+
+def test_a_node_starting_in_an_outage_says_once_that_the_checkpoints_cannot_be_listed(net, caplog):
+    """A node with no model yet looks for a checkpoint first; through an outage it asks again at every
+    try, and says so once when the outage starts and once when it ends, not once a try."""
+    net.publish_aggregate("validator0", HONEST_SCORES)
+    net.at(aggregate_deadline(net.cfg, WINDOW))
+    root = net.store.root
+    root.rename(root.with_name("store-away"))
+    root.symlink_to(root)
+    syncer = Syncer(net.runtime, net.harness.chain, StoreCache())
+    caplog.set_level(logging.INFO, logger="distrai.protocol.sync")
+    for _ in range(4):
+        with pytest.raises(SyncUnavailable):
+            syncer.catch_up(None, WINDOW + 1)
+    root.unlink()
+    root.with_name("store-away").rename(root)
+    assert syncer.catch_up(None, WINDOW + 1).window == WINDOW + 1
+    for wallet in net.validators.values():
+        of = f"the checkpoint list of {wallet.hotkey.ss58_address[:10]}"
+        said = [r.getMessage() for r in caplog.records if r.getMessage().startswith(of)]
+        assert len(said) == 2, said
+        assert said[0].startswith(f"{of} is out of reach") and said[1].startswith(
+            f"{of} answered again after"
+        )

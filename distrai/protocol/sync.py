@@ -464,12 +464,14 @@ class Syncer:
         first = self.first_window()
         found: dict[int, list[tuple[str, Store, str]]] = defaultdict(list)
         for hotkey, url in view.validators_by_stake():
+            what = f"the checkpoint list of {hotkey[:10]}"
             try:
                 store = self.stores.get(url)
                 keys = store.list(checkpoint_prefix(self.runtime.run_id, hotkey))
             except (StoreError, OSError, ValueError) as exc:
-                log.warning("checkpoints of %s cannot be listed: %s", hotkey[:10], exc)
+                self.outages.failed(what, exc)  # said once when it starts, once when it ends, not once a try
                 continue
+            self.outages.answered(what)
             for key in sorted(keys):
                 window = checkpoint_window(key)
                 if window is not None and first < window <= target:

@@ -18,7 +18,7 @@ from distrai.protocol.rejoin import REJOIN_WINDOWS, BaseVote, Verdict, verdict
 from distrai.protocol.run import load_run_config
 from distrai.protocol.runtime import build_runtime, params_hash
 from distrai.protocol.sync import StoreCache, Syncer, peer_view
-from distrai.protocol.windows import aggregate_deadline, reveal_deadline
+from distrai.protocol.windows import aggregate_deadline, reveal_deadline, window_start
 from distrai.train.outer import outer_state_hash, outer_step
 from distrai.wire import sign_document
 
@@ -148,3 +148,16 @@ def test_only_the_other_validators_stake_tells_where_the_network_is():
         [BaseVote("v1", theirs, 0.0), BaseVote("v2", theirs, 0.0), BaseVote("v3", ours, 0.0)], ours, None
     ) is (Verdict.BEHIND)
     assert REJOIN_WINDOWS >= 2, "a leader's aggregate of the next window may come late"
+
+
+def test_a_node_holds_what_it_passed_over_for_rejoin_windows_at_most(net):
+    """An aggregate built on a model this node lacks, anchored more than `REJOIN_WINDOWS` windows after
+    its pass-over (a liar's base, say), no longer sends it back to wait for what it passed over."""
+    node, provisional, network = pass_over_window(net, lambda network, skipped: network)
+    far = WINDOW + REJOIN_WINDOWS + 1
+    net.at(window_start(net.cfg, far) + 1)
+    publish_empty_aggregate(net, "validator0", far, GlobalModel(far, network.params, network.outer))
+    net.at(aggregate_deadline(net.cfg, far) + 1)
+    later = GlobalModel(far, provisional.params, provisional.outer)
+    assert node.rejoined(later, peer_view(net.harness.chain)) is later
+    assert not node.behind()

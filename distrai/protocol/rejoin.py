@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from enum import Enum
 
 REJOIN_WINDOWS = 4
-"""Windows after a pass-over during which a node holds the model it had then and looks at where the
-other validators' aggregates are built; after them a node that saw no sign of being behind keeps its
-own line. At the GPU config (150M parameters, float32 parameters and outer momentum) the held model
+"""Windows after a pass-over during which a node holds the model it had then, looks at where the
+other validators' aggregates are built, and, behind, waits for what it passed over; after them it
+keeps its own line whatever the aggregates say (so aggregates built on a model nobody can reach hold
+up a node that passed something over for these windows at most). At the GPU config (150M parameters, float32 parameters and outer momentum) the held model
 costs 1.2 GB of host memory while it is held, 9.6 GB at 1.2B."""
 
 

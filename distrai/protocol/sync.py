@@ -207,17 +207,20 @@ class Syncer:
         held = self.passed_over
         if held is None or model.window <= held.window:
             return model
+        if model.window - held.window > REJOIN_WINDOWS:
+            # bounded: aggregates built on a base nobody can reach (a validator's own, or a liar's)
+            # must not keep a node waiting for what it passed over for longer than this
+            log.info(
+                "window %d: %d windows after passing over what was out of reach in window %d, this node "
+                "no longer holds the model it had then; its model stands",
+                model.window,
+                REJOIN_WINDOWS,
+                held.window,
+            )
+            self.passed_over = None
+            return model
         seen = verdict(self.base_votes(model.window, view), model.hash, self.me)
         if seen is not Verdict.BEHIND:
-            if model.window - held.window >= REJOIN_WINDOWS:
-                log.info(
-                    "window %d: no sign in %d windows that the network followed what this node passed "
-                    "over in window %d; its model stands",
-                    model.window,
-                    REJOIN_WINDOWS,
-                    held.window,
-                )
-                self.passed_over = None
             return model
         log.warning(
             "window %d: the other validators' aggregates build on another model than this node's, which "

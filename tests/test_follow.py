@@ -178,6 +178,19 @@ class Network:
         return syncer, syncer.step(self.model, peer_view(self.harness.chain))
 
 
+class Outage:
+    """Every path under the network's store fails (ELOOP) until `end`; nothing is missing."""
+
+    def __init__(self, net: Network):
+        self.root = net.store.root
+        self.root.rename(self.root.with_name("store-away"))
+        self.root.symlink_to(self.root)
+
+    def end(self) -> None:
+        self.root.unlink()
+        self.root.with_name("store-away").rename(self.root)
+
+
 def build_network(runtime, tmp_path, stakes=(3000.0, 2000.0), updates=None) -> Network:
     """Validators with `stakes` (most first) and three miners on one chain and store, at window
     `WINDOW`'s reveal deadline; each miner has committed its update of `updates` (by name), else noise."""
@@ -331,9 +344,7 @@ def test_a_manifest_the_miner_replaced_after_the_commit_deadline_is_refused(net)
 def test_an_aggregate_out_of_reach_is_waited_for_then_passed_over_a_window_after_its_deadline(net):
     net.publish_aggregate("validator0", HONEST_SCORES)
     net.at(aggregate_deadline(net.cfg, WINDOW))
-    root = net.store.root
-    root.rename(root.with_name("store-away"))
-    root.symlink_to(root)  # an outage: every path under the store fails (ELOOP), nothing is missing
+    outage = Outage(net)
     live = Syncer(net.runtime, net.harness.chain, StoreCache())
     with pytest.raises(SyncUnavailable, match="cannot be fetched"):
         live.step(net.model, peer_view(net.harness.chain))
@@ -346,8 +357,7 @@ def test_an_aggregate_out_of_reach_is_waited_for_then_passed_over_a_window_after
     assert following.hash == net.model.hash and WINDOW not in live.followed
     assert [r.window for r in live.take_refusals()] == [WINDOW]
 
-    root.unlink()
-    root.with_name("store-away").rename(root)
+    outage.end()
     following = late.step(net.model, peer_view(net.harness.chain))
     assert late.followed[WINDOW][0] == net.validators["validator0"].hotkey.ss58_address
 
@@ -355,16 +365,13 @@ def test_an_aggregate_out_of_reach_is_waited_for_then_passed_over_a_window_after
 def test_a_node_waiting_for_an_aggregate_out_of_reach_says_so_once_and_once_more_when_it_is_back(net, caplog):
     net.publish_aggregate("validator0", HONEST_SCORES)
     net.at(aggregate_deadline(net.cfg, WINDOW))
-    root = net.store.root
-    root.rename(root.with_name("store-away"))
-    root.symlink_to(root)
+    outage = Outage(net)
     syncer = Syncer(net.runtime, net.harness.chain, StoreCache())
     caplog.set_level(logging.INFO, logger="distrai.protocol.sync")
     for _ in range(5):  # a node tries again every block or so
         with pytest.raises(SyncUnavailable):
             syncer.step(net.model, peer_view(net.harness.chain))
-    root.unlink()
-    root.with_name("store-away").rename(root)
+    outage.end()
     syncer.step(net.model, peer_view(net.harness.chain))
 
     aggregate = f"window {WINDOW}: {net.validators['validator0'].hotkey.ss58_address[:10]}'s aggregate"
@@ -379,16 +386,13 @@ def test_a_node_starting_in_an_outage_says_once_that_the_checkpoints_cannot_be_l
     try, and says so once when the outage starts and once when it ends, not once a try."""
     net.publish_aggregate("validator0", HONEST_SCORES)
     net.at(aggregate_deadline(net.cfg, WINDOW))
-    root = net.store.root
-    root.rename(root.with_name("store-away"))
-    root.symlink_to(root)
+    outage = Outage(net)
     syncer = Syncer(net.runtime, net.harness.chain, StoreCache())
     caplog.set_level(logging.INFO, logger="distrai.protocol.sync")
     for _ in range(4):
         with pytest.raises(SyncUnavailable):
             syncer.catch_up(None, WINDOW + 1)
-    root.unlink()
-    root.with_name("store-away").rename(root)
+    outage.end()
     assert syncer.catch_up(None, WINDOW + 1).window == WINDOW + 1
     for wallet in net.validators.values():
         of = f"the checkpoint list of {wallet.hotkey.ss58_address[:10]}"

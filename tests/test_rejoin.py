@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from test_follow import CONFIG, HONEST_SCORES, WINDOW, Network, build_network
+from test_follow import CONFIG, HONEST_SCORES, WINDOW, Network, Outage, build_network
 
 from distrai.protocol.announce import Announcement
 from distrai.protocol.globalmodel import GlobalModel, SyncUnavailable, outer_config
@@ -63,19 +63,6 @@ def publish_empty_aggregate(net: Network, validator: str, window: int, base: Glo
         Announcement(net.store.url, window, aggregate_sha256=hashlib.sha256(aggregate).hexdigest()).encode(),
     )
     return GlobalModel(window + 1, result.params, result.state)
-
-
-class Outage:
-    """Every path under the network's store fails (ELOOP) until `end`; nothing is missing."""
-
-    def __init__(self, net: Network):
-        self.root = net.store.root
-        self.root.rename(self.root.with_name("store-away"))
-        self.root.symlink_to(self.root)
-
-    def end(self) -> None:
-        self.root.unlink()
-        self.root.with_name("store-away").rename(self.root)
 
 
 @pytest.fixture(scope="module")

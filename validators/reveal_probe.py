@@ -24,13 +24,17 @@ At 256 miners on stores of their own, a probe is 256 HEAD requests a block for t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 
 from distrai.protocol.announce import Announcement
 from distrai.protocol.layout import manifest_key
 from distrai.protocol.sync import StoreCache
 from distrai.store import StoreError
 from validators.inventory import Inventory
+from validators.pending import PendingWindow
+
+log = logging.getLogger("distrai.validator")
 
 
 def probe_keys(run_id: str, window: int, in_time: Mapping[str, Announcement]) -> dict[str, str]:
@@ -64,3 +68,38 @@ def held_up(inventory: Inventory, probe_failed: Mapping[str, int]) -> Inventory:
         if url in inventory.present and url not in inventory.unreachable
     }
     return Inventory(inventory.block, inventory.present, inventory.unreachable, {**held, **inventory.late})
+
+
+class RevealProbes:
+    """One validator's probes: what each store of the window under probe is asked for (read from the
+    chain once a window), and the probe itself."""
+
+    def __init__(self, run_id: str, stores: StoreCache):
+        self.run_id = run_id
+        self.stores = stores
+        self._keys: tuple[int, dict[str, str]] | None = None
+
+    def probe(
+        self, pending: PendingWindow, in_time: Callable[[], Mapping[str, Announcement]], block: int
+    ) -> PendingWindow | None:
+        """`pending` with the stores that did not answer at `block` noted in `probe_failed` (each
+        said once a window), or None when every store answered; `in_time()` gives the window's
+        miners whose manifests the chain anchored in time."""
+        w = pending.window
+        if self._keys is None or self._keys[0] != w:
+            self._keys = (w, probe_keys(self.run_id, w, in_time()))
+        silent = silent_stores(self.stores, self._keys[1])
+        if not silent:
+            return None
+        for url in silent:
+            if url not in pending.probe_failed:
+                log.warning(
+                    "window %d: the store %s did not answer at block %d of the reveal phase: what it lacks "
+                    "at the reveal deadline is asked for again until the read patience",
+                    w,
+                    url,
+                    block,
+                )
+        return pending.model_copy(
+            update={"probe_failed": {**pending.probe_failed, **dict.fromkeys(silent, block)}}
+        )

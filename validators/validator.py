@@ -98,7 +98,7 @@ from validators.inventory import take_inventory
 from validators.measuring import WindowMeasuring
 from validators.pay import add_window, forfeit, mature, matures_at, pending_total
 from validators.pending import ListedWindow, PendingWindow, PendingWindows
-from validators.reveal_probe import held_up, probe_keys, silent_stores
+from validators.reveal_probe import RevealProbes, held_up
 from validators.scoring import weights_from_averages
 from validators.shared_scoring import (
     Pooled,
@@ -196,8 +196,7 @@ class Validator(Participant):
         """the last window this process set out to check (None before the first)"""
         self.unreached: int | None = None
         """the window last put off because the models to check it were out of reach"""
-        self.probing: tuple[int, dict[str, str]] | None = None
-        """the window whose stores the reveal-phase probes ask, and what each is asked for"""
+        self.probes = RevealProbes(runtime.run_id, self.stores)
         self.breaker = PassBreaker()
         self.miner_stores = StoreCache(lambda url: self.breaker.guard(self.stores.get(url)))
         """the miners' stores as a window's passes of reads see them: within one pass (the listing at
@@ -295,26 +294,9 @@ class Validator(Participant):
         pending = self.note_miners(w)
         if pending.inventory() is not None:
             return
-        if self.probing is None or self.probing[0] != w:
-            in_time, _ = self.committed(w)
-            self.probing = (w, probe_keys(self.rt.run_id, w, in_time))
-        silent = silent_stores(self.stores, self.probing[1])
-        if not silent:
-            return
-        for url in silent:
-            if url not in pending.probe_failed:
-                log.warning(
-                    "window %d: the store %s did not answer at block %d of the reveal phase: what it lacks "
-                    "at the reveal deadline is asked for again until the read patience",
-                    w,
-                    url,
-                    block,
-                )
-        self.pending.save(
-            pending.model_copy(
-                update={"probe_failed": {**pending.probe_failed, **dict.fromkeys(silent, block)}}
-            )
-        )
+        noted = self.probes.probe(pending, lambda: self.committed(w)[0], block)
+        if noted is not None:
+            self.pending.save(noted)
 
     # -- one window -----------------------------------------------------------------------------
 

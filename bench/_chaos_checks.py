@@ -6,6 +6,7 @@ import hashlib
 import json
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from _chaos_plan import OBJECT_LIMIT, PHASES, S3_BUCKET, STORE_KINDS
@@ -38,39 +39,84 @@ def validator_records(path: Path) -> list[dict]:
     return [r for r in read_metrics(path) if "event" not in r] if path.exists() else []
 
 
+@dataclass(frozen=True)
+class LoggedBar:
+    """A bar a validator's log announces ("window W: uid U barred until window X: reason"), and
+    whether it was a hold for a withheld reveal that the validator's re-read one window later lifted
+    ("… withheld reveal is there now and passes: bar lifted", `Validator.reread_withheld`)."""
+
+    window: int
+    uid: int
+    until: int
+    reason: str
+    withheld: bool
+    lifted: bool
+
+
+BAR = re.compile(r"window (\d+): uid (\d+) barred until window (\d+): (.*)")
+LIFTED = re.compile(r"window (\d+): (\w+)'s withheld reveal is there now and passes: bar lifted")
+
+
+def logged_bars(path: Path, hotkeys: list[str]) -> list[LoggedBar]:
+    """Every bar in the validator log at `path`, oldest first (`hotkeys`: the metagraph's, by uid,
+    to read the hotkey prefix a lift names)."""
+    records = log_records(path)
+    lifted = {
+        (int(m[1]), uid)
+        for r in records
+        if (m := LIFTED.match(r.message))
+        for uid, hotkey in enumerate(hotkeys)
+        if hotkey.startswith(m[2])
+    }
+    return [
+        LoggedBar(
+            int(m[1]),
+            int(m[2]),
+            int(m[3]),
+            m[4],
+            withheld=": withheld: " in m[4],
+            lifted=(int(m[1]), int(m[2])) in lifted,
+        )
+        for r in records
+        if (m := BAR.match(r.message))
+    ]
+
+
 def ema_from_records(
-    records: list[dict], n: int, alpha: float, maturity: int, barred: set[tuple[int, int]] = frozenset()
+    records: list[dict], n: int, alpha: float, maturity: int, bars: list[LoggedBar] = ()
 ) -> tuple[list[float], list[int]]:
     """The moving average the validator's metrics imply (first record of each window), as
     tests/test_localnet_e2e.py recomputes it: each window's scores entering it `maturity` windows late
-    (`validators.pay`), those of a uid the validator barred in a window (`barred`: (window, uid), from
-    its log) forfeited and its average reset to 0 as `fold_scores` does, and a uid no validator
-    measured (`unmeasured/uid`) left as it was."""
+    (`validators.pay`), those of a uid the validator barred in a window (`bars`, from its log)
+    forfeited and its average reset to 0 as `fold_scores` does, a uid held for a withheld reveal
+    left waiting until the next window the validator checks, which lifts the hold (the scores mature
+    again) or forfeits them (`validators.withheld.after_reread`), and a uid no validator measured
+    (`unmeasured/uid`) left as it was."""
     windows = sorted({r["window"] for r in records})
     averages: dict[str, float] = {str(uid): 0.0 for uid in range(n)}
     pending: Pending = {}
+    held: dict[str, LoggedBar] = {}
     for w in windows:
+        for uid, bar in list(held.items()):
+            if bar.window < w:
+                del held[uid]
+                if not bar.lifted:
+                    pending, _ = forfeit(pending, uid)
+                    averages[uid] = 0.0
         record = next(r for r in records if r["window"] == w)
         scores = {
             str(uid): None if f"unmeasured/{uid}" in record else record.get(f"score/{uid}", 0.0)
             for uid in range(n)
         }
         pending = add_window(pending, w, scores)
-        for window, uid in barred:
-            if window == w:
-                pending, _ = forfeit(pending, str(uid))
-                averages[str(uid)] = 0.0
-        averages, pending = mature(averages, pending, w - maturity, alpha)
+        for bar in (b for b in bars if b.window == w):
+            if bar.withheld:
+                held[str(bar.uid)] = bar
+            else:
+                pending, _ = forfeit(pending, str(bar.uid))
+                averages[str(bar.uid)] = 0.0
+        averages, pending = mature(averages, pending, w - maturity, alpha, held)
     return [averages[str(uid)] for uid in range(n)], windows
-
-
-def barred_in_log(path: Path) -> set[tuple[int, int]]:
-    """(window, uid) of every ban a validator's log announces ("window W: uid U barred until …")."""
-    return {
-        (int(m[1]), int(m[2]))
-        for r in log_records(path)
-        if (m := re.match(r"window (\d+): uid (\d+) barred until window", r.message))
-    }
 
 
 def check_processes(h: Harness) -> Check:
@@ -181,7 +227,11 @@ def check_validator_state(h: Harness) -> Check:
         final = h.saved_state(neuron.name)
         records = validator_records(neuron.work_dir / "metrics.jsonl")
         averages, windows = ema_from_records(
-            records, n, scoring.ema_alpha, scoring.maturity_windows, barred_in_log(neuron.log_path)
+            records,
+            n,
+            scoring.ema_alpha,
+            scoring.maturity_windows,
+            logged_bars(neuron.log_path, h.chain.metagraph().hotkeys),
         )
         worst = max((abs(a - b) for a, b in zip(averages, final.averages, strict=False)), default=0.0)
         if len(averages) != len(final.averages) or worst > 1e-12:
@@ -426,23 +476,29 @@ def check_fraud(h: Harness, reports: list[dict]) -> Check:
     """Every miner here is honest: none may be barred, in a report or a validator's state or log,
     except for a window whose reveal fell due while a kill kept the miner down (`down_at_reveal`): to
     a validator that challenged it, that miner hid its reveal, and the protocol bars it for a bounded
-    time (docs/protocol.md, "Withheld reveals"). Those bars are counted, not failed, and so are the
-    `banned` entries of the later windows they cover (`excused_ban`)."""
+    time (docs/protocol.md, "Withheld reveals"), and a hold for a reveal an outage kept unread that
+    the validator's re-read lifted one window later (the window's pay lost, nothing more). Those bars
+    are counted, not failed, and so are the `banned` entries of the later windows they cover
+    (`excused_ban`)."""
     names = {h.hotkey(n.name): n.name for n in h.net.neurons}
-    uids = {h.chain.metagraph().uid_of(h.hotkey(n.name)): n.name for n in h.net.neurons}
-    details, down, excused_bars = [], set(), []
+    hotkeys = h.chain.metagraph().hotkeys
+    uids = {uid: names.get(hotkey, f"uid {uid}") for uid, hotkey in enumerate(hotkeys)}
+    details, down, excused_bars, lifted = [], set(), [], []
     for neuron in (n for n in h.net.neurons if n.role == "validator"):
-        for r in log_records(neuron.log_path):
-            if m := re.match(r"window (\d+): uid (\d+) barred until window (\d+): (.*)", r.message):
-                miner = uids.get(int(m[2]), f"uid {m[2]}")
-                if (kill := down_at_reveal(h, int(m[1]), miner)) is not None:
-                    down.add((neuron.name, int(m[1]), miner, kill))
-                    excused_bars.append((miner, int(m[1]), int(m[3])))
-                    continue
-                details.append(
-                    f"{neuron.name} w{m[1]}: {miner} barred until w{m[3]} — "
-                    f"{fraud_cause(m[4], h, int(m[1]), miner)} ({m[4][:160]})"
-                )
+        for bar in logged_bars(neuron.log_path, hotkeys):
+            miner = uids.get(bar.uid, f"uid {bar.uid}")
+            if (kill := down_at_reveal(h, bar.window, miner)) is not None:
+                down.add((neuron.name, bar.window, miner, kill))
+                excused_bars.append((miner, bar.window, bar.until))
+                continue
+            if bar.lifted:
+                lifted.append(f"{neuron.name} w{bar.window}: {miner}")
+                excused_bars.append((miner, bar.window, bar.until))
+                continue
+            details.append(
+                f"{neuron.name} w{bar.window}: {miner} barred until w{bar.until} — "
+                f"{fraud_cause(bar.reason, h, bar.window, miner)} ({bar.reason[:160]})"
+            )
     for body in reports:
         for hotkey, entry in body["miners"].items():
             miner = names.get(hotkey, hotkey)
@@ -460,6 +516,11 @@ def check_fraud(h: Harness, reports: list[dict]) -> Check:
         f"; {len(down)} bar(s) of a miner a kill kept down over its reveal deadline (kills "
         f"{', '.join(str(k) for k in sorted({d[3] for d in down}))}), as the protocol rules"
         if down
+        else ""
+    ) + (
+        f"; {len(lifted)} hold(s) for a reveal an outage kept unread, lifted by the next window's re-read "
+        f"({', '.join(lifted)})"
+        if lifted
         else ""
     )
     return Check(
@@ -846,13 +907,17 @@ def outage_costs(h: Harness) -> list[Check]:
         }
         return miners <= out | down or validators <= skipped
 
-    uids = {h.chain.metagraph().uid_of(h.hotkey(n.name)): n.name for n in h.net.neurons}
+    names = {h.hotkey(n.name): n.name for n in h.net.neurons}
+    hotkeys = h.chain.metagraph().hotkeys
     bars = [
-        (int(m[1]), neuron.name, uids.get(int(m[2]), f"uid {m[2]}"), m[4])
+        (
+            bar,
+            neuron.name,
+            names.get(hotkeys[bar.uid], f"uid {bar.uid}") if bar.uid < len(hotkeys) else f"uid {bar.uid}",
+        )
         for neuron in h.net.neurons
         if neuron.role == "validator"
-        for r in log_records(neuron.log_path)
-        if (m := re.match(r"window (\d+): uid (\d+) barred until window (\d+): (.*)", r.message))
+        for bar in logged_bars(neuron.log_path, hotkeys)
     ]
     lost, barred, repeated = [], [], []
     for d in h.disruptions:
@@ -865,9 +930,14 @@ def outage_costs(h: Harness) -> list[Check]:
             and not emptied_by_kills(w)
         ]
         d.barred = [
-            f"{validator} w{w}: {miner} ({reason[:120]})"
-            for w, validator, miner, reason in bars
-            if w in d.windows and down_at_reveal(h, w, miner) is None
+            f"{validator} w{bar.window}: {miner} ({bar.reason[:120]})"
+            for bar, validator, miner in bars
+            if bar.window in d.windows and not bar.lifted and down_at_reveal(h, bar.window, miner) is None
+        ]
+        d.held = [
+            f"{validator} w{bar.window}: {miner}"
+            for bar, validator, miner in bars
+            if bar.window in d.windows and bar.lifted
         ]
         d.repeated = max(
             ((n, name, line) for name, said in d.said.items() for n, line in (repeated_line(said),)),

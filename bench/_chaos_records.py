@@ -65,7 +65,10 @@ class Disruption:
     lost: list[int] = field(default_factory=list)
     """those of `windows` in which no validator accepted an update"""
     barred: list[str] = field(default_factory=list)
-    """bars of honest miners in `windows` that no kill explains"""
+    """bars of honest miners in `windows` that no kill explains and no re-read lifted"""
+    held: list[str] = field(default_factory=list)
+    """holds in `windows` for a reveal the outage kept unread, lifted by the next window's re-read
+    (the window's pay lost, docs/protocol.md "Withheld reveals")"""
     repeated: tuple[int, str, str] = (0, "", "")
     """the line about it a node logged most often: (times, node, line)"""
 

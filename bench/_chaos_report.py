@@ -98,7 +98,8 @@ def markdown(result: ChaosResult) -> str:
         "`at` in seconds after the nodes started; `windows` are those it can cost (under way during it, "
         "or starting within a window after it); `lost`: those of them in which no validator accepted an "
         "update (target: at most 1); `barred`: honest miners barred in them that no kill explains "
-        f"(target: 0); `log lines`: the nodes' warnings and errors about it, and the line one node "
+        "(target: 0), and holds for a reveal the outage kept unread that the next window's re-read "
+        f"lifted (the window's pay lost; counted, not a target); `log lines`: the nodes' warnings and errors about it, and the line one node "
         f"repeated most (target: at most {MAX_REPEATS}, when it starts and when it ends).",
         "",
         "| what | phase | at (s) | blocks | seconds | windows | lost | barred | log lines | targets | how | outcome |",
@@ -110,7 +111,8 @@ def markdown(result: ChaosResult) -> str:
             f"| {d.kind} | {d.phase} | {d.seconds:.0f} | {d.block}–{d.end_block} | "
             f"{d.wall_end - d.wall_start:.1f} | {', '.join(f'w{w}' for w in d.windows)} | "
             f"{len(d.lost)}{' (' + ', '.join(f'w{w}' for w in d.lost) + ')' if d.lost else ''} | "
-            f"{len(d.barred)} | {sum(len(x) for x in d.said.values())}"
+            f"{len(d.barred)}{f' ({len(d.held)} held, lifted)' if d.held else ''} | "
+            f"{sum(len(x) for x in d.said.values())}"
             f"{f'; {d.repeated[1]} repeated one {d.repeated[0]}×' if d.repeated[0] > 1 else ''} | "
             f"{'met' if met else '**missed**'} | {_cell(d.how)} | "
             f"{_cell(d.outcome)} |"

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import pytest
+
 from distrai.chain.base import Metagraph, Neuron
 from distrai.dashboard.nodes import NodeMetrics, wallet_labels
 from distrai.dashboard.records import (
@@ -153,6 +155,34 @@ def test_an_aggregate_followers_refuse_counts_against_no_agreement_and_names_its
     )
     v1 = validator_row(V1, docs, chain_state(), LABELS, {})
     assert (v1.agreed, v1.compared, v1.aggregate_problem) == (1, 1, "weights")
+    assert v1.aggregate_refusal == ("refused", "followers refuse it")
+
+
+@pytest.mark.parametrize(
+    "problem,word",
+    [
+        (
+            "it leaves out the update of 5Cd4gWScAE… (passed as useful by 4000 of 7000 judging stake, gain 0.8), "
+            "and takes only 1 of 3 places",
+            "censor",
+        ),
+        ("its aggregate takes 5Cd4… at 0.9, but its signed report's scores give 5Cd4… at 0.5", "liar"),
+        ("it takes an update of 5Cd4 that the miner's signed manifest does not name", "liar"),
+        (
+            "it takes the update of 5Cd4…, which the signed reports of validators holding 4000 stake failed "
+            "(5Hgp…) against 3000 that passed it",
+            "outvoted",
+        ),
+        ("aggregate of window 6 starts from another model", "refused"),
+    ],
+)
+def test_a_refused_aggregate_is_named_in_one_word(problem, word):
+    docs = two_windows()
+    docs[1] = WindowDocs(
+        6, docs[1].reports, {**docs[1].aggregates, V1: AggregateCheck(V1, problem=problem)}, V0
+    )
+    refusal = validator_row(V1, docs, chain_state(), LABELS, {}).aggregate_refusal
+    assert refusal is not None and refusal[0] == word
 
 
 def test_a_validator_whose_aggregates_are_built_on_another_model_is_shown_behind_since_the_first():

@@ -80,11 +80,29 @@ def test_a_liar_holding_most_of_the_stake_is_refused_by_the_heldout_remeasuremen
     liar = refusals[hotkey(net, "validator0")]
     assert "raises the loss on the window's held-out sample" in liar, liar
     assert "more than the run's tolerance of 1.00%" in liar, liar
-    # The liar's report fails the honest updates with more stake than the honest report passes them:
-    # no aggregate of the window is followed, and the model stays as it was.
-    honest = refusals[hotkey(net, "validator1")]
-    assert "which the signed reports of validators holding 3000 stake failed" in honest, honest
-    assert WINDOW not in syncer.followed and following.hash == net.model.hash
+    # The liar's report fails the honest updates with more stake than the honest report passes them,
+    # but a report whose own aggregate failed its re-measurement no longer counts: the honest
+    # aggregate is weighed again without it and followed, and the window is not lost.
+    assert hotkey(net, "validator1") not in refusals, refusals
+    assert syncer.followed[WINDOW][0] == hotkey(net, "validator1")
+    assert heldout_loss(runtime, following.params) < heldout_loss(runtime, net.model.params)
+
+
+def test_a_liar_below_the_honest_validator_in_stake_order_is_set_aside_when_it_is_reached(
+    runtime, updates, tmp_path
+):
+    """The honest aggregate comes first and is outvoted by the liar's report; the liar's own aggregate,
+    tried next, fails its re-measurement, so the honest one is weighed again without its report."""
+    net = build_network(runtime, tmp_path, stakes=(3000.0, 2000.0, 2000.0), updates=updates)
+    net.publish_aggregate("validator0", HONEST)
+    net.publish_aggregate("validator1", COLLUDING)
+    net.publish_aggregate("validator2", COLLUDING)
+    syncer, following = net.follow()
+    refusals = {r.validator: r.reason for r in syncer.take_refusals()}
+    assert syncer.followed[WINDOW][0] == hotkey(net, "validator0"), refusals
+    assert set(refusals) == {hotkey(net, "validator1")}, refusals
+    assert "raises the loss on the window's held-out sample" in refusals[hotkey(net, "validator1")]
+    assert heldout_loss(runtime, following.params) < heldout_loss(runtime, net.model.params)
 
 
 def test_a_liar_holding_less_stake_than_the_reports_failing_its_miner_is_refused_by_the_quorum(
@@ -125,3 +143,24 @@ def test_a_report_out_of_reach_that_could_decide_the_quorum_is_waited_for(runtim
     (refusal,) = syncer.take_refusals()
     assert refusal.validator == hotkey(net, "validator0") and "4000 stake failed" in refusal.reason
     assert syncer.followed[WINDOW][0] == hotkey(net, "validator1")
+
+
+@pytest.mark.parametrize("kept", [{}, {"miner0": 1.0}], ids=["nothing", "a subset"])
+def test_a_top_stake_censor_is_refused_and_the_honest_aggregate_followed(runtime, updates, tmp_path, kept):
+    """The leader, with 3000 of 7000 stake, reports the honest miners it censors as failing, and
+    aggregates what that report implies: nothing (its result is its base, which no re-measurement can
+    refuse), or one update of two. The honest reports, holding more of the judging stake, owe both
+    updates a place, so its aggregate is refused, named, and the honest one followed."""
+    net = build_network(runtime, tmp_path, stakes=(3000.0, 2000.0, 2000.0), updates=updates)
+    net.publish_aggregate("validator0", kept)
+    net.publish_aggregate("validator1", HONEST)
+    net.publish_aggregate("validator2", HONEST)
+    syncer, following = net.follow()
+    (refusal,) = syncer.take_refusals()
+    assert refusal.validator == hotkey(net, "validator0")
+    censored = net.miners["miner1"].hotkey.ss58_address
+    assert f"{censored[:10]}… (passed as useful by 4000 of 7000 judging stake" in refusal.reason, (
+        refusal.reason
+    )
+    assert syncer.followed[WINDOW][0] == hotkey(net, "validator1")
+    assert heldout_loss(runtime, following.params) < heldout_loss(runtime, net.model.params)

@@ -101,3 +101,69 @@ def test_stake_without_a_permit_does_not_count():
     q = Quorum(stake={A: 3.0}, reports={A: report(A, {MINER: PASS}), B: report(B, {MINER: FAIL})})
     assert q.tally(MINER).failed == 0.0
     q.check([MINER])
+
+
+def useful(gain: float | None) -> MinerEntry:
+    """A line that passes the work, with its update's measured gain (None: nobody measured it in time)."""
+    return MinerEntry(
+        uid=1, verdicts={}, numbers={} if gain is None else {"drop_unseen": gain}, score=0.9, reason=None
+    )
+
+
+def lines_on(stake, lines_by_validator, pending=()) -> Quorum:
+    return Quorum(
+        stake=stake,
+        reports={v: report(v, lines) for v, lines in lines_by_validator.items()},
+        pending=frozenset(pending),
+    )
+
+
+@pytest.mark.parametrize(
+    ("stake", "lines", "owed"),
+    [
+        ({A: 3.0, B: 2.0, C: 2.0}, {A: FAIL, B: useful(0.1), C: useful(0.1)}, True),
+        ({A: 3.0, B: 2.0, C: 2.0}, {A: useful(None), B: useful(0.1), C: FAIL}, False),  # a tie: not owed
+        ({A: 3.0, B: 2.0}, {A: useful(None), B: useful(0.1)}, True),  # an unmeasured line abstains
+        ({A: 3.0, B: 2.0}, {A: useful(-0.1), B: useful(0.1)}, False),  # measured no gain: not a candidate
+        (
+            {A: 4.0, B: 2.0, C: 1.0},
+            {A: FAIL, B: useful(0.1), C: useful(0.1)},
+            False,
+        ),  # a majority that fails it
+    ],
+)
+def test_an_update_is_owed_a_place_when_more_judging_stake_makes_it_a_candidate_than_not(stake, lines, owed):
+    q = lines_on(stake, {v: {MINER: line} for v, line in lines.items()})
+    assert q.owed(MINER).owed is owed
+    if owed:
+        with pytest.raises(SyncError, match=f"leaves out the update of {MINER[:10]}"):
+            q.check_not_censored([], 3)
+    else:
+        q.check_not_censored([], 3)
+
+
+def test_a_full_aggregate_may_leave_out_only_smaller_gains():
+    stake = {A: 3.0, B: 2.0}
+    lines = {MINER: useful(0.2), OTHER: useful(0.1)}
+    q = lines_on(stake, {A: lines, B: lines})
+    q.check_not_censored([MINER], 1)
+    q.check_not_censored([MINER, OTHER], 2)
+    with pytest.raises(SyncError, match=f"{MINER[:10]}.*takes updates whose gain is as low as 0.1"):
+        q.check_not_censored([OTHER], 1)
+    with pytest.raises(SyncError, match="takes only 1 of 2 places"):
+        q.check_not_censored([MINER], 2)
+
+
+def test_a_report_out_of_reach_that_could_owe_a_left_out_update_a_place_is_waited_for():
+    q = lines_on({A: 3.0, B: 2.0, C: 2.0}, {A: {MINER: FAIL}, B: {MINER: useful(0.1)}}, pending=[C])
+    assert q.owed(MINER).owed is None
+    with pytest.raises(SyncUnavailable, match="could decide whether the aggregate leaves out"):
+        q.check_not_censored([], 3)
+    q.check_not_censored([MINER], 3)
+
+
+def test_without_drops_a_validators_report_and_stake():
+    q = lines_on({A: 3.0, B: 2.0}, {A: {MINER: FAIL}, B: {MINER: useful(0.1)}}, pending=[])
+    assert q.owed(MINER).owed is False
+    assert q.without([A]).owed(MINER).owed is True
+    assert A not in q.without([A]).stake

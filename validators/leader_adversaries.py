@@ -14,7 +14,11 @@ follower's refusal names:
   committed and anchored like honest work) and fails every honest one, and the aggregate that this
   report implies. Every check of the aggregator's own word passes; the report quorum ("which the
   signed reports of validators holding … stake failed") or, when the leader holds most of the
-  stake, the held-out re-measurement ("raises the loss on the window's held-out sample") refuses it.
+  stake, the held-out re-measurement ("raises the loss on the window's held-out sample") refuses it;
+- `censor`: a report that fails every miner's usefulness check, and the aggregate it implies: nothing,
+  so the model would stay where it is. No check of its own word fails and its result is its base;
+  the report quorum's "No censoring" rule refuses it ("it leaves out the update of …") unless it
+  holds more of the judging stake than the reports that pass the miners.
 
 Their names alone, in this order, are `validators.leader_adversary_names.LEADER_ADVERSARY_NAMES`.
 """
@@ -117,7 +121,21 @@ class Collude(LeaderBehaviour):
                 v.score = 0.0
 
 
-LEADER_ADVERSARIES: dict[str, type[LeaderBehaviour]] = {cls.name: cls for cls in (Poison, Reweight, Collude)}
+class Censor(LeaderBehaviour):
+    """Reports every miner as failing the usefulness check, so the aggregate its report implies takes
+    nothing and the global model stays where it is."""
+
+    name = "censor"
+
+    def judge(self, validator, w, verdicts):
+        for v in verdicts:
+            v.verdicts[Check.USEFUL] = "the update does not lower the loss of the sequences it was trained on"
+            v.score = 0.0
+
+
+LEADER_ADVERSARIES: dict[str, type[LeaderBehaviour]] = {
+    cls.name: cls for cls in (Poison, Reweight, Collude, Censor)
+}
 if tuple(LEADER_ADVERSARIES) != LEADER_ADVERSARY_NAMES:  # what the validator's flag offers before this loads
     raise ImportError(
         f"validators.leader_adversary_names.LEADER_ADVERSARY_NAMES must list {tuple(LEADER_ADVERSARIES)}, in this order"

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from statistics import mean
 
 from distrai.chain.base import Metagraph
-from distrai.dashboard.words import explain, score_words
+from distrai.dashboard.words import explain, refusal_kind, score_words
 from distrai.protocol.standing import standing
 from distrai.wire.verdicts import Number
 from distrai.wire.window_documents import PayStanding, WindowReport
@@ -228,6 +228,9 @@ class ValidatorRow:
     """windows in which it anchored an aggregate before the aggregate deadline"""
     aggregate_problem: str | None
     """why followers refuse its latest aggregate, if they do"""
+    aggregate_refusal: tuple[str, str] | None = None
+    """that refusal in one word (censor, liar, outvoted or refused) and what the word means
+    (`words.refusal_kind`)"""
     behind_since: int | None = None
     """the first window of the latest run of windows whose aggregate it built on another model than
     the network's (`behind_since`); None when its latest aggregate was built on the network's"""
@@ -543,6 +546,9 @@ def validator_row(
         utilization=utilization.get(hotkey),
         aggregates=sum(1 for d in docs if hotkey in d.aggregates),
         aggregate_problem=latest_aggregate.problem if latest_aggregate else None,
+        aggregate_refusal=refusal_kind(latest_aggregate.problem)
+        if latest_aggregate and latest_aggregate.problem
+        else None,
         behind_since=behind_since(hotkey, docs),
     )
 

@@ -55,3 +55,42 @@ def score_words(numbers: dict[str, float]) -> str:
         parts.append(f"{mark:.2%} more than of unseen ones ({z:.1f} standard errors)")
     text = "; ".join(parts)
     return text[0].upper() + text[1:] + "."
+
+
+REFUSALS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (
+        "censor",
+        "it leaves out updates that the other validators' signed reports pass as useful",
+        ("it leaves out the update",),
+    ),
+    (
+        "liar",
+        "its aggregate contradicts its own word: its report, the miners' manifests, the result it names, "
+        "or the held-out loss",
+        (
+            "its signed report's scores give",
+            "the miner's signed manifest does not name",
+            "is not the one that miner anchored",
+            "does not reach its result hash",
+            "does not reach the outer momentum",
+            "raises the loss on the window's held-out sample",
+            "loss on the window's held-out sample is",
+        ),
+    ),
+    (
+        "outvoted",
+        "it takes an update that validators holding at least as much stake failed in their signed reports",
+        ("which the signed reports of validators holding",),
+    ),
+)
+"""How a follower's refusal of an aggregate reads, by the words of its reason
+(`distrai.protocol.quorum`, `distrai.protocol.follow`, `distrai.protocol.remeasure`): (the badge's
+word, what it means, phrases of the reason)."""
+
+
+def refusal_kind(reason: str) -> tuple[str, str]:
+    """The word for a refused aggregate and what it means, from the follower's reason."""
+    for word, meaning, phrases in REFUSALS:
+        if any(phrase in reason for phrase in phrases):
+            return word, meaning
+    return "refused", "followers refuse it"

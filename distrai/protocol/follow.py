@@ -13,17 +13,20 @@ aggregator's own choice, and nothing in it may rest on the aggregator's word alo
   (`distrai.protocol.aggregation.accepted_by_rule`) gives from that report's verdicts, scores and
   measured gains, so an update the report rejected, or any other weighting, is refused.
 - **The report quorum.** Every accepted update must not be failed by the signed reports of
-  validators holding at least as much stake as those that passed it (`distrai.protocol.quorum`): the reports
-  that count are those named by the aggregates anchored on chain for the window
-  (`window_quorum`).
+  validators holding at least as much stake as those that passed it, and no update the reports owe a
+  place may be left out (`distrai.protocol.quorum`, "No censoring"): the reports that count are
+  those named by the aggregates anchored on chain for the window (`window_quorum`), less those of
+  validators whose own aggregate this node refused on a check of its own word
+  (`distrai.protocol.sync`).
 - **Recomputed.** Applying the outer step to the follower's own G_w must reach the aggregate's
   result hash and outer-momentum hash (`distrai.protocol.globalmodel.apply_aggregate`).
 - **Re-measured.** The result must not raise the loss on a sample of the held-out split over its
   base by more than the run's tolerance (`distrai.protocol.remeasure`; `distrai.protocol.sync` runs it, as it needs
   G_w).
 
-Any failure raises `SyncError` with the reason; the follower then tries the next validator by
-stake and names the refused one in its own report.
+Any failure raises `SyncError` with the reason (`Contradiction` when the aggregate contradicts its
+aggregator's own word); the follower then tries the next validator by stake and names the refused
+one in its own report.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from dataclasses import dataclass
 from distrai.chain.base import Chain, ChainError
 from distrai.protocol.aggregation import Scored, accepted_by_rule
 from distrai.protocol.announce import anchored_aggregates, committed_updates
-from distrai.protocol.globalmodel import SyncError, SyncUnavailable, fetch_failed
+from distrai.protocol.globalmodel import Contradiction, SyncError, SyncUnavailable, fetch_failed
 from distrai.protocol.layout import aggregate_key, report_key
 from distrai.protocol.quorum import Quorum
 from distrai.protocol.run import RunConfig
@@ -166,21 +169,22 @@ def checked_aggregate(
     )
     listed = [(a.hotkey, a.weight) for a in aggregate.accepted]
     if listed != expected:
-        raise SyncError(
+        raise Contradiction(
             f"its aggregate takes {_describe(listed)}, but its signed report's scores give {_describe(expected)}"
         )
     for accepted in aggregate.accepted:
         if anchors.manifests.get(accepted.hotkey) != accepted.manifest_sha256:
-            raise SyncError(
+            raise Contradiction(
                 f"the manifest it names for {accepted.hotkey} is not the one that miner anchored on chain "
                 "before the commit deadline"
             )
         manifest = checked_manifest(config, run_id, window, accepted.hotkey, store, accepted.manifest_sha256)
         if manifest.update.sha256 != accepted.update_sha256:
-            raise SyncError(
+            raise Contradiction(
                 f"it takes an update of {accepted.hotkey} that the miner's signed manifest does not name"
             )
     quorum.check([a.hotkey for a in aggregate.accepted])
+    quorum.check_not_censored([a.hotkey for a in aggregate.accepted], config.scoring.aggregate_top_n)
     return aggregate
 
 

@@ -31,6 +31,12 @@ class SyncError(Exception):
     """An aggregate or checkpoint this node cannot follow, with the reason."""
 
 
+class Contradiction(SyncError):
+    """An aggregate that contradicts its aggregator's own signed word (its report's verdicts and gains,
+    the miners' manifests, the result it names) or raises the held-out loss: evidence against the
+    aggregator, whose report then no longer counts in the window's quorum (`distrai.protocol.sync`)."""
+
+
 class SyncUnavailable(SyncError):
     """A store that holds what a node must read could not be reached: nothing is wrong with what
     was published, so the node tries again later rather than refusing it."""
@@ -103,9 +109,11 @@ def apply_aggregate(
     result = outer_step(model.params, contributions, model.outer, outer_config(config))
     following = GlobalModel(window=model.window + 1, params=result.params, outer=result.state)
     if following.hash != aggregate.result_hash:
-        raise SyncError(f"applying the aggregate of window {aggregate.window} does not reach its result hash")
+        raise Contradiction(
+            f"applying the aggregate of window {aggregate.window} does not reach its result hash"
+        )
     if following.outer_hash != aggregate.outer_hash:
-        raise SyncError(
+        raise Contradiction(
             f"applying the aggregate of window {aggregate.window} does not reach the outer momentum it names"
         )
     return following

@@ -15,15 +15,28 @@ much stake as those that passed it (ties refuse), and at least one failed it. A 
 reach (`pending`) counts as whichever verdict would change the decision: if either would, the
 decision waits for it.
 
+**No censoring.** Accepting nothing breaks no rule of the aggregator's own word: a leader whose
+report fails every honest miner aggregates nothing, and its result is its base, which no
+re-measurement can refuse. So the quorum also weighs what an aggregate leaves out. A miner is
+*owed a place* when the reports whose lines judge its usefulness make it a candidate of the run's
+rule (`candidate`: every check passed, a score and a measured gain above zero) with more stake than
+those that do not (a line that passed but whose gain nobody measured in time abstains, as silence
+does). An aggregate that leaves out a miner owed a place is refused unless it is full
+(`aggregate_top_n` updates) of updates whose gains, as the quorum measured them (the stake-weighted
+median over the lines that make each a candidate), are at least as large. A censor holding less
+than half the judging stake is thus refused whatever its own report says, and the follower falls back
+to the next validator's aggregate (`distrai.protocol.sync`); the refusal names it.
+
 Pure: the caller reads the reports and the stakes (`distrai.protocol.follow.window_quorum`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from distrai.protocol.globalmodel import SyncError, SyncUnavailable
+from distrai.wire.verdicts import Number
 from distrai.wire.window_documents import MinerEntry, WindowReport
 
 
@@ -32,6 +45,42 @@ def passes(entry: MinerEntry) -> bool:
     0. How much the aggregate weighs it (`aggregation.accepted_by_rule`, by its measured gain) is not
     a verdict on the work."""
     return entry.reason is None and entry.score > 0
+
+
+def candidate(entry: MinerEntry) -> bool | None:
+    """Whether one report line makes the miner a candidate of the run's rule
+    (`distrai.protocol.aggregation.accepted_by_rule`): it passes the work and its update's measured
+    gain is above zero. None when it passes but carries no measured gain (nobody measured it in time
+    at that validator): it abstains."""
+    if not passes(entry):
+        return False
+    gain = entry.numbers.get(Number.DROP_UNSEEN)
+    return None if gain is None else gain > 0
+
+
+def weighted_median(values: Sequence[tuple[float, float]]) -> float:
+    """The lower stake-weighted median of (value, stake) pairs (0 for none)."""
+    ranked = sorted(values)
+    total = sum(stake for _, stake in ranked)
+    seen = 0.0
+    for value, stake in ranked:
+        seen += stake
+        if 2 * seen >= total:
+            return value
+    return 0.0
+
+
+@dataclass(frozen=True)
+class Owed:
+    """What the reports say of one miner's place in an aggregate."""
+
+    owed: bool | None
+    """owed a place (True), not (False), or still open until the reports out of reach are read (None)"""
+    gain: float
+    """its gain as the quorum measured it: the stake-weighted median over the lines that make it a candidate"""
+    candidate_stake: float
+    judging_stake: float
+    """the stake of the reports whose lines judge its usefulness (candidate or not), pending ones included"""
 
 
 @dataclass(frozen=True)
@@ -82,6 +131,73 @@ class Quorum:
                 failed += stake
                 failed_by.append(validator)
         return Tally(passed, failed, pending, tuple(failed_by))
+
+    def owed(self, miner: str) -> Owed:
+        """Whether `miner` is owed a place in an aggregate (see the module's "No censoring")."""
+        yes = no = pending = 0.0
+        gains = []
+        for validator, stake in self.stake.items():
+            if validator in self.pending:
+                pending += stake
+                continue
+            report = self.reports.get(validator)
+            entry = None if report is None else report.miners.get(miner)
+            judged = None if entry is None else candidate(entry)
+            if judged is True:
+                assert entry is not None
+                yes += stake
+                gains.append((entry.numbers[Number.DROP_UNSEEN], stake))
+            elif judged is False:
+                no += stake
+        surely, possibly = yes > no + pending, yes + pending > no
+        owed = True if surely else (None if possibly and pending > 0 else False)
+        return Owed(owed, weighted_median(gains), yes, yes + no + pending)
+
+    def check_not_censored(self, accepted: Sequence[str], top_n: int) -> None:
+        """Raise `SyncError` when an aggregate taking `accepted` leaves out a miner owed a place
+        (module docstring, "No censoring"), `SyncUnavailable` when the reports out of reach could
+        decide that."""
+        miners = sorted({m for report in self.reports.values() for m in report.miners} - set(accepted))
+        places = {m: self.owed(m) for m in miners}
+        taken = [place.gain if place.owed is not False else 0.0 for place in map(self.owed, accepted)]
+        floor = min(taken) if len(accepted) >= top_n else float("-inf")
+        left_out = sorted(
+            (m for m, place in places.items() if place.owed is not False and place.gain > floor),
+            key=lambda m: (-places[m].gain, m),
+        )
+        sure = [m for m in left_out if places[m].owed]
+        if sure:
+            raise SyncError(
+                "it leaves out the update"
+                + ("s" if len(sure) > 1 else "")
+                + " of "
+                + ", ".join(
+                    f"{m[:10]}… (passed as useful by {places[m].candidate_stake:g} of "
+                    f"{places[m].judging_stake:g} judging stake, gain {places[m].gain:.4g})"
+                    for m in sure
+                )
+                + (
+                    f", and takes only {len(accepted)} of {top_n} places"
+                    if len(accepted) < top_n
+                    else f", while it takes updates whose gain is as low as {floor:.4g}"
+                )
+            )
+        if left_out:
+            waiting = ", ".join(sorted(hk[:10] + "…" for hk in self.pending))
+            raise SyncUnavailable(
+                f"the reports of {waiting} are out of reach, and their verdicts on {left_out[0][:10]}… "
+                "could decide whether the aggregate leaves out an update owed a place"
+            )
+
+    def without(self, validators: Iterable[str]) -> Quorum:
+        """The quorum without the reports and stake of `validators` (aggregators refused on a check
+        of their own word, `distrai.protocol.sync`)."""
+        gone = set(validators)
+        return Quorum(
+            stake={v: s for v, s in self.stake.items() if v not in gone},
+            reports={v: r for v, r in self.reports.items() if v not in gone},
+            pending=self.pending - gone,
+        )
 
     def check(self, accepted: Iterable[str]) -> None:
         """Raise `SyncError` naming the first accepted update the quorum fails, or `SyncUnavailable`

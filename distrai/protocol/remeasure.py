@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from distrai.protocol.globalmodel import SyncError
+from distrai.protocol.globalmodel import Contradiction
 from distrai.protocol.runtime import Runtime, model_spec
 from distrai.train.evaluate import COMPARED_BATCH, evaluate
 from distrai.train.model import load_model
@@ -73,12 +73,12 @@ def check_not_worse(before: float, after: float, tolerance: float) -> None:
     """Raise `SyncError` when the result's loss `after` is not finite or exceeds the base's `before` by
     more than `tolerance` of it."""
     if not math.isfinite(after):
-        raise SyncError(
+        raise Contradiction(
             f"its result's loss on the window's held-out sample is {after}, its base's {before:.4f}"
         )
     rise = loss_rise(before, after)
     if rise > tolerance:
-        raise SyncError(
+        raise Contradiction(
             f"its result raises the loss on the window's held-out sample from {before:.4f} to {after:.4f} "
             f"({rise:+.2%}), more than the run's tolerance of {tolerance:.2%}"
         )

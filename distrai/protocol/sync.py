@@ -30,6 +30,7 @@ from distrai.protocol.follow import (
     window_quorum,
 )
 from distrai.protocol.globalmodel import (
+    Contradiction,
     GlobalModel,
     SyncError,
     SyncUnavailable,
@@ -271,70 +272,108 @@ class Syncer:
         there is none. An anchored aggregate or report whose store cannot be reached is waited for
         (`SyncUnavailable`, for the caller to try again later) until a window after its
         deadline, and only then passed over: skipping it while others follow it would split the
-        network over an outage."""
+        network over an outage.
+
+        A validator whose aggregate contradicts its own word (`Contradiction`: it is not what its
+        report implies, names updates its miners did not sign, does not recompute, or raises the
+        held-out loss) has its report set aside from the quorum for the window: a liar refused on its
+        own evidence cannot then outvote the honest aggregates, so the window's aggregates are weighed
+        again without it. An aggregate refused for any other reason (built on another model, an
+        object missing) leaves its report in the quorum."""
         w = model.window
-        config = self.runtime.config
-        anchors = read_anchors(self.chain, config, w)
-        patience = self.patience(w)
+        anchors = read_anchors(self.chain, self.runtime.config, w)
         self._gave_up = False
         quorum = self.quorum(w, view, anchors)
-        for hotkey, url in view.validators_by_stake():
-            if hotkey not in anchors.aggregates:
-                continue
-            try:
+        set_aside: dict[str, Refusal] = {}
+        while True:
+            refused: list[Refusal] = []
+            for hotkey, url in view.validators_by_stake():
+                if hotkey not in anchors.aggregates or hotkey in set_aside:
+                    continue
                 try:
-                    store = self.stores.get(url)
-                except (StoreError, OSError) as exc:
-                    raise SyncUnavailable(f"its store {url} cannot be opened: {exc}") from exc
-                aggregate = checked_aggregate(config, self.runtime.run_id, w, hotkey, store, anchors, quorum)
-
-                def fetch(sha: str, s: Store = store) -> bytes:
-                    return self._counted(s.get_blob(sha, self.limits.max_update_bytes))
-
-                following = apply_aggregate(
-                    model,
-                    aggregate,
-                    fetch,
-                    self.runtime.codec,
-                    config.outer,
-                    self.limits.max_update_bytes,
+                    following, aggregate = self.follow(model, w, hotkey, url, anchors, quorum)
+                except SyncUnavailable as exc:
+                    self.pass_over(w, hotkey, exc)
+                    refused.append(Refusal(validator=hotkey, window=w, reason=str(exc)[:REASON_CHARS]))
+                    continue
+                except Contradiction as exc:
+                    set_aside[hotkey] = self.refused(w, hotkey, exc)
+                    if hotkey in quorum.reports:
+                        break
+                    continue
+                except (StoreError, WireError, SyncError, ValueError) as exc:
+                    refused.append(self.refused(w, hotkey, exc))
+                    continue
+                log.info(
+                    "window %d: applied %s's aggregate of %d updates", w, hotkey[:10], len(aggregate.accepted)
                 )
-                self.remeasure(w, model, following, hotkey)
-            except SyncUnavailable as exc:
-                now = self.chain.block()
-                since = self.unreachable_since.setdefault((w, hotkey), now)
-                if self._patient or now < patience or since >= patience:
-                    self.outages.failed(aggregate_of(w, hotkey), exc)
-                    raise
-                self._gave_up = True
-                self.outages.gave_up(aggregate_of(w, hotkey), "passed over")
-                log.warning(
-                    "window %d: not following %s's aggregate, out of reach since its deadline: %s",
-                    w,
-                    hotkey[:10],
-                    exc,
+                self.refusals += [*set_aside.values(), *refused]
+                self.followed[w] = (hotkey, aggregate)
+                self.settle(
+                    Settled(
+                        w, hotkey, tuple((a.hotkey, a.weight) for a in aggregate.accepted), quorum.reports
+                    )
                 )
-                self.refusals.append(Refusal(validator=hotkey, window=w, reason=str(exc)[:REASON_CHARS]))
-                continue
-            except (StoreError, WireError, SyncError, ValueError) as exc:
-                log.warning("window %d: not following %s's aggregate: %s", w, hotkey[:10], exc)
-                self.refusals.append(Refusal(validator=hotkey, window=w, reason=str(exc)[:REASON_CHARS]))
-                continue
-            log.info(
-                "window %d: applied %s's aggregate of %d updates", w, hotkey[:10], len(aggregate.accepted)
+                self.reached(w)
+                self.hold_if_passed_over(model)
+                return following
+            else:
+                break
+            log.warning(
+                "window %d: %s's aggregate contradicts its own word, so its report no longer counts "
+                "in the quorum: the window's aggregates are weighed again without it",
+                w,
+                hotkey[:10],
             )
-            self.followed[w] = (hotkey, aggregate)
-            self.settle(
-                Settled(w, hotkey, tuple((a.hotkey, a.weight) for a in aggregate.accepted), quorum.reports)
-            )
-            self.reached(w)
-            self.hold_if_passed_over(model)
-            return following
+            quorum = quorum.without(set_aside)
+        self.refusals += [*set_aside.values(), *refused]
         log.info("window %d: no aggregate anchored and verifiable; the global model stays", w)
         self.settle(Settled(w, None, (), quorum.reports))
         self.reached(w)
         self.hold_if_passed_over(model)
         return skip_window(model)
+
+    def follow(
+        self, model: GlobalModel, w: int, hotkey: str, url: str, anchors: WindowAnchors, quorum: Quorum
+    ) -> tuple[GlobalModel, AggregateManifest]:
+        """G_{w+1} by `hotkey`'s aggregate of window w, after every check; raises what refused it."""
+        config = self.runtime.config
+        try:
+            store = self.stores.get(url)
+        except (StoreError, OSError) as exc:
+            raise SyncUnavailable(f"its store {url} cannot be opened: {exc}") from exc
+        aggregate = checked_aggregate(config, self.runtime.run_id, w, hotkey, store, anchors, quorum)
+
+        def fetch(sha: str) -> bytes:
+            return self._counted(store.get_blob(sha, self.limits.max_update_bytes))
+
+        following = apply_aggregate(
+            model, aggregate, fetch, self.runtime.codec, config.outer, self.limits.max_update_bytes
+        )
+        self.remeasure(w, model, following, hotkey)
+        return following, aggregate
+
+    def refused(self, w: int, hotkey: str, exc: Exception) -> Refusal:
+        log.warning("window %d: not following %s's aggregate: %s", w, hotkey[:10], exc)
+        return Refusal(validator=hotkey, window=w, reason=str(exc)[:REASON_CHARS])
+
+    def pass_over(self, w: int, hotkey: str, exc: SyncUnavailable) -> None:
+        """Re-raise `exc` while `hotkey`'s aggregate of window w out of reach is still waited for;
+        after the patience, pass it over (the node's model is then provisional: `rejoined`)."""
+        now = self.chain.block()
+        since = self.unreachable_since.setdefault((w, hotkey), now)
+        patience = self.patience(w)
+        if self._patient or now < patience or since >= patience:
+            self.outages.failed(aggregate_of(w, hotkey), exc)
+            raise exc
+        self._gave_up = True
+        self.outages.gave_up(aggregate_of(w, hotkey), "passed over")
+        log.warning(
+            "window %d: not following %s's aggregate, out of reach since its deadline: %s",
+            w,
+            hotkey[:10],
+            exc,
+        )
 
     def hold_if_passed_over(self, model: GlobalModel) -> None:
         """Hold G_w, the model a step passed over something out of reach from, unless an earlier one is

@@ -93,7 +93,16 @@ const validatorColumns = [
     title: "Aggregates in time",
     cell: (x) => [
       `${x.aggregates} of ${x.windows_reported}`,
-      x.aggregate_problem ? [" ", el("span", { class: "badge bad", title: x.aggregate_problem }, "refused")] : null,
+      x.aggregate_refusal
+        ? [
+            " ",
+            el(
+              "span",
+              { class: "badge bad", title: `${x.aggregate_refusal[1]}: ${x.aggregate_problem}` },
+              x.aggregate_refusal[0],
+            ),
+          ]
+        : null,
     ],
   },
 ];

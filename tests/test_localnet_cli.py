@@ -292,7 +292,8 @@ def test_the_results_say_why_windows_accepted_falls_short_of_windows(tmp_path):
     assert (processed_windows(net), trained_windows(net)) == ([0, 1, 2, 3, 4], [1, 2, 3, 4, 5])
     note = accepted_note(processed_windows(net), trained_windows(net), 5)
     assert note.splitlines() == [
-        "windows accepted: of the 5 windows the validators checked, as the leading one reported",
+        "windows accepted: of the 5 windows the validators checked, as the honest one with the most stake "
+        "reported",
         "window 0: checked, but trained by no miner: the miners started too late in it to train it "
         "before its commit deadline, and began with window 1",
         "window 5: trained, but not checked: each validator stops after its 5 windows (--windows), and "

@@ -93,11 +93,12 @@ class MinerResult:
 
 
 def miner_results(net: Localnet, windows: list[int], mg: Metagraph) -> list[MinerResult]:
-    """Per miner, from the leading validator's signed reports and the chain; standing and earnings
-    from `mg`, read when the network stopped (the chain goes on paying on the last weights)."""
+    """Per miner, from the signed reports of the honest validator with the most stake (the first
+    after the `--leader-adversary` ones) and the chain; standing and earnings from `mg`, read when
+    the network stopped (the chain goes on paying on the last weights)."""
     chain = net.chain
     assert chain is not None, "the localnet made or opened its chain"
-    leader = _hotkey(net, "validator0")
+    leader = _hotkey(net, f"validator{len(net.options.leader_adversaries)}")
     reports = [r["miners"] for r in signed_reports(net, windows) if r["validator"] == leader]
     leader_uid = mg.uid_of(leader)
     weights = chain.weights().get(leader_uid, {}) if leader_uid is not None else {}
@@ -181,7 +182,8 @@ def accepted_note(checked: list[int], trained: list[int], windows: int) -> str:
     """Why "windows accepted" can fall short of --windows: of the windows the validators checked,
     those no miner trained, and the windows miners trained that no validator checked."""
     lines = [
-        f"windows accepted: of the {len(checked)} windows the validators checked, as the leading one reported"
+        f"windows accepted: of the {len(checked)} windows the validators checked, as the honest one with "
+        "the most stake reported"
     ]
     unmined = [w for w in checked if w not in trained]
     before = [w for w in unmined if trained and w < trained[0]]

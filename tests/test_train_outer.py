@@ -3,6 +3,8 @@ SGD, weighted means, median-norm clipping, and the saved momentum."""
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 import torch
 
@@ -18,6 +20,7 @@ from distrai.train.outer import (
     outer_step,
     save_outer_state,
     update_norm,
+    weighted_median,
 )
 
 # "embed" is larger than ATen's parallel grain (32768 elements), so thread counts can matter.
@@ -175,3 +178,35 @@ def test_non_float32_global_model_is_refused():
 def test_bad_outer_configs_are_refused(fields, message):
     with pytest.raises(ValueError, match=message):
         OuterConfig(**fields)
+
+
+def test_the_clip_is_the_median_norm_weighted_by_each_updates_weight():
+    """Half the updates scaled to 1e-4 of an honest one's size, weighing by what they teach (1e-4 of an
+    honest update's gain): a plain median would clip the honest updates to 1e-4 of their size; the
+    weighted median leaves them whole."""
+    base = tensors(5)
+    unit = {k: v / update_norm(base) for k, v in base.items()}
+    honest = [
+        Contribution(f"h{i}", {k: v * n for k, v in unit.items()}, 1.0) for i, n in enumerate((1.0, 1.2))
+    ]
+    tiny = [Contribution(f"t{i}", {k: v * 1e-4 for k, v in unit.items()}, 1e-4) for i in range(2)]
+    result = aggregate(GLOBAL, honest + tiny)
+    assert result.clip_factors["h0"] == 1.0
+    assert result.clip_factors["h1"] == pytest.approx(1 / 1.2)
+    assert statistics.median(result.norms.values()) == pytest.approx((1e-4 + 1.0) / 2)
+
+
+@pytest.mark.parametrize(
+    "pairs,median",
+    [
+        ([(1.0, 1.0), (2.0, 1.0), (6.0, 1.0)], 2.0),
+        ([(1.0, 1.0), (2.0, 1.0)], 1.5),  # an exact half: the mean of the two around it
+        ([(1.0, 3.0), (2.0, 1.0), (6.0, 1.0)], 1.0),
+        ([(1e-4, 1e-4), (1e-4, 1e-4), (1.0, 1.0), (1.2, 1.0)], 1.0),
+        ([(5.0, 0.0), (3.0, 1.0)], 3.0),
+    ],
+)
+def test_weighted_median(pairs, median):
+    assert weighted_median(pairs) == pytest.approx(median)
+    if len({w for _, w in pairs}) == 1:
+        assert weighted_median(pairs) == pytest.approx(statistics.median(v for v, _ in pairs))

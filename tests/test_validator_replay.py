@@ -304,11 +304,15 @@ def test_a_revealed_state_that_does_not_decode_fails_with_its_reason(
     assert reason in verdict.verdicts["states"], verdict.verdicts["states"]
 
 
-@pytest.mark.parametrize("cheat", ["scaled", "noise"])
+@pytest.mark.parametrize("cheat", ["scaled", "shrunk", "noise"])
 def test_an_update_that_is_not_the_trajectorys_encoding_fails(runtime, model, honest, tmp_path, cheat):
+    """A challenged miner whose update is not the encoding of its committed training is caught: ten
+    times its work, or 1e-4 of it (paid in full if unchallenged, it forfeits that pay once caught,
+    as every claim beyond the work does: docs/protocol.md, "Pay that matures")."""
     store = FileStore(tmp_path)
-    if cheat == "scaled":
-        update = {n: 10 * t for n, t in honest.pseudo_gradient.items()}
+    if cheat in ("scaled", "shrunk"):
+        factor = 10.0 if cheat == "scaled" else 1e-4
+        update = {n: factor * t for n, t in honest.pseudo_gradient.items()}
     else:
         generator = torch.Generator().manual_seed(0)
         update = {

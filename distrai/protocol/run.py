@@ -276,7 +276,8 @@ class OuterConfig(_Section):
     nesterov: bool = True
     clip_to_median_norm: bool = Field(
         default=True,
-        description="scale each accepted pseudo-gradient down to the median norm before averaging",
+        description="scale each accepted pseudo-gradient down to the median norm (weighted by the "
+        "updates' weights) before averaging",
     )
 
 

@@ -9,7 +9,11 @@ result must be the same bytes everywhere. How:
 - per-update scalars (weight share × clip factor) computed in Python float64, then rounded once
   to float32.
 The one reduction is each update's L2 norm (float64), used for robust clipping: every update is
-scaled to at most the median norm of the accepted updates. Its last bits could in principle
+scaled to at most the weighted median norm of the accepted updates, each norm weighing what its
+update weighs in the mean (`weighted_median`). On the network the weights follow each update's
+measured gain, so updates that weigh little (a tiny update teaches little) cannot pull the clip
+down: with a plain median, a group holding half the accepted updates, each scaled to 1e-4 of its
+work, would clip every honest update to nearly nothing. Its last bits could in principle
 differ between CPUs of different vector width, but it enters only through a clip factor
 rounded to float32, so bytes differ only if that float64 value sits within ~1e-16 of a float32
 rounding boundary.
@@ -20,7 +24,6 @@ step), update = g + μ·buf, θ ← θ − lr·update.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,14 +93,32 @@ def update_norm(update: Mapping[str, torch.Tensor]) -> float:
         return sum(float(update[name].double().pow(2).sum()) for name in sorted(update)) ** 0.5
 
 
+def weighted_median(values: Sequence[tuple[float, float]]) -> float:
+    """The median of (value, weight) pairs: the value at which the weights below and above are each
+    at most half (the mean of the two values around an exact half), as `statistics.median` for
+    equal weights. Floats summed in sorted order, so every machine gets the same number."""
+    ordered = sorted(values)
+    total = 0.0
+    for _, weight in ordered:
+        total += weight
+    below = 0.0
+    for i, (value, weight) in enumerate(ordered):
+        below += weight
+        if 2 * below > total or i == len(ordered) - 1:
+            return value
+        if 2 * below == total:
+            return (value + ordered[i + 1][0]) / 2
+    raise ValueError("the median of nothing")
+
+
 def aggregate(
     global_params: Mapping[str, torch.Tensor],
     contributions: Sequence[Contribution],
     *,
     clip_to_median_norm: bool = True,
 ) -> Aggregate:
-    """Σ_i (w_i / Σw) · c_i · Δ_i over contributions sorted by key, where c_i = min(1, median
-    norm / ‖Δ_i‖) when clipping (else 1)."""
+    """Σ_i (w_i / Σw) · c_i · Δ_i over contributions sorted by key, where c_i = min(1, m / ‖Δ_i‖)
+    when clipping (else 1), m the median of the norms weighted by the w_i."""
     if not contributions:
         raise ValueError("nothing to aggregate: no contributions")
     ordered = sorted(contributions, key=lambda c: c.key)
@@ -105,7 +126,7 @@ def aggregate(
     total_weight = sum(c.weight for c in ordered)
     with pinned_threads(1):
         norms = {c.key: update_norm(c.pseudo_gradient) for c in ordered}
-        median = statistics.median(norms.values())
+        median = weighted_median([(norms[c.key], c.weight) for c in ordered])
         clip = {
             key: (min(1.0, median / norm) if norm > 0 else 1.0) if clip_to_median_norm else 1.0
             for key, norm in norms.items()

@@ -70,6 +70,19 @@ def heldout_loss(runtime, params) -> float:
     return evaluate(runtime.model, runtime.data.heldout, loss_fn=runtime.loss_fn)
 
 
+def leader_against_two_honest(runtime, updates, tmp_path, leader_scores):
+    """validator0 (3000 stake) publishes a report with `leader_scores` and what it implies, the two
+    others (2000 each) honest ones; a node follows the window. Returns the network, the node's
+    syncer, the model it reached and its one refusal."""
+    net = build_network(runtime, tmp_path, stakes=(3000.0, 2000.0, 2000.0), updates=updates)
+    net.publish_aggregate("validator0", leader_scores)
+    net.publish_aggregate("validator1", HONEST)
+    net.publish_aggregate("validator2", HONEST)
+    syncer, following = net.follow()
+    (refusal,) = syncer.take_refusals()
+    return net, syncer, following, refusal
+
+
 def test_a_liar_holding_most_of_the_stake_is_refused_by_the_heldout_remeasurement(runtime, updates, tmp_path):
     net = build_network(runtime, tmp_path, stakes=(3000.0, 2000.0), updates=updates)
     net.publish_aggregate("validator0", COLLUDING)
@@ -108,12 +121,7 @@ def test_a_liar_below_the_honest_validator_in_stake_order_is_set_aside_when_it_i
 def test_a_liar_holding_less_stake_than_the_reports_failing_its_miner_is_refused_by_the_quorum(
     runtime, updates, tmp_path
 ):
-    net = build_network(runtime, tmp_path, stakes=(3000.0, 2000.0, 2000.0), updates=updates)
-    net.publish_aggregate("validator0", COLLUDING)
-    net.publish_aggregate("validator1", HONEST)
-    net.publish_aggregate("validator2", HONEST)
-    syncer, following = net.follow()
-    (refusal,) = syncer.take_refusals()
+    net, syncer, following, refusal = leader_against_two_honest(runtime, updates, tmp_path, COLLUDING)
     assert refusal.validator == hotkey(net, "validator0")
     assert "which the signed reports of validators holding 4000 stake failed" in refusal.reason
     assert "against 3000 that passed it" in refusal.reason
@@ -151,12 +159,7 @@ def test_a_top_stake_censor_is_refused_and_the_honest_aggregate_followed(runtime
     aggregates what that report implies: nothing (its result is its base, which no re-measurement can
     refuse), or one update of two. The honest reports, holding more of the judging stake, owe both
     updates a place, so its aggregate is refused, named, and the honest one followed."""
-    net = build_network(runtime, tmp_path, stakes=(3000.0, 2000.0, 2000.0), updates=updates)
-    net.publish_aggregate("validator0", kept)
-    net.publish_aggregate("validator1", HONEST)
-    net.publish_aggregate("validator2", HONEST)
-    syncer, following = net.follow()
-    (refusal,) = syncer.take_refusals()
+    net, syncer, following, refusal = leader_against_two_honest(runtime, updates, tmp_path, kept)
     assert refusal.validator == hotkey(net, "validator0")
     censored = net.miners["miner1"].hotkey.ss58_address
     assert f"{censored[:10]}… (passed as useful by 4000 of 7000 judging stake" in refusal.reason, (

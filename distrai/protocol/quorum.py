@@ -20,8 +20,9 @@ report fails every honest miner aggregates nothing, and its result is its base, 
 re-measurement can refuse. So the quorum also weighs what an aggregate leaves out. A miner is
 *owed a place* when the reports whose lines judge its usefulness make it a candidate of the run's
 rule (`candidate`: every check passed, a score and a measured gain above zero) with more stake than
-those that do not (a line that passed but whose gain nobody measured in time abstains, as silence
-does). An aggregate that leaves out a miner owed a place is refused unless it is full
+those that do not (a line with a score but no measured gain abstains, as silence does; an update
+nobody measured in time scores 0 at that validator, so its line is not a candidate there, as it
+fails in the tally above: the two rules never pull one aggregate two ways). An aggregate that leaves out a miner owed a place is refused unless it is full
 (`aggregate_top_n` updates) of updates whose gains, as the quorum measured them (the stake-weighted
 median over the lines that make each a candidate), are at least as large. A censor holding less
 than half the judging stake is thus refused whatever its own report says, and the follower falls back
@@ -50,8 +51,8 @@ def passes(entry: MinerEntry) -> bool:
 def candidate(entry: MinerEntry) -> bool | None:
     """Whether one report line makes the miner a candidate of the run's rule
     (`distrai.protocol.aggregation.accepted_by_rule`): it passes the work and its update's measured
-    gain is above zero. None when it passes but carries no measured gain (nobody measured it in time
-    at that validator): it abstains."""
+    gain is above zero. None when it passes but carries no measured gain: it abstains. (An update
+    nobody measured in time scores 0 (`validators.window_scoring`), so its line does not pass.)"""
     if not passes(entry):
         return False
     gain = entry.numbers.get(Number.DROP_UNSEEN)

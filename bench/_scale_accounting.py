@@ -6,7 +6,8 @@ size: arithmetic from the config and the reveal sizes of `distrai.node.linkcheck
   s segments of k steps. Its compute, as a share of one miner's window of h steps on the same GPU.
 - Scoring: the validators share the usefulness measurements (`validators/shared_scoring.py`): the
   window's seed deals each update to `score_replicas` of them, so a validator measures at most
-  ⌈M · score_replicas / V⌉ updates and re-measures `score_rechecks` of the others' (M at most),
+  ⌈M · score_replicas / V⌉ updates and re-measures `score_rechecks` of each other validator's
+  (V − 1 of them; M updates at most in all),
   each 3 forward passes over `usefulness_sequences` sequences (`validators/usefulness.py`), and
   evaluates G_w on the window's reserve once; a forward pass costs about a third of a training
   step's FLOPs per token.
@@ -84,7 +85,7 @@ def account(
     replay_steps = per_validator * v.challenge_segments * train.segment_steps
     window_tokens = steps_per_window * train.batch_size * config.data.seq_len
     measured = min(miners, math.ceil(miners * min(scoring.score_replicas, validators) / validators))
-    measured = min(miners, measured + scoring.score_rechecks)
+    measured = min(miners, measured + scoring.score_rechecks * (validators - 1))
     passes = measured * USEFULNESS_PASSES + RESERVE_PASSES
     scoring_tokens = passes * scoring.usefulness_sequences * config.data.seq_len
     reveal = linkcheck.reveal_bytes(config, n, 1)

@@ -295,7 +295,8 @@ def cost_parts(
         CostPart(
             "usefulness measurements",
             GPU_KIND,
-            f"⌈{a.miners} × {scoring.score_replicas} / {a.validators}⌉ + {scoring.score_rechecks} = "
+            f"⌈{a.miners} × {scoring.score_replicas} / {a.validators}⌉ + {scoring.score_rechecks} × "
+            f"{a.validators - 1} = "
             f"{a.measured_per_validator} updates × 3 passes × {seqs} × {seq_len:,} tokens, + 1 pass over the "
             f"reserve, at ⅓ of a training step's FLOPs per token = {a.scoring_share:.2%} of a miner's "
             f"{a.steps_per_window:,} × {config.train.batch_size * seq_len:,} tokens",

@@ -123,7 +123,11 @@ def lines_on(stake, lines_by_validator, pending=()) -> Quorum:
     [
         ({A: 3.0, B: 2.0, C: 2.0}, {A: FAIL, B: useful(0.1), C: useful(0.1)}, True),
         ({A: 3.0, B: 2.0, C: 2.0}, {A: useful(None), B: useful(0.1), C: FAIL}, False),  # a tie: not owed
-        ({A: 3.0, B: 2.0}, {A: useful(None), B: useful(0.1)}, True),  # a line without a measured gain abstains
+        (
+            {A: 3.0, B: 2.0},
+            {A: useful(None), B: useful(0.1)},
+            True,
+        ),  # a line without a measured gain abstains
         ({A: 3.0, B: 2.0}, {A: useful(-0.1), B: useful(0.1)}, False),  # measured no gain: not a candidate
         (
             {A: 4.0, B: 2.0, C: 1.0},

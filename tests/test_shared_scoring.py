@@ -107,6 +107,52 @@ def test_the_recheck_draw_takes_only_others_measurements_of_miners_that_passed_h
     assert recheck_draw(b"s" * 32, me, published, eligible, 0) == []
 
 
+def test_the_recheck_draw_takes_from_every_other_validators_share():
+    me = VALIDATORS["Honest0"].ss58_address
+    split = shares()
+    published = {v: _doc(v, {m: truth(m) for m in split[v]}) for v in split}
+    draw = recheck_draw(b"s" * 32, me, published, set(MINERS), 1)
+    assert sorted(v for v, _ in draw) == sorted(v for v in split if v != me)
+    assert all(m in split[v] for v, m in draw)
+
+
+def test_an_inventing_validator_is_caught_at_the_rate_the_arithmetic_gives():
+    """The GPU config's shape: 16 validators share 256 miners (16 each), every validator re-checks one
+    of each other's measurements a window. One validator makes up one measurement of its share. Over
+    400 windows of the project's dealing (`windows.score_shares`) and draw (`recheck_draw`), each
+    re-checker catches it with probability 1/16 a window, and nobody does with (15/16)^15 = 0.379
+    (`validators/shared_scoring.py`, "What an invented measurement costs")."""
+    validators = [Keypair.create_from_uri(f"//V{i}").ss58_address for i in range(16)]
+    miners = tuple(Keypair.create_from_uri(f"//M{i}").ss58_address for i in range(256))
+    liar = validators[0]
+    windows, caught_by, nobody = 400, 0, 0
+    for w in range(windows):
+        inputs = ChallengeInputs("0x" + f"{w:064x}", RUN, w, miners, 1, 1)
+        split = score_shares(inputs, validators, 1)
+        invented = split[liar][0]
+        published = {v: _doc(v, dict.fromkeys(split[v], measured(0.01))) for v in validators}
+        seed = w.to_bytes(32, "big")
+        catchers = sum(
+            (liar, invented) in recheck_draw(seed, me, published, set(miners), 1) for me in validators[1:]
+        )
+        caught_by += catchers
+        nobody += catchers == 0
+    per_recheck = caught_by / (windows * 15)
+    assert abs(per_recheck - 1 / 16) < 3 * (1 / 16 * 15 / 16 / (windows * 15)) ** 0.5, per_recheck
+    escape = (15 / 16) ** 15
+    assert abs(nobody / windows - escape) < 3 * (escape * (1 - escape) / windows) ** 0.5, nobody / windows
+
+
+def test_a_validator_refuted_before_is_not_taken_nor_paid():
+    me, other = VALIDATORS["Honest0"].ss58_address, VALIDATORS["Honest1"].ss58_address
+    split = shares()
+    published = {other: _doc(other, {m: truth(m) for m in split[other]})}
+    trusted = pool(me, split, {m: truth(m) for m in split[me]}, published, [], set(MINERS))
+    assert other in trusted.workers and set(split[other]) <= set(trusted.measured_by)
+    distrusted = pool(me, split, {m: truth(m) for m in split[me]}, published, [], set(MINERS), {other})
+    assert other not in distrusted.workers and not set(split[other]) & set(distrusted.measured_by)
+
+
 def _doc(validator: str, entries: dict[str, Measurement]) -> Measurements:
     return Measurements(run_id=RUN, window=WINDOW, validator=validator, miners=entries)
 

@@ -17,8 +17,12 @@ from distrai.protocol.run import load_run_config
 from distrai.protocol.runtime import build_runtime
 from distrai.store import FileStore
 from distrai.wire import open_document
-from distrai.wire.window_documents import WindowReport, parse_body
+from distrai.wire.window_documents import MeasurementRecheck, WindowReport, parse_body
+from validators.shared_scoring import REFUTED, Pooled
 from validators.validator import Validator, ValidatorOptions
+
+NOTHING_POOLED = Pooled(measurements={}, measured_by={})
+"""A window with no measurement to pool: no miner passed, no validator re-checked."""
 
 MATURITY = 2
 
@@ -72,13 +76,34 @@ def test_the_pending_window_matures_unless_a_catch_forfeits_it_first(checked):
     score = state.pending[miner][0].score
     alpha = validator.rt.config.scoring.ema_alpha
     # two windows without this miner: its window matures at the second, at the moving average's rate
-    validator.fold_scores(WINDOW + 1, mg, [], [], [])
+    validator.fold_scores(WINDOW + 1, mg, [], [], NOTHING_POOLED)
     assert validator.state.averages[uid] == 0.0 and validator.state.pending[miner][0].score == score
-    validator.fold_scores(WINDOW + 2, mg, [], [], [])
+    validator.fold_scores(WINDOW + 2, mg, [], [], NOTHING_POOLED)
     assert validator.state.averages[uid] == pytest.approx(alpha * score)
     # the same windows with another validator's finding on it adopted first: nothing ever matures
     validator.state = state
-    validator.fold_scores(WINDOW + 1, mg, [], [miner], [])
-    validator.fold_scores(WINDOW + 2, mg, [], [], [])
+    validator.fold_scores(WINDOW + 1, mg, [], [miner], NOTHING_POOLED)
+    validator.fold_scores(WINDOW + 2, mg, [], [], NOTHING_POOLED)
     assert validator.state.averages[uid] == 0.0
     assert [e.window for e in validator.state.pending[miner]] == [WINDOW + 2]  # only what came after
+
+
+def test_a_validator_whose_measurement_is_refuted_is_distrusted_for_the_ban_windows(checked):
+    harness, validator, _, _ = checked
+    mg = harness.chain.metagraph()
+    state, ban = validator.state, validator.rt.config.scoring.ban_windows
+    liar = harness.new_wallet("inventing-validator").hotkey.ss58_address
+    refuted = MeasurementRecheck(
+        validator=liar,
+        miner=liar,
+        window=WINDOW + 1,
+        outcome=REFUTED,
+        reason="measured here: drops 0.1 and 0.2",
+    )
+    validator.fold_scores(WINDOW + 1, mg, [], [], Pooled({}, {}, rechecks=[refuted]))
+    assert validator.state.refuted_until[liar] == WINDOW + 2 + ban
+    assert liar in validator.state.distrusted(WINDOW + 1 + ban)
+    assert liar not in validator.state.distrusted(WINDOW + 2 + ban)
+    validator.fold_scores(WINDOW + 2 + ban, mg, [], [], NOTHING_POOLED)
+    assert liar not in validator.state.refuted_until, "a bar that ended is dropped"
+    validator.state = state

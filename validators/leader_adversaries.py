@@ -18,7 +18,10 @@ follower's refusal names:
 - `censor`: a report that fails every miner's usefulness check, and the aggregate it implies: nothing,
   so the model would stay where it is. No check of its own word fails and its result is its base;
   the report quorum's "No censoring" rule refuses it ("it leaves out the update of …") unless it
-  holds more of the judging stake than the reports that pass the miners.
+  holds more of the judging stake than the reports that pass the miners;
+- `invent`: measurements of its share made up (every drop 0), published for the others to take; each
+  other validator's re-check refutes it ("it published 0 and 0"), and it is distrusted and paid no
+  worker share for `ban_windows` windows (`validators/shared_scoring.py`).
 
 Their names alone, in this order, are `validators.leader_adversary_names.LEADER_ADVERSARY_NAMES`.
 """
@@ -121,6 +124,19 @@ class Collude(LeaderBehaviour):
                 v.score = 0.0
 
 
+class Invent(LeaderBehaviour):
+    """Publishes made-up measurements of its share, as a validator that skips the work and fills in
+    numbers would: every update of its share lowered no loss (both drops 0), so those miners score
+    nothing here. The other validators re-check one measurement of its share each and refute it
+    ("measured here: drops …; it published 0 and 0"), measure its share themselves, and distrust it
+    and pay it no worker share for `ban_windows` windows (`validators/shared_scoring.py`)."""
+
+    name = "invent"
+
+    def measured(self, validator, w, own):
+        return {hk: m.model_copy(update={"drop_trained": 0.0, "drop_unseen": 0.0}) for hk, m in own.items()}
+
+
 class Censor(LeaderBehaviour):
     """Reports every miner as failing the usefulness check, so the aggregate its report implies takes
     nothing and the global model stays where it is."""
@@ -134,7 +150,7 @@ class Censor(LeaderBehaviour):
 
 
 LEADER_ADVERSARIES: dict[str, type[LeaderBehaviour]] = {
-    cls.name: cls for cls in (Poison, Reweight, Collude, Censor)
+    cls.name: cls for cls in (Poison, Reweight, Collude, Censor, Invent)
 }
 if tuple(LEADER_ADVERSARIES) != LEADER_ADVERSARY_NAMES:  # what the validator's flag offers before this loads
     raise ImportError(

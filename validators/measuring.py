@@ -64,7 +64,8 @@ class WindowMeasuring:
         share = [hk for hk in self.shares.get(me, passed) if hk in passed and hk not in self.own]
         if self.own and not share:
             return
-        self.own |= self.measure({hk: passed[hk] for hk in share})
+        measured = self.measure({hk: passed[hk] for hk in share})
+        self.own |= self.validator.options.behaviour.measured(self.validator, w, measured)
         if me in self.shares:  # published even when empty: nobody waits for a share with nothing in it
             document = signed_measurements(self.validator.wallet.hotkey, self.rt.run_id, w, self.own)
             self.validator.publish(measurements_key(self.rt.run_id, w, me), document)
@@ -75,7 +76,14 @@ class WindowMeasuring:
         me, w, scoring = self.validator.hotkey, self.view.basis.number, self.rt.config.scoring
         passed = {v.hotkey: v for v in verdicts if v.passed}
         published = self.collect([v for v in self.shares if v != me], stop)
-        pairs = recheck_draw(self.seed, me, published, set(passed) - set(self.own), scoring.score_rechecks)
+        distrusted = self.validator.state.distrusted(w)
+        pairs = recheck_draw(
+            self.seed,
+            me,
+            {v: doc for v, doc in published.items() if v not in distrusted},
+            set(passed) - set(self.own),
+            scoring.score_rechecks,
+        )
         again = self.measure({miner: passed[miner] for _, miner in pairs})
         tolerance = max(self.rt.config.verification.loss_tolerance, MEASUREMENT_TOLERANCE)
         rechecks = [
@@ -90,11 +98,11 @@ class WindowMeasuring:
                 r.outcome,
                 r.reason,
             )
-        pooled = pool(me, self.shares, self.own, published, rechecks, set(passed))
+        pooled = pool(me, self.shares, self.own, published, rechecks, set(passed), distrusted)
         unmeasured = sorted(set(passed) - set(pooled.measurements))
         if unmeasured:
             extra = self.measure_the_rest({hk: passed[hk] for hk in unmeasured})
-            pooled = pool(me, self.shares, self.own | extra, published, rechecks, set(passed))
+            pooled = pool(me, self.shares, self.own | extra, published, rechecks, set(passed), distrusted)
             unmeasured = sorted(set(passed) - set(pooled.measurements))
         if unmeasured:
             log.warning(

@@ -10,28 +10,42 @@ each validator:
    (`Measurements`, at `layout.measurements_key`);
 2. reads the other validators' measurements until all are there or its score patience runs out
    (`score_patience`: two thirds into the validate phase);
-3. measures again `score_rechecks` of them, drawn by the seed and its own hotkey, and compares: a
-   validator whose measurement it cannot reproduce (within the run's loss tolerance) is refuted,
-   named in the report, and none of its measurements of the window are taken;
+3. measures again `score_rechecks` of each other validator's, drawn by the seed and its own hotkey,
+   and compares: a validator whose measurement it cannot reproduce (within the run's loss
+   tolerance) is refuted, named in the report, and none of its measurements are taken, nor is it
+   paid as a worker here, for `scoring.ban_windows` windows (`ValidatorState.refuted_until`);
 4. measures itself the passed updates nobody else measured in time (their validator down, late or
    refuted), while half of what the score patience leaves before the aggregate deadline lasts
    (`measuring.rest_limit`), and scores every miner from the pooled measurements (its own first): a
    miner whose update is still unmeasured then is not scored this window (its moving average is left
    as it was), never zeroed.
 
-The validators that published the measurements of their whole share in time, none refuted, are the
-window's workers; `scoring.validator_share` of each honest validator's weight pays them
+The validators that published the measurements of their whole share in time, none refuted here now
+or within `ban_windows`, are the window's workers; `scoring.validator_share` of each honest validator's weight pays them
 (`scoring.weights_from_averages`). A validator that skips its share and copies the others' scores
 sets the same weights on the miners, and so earns the same dividends, but no share of the workers'
 pay: under Yuma Consensus only a payment for the work itself tells a worker from a copier, since a
 copier's weights agree with the consensus by construction.
+
+What an invented measurement costs. Every validator re-checks `score_rechecks` (r) of each other
+validator's published measurements every window. A validator that makes up f of the s measurements
+of its share (the rest measured) escapes one re-checker with probability (1 − f)^r at most (exactly
+that when drawing with replacement; a draw without replacement from s catches more), and all V − 1
+with (1 − f)^(r(V − 1)). Each one that catches it stops taking its measurements and stops paying it
+as a worker for `ban_windows` windows. At the GPU config (r = 1, ban_windows = 144, V = 16 sharing
+256 miners, s = 16): inventing the whole share is refuted by all 15 others in its first window and
+costs 144 windows of worker pay at each; inventing one measurement of 16 is caught by each re-checker
+with probability 1/16 a window, so it costs 15 × 1/16 × 144 = 135 windows of worker pay in
+expectation for each window it is done, against one sixteenth of a window's measuring saved.
+Skipping the share outright is not refuted: it forgoes the window's worker pay, which deters only
+where a window's worker pay exceeds a window's measuring cost (`validator_share`; not settled here).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -110,20 +124,21 @@ def read_measurements(
 def recheck_draw(
     seed: bytes, me: str, published: Mapping[str, Measurements], eligible: set[str], count: int
 ) -> list[tuple[str, str]]:
-    """The (validator, miner) measurements this validator measures again: `count` of the others'
-    measurements of `eligible` miners, drawn by the window's seed and this validator's hotkey."""
-    pairs = sorted(
-        (validator, miner)
-        for validator, doc in published.items()
-        if validator != me
-        for miner in doc.miners
-        if miner in eligible
-    )
-    ranked = sorted(
-        pairs,
-        key=lambda pair: hashlib.sha256(b"|".join([seed, me.encode(), *(p.encode() for p in pair)])).digest(),
-    )
-    return ranked[:count]
+    """The (validator, miner) measurements this validator measures again: `count` of each other
+    validator's published measurements of `eligible` miners, drawn by the window's seed and this
+    validator's hotkey, so every published share is re-checked by every other validator in every
+    window (module docstring, "What an invented measurement costs")."""
+    drawn = []
+    for validator in sorted(v for v in published if v != me):
+        pairs = sorted((validator, miner) for miner in published[validator].miners if miner in eligible)
+        ranked = sorted(
+            pairs,
+            key=lambda pair: hashlib.sha256(
+                b"|".join([seed, me.encode(), *(p.encode() for p in pair)])
+            ).digest(),
+        )
+        drawn += ranked[:count]
+    return drawn
 
 
 def agrees(mine: Measurement, theirs: Measurement, tolerance: float) -> bool:
@@ -169,12 +184,14 @@ def pool(
     published: Mapping[str, Measurements],
     rechecks: Sequence[MeasurementRecheck],
     scored: set[str],
+    distrusted: Collection[str] = (),
 ) -> Pooled:
     """Every measurement to score `scored` (the miners that passed this validator's checks) with:
     this validator's own first, then those of the validators whose share holds the miner, in share
-    order, unless refuted. Workers: the validators (this one included) that measured every scored
-    miner of their share, none refuted."""
-    refuted = {r.validator for r in rechecks if r.outcome == REFUTED}
+    order, unless refuted now or `distrusted` (refuted in a window before, within `ban_windows`).
+    Workers: the validators (this one included) that measured every scored miner of their share,
+    neither refuted nor distrusted."""
+    refuted = {r.validator for r in rechecks if r.outcome == REFUTED} | set(distrusted)
     taken = {me: dict(own)} | {
         v: dict(doc.miners) for v, doc in published.items() if v != me and v not in refuted
     }

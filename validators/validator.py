@@ -77,6 +77,7 @@ from distrai.wire.verdicts import Check, Number
 from distrai.wire.window_documents import (
     AcceptedUpdate,
     AggregateManifest,
+    Measurement,
     MinerEntry,
     PayStanding,
     Recheck,
@@ -100,9 +101,8 @@ from validators.pay import add_window, forfeit, mature, matures_at, pending_tota
 from validators.pending import ListedWindow, PendingWindow, PendingWindows
 from validators.reveal_probe import RevealProbes, held_up
 from validators.scoring import weights_from_averages
-from validators.shared_scoring import (
-    Pooled,
-)
+from validators.shared_scoring import REFUTED as MEASUREMENT_REFUTED
+from validators.shared_scoring import Pooled
 from validators.validator_state import Suspension, ValidatorState, load_state, save_state
 from validators.window import WindowBasis
 from validators.window_scoring import score_window
@@ -120,6 +120,10 @@ class LeaderBehaviour:
 
     def judge(self, validator: Validator, w: int, verdicts: list[MinerVerdict]) -> None:
         """Change the window's verdicts (in place) before the report is signed."""
+
+    def measured(self, validator: Validator, w: int, own: dict[str, Measurement]) -> dict[str, Measurement]:
+        """The measurements of its share it publishes, and scores with, given what it measured."""
+        return own
 
     def tamper(
         self,
@@ -354,7 +358,7 @@ class Validator(Participant):
         listed = ListedWindow(pending, in_time, commitments, inventory)
         verdicts, pooled = self.check_window(listed, mg, stop)
         self.options.behaviour.judge(self, w, verdicts)
-        self.fold_scores(w, mg, verdicts, [r.miner for r in rechecks if r.outcome == ADOPTED], pooled.workers)
+        self.fold_scores(w, mg, verdicts, [r.miner for r in rechecks if r.outcome == ADOPTED], pooled)
         parts.append((f"checking the miners (reading their stores: {urls})", time.monotonic() - mark))
         mark = time.monotonic()
         put = self.publishing(w, stop)
@@ -793,13 +797,15 @@ class Validator(Participant):
     # -- scores and weights ---------------------------------------------------------------------
 
     def fold_scores(
-        self, w: int, mg: Metagraph, verdicts: list[MinerVerdict], adopted: list[str], workers: list[str]
+        self, w: int, mg: Metagraph, verdicts: list[MinerVerdict], adopted: list[str], pooled: Pooled
     ) -> None:
         """Add the window's scores to the scores waiting to mature and fold those of window
         w − `maturity_windows` into the moving averages (`validators.pay`); a miner caught in fraud here,
         or by another validator's finding adopted here, forfeits every score not yet matured, has its
-        average zeroed and is barred; one that withheld its reveal is held until the re-read. In
-        memory: `run_window` saves the state once the window's weights and metrics record are added."""
+        average zeroed and is barred; one that withheld its reveal is held until the re-read. The
+        window's workers are `pooled`'s; a validator whose measurement was refuted here is distrusted
+        for `ban_windows` (`validators.shared_scoring`). In memory: `run_window` saves the state once
+        the window's weights and metrics record are added."""
         scoring = self.rt.config.scoring
         state = self.state.aligned(mg.hotkeys)
         scores: dict[str, float | None] = dict.fromkeys(mg.hotkeys, 0.0)
@@ -825,6 +831,16 @@ class Validator(Participant):
         averages, pending = mature(
             averages, pending, w - scoring.maturity_windows, scoring.ema_alpha, suspended
         )
+        refuted_until = {hk: until for hk, until in state.refuted_until.items() if until > w}
+        for validator in sorted({r.validator for r in pooled.rechecks if r.outcome == MEASUREMENT_REFUTED}):
+            refuted_until[validator] = w + 1 + scoring.ban_windows
+            log.warning(
+                "window %d: validator %s's measurement refuted: its measurements are not taken, and it is "
+                "paid no worker share, here until window %d",
+                w,
+                validator[:10],
+                refuted_until[validator],
+            )
         self.state = state.model_copy(
             update={
                 "window": w,
@@ -833,7 +849,8 @@ class Validator(Participant):
                 "last_scores": [0.0 if scores[hk] is None else scores[hk] for hk in mg.hotkeys],
                 "banned_until": banned,
                 "suspended": suspended,
-                "workers": workers,
+                "workers": pooled.workers,
+                "refuted_until": refuted_until,
             }
         )
 

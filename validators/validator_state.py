@@ -49,6 +49,9 @@ class ValidatorState(BaseModel):
     """The validators that did their share of the last window's measurements (paid by weights)."""
     suspended: dict[str, Suspension] = Field(default_factory=dict)
     """Hotkey → its bar for a withheld reveal, until this validator reads the reveal again."""
+    refuted_until: dict[str, int] = Field(default_factory=dict)
+    """Validator hotkey → the first window in which its measurements are taken, and it is paid as a
+    worker, again here after one was refuted (`validators.shared_scoring`)."""
     record: dict[str, Any] | None = None
     """The metrics record of `window`, saved with the scores it describes: a validator stopped after
     the save and before the record reached its metrics file writes it there when it starts again."""
@@ -76,6 +79,10 @@ class ValidatorState(BaseModel):
 
     def is_banned(self, hotkey: str, window: int) -> bool:
         return self.banned_until.get(hotkey, -1) > window
+
+    def distrusted(self, window: int) -> set[str]:
+        """The validators whose measurements of `window` this one does not take: refuted before."""
+        return {hotkey for hotkey, until in self.refuted_until.items() if until > window}
 
 
 def save_state(state: ValidatorState, path: Path) -> None:

@@ -456,8 +456,9 @@ class ScoringConfig(_Section):
     score_rechecks: int = Field(
         default=1,
         ge=0,
-        description="other validators' measurements each validator measures again per window; one it cannot "
-        "reproduce is refuted and that validator's measurements of the window are not taken",
+        description="measurements of each other validator's share that each validator measures again per "
+        "window; one it cannot reproduce is refuted, and that validator's measurements are not taken, nor is "
+        "it paid as a worker, there for ban_windows windows (validators/shared_scoring.py)",
     )
     validator_share: float = Field(
         default=0.0,

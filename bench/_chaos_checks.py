@@ -43,7 +43,8 @@ def validator_records(path: Path) -> list[dict]:
 class LoggedBar:
     """A bar a validator's log announces ("window W: uid U barred until window X: reason"), and
     whether it was a hold for a withheld reveal that the validator's re-read one window later lifted
-    ("… withheld reveal is there now and passes: bar lifted", `Validator.reread_withheld`)."""
+    ("… withheld reveal is there now and passes: bar lifted", or, for a validator restarted since,
+    "… hold cannot be read again here …: bar lifted"; `Validator.reread_withheld`)."""
 
     window: int
     uid: int
@@ -54,7 +55,10 @@ class LoggedBar:
 
 
 BAR = re.compile(r"window (\d+): uid (\d+) barred until window (\d+): (.*)")
-LIFTED = re.compile(r"window (\d+): (\w+)'s withheld reveal is there now and passes: bar lifted")
+LIFTED = re.compile(
+    r"window (\d+): (\w+)'s (?:withheld reveal is there now and passes|hold cannot be read again here[^:]*): "
+    r"bar lifted"
+)
 
 
 def logged_bars(path: Path, hotkeys: list[str]) -> list[LoggedBar]:

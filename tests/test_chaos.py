@@ -1,18 +1,18 @@
 """Bounded chaos on a localnet: the small version of bench/chaos.py (which writes
 docs/reliability.md with 20 kills over 8 windows), run by `support.chaos_run` beside the other tests.
 
-3 miners and 2 validators on the pipelined cpu-localnet config at 0.7 s per block, 8 windows.
+3 miners and 2 validators on the pipelined cpu-localnet config at 0.7 s per block, 5 windows.
 7 SIGKILLs at moments drawn from a fixed seed, every (role, phase) pair among them, each followed
-at once by a restart with the same command; the store unreachable for 10.4 s (just under half a
-window) at its three worst placements: across a reveal deadline, while the challenged miners
-upload their reveals, and while the miners fetch their training shards; the chain locked for 7 s
-(a third of a window) across a window's first block. At 2-s blocks those are the 30-s store outages
-and the 20-s chain lock of docs/reliability.md, whose three seeds run them at that length; the
-suite cannot afford 2-s blocks, and 30 s at 0.7-s blocks would be more than a window. The network
-runs once for the session; each check is its own test, so a failure names the check. Runs in
-about 3 minutes on 2 cores.
+at once by a restart with the same command; the store unreachable for 8 s while the challenged
+miners upload their reveals; the chain locked for 5 s across a window's first block. The outages
+are short (`support.chaos_run.OUTAGES` says why); the 30-s store outages at every placement and the
+20-s chain lock run in bench/chaos.py at 2-s blocks (docs/reliability.md). The network runs once
+for the session; each check is its own test, so a failure names the check. Runs in about 2.5 minutes
+on 2 cores.
 
-Every check must hold. A miner that
+Every check must hold, "outage windows lost" too: it was an xfail after one fresh-clone CI run
+(commit ee2fd29) in which the validators' reads of window 1 took 44.8 s, and held in each of the
+30 runs of the suite that docs/testing.md records since. A miner that
 a kill keeps down over a reveal deadline loses that reveal, as no restart can bring it back, and a
 validator that challenged it bars it as the protocol rules for a hidden reveal (docs/protocol.md,
 "Withheld reveals"): the checks count those bars, and require the restarted miner to say that the
@@ -305,13 +305,19 @@ BAR_FOR_WITHHOLDING = (
 )
 
 
-@pytest.mark.parametrize("lifted", [True, False])
-def test_a_hold_for_a_withheld_reveal_is_read_with_its_lift(tmp_path, lifted):
+LIFTS = {
+    "re-read": "window 2: 5Honest000's withheld reveal is there now and passes: bar lifted, only the window is lost",
+    "restart": "window 2: 5Honest000's hold cannot be read again here, as this validator restarted since: bar "
+    "lifted, only the window is lost; the other validators re-check its finding",
+}
+
+
+@pytest.mark.parametrize("lift", [*LIFTS, None])
+def test_a_hold_for_a_withheld_reveal_is_read_with_its_lift(tmp_path, lift):
+    lifted = lift is not None
     lines = [BAR_FOR_WITHHOLDING]
-    if lifted:
-        lines.append(
-            "window 2: 5Honest000's withheld reveal is there now and passes: bar lifted, only the window is lost"
-        )
+    if lift is not None:
+        lines.append(LIFTS[lift])
     (bar,) = logged_bars(validator_log(tmp_path / "validator.log", lines), HOTKEYS)
     assert (bar.window, bar.uid, bar.until, bar.withheld, bar.lifted) == (2, 0, 5, True, lifted)
 

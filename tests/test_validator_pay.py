@@ -20,6 +20,7 @@ from distrai.wire import open_document
 from distrai.wire.window_documents import MeasurementRecheck, WindowReport, parse_body
 from validators.shared_scoring import REFUTED, Pooled
 from validators.validator import Validator, ValidatorOptions
+from validators.validator_state import Suspension
 
 NOTHING_POOLED = Pooled(measurements={}, measured_by={})
 """A window with no measurement to pool: no miner passed, no validator re-checked."""
@@ -106,4 +107,29 @@ def test_a_validator_whose_measurement_is_refuted_is_distrusted_for_the_ban_wind
     assert liar not in validator.state.distrusted(WINDOW + 2 + ban)
     validator.fold_scores(WINDOW + 2 + ban, mg, [], [], NOTHING_POOLED)
     assert liar not in validator.state.refuted_until, "a bar that ended is dropped"
+    validator.state = state
+
+
+def test_a_hold_the_validator_can_no_longer_read_again_is_lifted_not_made_a_bar(checked, caplog):
+    """A validator held a miner for a withheld reveal of the window before the one it checked last,
+    then restarted: the window it checked that miner against is gone, so it cannot read the reveal
+    again. The hold is lifted, the miner's pending scores are kept, and the bar before it comes back
+    (a chaos run in a fresh-clone CI run barred an honest miner for good this way)."""
+    harness, validator, _, miner = checked
+    state = validator.state
+    mg = harness.chain.metagraph()
+    before = state.banned_until.get(miner, -1)
+    validator.state = state.model_copy(
+        update={
+            "suspended": {miner: Suspension(window=WINDOW - 1, banned_until=before)},
+            "banned_until": {**state.banned_until, miner: WINDOW + 5},
+        }
+    )
+    assert not validator.can_reread(miner, WINDOW - 1)
+    with caplog.at_level("WARNING", logger="distrai.validator"):
+        validator.reread_withheld(WINDOW - 1, mg)
+    assert miner not in validator.state.suspended
+    assert validator.state.banned_until.get(miner, -1) == before
+    assert validator.state.pending[miner] == state.pending[miner], "its held scores mature again"
+    assert "hold cannot be read again here" in caplog.text and "bar lifted" in caplog.text
     validator.state = state

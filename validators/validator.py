@@ -857,13 +857,26 @@ class Validator(Participant):
     def reread_withheld(self, w: int, mg: Metagraph) -> None:
         """Read again what miners withheld in window w (`validators.withheld`): a miner whose reveal
         is there now and sound has its bar lifted and its held scores mature again, less the window
-        it lost; one whose reveal is still unread, or fails, stays barred and forfeits them."""
+        it lost; one whose reveal is still unread, or fails, stays barred and forfeits them. A hold
+        this validator can no longer read again, as it restarted since and lost the window it was
+        checked against, is lifted the same way: a validator's restart is no evidence against a
+        miner, and the other validators still re-check its finding and adopt it if the reveal is
+        not there (`validators.findings`)."""
         due = sorted(hk for hk, s in self.state.suspended.items() if s.window <= w)
         if not due:
             return
         sound = []
         for hotkey in due:
             window = self.state.suspended[hotkey].window
+            if not self.can_reread(hotkey, window):
+                sound.append(hotkey)
+                log.warning(
+                    "window %d: %s's hold cannot be read again here, as this validator restarted since: "
+                    "bar lifted, only the window is lost; the other validators re-check its finding",
+                    window,
+                    hotkey[:10],
+                )
+                continue
             passes, reason = self.withheld_is_sound(hotkey, window)
             if passes:
                 sound.append(hotkey)
@@ -879,14 +892,16 @@ class Validator(Participant):
         self.state = after_reread(self.state.aligned(mg.hotkeys), mg.hotkeys, due, sound)
         save_state(self.state, self.state_path)
 
-    def withheld_is_sound(self, hotkey: str, window: int) -> tuple[bool, str]:
-        """Whether what `hotkey` withheld in `window` is in its store now and passes, and why not."""
+    def can_reread(self, hotkey: str, window: int) -> bool:
+        """Whether this validator still holds what it checked `hotkey` against in `window`."""
         held = self.held
-        if held is None or held.window != window or hotkey not in held.verdicts:
-            return (
-                False,
-                "this validator did not check that window (it restarted), so it cannot read it again",
-            )
+        return held is not None and held.window == window and hotkey in held.verdicts
+
+    def withheld_is_sound(self, hotkey: str, window: int) -> tuple[bool, str]:
+        """Whether what `hotkey` withheld in `window` (a window `can_reread`) is in its store now and
+        passes, and why not."""
+        held = self.held
+        assert held is not None, "can_reread comes first"
         try:
             store = self.stores.get(held.basis.announcements[hotkey].store_url)
         except (StoreError, ValueError) as exc:

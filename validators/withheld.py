@@ -14,7 +14,9 @@ reads that ended past it (`Validator.check_window`), and what is still unread th
   (`validators.validator_state.Suspension`): if they are there and pass, the bar is lifted and the
   held scores mature again, so an honest miner whose store was down loses that window's pay,
   nothing more; if they are still unread, or fail, the bar stands and the held scores and the
-  average are forfeited.
+  average are forfeited. A validator that restarted since cannot read the hold again (it lost the
+  window it checked the miner against) and lifts it: a restart is no evidence against the miner,
+  and the other validators' re-checks of its finding still decide (`Validator.reread_withheld`).
 - a miner nobody challenged: absent, like a miner that published nothing: the window scores 0.
 - a validator that could not reach most of the stores it listed (`own_outage`): its own link is
   down, not the miners', and nothing is counted against anyone.

@@ -12,8 +12,8 @@ The one reduction is each update's L2 norm (float64), used for robust clipping: 
 scaled to at most the weighted median norm of the accepted updates, each norm weighing what its
 update weighs in the mean (`weighted_median`). On the network the weights follow each update's
 measured gain, so updates that weigh little (a tiny update teaches little) cannot pull the clip
-down: with a plain median, a group holding half the accepted updates, each scaled to 1e-4 of its
-work, would clip every honest update to nearly nothing. Its last bits could in principle
+down: with a plain median, a group holding more than half the accepted updates, each scaled to 1e-4
+of its work, would clip every honest update to about 1e-4 of its size (exactly half, to about half). Its last bits could in principle
 differ between CPUs of different vector width, but it enters only through a clip factor
 rounded to float32, so bytes differ only if that float64 value sits within ~1e-16 of a float32
 rounding boundary.

@@ -37,7 +37,9 @@ def test_each_resource_has_its_share_target_and_verdict():
     v, a, cost = cost_of(check=0.2, decode=0.4, sketch=0.3)
     parts = {p.name: p for p in cost.parts}
     used = a.measured_per_validator + 16 + a.replays_per_validator
-    assert used == math.ceil(256 * 1 / 16) + 1 + 16 + 1
+    assert (
+        used == math.ceil(256 * 1 / 16) + 1 * 15 + 16 + 1
+    )  # its share, one re-check of each other validator
     cpu = 256 * 0.2 + used * 0.4 + 256 * 0.3 + 2.0
     assert parts["decoding the updates it uses"].seconds == pytest.approx(used * 0.4)
     gpu, cpu_resource, link = v.RESOURCES

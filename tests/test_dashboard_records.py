@@ -162,7 +162,7 @@ def test_an_aggregate_followers_refuse_counts_against_no_agreement_and_names_its
     "problem,word",
     [
         (
-            "it leaves out the update of 5Cd4gWScAE… (passed as useful by 4000 of 7000 judging stake, gain 0.8), "
+            "it leaves out the update of 5Cd4gWScAE… (passed as useful by 4000 of 7000 reporting stake, gain 0.8), "
             "and takes only 1 of 3 places",
             "censor",
         ),

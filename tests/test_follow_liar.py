@@ -157,12 +157,12 @@ def test_a_report_out_of_reach_that_could_decide_the_quorum_is_waited_for(runtim
 def test_a_top_stake_censor_is_refused_and_the_honest_aggregate_followed(runtime, updates, tmp_path, kept):
     """The leader, with 3000 of 7000 stake, reports the honest miners it censors as failing, and
     aggregates what that report implies: nothing (its result is its base, which no re-measurement can
-    refuse), or one update of two. The honest reports, holding more of the judging stake, owe both
+    refuse), or one update of two. The honest reports, holding more than half the reporting stake, owe both
     updates a place, so its aggregate is refused, named, and the honest one followed."""
     net, syncer, following, refusal = leader_against_two_honest(runtime, updates, tmp_path, kept)
     assert refusal.validator == hotkey(net, "validator0")
     censored = net.miners["miner1"].hotkey.ss58_address
-    assert f"{censored[:10]}… (passed as useful by 4000 of 7000 judging stake" in refusal.reason, (
+    assert f"{censored[:10]}… (passed as useful by 4000 of 7000 reporting stake" in refusal.reason, (
         refusal.reason
     )
     assert syncer.followed[WINDOW][0] == hotkey(net, "validator1")

@@ -122,12 +122,10 @@ def lines_on(stake, lines_by_validator, pending=()) -> Quorum:
     ("stake", "lines", "owed"),
     [
         ({A: 3.0, B: 2.0, C: 2.0}, {A: FAIL, B: useful(0.1), C: useful(0.1)}, True),
-        ({A: 3.0, B: 2.0, C: 2.0}, {A: useful(None), B: useful(0.1), C: FAIL}, False),  # a tie: not owed
-        (
-            {A: 3.0, B: 2.0},
-            {A: useful(None), B: useful(0.1)},
-            True,
-        ),  # a line without a measured gain abstains
+        ({A: 3.0, B: 2.0, C: 2.0}, {A: useful(None), B: useful(0.1), C: FAIL}, False),  # 2 of 7
+        ({A: 3.0, B: 2.0}, {A: useful(None), B: useful(0.1)}, False),  # a minority's line owes nothing
+        ({A: 3.0, B: 2.0}, {A: useful(0.1), B: None}, True),  # more than half of all the reporting stake
+        ({A: 2.0, B: 2.0}, {A: useful(0.1), B: FAIL}, False),  # half is not more than half
         ({A: 3.0, B: 2.0}, {A: useful(-0.1), B: useful(0.1)}, False),  # measured no gain: not a candidate
         (
             {A: 4.0, B: 2.0, C: 1.0},
@@ -136,8 +134,10 @@ def lines_on(stake, lines_by_validator, pending=()) -> Quorum:
         ),  # a majority that fails it
     ],
 )
-def test_an_update_is_owed_a_place_when_more_judging_stake_makes_it_a_candidate_than_not(stake, lines, owed):
-    q = lines_on(stake, {v: {MINER: line} for v, line in lines.items()})
+def test_an_update_is_owed_a_place_when_more_than_half_the_reporting_stake_makes_it_a_candidate(
+    stake, lines, owed
+):
+    q = lines_on(stake, {v: {} if line is None else {MINER: line} for v, line in lines.items()})
     assert q.owed(MINER).owed is owed
     if owed:
         with pytest.raises(SyncError, match=f"leaves out the update of {MINER[:10]}"):
@@ -171,3 +171,16 @@ def test_without_drops_a_validators_report_and_stake():
     assert q.owed(MINER).owed is False
     assert q.without([A]).owed(MINER).owed is True
     assert A not in q.without([A]).stake
+
+
+def test_a_sliver_of_stake_cannot_owe_a_place_to_a_hotkey_nobody_else_reports():
+    """A permitted validator with 1 of 5001 stake writes a passing line with a large gain for a hotkey
+    no other report has (one that committed nothing): every honest aggregate leaves it out, and none
+    is refused for it."""
+    fake = "5" + "F" * 47
+    q = lines_on(
+        {A: 3000.0, B: 2000.0, C: 1.0},
+        {A: {MINER: useful(0.1)}, B: {MINER: useful(0.1)}, C: {fake: useful(9.0)}},
+    )
+    assert q.owed(fake).owed is False
+    q.check_not_censored([MINER], 3)

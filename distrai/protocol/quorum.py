@@ -18,14 +18,16 @@ decision waits for it.
 **No censoring.** Accepting nothing breaks no rule of the aggregator's own word: a leader whose
 report fails every honest miner aggregates nothing, and its result is its base, which no
 re-measurement can refuse. So the quorum also weighs what an aggregate leaves out. A miner is
-*owed a place* when the reports whose lines judge its usefulness make it a candidate of the run's
-rule (`candidate`: every check passed, a score and a measured gain above zero) with more stake than
-those that do not (a line with a score but no measured gain abstains, as silence does; an update
-nobody measured in time scores 0 at that validator, so its line is not a candidate there, as it
-fails in the tally above: the two rules never pull one aggregate two ways). An aggregate that leaves out a miner owed a place is refused unless it is full
+*owed a place* when the reports whose lines make it a candidate of the run's rule (`candidate`:
+every check passed, a score and a measured gain above zero) hold more than half the stake of all the
+reports that count. Half of all, not of those with a line on it: else one validator with a sliver of
+stake could write a line for a hotkey nobody else reports (one that committed nothing, or no miner
+at all) and have every honest aggregate refused for leaving it out. (An update nobody measured in
+time scores 0 at that validator, so its line is not a candidate there, as it fails in the tally
+above: the two rules never pull one aggregate two ways.) An aggregate that leaves out a miner owed a place is refused unless it is full
 (`aggregate_top_n` updates) of updates whose gains, as the quorum measured them (the stake-weighted
 median over the lines that make each a candidate), are at least as large. A censor holding less
-than half the judging stake is thus refused whatever its own report says, and the follower falls back
+than half the reporting stake is thus refused whatever its own report says, and the follower falls back
 to the next validator's aggregate (`distrai.protocol.sync`); the refusal names it.
 
 Pure: the caller reads the reports and the stakes (`distrai.protocol.follow.window_quorum`).
@@ -80,8 +82,8 @@ class Owed:
     gain: float
     """its gain as the quorum measured it: the stake-weighted median over the lines that make it a candidate"""
     candidate_stake: float
-    judging_stake: float
-    """the stake of the reports whose lines judge its usefulness (candidate or not), pending ones included"""
+    reporting_stake: float
+    """the stake of every report that counts, pending ones included"""
 
 
 @dataclass(frozen=True)
@@ -150,9 +152,14 @@ class Quorum:
                 gains.append((entry.numbers[Number.DROP_UNSEEN], stake))
             elif judged is False:
                 no += stake
-        surely, possibly = yes > no + pending, yes + pending > no
-        owed = True if surely else (None if possibly and pending > 0 else False)
-        return Owed(owed, weighted_median(gains), yes, yes + no + pending)
+        reporting = sum(
+            stake
+            for validator, stake in self.stake.items()
+            if validator in self.reports or validator in self.pending
+        )
+        surely, possibly = 2 * yes > reporting, 2 * (yes + pending) > reporting
+        owed = True if surely else (None if possibly else False)
+        return Owed(owed, weighted_median(gains), yes, reporting)
 
     def check_not_censored(self, accepted: Sequence[str], top_n: int) -> None:
         """Raise `SyncError` when an aggregate taking `accepted` leaves out a miner owed a place
@@ -174,7 +181,7 @@ class Quorum:
                 + " of "
                 + ", ".join(
                     f"{m[:10]}… (passed as useful by {places[m].candidate_stake:g} of "
-                    f"{places[m].judging_stake:g} judging stake, gain {places[m].gain:.4g})"
+                    f"{places[m].reporting_stake:g} reporting stake, gain {places[m].gain:.4g})"
                     for m in sure
                 )
                 + (

@@ -50,15 +50,11 @@ def passes(entry: MinerEntry) -> bool:
     return entry.reason is None and entry.score > 0
 
 
-def candidate(entry: MinerEntry) -> bool | None:
+def candidate(entry: MinerEntry) -> bool:
     """Whether one report line makes the miner a candidate of the run's rule
     (`distrai.protocol.aggregation.accepted_by_rule`): it passes the work and its update's measured
-    gain is above zero. None when it passes but carries no measured gain: it abstains. (An update
-    nobody measured in time scores 0 (`validators.window_scoring`), so its line does not pass.)"""
-    if not passes(entry):
-        return False
-    gain = entry.numbers.get(Number.DROP_UNSEEN)
-    return None if gain is None else gain > 0
+    gain is above zero (a line without a measured gain is not)."""
+    return passes(entry) and entry.numbers.get(Number.DROP_UNSEEN, 0.0) > 0
 
 
 def weighted_median(values: Sequence[tuple[float, float]]) -> float:
@@ -137,26 +133,19 @@ class Quorum:
 
     def owed(self, miner: str) -> Owed:
         """Whether `miner` is owed a place in an aggregate (see the module's "No censoring")."""
-        yes = no = pending = 0.0
+        yes = pending = reporting = 0.0
         gains = []
         for validator, stake in self.stake.items():
+            report = self.reports.get(validator)
             if validator in self.pending:
                 pending += stake
+            elif report is None:
                 continue
-            report = self.reports.get(validator)
+            reporting += stake
             entry = None if report is None else report.miners.get(miner)
-            judged = None if entry is None else candidate(entry)
-            if judged is True:
-                assert entry is not None
+            if entry is not None and candidate(entry):
                 yes += stake
                 gains.append((entry.numbers[Number.DROP_UNSEEN], stake))
-            elif judged is False:
-                no += stake
-        reporting = sum(
-            stake
-            for validator, stake in self.stake.items()
-            if validator in self.reports or validator in self.pending
-        )
         surely, possibly = 2 * yes > reporting, 2 * (yes + pending) > reporting
         owed = True if surely else (None if possibly else False)
         return Owed(owed, weighted_median(gains), yes, reporting)

@@ -3,7 +3,9 @@ size: arithmetic from the config and the reveal sizes of `distrai.node.linkcheck
 
 - Replays: the window's seed challenges ⌈p · M⌉ of M miners, each replayed by r validators; the
   shares differ by at most one miner, so a validator replays at most ⌈⌈p · M⌉ · r / V⌉ miners, each
-  s segments of k steps. Its compute, as a share of one miner's window of h steps on the same GPU.
+  s segments of k steps, and replays again `replay_rechecks` of the other validators' receipts (a run
+  of at most s segments each, from its revealed start; `validators/receipts.py`). Its compute, as a
+  share of one miner's window of h steps on the same GPU.
 - Scoring: the validators share the usefulness measurements (`validators/shared_scoring.py`): the
   window's seed deals each update to `score_replicas` of them, so a validator measures at most
   ⌈M · score_replicas / V⌉ updates and re-measures `score_rechecks` of each other validator's
@@ -11,7 +13,8 @@ size: arithmetic from the config and the reveal sizes of `distrai.node.linkcheck
   each 3 forward passes over `usefulness_sequences` sequences (`validators/usefulness.py`), and
   evaluates G_w on the window's reserve once; a forward pass costs about a third of a training
   step's FLOPs per token.
-- Download per validator: every update, and the state and trajectory sample of each miner it replays.
+- Download per validator: every update, and the state and trajectory sample of each miner it replays
+  or replays again.
 - Traffic per miner: its update up and the accepted updates down (`aggregate_top_n` of them, from
   the aggregate), its reveal with probability p; the validators' downloads of its update (V of them)
   and of its reveal (r, with probability p). Against DDP: a ring all-reduce of the gradients in the
@@ -43,7 +46,10 @@ class ScaleAccounting:
     params: int
     challenged: int
     replays_per_validator: int
-    replay_steps: int
+    """the challenged miners it replays"""
+    receipts_rechecked: float
+    """the other validators' receipts it replays again, in expectation (`verification.replay_rechecks`)"""
+    replay_steps: float
     replay_share: float
     """a validator's replayed steps over a miner's h"""
     measured_per_validator: int
@@ -82,7 +88,8 @@ def account(
     challenged = challenge_count(v.challenge_miners, miners)
     replicas = min(v.replicas, validators)
     per_validator = math.ceil(challenged * replicas / validators)
-    replay_steps = per_validator * v.challenge_segments * train.segment_steps
+    rechecked = v.replay_rechecks if validators > 1 else 0
+    replay_steps = (per_validator + rechecked) * v.challenge_segments * train.segment_steps
     window_tokens = steps_per_window * train.batch_size * config.data.seq_len
     measured = min(miners, math.ceil(miners * min(scoring.score_replicas, validators) / validators))
     measured = min(miners, measured + scoring.score_rechecks * (validators - 1))
@@ -100,13 +107,14 @@ def account(
         params=n,
         challenged=challenged,
         replays_per_validator=per_validator,
+        receipts_rechecked=rechecked,
         replay_steps=replay_steps,
         replay_share=replay_steps / steps_per_window,
         measured_per_validator=measured,
         scoring_share=scoring_tokens * FORWARD_SHARE_OF_STEP / window_tokens,
         update_bytes=reveal.update,
         reveal_bytes=beyond,
-        download_bytes=miners * reveal.update + per_validator * beyond,
+        download_bytes=miners * reveal.update + (per_validator + rechecked) * beyond,
         miner_traffic_bytes=miner_traffic,
         ddp_bytes=2 * (miners - 1) / miners * grad_bytes * n * steps_per_window,
     )

@@ -286,9 +286,10 @@ def cost_parts(
         CostPart(
             "replays",
             GPU_KIND,
-            f"⌈{a.challenged} × {config.verification.replicas} / {a.validators}⌉ = {a.replays_per_validator} "
-            f"miner × {config.verification.challenge_segments} segment × {config.train.segment_steps} steps = "
-            f"{a.replay_steps} of a miner's {a.steps_per_window:,} steps",
+            f"(⌈{a.challenged} × {config.verification.replicas} / {a.validators}⌉ miner + "
+            f"{a.receipts_rechecked} receipt re-checked) × {config.verification.challenge_segments} segment × "
+            f"{config.train.segment_steps} steps = "
+            f"{a.replay_steps:g} of a miner's {a.steps_per_window:,} steps",
             a.replay_share * miner_seconds,
             a.replay_share,
         ),
@@ -340,7 +341,7 @@ def cost_parts(
         CostPart(
             "downloads",
             LINK_KIND,
-            f"{a.miners} updates × {a.update_bytes / 1e6:.2f} MB + {a.replays_per_validator} reveal × "
+            f"{a.miners} updates × {a.update_bytes / 1e6:.2f} MB + {a.replays_per_validator + a.receipts_rechecked} reveal × "
             f"{a.reveal_bytes / 1e9:.2f} GB = {a.download_bytes / 1e9:.2f} GB at {link_bits / 1e6:.0f} Mbit/s",
             link,
             link / window_seconds,

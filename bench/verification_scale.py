@@ -345,10 +345,15 @@ def gpu_rows(a: ScaleAccounting, config) -> list[list[str]]:
             "—",
             "",
         ],
-        ["replays per validator (most)", str(a.replays_per_validator), "—", ""],
+        [
+            "replays per validator (most), and receipts replayed again",
+            f"{a.replays_per_validator} + {a.receipts_rechecked:g}",
+            "—",
+            "",
+        ],
         [
             "replay compute per validator",
-            f"{a.replay_steps} steps = {a.replay_share:.1%} of a miner's {a.steps_per_window}",
+            f"{a.replay_steps:g} steps = {a.replay_share:.1%} of a miner's {a.steps_per_window}",
             "≤ 5%",
             "met" if a.replay_share <= 0.05 else "MISSED",
         ],

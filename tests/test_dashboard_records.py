@@ -30,7 +30,7 @@ from distrai.dashboard.words import CHECKS, explain, score_words
 from distrai.node.metrics import Metrics
 from distrai.node.wallets import create_dev_wallet
 from distrai.protocol.standing import NO_AGGREGATE, standing
-from distrai.wire.window_documents import WindowReport
+from distrai.wire.window_documents import MeasurementRecheck, ReceiptRecheck, WindowReport
 
 V0, V1 = "5V0" + "a" * 45, "5V1" + "b" * 45
 M0, M1 = "5M0" + "c" * 45, "5M1" + "d" * 45
@@ -183,6 +183,48 @@ def test_a_refused_aggregate_is_named_in_one_word(problem, word):
     )
     refusal = validator_row(V1, docs, chain_state(), LABELS, {}).aggregate_refusal
     assert refusal is not None and refusal[0] == word
+
+
+def test_a_validator_whose_measurement_or_receipt_another_refuted_is_named_refuted():
+    """validator0's re-checks refute validator1's measurement of M0 in window 5 and its receipt for a
+    replay of window 5 in window 6; validator1's own refutation of nobody names nobody."""
+    docs = two_windows()
+    refuted = {"validator": V1, "miner": M0, "outcome": "refuted"}
+    docs[0].reports[V0] = (
+        docs[0]
+        .reports[V0]
+        .model_copy(
+            update={
+                "measurement_rechecks": [
+                    MeasurementRecheck(
+                        window=5, reason="measured here: drops 0.26 and 0.25; it published 0 and 0", **refuted
+                    )
+                ]
+            }
+        )
+    )
+    assert validator_row(V1, docs, chain_state(), LABELS, {}).work_refuted[0] == "refuted"
+    docs[1].reports[V0] = (
+        docs[1]
+        .reports[V0]
+        .model_copy(
+            update={
+                "receipt_rechecks": [
+                    ReceiptRecheck(
+                        window=5, segment=1, reason="replayed here to 0.997 of it, tolerance 0", **refuted
+                    ),
+                    ReceiptRecheck(
+                        validator=V1, miner=M1, window=5, segment=0, outcome="confirmed", reason="same"
+                    ),
+                ]
+            }
+        )
+    )
+    word, meaning = validator_row(V1, docs, chain_state(), LABELS, {}).work_refuted
+    assert word == "refuted"
+    assert "measurements and replay receipts were re-done by validator0" in meaning
+    assert "2 in the windows shown" in meaning and "0.997" in meaning
+    assert validator_row(V0, docs, chain_state(), LABELS, {}).work_refuted is None
 
 
 def test_a_validator_whose_aggregates_are_built_on_another_model_is_shown_behind_since_the_first():

@@ -52,6 +52,8 @@ class MinerVerdict:
     withheld: bool = False
     """Settled as withheld: a challenged miner's committed object stayed unread (fraud, confirmed
     or lifted by the validator's own re-read one window later)."""
+    receipts: dict[int, list[float]] = field(default_factory=dict)
+    """segment → this validator's receipt for its replay of it (`validators.receipts`)"""
 
     @property
     def update(self) -> dict[str, torch.Tensor] | None:

@@ -21,7 +21,11 @@ follower's refusal names:
   holds more of the judging stake than the reports that pass the miners;
 - `invent`: measurements of its share made up (every drop 0), published for the others to take; each
   other validator's re-check refutes it ("it published 0 and 0"), and it is distrusted and paid no
-  worker share for `ban_windows` windows (`validators/shared_scoring.py`).
+  worker share for `ban_windows` windows (`validators/shared_scoring.py`);
+- `lazy`: receipts for its replays that no replay backs (the miners' own committed sketches); a
+  validator that draws one replays the segment again and refutes it ("no replay of the segment
+  reached it"), and it is distrusted and paid no worker share for `ban_windows` windows
+  (`validators/receipts.py`).
 
 Their names alone, in this order, are `validators.leader_adversary_names.LEADER_ADVERSARY_NAMES`.
 """
@@ -137,6 +141,29 @@ class Invent(LeaderBehaviour):
         return {hk: m.model_copy(update={"drop_trained": 0.0, "drop_unseen": 0.0}) for hk, m in own.items()}
 
 
+class Lazy(LeaderBehaviour):
+    """Publishes receipts for the replays of its share that it could write without replaying: the
+    miner's own committed sketch of each segment's end, which every validator can read in the
+    manifest. (It replays all the same here, so its verdicts stay honest; what the others see is a
+    skipper's receipts.) The receipt's key is drawn from the window's seed and the replaying
+    validator's hotkey, so the committed sketch lies about the segment's whole movement away from it;
+    a validator that draws the receipt replays the segment again and refutes it ("no replay of the
+    segment reached it"), and it is distrusted and paid no worker share for `ban_windows` windows
+    (`validators/receipts.py`)."""
+
+    name = "lazy"
+
+    def receipted(self, validator, w, receipts):
+        held = validator.held
+        faked = []
+        for receipt in receipts:
+            manifest = held.verdicts[receipt.miner].manifest
+            faked.append(
+                receipt.model_copy(update={"sketch": list(manifest.boundaries[receipt.segment + 1].sketch)})
+            )
+        return faked
+
+
 class Censor(LeaderBehaviour):
     """Reports every miner as failing the usefulness check, so the aggregate its report implies takes
     nothing and the global model stays where it is."""
@@ -150,7 +177,7 @@ class Censor(LeaderBehaviour):
 
 
 LEADER_ADVERSARIES: dict[str, type[LeaderBehaviour]] = {
-    cls.name: cls for cls in (Poison, Reweight, Collude, Censor, Invent)
+    cls.name: cls for cls in (Poison, Reweight, Collude, Censor, Invent, Lazy)
 }
 if tuple(LEADER_ADVERSARIES) != LEADER_ADVERSARY_NAMES:  # what the validator's flag offers before this loads
     raise ImportError(

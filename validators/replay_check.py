@@ -24,8 +24,10 @@ replayed to. Three verdicts, each added to the miner's `MinerVerdict`:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import time
+from collections.abc import Mapping
 
 import torch
 
@@ -33,13 +35,13 @@ from distrai.protocol.globalmodel import GlobalModel
 from distrai.protocol.layout import state_key, trajectory_key
 from distrai.protocol.runtime import Runtime
 from distrai.protocol.trajectory import TrajectoryReveal, decode_trajectory
-from distrai.protocol.windows import run_starts
+from distrai.protocol.windows import reveal_seed, run_starts
 from distrai.store import StoreError
 from distrai.train.assignment import batch_indices
 from distrai.train.coded_state import decode_coded_state
 from distrai.train.hashing import PIECE_ELEMENTS, PieceRef
 from distrai.train.inner import float_params, window_start_state
-from distrai.train.replay import replay_segment
+from distrai.train.replay import Replay, replay_segment
 from distrai.train.replay_class import Tolerance, replay_class_of, tolerance_for
 from distrai.train.sketch import sketch
 from distrai.train.step import StepConfig
@@ -119,11 +121,17 @@ class Revealed:
 
 
 def verify_challenge(
-    basis: WindowBasis, verdict: MinerVerdict, store: Reader, segments: list[int], sample: list[PieceRef]
+    basis: WindowBasis,
+    verdict: MinerVerdict,
+    store: Reader,
+    segments: list[int],
+    sample: list[PieceRef],
+    receipt_for: str | None = None,
 ) -> None:
     """Check the challenged `segments` and the drawn trajectory `sample` of a miner whose cheap
     checks passed (`basis.segments`, `basis.sample`: the window's draw); adds the `states`, `replay`
-    and `trajectory` verdicts (fraud on failure) and the numbers measured."""
+    and `trajectory` verdicts (fraud on failure) and the numbers measured, and, for the validator
+    `receipt_for`, the receipt of each segment replayed (`verdict.receipts`, `validators.receipts`)."""
     runtime, model = basis.runtime, basis.base
     started = time.monotonic()
     revealed = Revealed(runtime, model, basis.number, verdict, store)
@@ -133,7 +141,7 @@ def verify_challenge(
             revealed.state(segment * k)
         reveal = revealed.trajectory(sample)
         verdict.verdicts[Check.STATES] = PASS
-        distance = max(replay_one(basis, verdict, revealed, s) for s in sorted(segments))
+        distance = max(replay_one(basis, verdict, revealed, s, receipt_for) for s in sorted(segments))
         verdict.verdicts[Check.REPLAY] = PASS
         runtime.load_params(model.params)  # G_w in the model's dtype, as the miner's pseudo-gradient saw it
         base = float_params(runtime.model)
@@ -153,9 +161,56 @@ def verify_challenge(
         verdict.numbers[Number.REVEALED_BYTES] = float(revealed.bytes)
 
 
-def replay_one(basis: WindowBasis, verdict: MinerVerdict, revealed: Revealed, segment: int) -> float:
+def replay_one(
+    basis: WindowBasis,
+    verdict: MinerVerdict,
+    revealed: Revealed,
+    segment: int,
+    receipt_for: str | None = None,
+) -> float:
     """Replay one segment, anchored to this validator's own G_w; returns its distance (0.0 for a
-    bit-exact match)."""
+    bit-exact match). With `receipt_for`, the segment's receipt for that validator goes to
+    `verdict.receipts` first, whatever the comparison finds."""
+    runtime = basis.runtime
+    manifest = verdict.manifest
+    assert manifest is not None, "a challenged miner's manifest passed the cheap checks"
+    k = runtime.inner.segment_steps
+    first = segment * k
+    start = revealed.state(first)
+    replayed = replay_at(basis, verdict, revealed, segment)
+    if receipt_for is not None:
+        verdict.receipts[segment] = receipt_sketch(
+            basis, receipt_for, verdict.hotkey, segment, replayed.end.params
+        )
+    where = f"segment {segment} (steps {first}–{first + k})"
+    committed_losses = manifest.losses[first : first + k]
+    tolerance = replay_tolerance(runtime, verdict)
+    verdict.numbers[Number.REPLAY_TOLERANCE] = tolerance.replay
+    if tolerance.exact:
+        if state_hash(replayed.end) != revealed.hashes[first + k]:
+            raise Refused(Check.REPLAY, f"{where} replayed to another state than the committed one")
+        if replayed.losses != committed_losses:
+            raise Refused(Check.REPLAY, f"{where} replayed to other per-step losses than the committed ones")
+        return 0.0
+    distance = sketch_distance(runtime, start, replayed.end, manifest.boundaries[first // k + 1].sketch)
+    if not distance <= tolerance.replay:
+        raise Refused(
+            Check.REPLAY,
+            f"{where} replayed {distance:.3g} away, tolerance {tolerance.replay:.3g} ({tolerance.why})",
+        )
+    for step, (mine, theirs) in enumerate(zip(replayed.losses, committed_losses, strict=True), start=first):
+        if not abs(mine - theirs) <= tolerance.loss * max(abs(theirs), 1e-12):
+            raise Refused(
+                Check.REPLAY,
+                f"{where}: step {step}'s loss replayed to {mine:.6g}, the miner committed {theirs:.6g} "
+                f"(tolerance {tolerance.loss:.3g}; {tolerance.why})",
+            )
+    return distance
+
+
+def replay_at(basis: WindowBasis, verdict: MinerVerdict, revealed: Revealed, segment: int) -> Replay:
+    """Replay one segment of the miner's window from its start (revealed, the base, or the end the
+    segment before it replayed to here), on its assigned batches with its split of the batch."""
     runtime, model, window, miners = basis.runtime, basis.base, basis.number, list(basis.miners)
     manifest = verdict.manifest
     assert manifest is not None, "a challenged miner's manifest passed the cheap checks"
@@ -182,30 +237,42 @@ def replay_one(basis: WindowBasis, verdict: MinerVerdict, revealed: Revealed, se
     replayed = replay_segment(runtime.model, start, batches, runtime.loss_fn, inner, base=model.params)
     revealed.replayed_steps += k
     revealed.states.setdefault(first + k, replayed.end)  # the next segment of the run starts here
-    where = f"segment {segment} (steps {first}–{first + k})"
-    committed_losses = manifest.losses[first : first + k]
-    tolerance = replay_tolerance(runtime, verdict)
-    verdict.numbers[Number.REPLAY_TOLERANCE] = tolerance.replay
-    if tolerance.exact:
-        if state_hash(replayed.end) != revealed.hashes[first + k]:
-            raise Refused(Check.REPLAY, f"{where} replayed to another state than the committed one")
-        if replayed.losses != committed_losses:
-            raise Refused(Check.REPLAY, f"{where} replayed to other per-step losses than the committed ones")
-        return 0.0
-    distance = sketch_distance(runtime, start, replayed.end, manifest.boundaries[first // k + 1].sketch)
-    if not distance <= tolerance.replay:
-        raise Refused(
-            Check.REPLAY,
-            f"{where} replayed {distance:.3g} away, tolerance {tolerance.replay:.3g} ({tolerance.why})",
-        )
-    for step, (mine, theirs) in enumerate(zip(replayed.losses, committed_losses, strict=True), start=first):
-        if not abs(mine - theirs) <= tolerance.loss * max(abs(theirs), 1e-12):
-            raise Refused(
-                Check.REPLAY,
-                f"{where}: step {step}'s loss replayed to {mine:.6g}, the miner committed {theirs:.6g} "
-                f"(tolerance {tolerance.loss:.3g}; {tolerance.why})",
-            )
-    return distance
+    return replayed
+
+
+def receipt_seed(basis: WindowBasis, validator: str, miner: str, segment: int) -> str:
+    """The key of `validator`'s receipt for segment `segment` of `miner`'s window: drawn from the
+    window's seed, which nobody knew while training, and distinct per validator, miner and segment,
+    so no receipt can be copied from another's or from the miner's committed sketches."""
+    seed = reveal_seed(basis.inputs.block_hash, basis.runtime.run_id, basis.number)
+    parts = [b"distrai.receipt", seed, validator.encode(), miner.encode(), str(segment).encode()]
+    return hashlib.sha256(b"|".join(parts)).hexdigest()
+
+
+def receipt_sketch(
+    basis: WindowBasis, validator: str, miner: str, segment: int, params: Mapping[str, torch.Tensor]
+) -> list[float]:
+    """The sketch of `params` under the key of `validator`'s receipt for the segment."""
+    key = receipt_seed(basis, validator, miner, segment)
+    return sketch(params, key, basis.runtime.inner.sketch_size).tolist()
+
+
+def replayed_ends(
+    basis: WindowBasis, verdict: MinerVerdict, store: Reader, segments: list[int]
+) -> dict[int, tuple[TrainState, TrainState]]:
+    """Segment → (its start, where it replays to here), for the `segments` of a miner whose
+    manifest passed the cheap checks, read from `store`; `Refused` when a revealed start is missing
+    or fails its commitment."""
+    revealed = Revealed(basis.runtime, basis.base, basis.number, verdict, store)
+    k = basis.runtime.inner.segment_steps
+    try:
+        ends = {}
+        for segment in sorted(segments):
+            start = revealed.state(segment * k)
+            ends[segment] = (start, replay_at(basis, verdict, revealed, segment).end)
+        return ends
+    finally:
+        basis.runtime.load_params(basis.base.params)
 
 
 def replay_tolerance(runtime: Runtime, verdict: MinerVerdict) -> Tolerance:

@@ -37,8 +37,9 @@ as a worker for `ban_windows` windows. At the GPU config (r = 1, ban_windows = 1
 costs 144 windows of worker pay at each; inventing one measurement of 16 is caught by each re-checker
 with probability 1/16 a window, so it costs 15 × 1/16 × 144 = 135 windows of worker pay in
 expectation for each window it is done, against one sixteenth of a window's measuring saved.
-Skipping the share outright is not refuted: it forgoes the window's worker pay, which deters only
-where a window's worker pay exceeds a window's measuring cost (`validator_share`; not settled here).
+Skipping the share outright is not refuted: it forgoes the window's worker pay, 0.16 of a miner's
+window at the GPU config against 0.0085 of measuring saved (docs/protocol.md, "What skipping or
+inventing gains"; the replays are paid the same way, `validators/receipts.py`).
 """
 
 from __future__ import annotations

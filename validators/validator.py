@@ -45,7 +45,7 @@ from distrai.node.participant import Participant
 from distrai.protocol.aggregation import Scored, accepted_by_rule
 from distrai.protocol.announce import Announcement, claims, committed_updates, sharing_validators
 from distrai.protocol.globalmodel import GlobalModel, SyncUnavailable, encode_checkpoint, outer_config
-from distrai.protocol.layout import aggregate_key, checkpoint_key, report_key
+from distrai.protocol.layout import aggregate_key, checkpoint_key, receipts_key, report_key
 from distrai.protocol.run import challenge_inputs
 from distrai.protocol.runtime import Runtime, params_hash
 from distrai.protocol.sync import StoreCache
@@ -80,6 +80,7 @@ from distrai.wire.window_documents import (
     Measurement,
     MinerEntry,
     PayStanding,
+    Receipt,
     Recheck,
     Refusal,
     WindowReport,
@@ -99,6 +100,7 @@ from validators.inventory import take_inventory
 from validators.measuring import WindowMeasuring
 from validators.pay import add_window, forfeit, mature, matures_at, pending_total
 from validators.pending import ListedWindow, PendingWindow, PendingWindows
+from validators.receipts import NOT_JUDGED, ReplayAudit, audit, own_receipts, read_receipts, signed_receipts
 from validators.reveal_probe import RevealProbes, held_up
 from validators.scoring import weights_from_averages
 from validators.shared_scoring import REFUTED as MEASUREMENT_REFUTED
@@ -124,6 +126,10 @@ class LeaderBehaviour:
     def measured(self, validator: Validator, w: int, own: dict[str, Measurement]) -> dict[str, Measurement]:
         """The measurements of its share it publishes, and scores with, given what it measured."""
         return own
+
+    def receipted(self, validator: Validator, w: int, receipts: list[Receipt]) -> list[Receipt]:
+        """The receipts for its replays of window w it publishes, given those its replays gave."""
+        return receipts
 
     def tamper(
         self,
@@ -349,6 +355,7 @@ class Validator(Participant):
         mg = self.chain.metagraph()
         self.reread_withheld(w - 1, mg)
         rechecks = self.recheck_findings(w - 1, mg)
+        audit = self.audit_replays(w - 1, mg, rechecks)
         self.rt.load_params(self.base.params)
         self.start_hash = state_hash(window_start_state(self.rt.model))
         refused = self.syncer.take_refusals()
@@ -358,13 +365,19 @@ class Validator(Participant):
         listed = ListedWindow(pending, in_time, commitments, inventory)
         verdicts, pooled = self.check_window(listed, mg, stop)
         self.options.behaviour.judge(self, w, verdicts)
-        self.fold_scores(w, mg, verdicts, [r.miner for r in rechecks if r.outcome == ADOPTED], pooled)
+        self.fold_scores(w, mg, verdicts, [r.miner for r in rechecks if r.outcome == ADOPTED], pooled, audit)
         parts.append((f"checking the miners (reading their stores: {urls})", time.monotonic() - mark))
         mark = time.monotonic()
         put = self.publishing(w, stop)
         assert self.held is not None, "check_window holds the window it checked"
         published = publish_findings(self.rt, self.held, self.wallet.hotkey, put)
-        report = self.publish_report(w, verdicts, inventory.block, refused, rechecks, pooled, put)
+        receipts = self.options.behaviour.receipted(self, w, own_receipts(self.held, self.hotkey))
+        if receipts:
+            put(
+                receipts_key(self.rt.run_id, w, self.hotkey),
+                signed_receipts(self.wallet.hotkey, self.rt.run_id, w, receipts),
+            )
+        report = self.publish_report(w, verdicts, inventory.block, refused, rechecks, pooled, put, audit)
         accepted = self.aggregate(w, verdicts, report, put) if report is not None else []
         parts.append((f"publishing to {self.store.url}", time.monotonic() - mark))
         seconds = time.monotonic() - started
@@ -396,6 +409,8 @@ class Validator(Participant):
             "findings_published": published,
             "findings_adopted": sum(r.outcome == ADOPTED for r in rechecks),
             "findings_refuted": sum(r.outcome == REFUTED for r in rechecks),
+            "receipts_published": len(receipts),
+            "receipts_refuted": len(audit.refuted),
             "bytes_received": self.syncer.bytes_received
             + sum(int(v.numbers.get(Number.UPDATE_BYTES, 0)) for v in verdicts),
             "emission": me.total_emission if (me := mg.neuron(self.hotkey)) else 0.0,
@@ -599,6 +614,33 @@ class Validator(Participant):
             )
         return rechecks
 
+    def audit_replays(self, w: int, mg: Metagraph, rechecks: list[Recheck]) -> ReplayAudit:
+        """Judge the other validators' replays of window w (`validators.receipts`): replay again a
+        drawn few of their receipts, and find whose share lacks a receipt or a finding (`rechecks`:
+        the findings of window w, as re-checked here). Not judged when this validator did not check
+        window w."""
+        held = self.held
+        if held is None or held.window != w:
+            return NOT_JUDGED
+        published = read_receipts(
+            self.stores,
+            finding_publishers(mg),
+            self.rt.run_id,
+            w,
+            self.hotkey,
+            self.rt.config.limits.max_manifest_bytes,
+            lambda hk: mg.uid_of(hk) is not None,
+        )
+        verification = self.rt.config.verification
+        return audit(
+            held,
+            self.hotkey,
+            {v: doc for v, doc in published.items() if v not in self.state.distrusted(w + 1)},
+            verification.replay_rechecks,
+            verification.replay_tolerance,
+            {(r.validator, r.miner) for r in rechecks},
+        )
+
     def check_residual_chain(self, verdict: MinerVerdict) -> None:
         """The residual a miner carries into this window must be the one it committed leaving its
         last window (else it could pick a residual that turns any update into a "consistent" one).
@@ -711,6 +753,7 @@ class Validator(Participant):
         rechecks: list[Recheck],
         pooled: Pooled,
         put: Publish | None = None,
+        audit: ReplayAudit = NOT_JUDGED,
     ) -> bytes | None:
         """Publish the signed report of window w with `put` (`publishing`); returns its bytes (the
         aggregate names its hash), None when it could not be published."""
@@ -734,7 +777,8 @@ class Validator(Participant):
             rechecks=rechecks,
             measured_by=pooled.measured_by,
             measurement_rechecks=pooled.rechecks,
-            workers=pooled.workers,
+            workers=self.state.workers,  # fold_scores has settled the window's workers
+            receipt_rechecks=audit.rechecks,
         )
         document = sign_document(self.wallet.hotkey, body.body())
         if not (put or self.publish)(report_key(self.rt.run_id, w, self.hotkey), document):
@@ -797,14 +841,21 @@ class Validator(Participant):
     # -- scores and weights ---------------------------------------------------------------------
 
     def fold_scores(
-        self, w: int, mg: Metagraph, verdicts: list[MinerVerdict], adopted: list[str], pooled: Pooled
+        self,
+        w: int,
+        mg: Metagraph,
+        verdicts: list[MinerVerdict],
+        adopted: list[str],
+        pooled: Pooled,
+        audit: ReplayAudit = NOT_JUDGED,
     ) -> None:
         """Add the window's scores to the scores waiting to mature and fold those of window
         w − `maturity_windows` into the moving averages (`validators.pay`); a miner caught in fraud here,
         or by another validator's finding adopted here, forfeits every score not yet matured, has its
         average zeroed and is barred; one that withheld its reveal is held until the re-read. The
-        window's workers are `pooled`'s; a validator whose measurement was refuted here is distrusted
-        for `ban_windows` (`validators.shared_scoring`). In memory: `run_window` saves the state once
+        window's workers are `pooled`'s whose replays of the window before `audit` found covered; a
+        validator whose measurement or receipt was refuted here is distrusted for `ban_windows`
+        (`validators.shared_scoring`, `validators.receipts`). In memory: `run_window` saves the state once
         the window's weights and metrics record are added."""
         scoring = self.rt.config.scoring
         state = self.state.aligned(mg.hotkeys)
@@ -841,6 +892,25 @@ class Validator(Participant):
                 validator[:10],
                 refuted_until[validator],
             )
+        for validator in sorted(audit.refuted):
+            refuted_until[validator] = w + 1 + scoring.ban_windows
+            log.warning(
+                "window %d: validator %s's receipt for a replay of window %s refuted: its measurements are not "
+                "taken, and it is paid no worker share, here until window %d",
+                w,
+                validator[:10],
+                audit.window,
+                refuted_until[validator],
+            )
+        for validator in sorted(audit.uncovered & set(pooled.workers)):
+            log.warning(
+                "window %d: validator %s left replays of its share of window %s without a receipt or a finding: "
+                "no worker share here this window",
+                w,
+                validator[:10],
+                audit.window,
+            )
+        workers = [v for v in pooled.workers if v not in audit.uncovered and v not in audit.refuted]
         self.state = state.model_copy(
             update={
                 "window": w,
@@ -849,7 +919,7 @@ class Validator(Participant):
                 "last_scores": [0.0 if scores[hk] is None else scores[hk] for hk in mg.hotkeys],
                 "banned_until": banned,
                 "suspended": suspended,
-                "workers": pooled.workers,
+                "workers": workers,
                 "refuted_until": refuted_until,
             }
         )

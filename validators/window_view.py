@@ -70,4 +70,4 @@ def replay_challenge(view: WindowView, verdict: MinerVerdict, reader: AtDeadline
     assert verdict.manifest is not None, "a passed verdict holds its manifest"
     basis = view.basis
     segments = basis.segments(verdict.hotkey, verdict.manifest.n_segments)
-    verify_challenge(basis, verdict, reader, segments, basis.sample(verdict.hotkey))
+    verify_challenge(basis, verdict, reader, segments, basis.sample(verdict.hotkey), view.validator)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from statistics import mean
 
 from distrai.chain.base import Metagraph
-from distrai.dashboard.words import explain, refusal_kind, score_words
+from distrai.dashboard.words import explain, refusal_kind, refuted_work, score_words
 from distrai.protocol.standing import standing
 from distrai.wire.verdicts import Number
 from distrai.wire.window_documents import PayStanding, WindowReport
@@ -234,6 +234,9 @@ class ValidatorRow:
     behind_since: int | None = None
     """the first window of the latest run of windows whose aggregate it built on another model than
     the network's (`behind_since`); None when its latest aggregate was built on the network's"""
+    work_refuted: tuple[str, str] | None = None
+    """its measurements or replay receipts as other validators' re-checks refuted them, in one word
+    and what it means (`words.refuted_work`); None when none was"""
 
 
 @dataclass(frozen=True)
@@ -550,7 +553,25 @@ def validator_row(
         if latest_aggregate and latest_aggregate.problem
         else None,
         behind_since=behind_since(hotkey, docs),
+        work_refuted=refuted_work(refutations_of(hotkey, docs, labels)),
     )
+
+
+def refutations_of(hotkey: str, docs: list[WindowDocs], labels: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(what, by whom, why) for each of `hotkey`'s measurements and replay receipts that another
+    validator's report refutes, oldest window first."""
+    found = []
+    for d in docs:
+        for other, report in sorted(d.reports.items()):
+            checks = [("measurement", c) for c in report.measurement_rechecks] + [
+                ("replay receipt", c) for c in report.receipt_rechecks
+            ]
+            found += [
+                (what, label_of(other, labels), c.reason)
+                for what, c in checks
+                if other != hotkey and c.validator == hotkey and c.outcome == "refuted"
+            ]
+    return found
 
 
 def behind_since(hotkey: str, docs: list[WindowDocs]) -> int | None:

@@ -94,3 +94,20 @@ def refusal_kind(reason: str) -> tuple[str, str]:
         if any(phrase in reason for phrase in phrases):
             return word, meaning
     return "refused", "followers refuse it"
+
+
+def refuted_work(refutations: list[tuple[str, str, str]]) -> tuple[str, str] | None:
+    """ "refuted" and what it means, for a validator whose shared work other validators re-did and
+    could not reproduce: `refutations` are (what: "measurement" or "replay receipt", by whom (a
+    label), the re-check's reason), as the other validators' reports name them. None: none refuted."""
+    if not refutations:
+        return None
+    kinds = sorted({what for what, _, _ in refutations})
+    by = sorted({who for _, who, _ in refutations})
+    what, who, why = refutations[-1]
+    return (
+        "refuted",
+        f"its {' and '.join(k + 's' for k in kinds)} were re-done by {', '.join(by)} and came out otherwise "
+        f"({len(refutations)} in the windows shown; the latest, a {what} by {who}: {why}); they distrust it "
+        "and pay it no worker share for the run's ban_windows",
+    )

@@ -64,6 +64,11 @@ def trajectory_key(run_id: str, window: int, hotkey: str) -> str:
     return f"{window_prefix(run_id, window)}/trajectories/{hotkey}.safetensors"
 
 
+def receipts_key(run_id: str, window: int, validator_hotkey: str) -> str:
+    """A validator's signed receipts for the replays of its share of `window` (`validators.receipts`)."""
+    return f"{window_prefix(run_id, window)}/receipts/{validator_hotkey}.json"
+
+
 def measurements_key(run_id: str, window: int, validator_hotkey: str) -> str:
     """A validator's signed measurements of the updates of its share of `window`'s miners
     (`validators.shared_scoring`)."""

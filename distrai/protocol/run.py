@@ -378,6 +378,14 @@ class VerificationConfig(_Section):
         description="per pair of device models: the tolerances of a replay between them (the rest of the "
         "replay class equal); same class: bit-exact; any other pair: replay_tolerance and loss_tolerance",
     )
+    replay_rechecks: float = Field(
+        default=1.0,
+        ge=0.0,
+        description="receipts of the other validators' replays of the window before that each validator "
+        "replays again per window, in expectation (the whole part always, the fraction with its probability, "
+        "drawn by the window's seed), drawn from all of them; one it cannot reproduce is refuted, and that "
+        "validator is not paid as a worker there for ban_windows windows (validators/receipts.py)",
+    )
     trajectory_fraction: float = Field(
         default=0.125,
         gt=0.0,

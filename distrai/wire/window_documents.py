@@ -306,6 +306,47 @@ class MeasurementRecheck(_Body):
     reason: str = Field(min_length=1, max_length=REASON_CHARS)
 
 
+class Receipt(_Body):
+    """What one replayed segment reached, in a form only its replay (or the miner that trained it)
+    can give: the sketch of the replayed end under a key of the window's seed, the replaying
+    validator, the miner and the segment (`validators.receipts`)."""
+
+    miner: Hotkey
+    segment: int = Field(ge=0)
+    sketch: list[float] = Field(min_length=1, max_length=1 << 16)
+
+    @field_validator("sketch")
+    @classmethod
+    def _finite(cls, value: list[float]) -> list[float]:
+        if not all(math.isfinite(x) for x in value):
+            raise ValueError("a receipt's sketch must be finite")
+        return value
+
+
+class ReplayReceipts(_Body):
+    """A validator's signed receipts for the replays of its share of a window: one per replayed
+    segment, which other validators replay again on a drawn sample (`validators.receipts`)."""
+
+    kind: Literal["receipts"] = "receipts"
+    run_id: Sha256
+    window: int = Field(ge=0)
+    validator: Hotkey
+    receipts: list[Receipt] = Field(max_length=1 << 14)
+
+
+class ReceiptRecheck(_Body):
+    """Another validator's receipt for a replay, replayed again here: confirmed, refuted (its
+    replays are not trusted, nor is it paid as a worker, here for `ban_windows`), or not re-checked
+    (the replay could not run here)."""
+
+    validator: Hotkey
+    miner: Hotkey
+    window: int = Field(ge=0)
+    segment: int = Field(ge=0)
+    outcome: Literal["confirmed", "refuted", "not re-checked"]
+    reason: str = Field(min_length=1, max_length=REASON_CHARS)
+
+
 class WindowReport(_Body):
     kind: Literal["report"] = "report"
     run_id: Sha256
@@ -322,7 +363,10 @@ class WindowReport(_Body):
     """miner → the validator whose measurement of its update the score rests on"""
     measurement_rechecks: list[MeasurementRecheck] = Field(default_factory=list)
     workers: list[Hotkey] = Field(default_factory=list)
-    """the validators that published the measurements of their whole share in time, none refuted here"""
+    """the validators paid as workers here: they published the measurements of their whole share of
+    this window in time and receipts for their replays of the window before, none refuted here"""
+    receipt_rechecks: list[ReceiptRecheck] = Field(default_factory=list)
+    """the other validators' receipts for replays of the window before, replayed again here"""
 
 
 def parse_body(model: type[_Body], body: dict[str, Any]):

@@ -86,6 +86,13 @@ const validatorColumns = [
   { title: "Led", cell: (x) => x.led },
   { title: "Refused", cell: (x) => x.refused },
   { title: "Findings adopted / refuted", cell: (x) => `${x.findings_adopted} / ${x.findings_refuted}` },
+  {
+    title: "Its own work",
+    cell: (x) =>
+      x.work_refuted
+        ? el("span", { class: "badge bad", title: x.work_refuted[1] }, x.work_refuted[0])
+        : "not refuted",
+  },
   { title: "Weights set", cell: (x) => (x.weights_set ? `${x.weights_set} (block ${x.last_update})` : dash) },
   { title: "Earned", cell: (x) => earned(x) },
   { title: "Utilization", cell: (x) => pct(x.utilization) },

@@ -146,7 +146,7 @@ def add_localnet_parser(groups: argparse._SubParsersAction) -> argparse.Argument
         default="",
         metavar="TYPE[,TYPE…]",
         help="make the validators with the most stake try to steer the global model, one per type "
-        "(poison, reweight, collude: with the poison miner of --adversary poison, censor, invent, lazy), and watch "
+        "(poison, reweight, collude: with the poison miner of --adversary poison, censor, invent, skipper), and watch "
         "every follower refuse them and name them in its report (default: none)",
     )
     net.add_argument(

@@ -323,7 +323,9 @@ def test_incentives_validator_cost_is_split_by_resource(incentives):
     _, *rows = table_after(incentives, "## f. A validator's cost per window")
     parts = {row[0]: row for row in rows}
     share = {name: number(row[4]) / 100 for name, row in parts.items()}
-    assert share["replays"] == pytest.approx((40 + 0.5 * 40) / 1840, abs=5e-5)  # its replay, half a receipt again
+    assert share["replays"] == pytest.approx(
+        (40 + 0.5 * 40) / 1840, abs=5e-5
+    )  # its replay, half a receipt again
     for resource in ("GPU", "CPU", "link"):
         chosen = [
             s for name, s in share.items() if parts[name][1] == resource and not name.startswith("all ")

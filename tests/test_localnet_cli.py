@@ -163,7 +163,7 @@ def test_steering_leaders_need_known_types_and_an_honest_validator_to_follow(tmp
     for flags, words in (
         (
             ["--leader-adversary", "bogus"],
-            "unknown --leader-adversary bogus; known: poison, reweight, collude, censor, invent, lazy",
+            "unknown --leader-adversary bogus; known: poison, reweight, collude, censor, invent, skipper",
         ),
         (["--validators", "1", "--leader-adversary", "poison"], "needs an honest validator left to follow"),
         (["--leader-adversary", "collude"], "collude needs --adversary poison (its miner)"),

@@ -22,7 +22,7 @@ follower's refusal names:
 - `invent`: measurements of its share made up (every drop 0), published for the others to take; each
   other validator's re-check refutes it ("it published 0 and 0"), and it is distrusted and paid no
   worker share for `ban_windows` windows (`validators/shared_scoring.py`);
-- `lazy`: receipts for its replays that no replay backs (the miners' own committed sketches); a
+- `skipper`: receipts for its replays that no replay backs (the miners' own committed sketches); a
   validator that draws one replays the segment again and refutes it ("no replay of the segment
   reached it"), and it is distrusted and paid no worker share for `ban_windows` windows
   (`validators/receipts.py`).
@@ -141,7 +141,7 @@ class Invent(LeaderBehaviour):
         return {hk: m.model_copy(update={"drop_trained": 0.0, "drop_unseen": 0.0}) for hk, m in own.items()}
 
 
-class Lazy(LeaderBehaviour):
+class Skipper(LeaderBehaviour):
     """Publishes receipts for the replays of its share that it could write without replaying: the
     miner's own committed sketch of each segment's end, which every validator can read in the
     manifest. (It replays all the same here, so its verdicts stay honest; what the others see is a
@@ -151,7 +151,7 @@ class Lazy(LeaderBehaviour):
     segment reached it"), and it is distrusted and paid no worker share for `ban_windows` windows
     (`validators/receipts.py`)."""
 
-    name = "lazy"
+    name = "skipper"
 
     def receipted(self, validator, w, receipts):
         held = validator.held
@@ -177,7 +177,7 @@ class Censor(LeaderBehaviour):
 
 
 LEADER_ADVERSARIES: dict[str, type[LeaderBehaviour]] = {
-    cls.name: cls for cls in (Poison, Reweight, Collude, Censor, Invent, Lazy)
+    cls.name: cls for cls in (Poison, Reweight, Collude, Censor, Invent, Skipper)
 }
 if tuple(LEADER_ADVERSARIES) != LEADER_ADVERSARY_NAMES:  # what the validator's flag offers before this loads
     raise ImportError(

@@ -5,7 +5,7 @@ before it loads torch and the model code."""
 
 from __future__ import annotations
 
-LEADER_ADVERSARY_NAMES: tuple[str, ...] = ("poison", "reweight", "collude", "censor", "invent", "lazy")
+LEADER_ADVERSARY_NAMES: tuple[str, ...] = ("poison", "reweight", "collude", "censor", "invent", "skipper")
 
 COLLUDE = "collude"
 """The adversary that needs the hotkey of its colluding miner (`--validator.colluder`)."""

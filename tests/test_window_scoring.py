@@ -225,12 +225,12 @@ def test_one_piece_of_work_earns_one_share(window, copy):
 @pytest.mark.parametrize("copy", [DISGUISED, STALE], ids=["disguised", "stale"])
 def test_a_disguised_or_stale_copy_waits_like_any_claim_for_a_replay_before_it_matures(runtime, window, copy):
     """The mark tells these apart from honest work here (honest marks stand 5 or more standard
-    errors out, these within noise), but not at every model size and sequence count: pay does not
+    errors out, these within noise: under 3), but not at every model size and sequence count: pay does not
     rest on it. Scored by their claim, they are pending until the replays of the next
     `maturity_windows` windows have had their chance (`validators.deterrence`)."""
     verdict = window[copy]
     assert verdict.passed and verdict.score == full_pay(runtime), verdict.verdicts
-    assert abs(verdict.numbers["mark_z"]) < 2 < 5 < min(window[hk].numbers["mark_z"] for hk in HONEST)
+    assert abs(verdict.numbers["mark_z"]) < 3 < 5 < min(window[hk].numbers["mark_z"] for hk in HONEST)
 
 
 def test_the_original_of_a_copied_update_keeps_its_pay(runtime, window):

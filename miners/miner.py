@@ -63,7 +63,8 @@ from distrai.protocol.windows import (
 from distrai.store import Store, StoreError
 from distrai.store.outage import OutageLog
 from distrai.train.assignment import batch_indices
-from distrai.train.inner import BoundaryState, TimeUp, inner_loop, window_start_state
+from distrai.train.boundaries import BoundaryState
+from distrai.train.inner import TimeUp, inner_loop, window_start_state
 from distrai.train.replay_class import replay_class_of
 from distrai.train.sketch import sketch
 from distrai.train.train_state import TrainState, load_state, save_state, state_hash
@@ -545,8 +546,8 @@ class Miner(Participant):
                 why = f"the data of step {t} stayed out of reach until the training time ran out ({exc})"
                 raise time_up(t, why) from exc
 
-        def keep(boundary: BoundaryState) -> None:
-            assert boundary.state is not None, "inner_loop keeps the states unless asked not to"
+        def keep(boundary: BoundaryState) -> None:  # on the boundary worker's thread
+            assert boundary.state is not None, "on_boundary sees every boundary with its state"
             save_state(boundary.state, states_dir / f"{boundary.step:06d}.safetensors")
 
         inner = self.rt.inner if steps is None else dataclasses.replace(self.rt.inner, inner_steps=steps)
@@ -556,6 +557,7 @@ class Miner(Participant):
             batch_for_step,
             self.rt.loss_fn,
             inner,
+            keep_states=False,  # on disk: host memory stays flat over the window's boundaries
             on_boundary=keep,
             go_on=go_on,
             parallel=self.rt.parallel,

@@ -6,7 +6,8 @@ nor the codec residual it committed to:
 
     reveals/w<window>/
         job.json              window, the anchored manifest's sha256, the outgoing residual's hash
-        states/<step>.safetensors   every boundary state
+        states/<step>.safetensors   every boundary state, until the challenge is drawn; then those a
+                                    reveal can need (`RevealJob.prune`)
         coded/<step>.safetensors    a challenged state coded against boundary 0, the window's base
                                     (`distrai.train.coded_state`), written by the uploader and uploaded
         update.blob           the update blob
@@ -73,6 +74,19 @@ class RevealJob:
         tmp = self.folder / (JOB_FILE + ".tmp")
         tmp.write_text(json.dumps(record, sort_keys=True))
         tmp.replace(self.folder / JOB_FILE)
+
+    def prune(self, keep: list[int]) -> int:
+        """Delete the boundary states a reveal cannot need, keeping `keep` (the challenged run
+        starts), boundary 0 (what challenged states are coded against) and the last (the trajectory
+        reveal's); returns how many were deleted. Once the challenge is drawn, the rest of the
+        window's states are dead weight on disk while the next window trains beside them."""
+        needed = {0, self.steps, *keep}
+        gone = 0
+        for path in self.states.glob("*.safetensors"):
+            if path.stem.isdigit() and int(path.stem) not in needed:
+                path.unlink(missing_ok=True)
+                gone += 1
+        return gone
 
     def remove(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)

@@ -184,6 +184,7 @@ class Uploader:
             self._log(w, RevealResult(0, 0, 0.0, late=True), needed=0.0)
             return RevealResult(0, 0, 0.0, late=True)
         steps, inputs = self._to_reveal(job)
+        job.prune(steps)
         pieces = self._pieces(job, steps, inputs)
         total = sum(p.size for p in pieces)
         seconds_left = (deadline - self.chain.block()) * self.chain.block_time()

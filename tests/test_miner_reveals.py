@@ -91,6 +91,9 @@ def test_a_restarted_miner_resumes_a_reveal_still_due_and_uploads_it_in_time(net
     assert store.exists(trajectory_key(restarted.rt.run_id, WINDOW, restarted.hotkey))
     for step in range(0, config.train.inner_steps + 1, config.train.segment_steps):
         assert not store.exists(state_key(restarted.rt.run_id, WINDOW, restarted.hotkey, step)), step
+    # once the challenge is drawn, only what a reveal can need stays on disk: the base and the last state
+    kept = sorted(int(p.stem) for p in job.states.glob("*.safetensors"))
+    assert kept == [0, config.train.inner_steps], kept
 
 
 def job_blob_sha(job) -> str:

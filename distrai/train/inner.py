@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from distrai.train.boundaries import BoundaryState, BoundaryWorker
 from distrai.train.loss import LossFn
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer, set_lr
 from distrai.train.parallel import LOAD, SHUTDOWN, STATE, STEP, WINDOW, DataParallel
-from distrai.train.sketch import sketch
 from distrai.train.step import Anchor, StepConfig, StepResult, anchor_to, step_with
-from distrai.train.train_state import TrainState, capture_state, state_hash
+from distrai.train.train_state import TrainState, capture_state
 
 
 class TimeUp(Exception):
@@ -71,16 +71,6 @@ class InnerConfig:
     @property
     def n_segments(self) -> int:
         return self.inner_steps // self.segment_steps
-
-
-@dataclass(frozen=True)
-class BoundaryState:
-    """The commitment at one boundary, and the state when it was kept."""
-
-    step: int
-    state_hash: str
-    sketch: list[float]
-    state: TrainState | None
 
 
 @dataclass(frozen=True)
@@ -157,19 +147,15 @@ def own_anchor(model: torch.nn.Module, config: InnerConfig) -> Anchor | None:
     return base_anchor(model, {name: p.detach() for name, p in model.named_parameters()}, config)
 
 
-def boundary(state: TrainState, config: InnerConfig, keep_state: bool) -> BoundaryState:
-    """Hash and sketch the state captured after `state.step` inner steps."""
-    numbers = sketch(state.params, config.sketch_seed, config.sketch_size).tolist()
-    return BoundaryState(
-        step=state.step, state_hash=state_hash(state), sketch=numbers, state=state if keep_state else None
-    )
-
-
 def _capture(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, step: int, parallel: DataParallel | None
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    step: int,
+    parallel: DataParallel | None,
+    into: TrainState | None,
 ) -> TrainState:
     if parallel is None:
-        return capture_state(model, optimizer, step)
+        return capture_state(model, optimizer, step, into)
     state = parallel.capture(optimizer, step)
     if state is None:
         raise RuntimeError("only the leader of a miner's ranks captures its boundary states")
@@ -190,9 +176,11 @@ def inner_loop(
     """Train up to `config.inner_steps` steps, in whole segments, from the model's current
     parameters (θ_global) with a fresh inner optimizer; the model ends holding θ_local.
 
-    `batch_for_step(t)` gives the batch of inner step t. `on_boundary` sees each boundary as it
-    is made (for example to write its state to disk); `keep_states=False` drops the states from
-    the result to save memory, keeping hashes and sketches. `go_on(s)` is asked before every
+    `batch_for_step(t)` gives the batch of inner step t. Each boundary is hashed and sketched off
+    the training thread (`boundaries.BoundaryWorker`), and `on_boundary` sees it there, with its
+    state, in boundary order (for example to write the state to disk); `keep_states=False` drops
+    the states from the result, keeping hashes and sketches, and reuses their memory, so the
+    window's host memory does not grow with its boundaries. `go_on(s)` is asked before every
     segment s after the first; False ends the window there (the miner's time is up). A `TimeUp`
     from `batch_for_step` in a segment after the first ends the window at the boundary before it:
     the result is that of the whole segments before (the model, and a follower rank, keep the steps
@@ -202,31 +190,34 @@ def inner_loop(
         parallel.start_window()
     optimizer = make_inner_optimizer(model, config.optimizer)
     anchor = own_anchor(model, config)
-    boundaries: list[BoundaryState] = []
     results: list[StepResult] = []
+    worker = BoundaryWorker(config.sketch_seed, config.sketch_size, on_boundary, keep_states)
 
     def add_boundary(step: int) -> dict[str, torch.Tensor]:
-        state = _capture(model, optimizer, step, parallel)
-        boundaries.append(boundary(state, config, keep_states))
-        if on_boundary is not None:
-            on_boundary(boundaries[-1])
+        state = _capture(model, optimizer, step, parallel, worker.buffer())
+        worker.submit(state)
         return state.params
 
-    global_params = {name: p.to(torch.float32) for name, p in add_boundary(0).items()}
-    local_params = global_params
-    for segment in range(config.n_segments):
-        if segment > 0 and go_on is not None and not go_on(segment):
-            break
-        first = segment * config.segment_steps
-        batches = (batch_for_step(t) for t in range(first, first + config.segment_steps))
-        try:
-            done = run_steps(model, optimizer, batches, loss_fn, config, first, anchor, parallel)
-        except TimeUp:
-            if segment == 0:
-                raise
-            break
-        results.extend(done)
-        local_params = add_boundary(first + config.segment_steps)
+    try:
+        # a copy: boundary 0's buffer is captured into again two boundaries on
+        global_params = {name: p.to(torch.float32, copy=True) for name, p in add_boundary(0).items()}
+        local_params = global_params
+        for segment in range(config.n_segments):
+            if segment > 0 and go_on is not None and not go_on(segment):
+                break
+            first = segment * config.segment_steps
+            batches = (batch_for_step(t) for t in range(first, first + config.segment_steps))
+            try:
+                done = run_steps(model, optimizer, batches, loss_fn, config, first, anchor, parallel)
+            except TimeUp:
+                if segment == 0:
+                    raise
+                break
+            results.extend(done)
+            local_params = add_boundary(first + config.segment_steps)  # nothing is captured after the last
+        boundaries = worker.finish()
+    finally:
+        worker.close()
     return InnerResult(
         pseudo_gradient=pseudo_gradient(global_params, local_params),
         losses=[r.loss for r in results],

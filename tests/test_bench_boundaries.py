@@ -1,0 +1,48 @@
+"""Smoke test of bench/boundaries.py: a `--quick --output` run (the tiny model, six boundaries in
+each mode, each mode in its own process) writes its table with both modes, a resident-memory reading
+per boundary, shares that follow from the times, three verdicts, and keeps the notes under its
+marker."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTES = "<!-- Notes below this line are kept when the benchmark rewrites this file. -->"
+
+pytestmark = pytest.mark.e2e  # runs the bench and its two measuring processes
+
+
+def test_a_quick_run_writes_both_modes_and_keeps_the_notes(tmp_path):
+    output = tmp_path / "boundaries.md"
+    output.write_text("# old\n" + NOTES + "\nkept by hand\n")
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "boundaries.py"), "--quick", "--output", str(output)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    text = output.read_text()
+    assert text.endswith(NOTES + "\nkept by hand\n") and "# old" not in text
+    assert f"`python bench/boundaries.py --quick --output {output}`" in text
+    rows = {
+        cells[0]: cells
+        for line in text.splitlines()
+        if line.startswith(("| inline |", "| worker |"))
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+    }
+    assert set(rows) == {"inline", "worker"}
+    for name, cells in rows.items():
+        thread, share = float(cells[1]), float(cells[3].rstrip("%")) / 100
+        assert share == pytest.approx(thread / (0.5 + thread), abs=1.5e-3), name  # the time is rounded to ms
+        assert len(cells[4].split(", ")) == 6, "a resident reading per boundary"
+        assert float(cells[5]) >= max(float(x) for x in cells[4].split(", ")) - 0.01
+    assert float(rows["worker"][1]) < float(rows["inline"][1]), "the training thread only copies"
+    verdicts = re.findall(r"\((MET|MISSED)", text)
+    assert len(verdicts) == 3, verdicts

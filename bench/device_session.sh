@@ -19,13 +19,16 @@
 #   2. steps: `bench/gpu.py --step-table` on 150m: the GPU config's step, its atomic-free forms (eager;
 #      compiled with and without deterministic algorithms) and the target, each repeated, and whether the
 #      fresh processes' compiles gave the same bits.
+#   2b. boundaries: `bench/boundaries.py --device cuda` on 150m: the training thread's time per boundary
+#      inline and with the boundary worker, and host memory over the boundaries (boundaries.md).
 #   3. reveal (optional slot): `bench/reveal_size.py --device cuda --preset 150m` (its table to reveal.md),
 #      only if that file exists (it came from another branch).
 #   4. profile: `bench/gpu.py --profile --profiled-only` on 150m: where each step's time goes.
 #   5. 1b: the same loops' throughput on the 1b preset.
 #
-# What comes back under $OUT (at most 6 files): summary.md (the machine, and each stage's exit code,
+# What comes back under $OUT (at most 7 files): summary.md (the machine, and each stage's exit code,
 # seconds and cap), smoke.md (the smoke window's report: docs/gpu.md's table), steps.md (the step table),
+# boundaries.md (the boundary bench),
 # reveal.md (the optional stage's table), throughput.md (profile and 1b tables), logs.txt (each stage's
 # log trimmed, and the tail of every node's log).
 set -u
@@ -188,6 +191,10 @@ if kill -0 "$FRESH_JOB" 2>/dev/null; then  # out of time: the step table starts 
 fi
 stage steps 330 90 "$PY" bench/gpu.py --step-table "${SIZES[@]}" --fresh-hashes "$WORK/fresh" --output "$OUT/steps.md"
 for f in "$WORK"/fresh/*.txt "$WORK"/fresh/*.out; do [ -f "$f" ] && cp "$f" "$WORK/logs/fresh-$(basename "$f").log"; done
+
+# 2b. the boundaries off the training thread, 150m on the GPU: the copy into page-locked buffers (issue 44)
+if [ "$DRY" = 1 ]; then BOUNDS=(--quick); else BOUNDS=(--device cuda --boundaries 4 --inline-boundaries 2 --segment-seconds 20); fi
+stage boundaries 200 120 "$PY" bench/boundaries.py "${BOUNDS[@]}" --output "$OUT/boundaries.md"
 
 # 3. optional slot: the lean reveal's sizes, from another branch (runs only once bench/reveal_size.py exists)
 if [ -f bench/reveal_size.py ]; then

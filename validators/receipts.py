@@ -63,12 +63,12 @@ from distrai.protocol.announce import Announcement
 from distrai.protocol.layout import receipts_key
 from distrai.protocol.sync import StoreCache
 from distrai.protocol.windows import reveal_seed
-from distrai.store import StoreError
-from distrai.wire import WireError, open_document, sign_document
+from distrai.wire import sign_document
 from distrai.wire.signed import Signer
 from distrai.wire.verdicts import PASS, Check
-from distrai.wire.window_documents import REASON_CHARS, Receipt, ReceiptRecheck, ReplayReceipts, parse_body
+from distrai.wire.window_documents import REASON_CHARS, Receipt, ReceiptRecheck, ReplayReceipts
 from validators.findings import HeldWindow
+from validators.published import read_published
 from validators.refused import Refused
 from validators.replay_check import receipt_sketch, replayed_ends
 
@@ -128,31 +128,17 @@ def read_receipts(
     is_registered: Callable[[str], bool],
 ) -> dict[str, ReplayReceipts]:
     """The receipts each other validator of `publishers` (hotkey → its announcement) published for
-    `window`; a missing one is left out, an unreadable or forged one logged and left out."""
-    found = {}
-    for validator, announcement in sorted(publishers.items()):
-        if validator == me:
-            continue
-        try:
-            data = stores.get(announcement.store_url).get(receipts_key(run_id, window, validator), max_bytes)
-        except (StoreError, ValueError):
-            continue
-        try:
-            doc = open_document(
-                data,
-                max_bytes=max_bytes,
-                is_registered=is_registered,
-                run_id=run_id,
-                window=window,
-                signer=validator,
-            )
-            receipts = parse_body(ReplayReceipts, doc.body)
-        except WireError as exc:
-            log.warning("window %d: the receipts of %s are refused: %s", window, validator[:10], exc)
-            continue
-        if receipts.validator == validator:
-            found[validator] = receipts
-    return found
+    `window`; a missing, unreadable or forged one is left out (its share is then not covered)."""
+    return read_published(
+        stores,
+        {v: a.store_url for v, a in publishers.items() if v != me},
+        lambda validator: receipts_key(run_id, window, validator),
+        ReplayReceipts,
+        run_id,
+        window,
+        max_bytes,
+        is_registered,
+    )
 
 
 def recheck_count(seed: bytes, me: str, rate: float) -> int:

@@ -52,16 +52,15 @@ from typing import Final, Literal
 
 from distrai.protocol.layout import measurements_key
 from distrai.protocol.sync import StoreCache
-from distrai.store import StoreError
-from distrai.wire import WireError, open_document, sign_document
+from distrai.wire import sign_document
 from distrai.wire.signed import Signer
 from distrai.wire.window_documents import (
     REASON_CHARS,
     Measurement,
     MeasurementRecheck,
     Measurements,
-    parse_body,
 )
+from validators.published import read_published
 from validators.usefulness import Usefulness
 
 log = logging.getLogger("distrai.validator")
@@ -102,24 +101,16 @@ def read_measurements(
 ) -> dict[str, Measurements]:
     """The measurements of `window` each validator of `urls` (validator → its store) has published so
     far; a missing, unreadable or forged document is left out."""
-    found = {}
-    for validator, url in sorted(urls.items()):
-        try:
-            data = stores.get(url).get(measurements_key(run_id, window, validator), max_bytes)
-            doc = open_document(
-                data,
-                max_bytes=max_bytes,
-                is_registered=is_registered,
-                run_id=run_id,
-                window=window,
-                signer=validator,
-            )
-            measurements = parse_body(Measurements, doc.body)
-        except (StoreError, WireError, ValueError):
-            continue
-        if measurements.validator == validator:
-            found[validator] = measurements
-    return found
+    return read_published(
+        stores,
+        urls,
+        lambda validator: measurements_key(run_id, window, validator),
+        Measurements,
+        run_id,
+        window,
+        max_bytes,
+        is_registered,
+    )
 
 
 def recheck_draw(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from _device import METHOD_LABELS, DeviceRun
 from _report import HEADERS as CORPUS_HEADERS
@@ -67,9 +69,14 @@ def device_section(run: DeviceRun, command: str, date: str) -> str:
         "",
         f"- date: {date}; wall time of the command's run: {run.total_seconds:.0f} s",
         f"- device: {run.device_name}; torch {torch.__version__}",
-        f"- corpus: the running Python's installed `.py` sources (Python {corpus.python}: its standard library, "
-        f"as in the real-text section, and its site-packages; tests and files over 256 kB left out), one "
-        f"document per file: {len(corpus.files):,} files, {corpus.bytes:,} bytes (at most {corpus.max_bytes:,}); "
+        (
+            f"- corpus: the running Python's installed `.py` sources (Python {corpus.python}: its standard library, "
+            f"as in the real-text section, and its site-packages; tests and files over 256 kB left out), one "
+            if corpus.root == Path("/")
+            else f"- corpus: the running Python's standard library (Python {corpus.python}; the quick run's, the "
+            f"same whatever else is installed; tests and files over 256 kB left out), one "
+        )
+        + f"document per file: {len(corpus.files):,} files, {corpus.bytes:,} bytes (at most {corpus.max_bytes:,}); "
         f"corpus sha256 `{corpus.sha256}`",
         f"- tokenizer: byte-level BPE with {len(t.tokenizer):,} tokens, trained on the first training documents up "
         f"to {c.tokenizer_bytes:,} bytes ({t.tokenizer_seconds:.0f} s; tokenizing the corpus {t.tokenize_seconds:.0f} s); "

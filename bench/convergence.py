@@ -158,7 +158,9 @@ def run_device_mode(args: argparse.Namespace, console: Console) -> str:
     if args.inner_steps is not None:
         config = replace(config, inner_steps=args.inner_steps)
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    corpus = installed_corpus(config.corpus_bytes)
+    # the quick run reads the standard library alone: its held-out documents then do not depend on
+    # what else this Python has installed (with only the [bench] extra, one of 36 bytes filled no sequence)
+    corpus = stdlib_corpus(config.corpus_bytes) if args.quick else installed_corpus(config.corpus_bytes)
     with tempfile.TemporaryDirectory() as folder:
         run = run_device(config, corpus, Path(folder) / "tokenizer", console.print)
     print_device(run, console)

@@ -23,7 +23,7 @@ from distrai.protocol.announce import committed_updates
 from distrai.protocol.layout import manifest_key
 from distrai.protocol.update import encode_update
 from distrai.protocol.windows import commit_deadline, committed_in_time, read_patience, reveal_deadline
-from distrai.store import StoreError
+from distrai.store import Store, StoreError
 from distrai.train.inner import pseudo_gradient, window_start_state
 from distrai.train.sketch import sketch
 from distrai.train.train_state import load_state, save_state, state_hash
@@ -307,7 +307,7 @@ class Copycat(Untrained):
 
     def __init__(self) -> None:
         self.copied: UpdateBlob | None = None
-        self.victim_store = None
+        self.victim_store: Store | None = None
 
     def train(self, miner, w, miners, states_dir):
         trained = super().train(miner, w, miners, states_dir)
@@ -349,7 +349,7 @@ class Copycat(Untrained):
         return body if self.copied is None else body.model_copy(update={"update": self.copied})
 
     def reveal_blob(self, miner, w, blob, chain):
-        if self.copied is None:
+        if self.copied is None or self.victim_store is None:  # set together when a copy is found
             return blob
         deadline = reveal_deadline(miner.windows, w) - 1
         while chain.block() < deadline:

@@ -16,7 +16,8 @@ s a step, docs/gpu.md): a GPU trains then, and the host's cores are free.
   every state (`inner_loop`'s `keep_states`).
 - `worker`: what it does now (`distrai.train.boundaries`): the training thread waits for a free
   buffer (at most two states in the worker's hands), copies the state into it and goes on; the worker
-  hashes, sketches and writes.
+  hashes, sketches (from the run's table of buckets and signs, `sketch.SketchTable`, built at the first
+  boundary) and writes.
 
 The training thread's time per boundary is the median over the boundaries after the first two (the
 first captures allocate in both modes); its share of a GPU miner's window is that time over the
@@ -48,10 +49,11 @@ sys.path.insert(0, str(ROOT))
 from _gpu_loops import sized_tokenizer  # noqa: E402
 from gpu import GPU_CONFIG_VOCAB  # noqa: E402
 
-from distrai.train.boundaries import BoundaryState, BoundaryWorker, boundary  # noqa: E402
+from distrai.train.boundaries import BoundaryState, BoundaryWorker  # noqa: E402
 from distrai.train.model import ModelSpec, load_model  # noqa: E402
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer  # noqa: E402
-from distrai.train.train_state import capture_state, save_state  # noqa: E402
+from distrai.train.sketch import sketch  # noqa: E402
+from distrai.train.train_state import capture_state, save_state, state_hash  # noqa: E402
 
 DOC = ROOT / "docs" / "boundaries.md"
 NOTES = "<!-- Notes below this line are kept when the benchmark rewrites this file. -->"
@@ -125,7 +127,10 @@ def run_mode(
             if worker is None:
                 state = capture_state(model, optimizer, step)
                 work_started = time.perf_counter()
-                write(boundary(state, "bench", SKETCH_SIZE, keep_state=True))
+                numbers = sketch(
+                    state.params, "bench", SKETCH_SIZE
+                ).tolist()  # hashed at every boundary, as before
+                write(BoundaryState(step, state_hash(state), numbers, state))
                 worker_seconds.append(time.perf_counter() - work_started)
                 kept.append(state)
             else:

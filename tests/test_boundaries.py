@@ -15,6 +15,7 @@ from distrai.train.assignment import batch_indices
 from distrai.train.boundaries import BoundaryState, BoundaryWorker, boundary
 from distrai.train.inner import inner_loop
 from distrai.train.loss import causal_lm_loss
+from distrai.train.sketch import SketchTable, sketch
 from distrai.train.train_state import TrainState, load_state, save_state, state_hash, states_equal
 
 DATA = tiny_data(seq_len=32, documents=120)
@@ -107,3 +108,25 @@ def state_of(model: torch.nn.Module, step: int) -> TrainState:
     return TrainState(
         params={n: p.detach().clone() for n, p in model.named_parameters()}, optimizer={}, step=step
     )
+
+
+def test_the_sketch_table_gives_the_sketch_bit_for_bit():
+    """Dense and sparse tensors (a range's nonzeros alone when under half), an empty one, a shape
+    the table has not seen, and the same table again: always `sketch`'s bits."""
+    generator = torch.Generator().manual_seed(0)
+    sparse = torch.zeros(10_000)
+    sparse[::7] = torch.randn(len(sparse[::7]), generator=generator)
+    params = {
+        "dense": torch.randn(3_000, generator=generator),
+        "zeros": torch.zeros(5_000),
+        "matrix": torch.randn(7, 11, generator=generator),
+        "empty": torch.zeros(0),
+        "sparse": sparse,
+    }
+    table = SketchTable("seed", 64)
+    for _ in range(2):
+        assert torch.equal(table(params), sketch(params, "seed", 64))
+    assert torch.equal(table({"dense": torch.randn(4_000, generator=generator) * 0}), torch.zeros(64))
+    grown = {"dense": torch.randn(6_000, generator=generator)}
+    assert torch.equal(table(grown), sketch(grown, "seed", 64)), "another size of a name already seen"
+    assert torch.equal(SketchTable("seed", 17)(params), sketch(params, "seed", 17))

@@ -2,9 +2,10 @@
 bounded memory.
 
 Each boundary carries the canonical hash of the training state (parameters, optimizer state,
-step), a linear sketch of its parameters (`BoundaryState`, `boundary`) and, when asked, the state
-itself. At a boundary the training thread only copies the state into a buffer (`capture_state`'s
-`into`: host memory allocated and touched once per window, page-locked on a GPU) and goes on
+step), a linear sketch of its parameters (`BoundaryState`, `boundary`; its buckets and signs hashed
+once per run, `sketch_table`) and, when asked, the state itself. At a boundary the training thread
+only copies the state into a buffer (`capture_state`'s `into`: host memory allocated and touched
+once per window, page-locked on a GPU) and goes on
 training; one worker thread (`BoundaryWorker`) hashes it, sketches it and hands it to `on_boundary`
 (the miner writes it to disk), in boundary order. Hashing, sketching and writing barely hold the
 GIL, so they run beside the training steps. The worker holds at most `buffers` states: when every
@@ -20,13 +21,14 @@ on the same bytes, only on another thread (`tests/test_boundaries.py`).
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from distrai.train.sketch import sketch
+from distrai.train.sketch import SketchTable
 from distrai.train.train_state import TrainState, state_hash
 
 
@@ -40,9 +42,17 @@ class BoundaryState:
     state: TrainState | None
 
 
+@functools.lru_cache(maxsize=1)
+def sketch_table(seed: str, size: int) -> SketchTable:
+    """The run's sketch table (`sketch.SketchTable`), built as the first boundary is sketched and
+    kept for the next ones: one per process, the run's seed and size."""
+    return SketchTable(seed, size)
+
+
 def boundary(state: TrainState, sketch_seed: str, sketch_size: int, keep_state: bool) -> BoundaryState:
-    """Hash and sketch the state captured after `state.step` inner steps."""
-    numbers = sketch(state.params, sketch_seed, sketch_size).tolist()
+    """Hash and sketch the state captured after `state.step` inner steps (the sketch `sketch.sketch`
+    gives, from the run's table)."""
+    numbers = sketch_table(sketch_seed, sketch_size)(state.params).tolist()
     return BoundaryState(
         step=state.step, state_hash=state_hash(state), sketch=numbers, state=state if keep_state else None
     )

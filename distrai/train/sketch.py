@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Mapping
 
 import torch
@@ -82,3 +83,54 @@ class TensorEntries(Entries):
 
     def dense(self) -> torch.Tensor:
         return self.flat
+
+
+class SketchTable:
+    """`sketch` under one seed and size with each parameter's buckets and signs hashed once and kept:
+    every boundary of a run sketches the same coordinates under the run's seed, so the hashing, most
+    of a sketch's time, is done once per parameter instead of at every boundary. The same bits as
+    `sketch`: the same buckets and signs, the same entries (a range's nonzeros alone when they are
+    fewer than half of it), summed by one `bincount` per range in the same order. Holds 5 bytes per
+    coordinate (an int32 bucket, an int8 sign): 1.3 GB at the GPU config's 257M parameters."""
+
+    def __init__(self, seed: str, size: int = 64):
+        if not 1 <= size <= 1 << 16:
+            raise ValueError(f"sketch size must be in [1, 65536], got {size}")
+        self.seed, self.size = seed, size
+        self.tables: dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, params: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """float64 [size] count sketch of the named tensors."""
+        total = torch.zeros(self.size, dtype=torch.float64)
+        for name in sorted(params):
+            flat = params[name].detach().reshape(-1)
+            buckets, signs = self._table(name, flat.numel())
+            for start in range(0, flat.numel(), CHUNK):
+                stop = min(start + CHUNK, flat.numel())
+                chunk = flat[start:stop].to("cpu")
+                bucket, sign = buckets[start:stop], signs[start:stop]
+                where = (chunk != 0).nonzero().squeeze(1)
+                if where.numel() * 2 < chunk.numel():
+                    chunk, bucket, sign = chunk[where], bucket[where], sign[where]
+                weights = chunk.to(torch.float64) * sign.to(torch.float64)
+                total += torch.bincount(bucket, weights=weights, minlength=self.size)
+        return total
+
+    def _table(self, name: str, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
+        with self.lock:
+            return self._built(name, numel)
+
+    def _built(self, name: str, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if (name, numel) not in self.tables:
+            key = _name_key(self.seed, name)
+            buckets, signs = [], []
+            for start in range(0, numel, CHUNK):
+                index = torch.arange(start, min(start + CHUNK, numel), dtype=torch.int64)
+                hashed = _mix32((index + key) & MASK32)
+                buckets.append(((hashed & 0xFFFF) % self.size).to(torch.int32))
+                signs.append(((hashed >> 31) * 2 - 1).to(torch.int8))
+            if not buckets:
+                buckets, signs = [torch.zeros(0, dtype=torch.int32)], [torch.zeros(0, dtype=torch.int8)]
+            self.tables[(name, numel)] = (torch.cat(buckets), torch.cat(signs))
+        return self.tables[(name, numel)]

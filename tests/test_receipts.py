@@ -126,6 +126,22 @@ def test_receipts_no_replay_backs_are_refuted(runtime, window):
     )
 
 
+def test_a_receipt_copied_from_another_validator_is_refuted(runtime, window):
+    """The checker replayed honestly and published its receipt; the catcher, which skipped, publishes
+    the checker's numbers as its own. Each receipt is keyed by its author: a copy lies a whole
+    movement and more away from the catcher's key's sketch of the same end."""
+    catcher, checker, cheap, trained = window
+    own = own_receipts(catcher, CATCHER_HK)[3]
+    end = trained.states[4 * runtime.inner.segment_steps]
+    checkers = sketch(end.params, receipt_seed(checker.basis, CHECKER_HK, MINER, 3), len(own.sketch)).tolist()
+    assert (
+        recheck_receipt(catcher, CHECKER_HK, own.model_copy(update={"sketch": checkers}), 0.0).outcome
+        == CONFIRMED
+    )
+    copied = recheck_receipt(checker, CATCHER_HK, own.model_copy(update={"sketch": checkers}), 0.0)
+    assert copied.outcome == REFUTED, copied
+
+
 def test_a_receipt_outside_its_authors_share_is_not_rechecked(window):
     catcher, checker, _, _ = window
     receipt = own_receipts(catcher, CATCHER_HK)[0]

@@ -631,11 +631,11 @@ class Validator(Participant):
             self.rt.config.limits.max_manifest_bytes,
             lambda hk: mg.uid_of(hk) is not None,
         )
-        verification = self.rt.config.verification
+        verification, distrusted = self.rt.config.verification, self.state.distrusted(w + 1)
         return audit(
             held,
             self.hotkey,
-            {v: doc for v, doc in published.items() if v not in self.state.distrusted(w + 1)},
+            {v: doc for v, doc in published.items() if v not in distrusted},
             verification.replay_rechecks,
             verification.replay_tolerance,
             {(r.validator, r.miner) for r in rechecks},

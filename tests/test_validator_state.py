@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from validators.validator_state import ValidatorState, load_state, save_state
+from validators.validator_state import OwnAggregate, ValidatorState, load_state, save_state
 
 
 def test_state_round_trips_exactly(tmp_path):
@@ -19,9 +19,11 @@ def test_state_round_trips_exactly(tmp_path):
         last_scores=[0.2, 0.3],
         banned_until={"b": 12},
         last_weights_block=99,
+        own_aggregate=OwnAggregate(window=7, result_hash="ab" * 32, accepted=["a", "b"]),
     )
     save_state(state, path)
     assert load_state(path, "r1") == state
+    assert load_state(path, "r1").own_aggregate == state.own_aggregate
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
 
 

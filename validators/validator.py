@@ -105,7 +105,7 @@ from validators.reveal_probe import RevealProbes, held_up
 from validators.scoring import weights_from_averages
 from validators.shared_scoring import REFUTED as MEASUREMENT_REFUTED
 from validators.shared_scoring import Pooled
-from validators.validator_state import Suspension, ValidatorState, load_state, save_state
+from validators.validator_state import OwnAggregate, Suspension, ValidatorState, load_state, save_state
 from validators.window import WindowBasis
 from validators.window_scoring import score_window
 from validators.window_view import WindowView, check_one, replay_challenge
@@ -192,7 +192,6 @@ class Validator(Participant):
         self.state_path = options.work_dir / "validator_state.json"
         self.state: ValidatorState = load_state(self.state_path, runtime.run_id)
         self.write_saved_record()
-        self.own_aggregates: dict[int, AggregateManifest] = {}
         self.pending = PendingWindows(options.work_dir / "pending")
         self.base: GlobalModel | None = None
         """the model window w's miners trained from (on pipelined windows, the one before `model`)"""
@@ -721,19 +720,22 @@ class Validator(Participant):
             )
         except ChainError as exc:
             log.error("window %d: could not anchor the aggregate on chain: %s", w, exc)
-        self.own_aggregates = {w: body}
+        own = OwnAggregate(window=w, result_hash=body.result_hash, accepted=sorted(a.hotkey for a in listed))
+        self.state = self.state.model_copy(update={"own_aggregate": own})
         return accepted
 
     def compare_with_leader(self, w: int) -> float | None:
         """1.0 when the aggregate this node followed for window w accepted the same updates with
-        the same result as this validator's own, 0.0 when not; None when there is nothing to compare."""
-        mine = self.own_aggregates.get(w)
+        the same result as this validator's own, 0.0 when not; None when there is nothing to compare.
+        Its own is read from the state, so a validator restarted since still compares."""
+        mine = self.state.own_aggregate
         followed = self.syncer.followed.get(w)
-        if mine is None or followed is None:
+        if mine is None or mine.window != w or followed is None:
             return None
         leader, theirs = followed
-        same = theirs.result_hash == mine.result_hash and sorted(a.hotkey for a in theirs.accepted) == sorted(
-            a.hotkey for a in mine.accepted
+        same = (
+            theirs.result_hash == mine.result_hash
+            and sorted(a.hotkey for a in theirs.accepted) == mine.accepted
         )
         if leader != self.hotkey:
             if same:

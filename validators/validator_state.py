@@ -26,6 +26,18 @@ class Suspension(BaseModel):
     """the bar before this one (-1: none)"""
 
 
+class OwnAggregate(BaseModel):
+    """What this validator's own aggregate of `window` took and reached: kept with the state so the
+    next window can compare it with the aggregate the network followed, across a restart too."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    window: int
+    result_hash: str
+    accepted: list[str]
+    """the accepted updates' hotkeys, sorted"""
+
+
 class ValidatorState(BaseModel):
     """Scores and averages per uid (index = uid), the last window done, and bans by hotkey."""
 
@@ -52,6 +64,8 @@ class ValidatorState(BaseModel):
     refuted_until: dict[str, int] = Field(default_factory=dict)
     """Validator hotkey → the first window in which its measurements are taken, and it is paid as a
     worker, again here after one was refuted (`validators.shared_scoring`)."""
+    own_aggregate: OwnAggregate | None = None
+    """The last aggregate this validator published (`validators.validator.Validator.compare_with_leader`)."""
     record: dict[str, Any] | None = None
     """The metrics record of `window`, saved with the scores it describes: a validator stopped after
     the save and before the record reached its metrics file writes it there when it starts again."""

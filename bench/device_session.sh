@@ -13,7 +13,7 @@
 #
 #   1. smoke: `distrai localnet --device cuda --run.config distrai/configs/gpu-smoke.toml`, 2 miners and
 #      1 validator on the GPU for 3 windows, data from this Python's standard library (a BPE of 50,257
-#      tokens); meanwhile, in the background and one at a time, the step table's compiled steps are
+#      tokens), the miners keeping 2 of each window's 3 states (a challenged one dropped is rebuilt); meanwhile, in the background and one at a time, the step table's compiled steps are
 #      compiled and trained in fresh processes (`bench/gpu.py --end-hash`, 8 compile threads: the network's
 #      nodes use about 3 cores), so stage 2 need not wait for them.
 #   2. steps: `bench/gpu.py --step-table` on 150m: the GPU config's step, its atomic-free forms (eager;
@@ -177,7 +177,9 @@ STDLIB=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
 mapfile -t TEXT < <(ls "$STDLIB"/*.py 2>/dev/null)
 if [ "${#TEXT[@]}" -lt 50 ]; then mapfile -t TEXT < <(find distrai bench docs -name '*.py' -o -name '*.md' | sort); fi
 [ "$DRY" = 1 ] && TEXT=("${TEXT[@]:0:40}")
-stage smoke 300 150 "$PY" -m distrai.cli localnet --device "$DEVICE" --run.config "$SMOKE_CONFIG" --miners 2 \
+# The miners keep 2 of a window's 3 states, so a challenge of segment 1 reveals a state rebuilt on a second
+# model beside the training (miners/rebuild.py), which the validator's replay must match bit for bit.
+DISTRAI_MINER_KEPT_STATES=2 stage smoke 300 150 "$PY" -m distrai.cli localnet --device "$DEVICE" --run.config "$SMOKE_CONFIG" --miners 2 \
   --validators 1 --windows 3 --block-time "$BLOCK_TIME" --work "$WORK/smoke" --data.files "${TEXT[@]}"
 cp "$WORK/smoke/report.md" "$OUT/smoke.md" 2>/dev/null \
   || "$PY" -m distrai.cli localnet --report "$WORK/smoke" > "$OUT/smoke.md" 2>> "$WORK/logs/smoke.log"

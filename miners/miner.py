@@ -62,7 +62,6 @@ from distrai.protocol.windows import (
 )
 from distrai.store import Store, StoreError
 from distrai.store.outage import OutageLog
-from distrai.train.assignment import batch_indices
 from distrai.train.boundaries import BoundaryState
 from distrai.train.inner import TimeUp, inner_loop, window_start_state
 from distrai.train.replay_class import replay_class_of
@@ -70,7 +69,9 @@ from distrai.train.sketch import sketch
 from distrai.train.train_state import TrainState, load_state, save_state, state_hash
 from distrai.wire import encode_tensors, sign_document
 from distrai.wire.window_documents import Boundary, UpdateBlob, UpdateManifest
+from miners.kept_states import DEFAULT_MAX_KEPT, check_kept_states, state_file, thin
 from miners.pacing import Pacer, blocks_needed, commit_by, stop_time
+from miners.rebuild import TrainedRecord, write_record
 from miners.reveal_job import RevealJob, job_folder, sealed_jobs
 from miners.uploader import RETRY_PAUSE_S, Uploader
 
@@ -126,6 +127,11 @@ class MinerOptions:
     work_dir: Path
     behaviour: Behaviour = field(default_factory=Behaviour)
     """Honest, or one of the adversaries of `adversaries.ADVERSARIES` (for demonstrations and tests)."""
+    kept_states: int = DEFAULT_MAX_KEPT
+    """The most boundary states of a window kept on disk (`miners.kept_states`); 0 keeps every one."""
+
+    def __post_init__(self) -> None:
+        check_kept_states(self.kept_states)
 
 
 @dataclass(frozen=True)
@@ -173,9 +179,10 @@ class Miner(Participant):
         """the window last passed over because its roster did not hold this hotkey (said once)"""
 
     @classmethod
-    def from_node(cls, node: Node, adversary: str = "honest") -> Miner:
+    def from_node(cls, node: Node, adversary: str = "honest", kept_states: int = DEFAULT_MAX_KEPT) -> Miner:
         """The miner of a node built from the command line (`distrai.node.build.build_node`), honest or
-        cheating in the way `adversary` names (`miners.adversaries.ADVERSARIES`)."""
+        cheating in the way `adversary` names (`miners.adversaries.ADVERSARIES`), keeping at most
+        `kept_states` boundary states of a window on disk (`miners.kept_states`)."""
         from miners.adversaries import behaviour  # the adversaries build on this module's `Behaviour`
 
         return cls(
@@ -184,7 +191,7 @@ class Miner(Participant):
             node.wallet,
             node.store,
             node.store_url,
-            MinerOptions(work_dir=node.work_dir, behaviour=behaviour(adversary)),
+            MinerOptions(work_dir=node.work_dir, behaviour=behaviour(adversary), kept_states=kept_states),
             node.metrics,
             node.stores,
         )
@@ -505,6 +512,14 @@ class Miner(Participant):
         job.seal()
         return job
 
+    def max_kept_states(self) -> int | None:
+        """The most boundary states a window keeps on disk; None: every one. Ranks that shard the
+        model keep every one: a dropped state is rebuilt on one device, which the model does not fit."""
+        kept = self.options.kept_states
+        if kept == 0 or (self.rt.parallel is not None and self.rt.parallel.sharded):
+            return None
+        return kept
+
     def train(
         self,
         w: int,
@@ -514,9 +529,9 @@ class Miner(Participant):
         steps: int | None = None,
     ) -> Trained:
         """Up to H inner steps on this miner's assigned batches, while the window's pace allows,
-        keeping every boundary state in `states_dir` (an adversary may pass another hotkey's data,
-        or fewer steps)."""
-        cfg, data = self.rt.config, self.rt.data
+        keeping boundary states in `states_dir` (`max_kept_states` of them at most) and what they were
+        trained on (an adversary may pass another hotkey's data, or fewer steps)."""
+        cfg = self.rt.config
         states_dir.mkdir(parents=True, exist_ok=True)
         owner = data_of or self.hotkey
 
@@ -537,18 +552,18 @@ class Miner(Participant):
             pacer = self.pacer
             if pacer is not None and t % k and pacer.time_up():
                 raise time_up(t, f"the training time ran out at step {t}, in the middle of a segment")
-            indices = batch_indices(
-                self.rt.run_id, w, owner, t, cfg.train.batch_size, data.n_train, miners, data.unit
-            )
             try:
-                return data.batch(indices)
+                return self.rt.batch(w, owner, miners, t)
             except ShardDeadline as exc:
                 why = f"the data of step {t} stayed out of reach until the training time ran out ({exc})"
                 raise time_up(t, why) from exc
 
+        max_kept = self.max_kept_states()
+
         def keep(boundary: BoundaryState) -> None:  # on the boundary worker's thread
             assert boundary.state is not None, "on_boundary sees every boundary with its state"
-            save_state(boundary.state, states_dir / f"{boundary.step:06d}.safetensors")
+            save_state(boundary.state, state_file(states_dir, boundary.step))
+            thin(states_dir, boundary.step, k, max_kept)
 
         inner = self.rt.inner if steps is None else dataclasses.replace(self.rt.inner, inner_steps=steps)
         go_on = None if self.pacer is None else self.pacer.go_on
@@ -562,6 +577,8 @@ class Miner(Participant):
             go_on=go_on,
             parallel=self.rt.parallel,
         )
+        hashes = {b.step: b.state_hash for b in result.boundaries}
+        write_record(states_dir, TrainedRecord(owner=owner, miners=list(miners), hashes=hashes))
         return Trained(
             pseudo_gradient=result.pseudo_gradient,
             losses=result.losses,

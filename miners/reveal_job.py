@@ -6,8 +6,10 @@ nor the codec residual it committed to:
 
     reveals/w<window>/
         job.json              window, the anchored manifest's sha256, the outgoing residual's hash
-        states/<step>.safetensors   every boundary state, until the challenge is drawn; then those a
-                                    reveal can need (`RevealJob.prune`)
+        states/<step>.safetensors   the boundary states kept while training (`miners.kept_states`),
+                                    until the challenge is drawn; then those a reveal can need
+                                    (`RevealJob.prune`), a dropped one rebuilt first (`miners.rebuild`)
+        states/trained.json   what the states were trained on and their committed hashes
         coded/<step>.safetensors    a challenged state coded against boundary 0, the window's base
                                     (`distrai.train.coded_state`), written by the uploader and uploaded
         update.blob           the update blob
@@ -23,6 +25,8 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+
+from miners.kept_states import state_file, steps_on_disk
 
 JOB_FILE = "job.json"
 
@@ -41,13 +45,13 @@ class RevealJob:
     @property
     def steps(self) -> int:
         """h: the inner steps the window trained, the step of its last boundary state on disk."""
-        steps = [int(p.stem) for p in self.states.glob("*.safetensors") if p.stem.isdigit()]
+        steps = steps_on_disk(self.states)
         if not steps:
             raise FileNotFoundError(f"window {self.window}: no boundary state in {self.states}")
-        return max(steps)
+        return steps[-1]
 
     def state_path(self, step: int) -> Path:
-        return self.states / f"{step:06d}.safetensors"
+        return state_file(self.states, step)
 
     def coded_state_path(self, step: int) -> Path:
         return self.folder / "coded" / f"{step:06d}.safetensors"

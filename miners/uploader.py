@@ -4,8 +4,9 @@ Jobs (`reveal_job.py`) are taken oldest first. For each: wait for the block at t
 commit deadline (its hash draws the challenge), work out whether this miner is challenged,
 and upload through the miner's store (its bandwidth limit included): the update blob first, then,
 when challenged, the trajectory reveal (`distrai.protocol.trajectory`) and the start state of the run of
-challenged segments, coded losslessly against the window's base (`distrai.train.coded_state`: the
-job's boundary 0 holds that base). A job whose reveal deadline has passed before it began is dropped,
+challenged segments (rebuilt first when the window did not keep it, `miners.rebuild`), coded
+losslessly against the window's base (`distrai.train.coded_state`: the job's boundary 0 holds that
+base). A job whose reveal deadline has passed before it began is dropped,
 since nothing uploaded after it counts, unless the store has failed every try since before that
 deadline. A store that does not answer is tried again every half second (a quarter block at most)
 until `give_up_block`: the reveal deadline, or one window later for an outage under way at the
@@ -27,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import torch
+
 from distrai.chain.base import Chain, ChainError
 from distrai.protocol.announce import claims, committed_updates
 from distrai.protocol.layout import state_key, states_prefix, trajectory_key
@@ -47,6 +50,8 @@ from distrai.store.outage import OutageLog
 from distrai.train.coded_state import encode_coded_state
 from distrai.train.train_state import load_state, state_digests
 from distrai.wire import decode_tensors
+from miners.kept_states import steps_on_disk
+from miners.rebuild import RebuildError, rebuild
 from miners.reveal_job import RevealJob
 
 if TYPE_CHECKING:
@@ -184,6 +189,7 @@ class Uploader:
             self._log(w, RevealResult(0, 0, 0.0, late=True), needed=0.0)
             return RevealResult(0, 0, 0.0, late=True)
         steps, inputs = self._to_reveal(job)
+        steps = self.rebuild_missing(job, steps)
         job.prune(steps)
         pieces = self._pieces(job, steps, inputs)
         total = sum(p.size for p in pieces)
@@ -254,6 +260,43 @@ class Uploader:
         k = miner.rt.inner.segment_steps
         segments = segments_to_reveal(inputs, miner.hotkey, job.steps // k) if miner.hotkey in in_time else []
         return [s * k for s in run_starts(segments)], inputs if segments else None
+
+    def rebuild_missing(self, job: RevealJob, steps: list[int]) -> list[int]:
+        """`steps` with each start state the window did not keep rebuilt on disk (`miners.rebuild`) on
+        a model of its own, freed after; one that cannot be is left out of the reveal, with the reason
+        logged, and the rest go up."""
+        on_disk = set(steps_on_disk(job.states))
+        kept = []
+        replica = None
+        for step in steps:
+            if step not in on_disk:
+                try:
+                    if replica is None:
+                        replica = self.miner.rt.replica()
+                    rebuild(self.miner.rt, replica, job.window, job.states, step)
+                except torch.OutOfMemoryError as exc:
+                    log.error(
+                        "window %d: the challenged state at step %d cannot be revealed: no room to replay "
+                        "it beside the training (%s); a miner without that room keeps every state "
+                        "(--miner.kept-states 0)",
+                        job.window,
+                        step,
+                        str(exc).splitlines()[0],
+                    )
+                    continue
+                except (RebuildError, OSError, ValueError) as exc:
+                    log.error(
+                        "window %d: the challenged state at step %d cannot be revealed: %s",
+                        job.window,
+                        step,
+                        exc,
+                    )
+                    continue
+            kept.append(step)
+        if replica is not None and self.miner.rt.device.type == "cuda":
+            del replica
+            torch.cuda.empty_cache()
+        return kept
 
     def _pieces(self, job: RevealJob, steps: list[int], inputs: ChallengeInputs | None) -> list[Piece]:
         miner, w = self.miner, job.window

@@ -41,6 +41,7 @@ from distrai.node.build import (  # noqa: E402
 from distrai.protocol.run import load_run_config  # noqa: E402
 from distrai.train.launch import Launch, launched  # noqa: E402
 from miners.adversary_names import ADVERSARY_NAMES  # noqa: E402
+from miners.kept_states import DEFAULT_MAX_KEPT, check_kept_states  # noqa: E402
 
 
 def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> int:
@@ -69,7 +70,20 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
         "even when they fit one device; without it the ranks shard only when nothing else fits "
         "[env DISTRAI_MINER_SHARD]",
     )
+    parser.add_argument(
+        "--miner.kept-states",
+        type=int,
+        default=int(os.environ.get("DISTRAI_MINER_KEPT_STATES", DEFAULT_MAX_KEPT)),
+        help="the most boundary states of a window kept on disk while it trains (0: every one); a "
+        "challenged one not kept is rebuilt by replay after the draw (miners/kept_states.py) "
+        "[env DISTRAI_MINER_KEPT_STATES]",
+    )
     args = parser.parse_args(argv)
+    try:
+        check_kept_states(getattr(args, "miner.kept_states"))
+    except ValueError as exc:
+        print(f"miner cannot start: {exc}", file=sys.stderr)
+        return 2
     adversary = "idle" if getattr(args, "miner.idle") else getattr(args, "miner.adversary")
     launch = launched()
     if launch is None:
@@ -125,7 +139,7 @@ def run_miner(
     from distrai.data.cache import ShardError
     from miners.miner import Miner
 
-    miner = Miner.from_node(node, adversary)
+    miner = Miner.from_node(node, adversary, getattr(args, "miner.kept_states"))
     miner.announce()
     logging.getLogger("distrai.miner").info(
         "miner %s (%s) started on run %s…",

@@ -73,6 +73,8 @@ def test_the_smoke_command_on_a_cpu_trains_replays_bit_for_bit_and_reports_it(sm
         assert validator == "validator0" and miner in ("miner0", "miner1")
         assert steps == "10" and number(seconds) > 0 and number(ratio) > 0
         assert exact == "yes", replays
+    miner_logs = "".join((net.work / "logs" / f"miner{i}.log").read_text() for i in range(2))
+    assert "cannot be revealed" not in miner_logs, "a challenged state the miner dropped was not rebuilt"
 
     validated = found["window | validator | validate s"]
     assert {row[1] for row in validated} == {"validator0"} and all(number(row[2]) > 0 for row in validated)

@@ -1,7 +1,8 @@
 """A miner's reveal outlives the process that committed it: staged on disk before the commitment,
 resumed after a restart while still due, and carried with the codec residual it committed to
 (miners/reveal_job.py, miners/uploader.py, Miner.recover). Also the start-up link check, a store
-outage met by a reveal or a commit, and the windows a miner skips."""
+outage met by a reveal or a commit, the windows a miner skips, and a challenged state the window
+did not keep, rebuilt to the hash its manifest committed to (miners/kept_states.py, miners/rebuild.py)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,11 @@ from distrai.protocol.update import residual_hash
 from distrai.protocol.windows import commit_deadline, reveal_deadline, window_start
 from distrai.store import FileStore
 from distrai.store.base import blob_key
+from distrai.train.train_state import load_state, state_hash
+from distrai.wire.signed import open_document
+from distrai.wire.window_documents import UpdateManifest, parse_body
 from miners.miner import Miner, MinerOptions
+from miners.rebuild import TRAINED_FILE, RebuildError, read_record, rebuild
 from miners.reveal_job import JOB_FILE, sealed_jobs
 from miners.uploader import Uploader, give_up_block
 
@@ -351,3 +356,59 @@ def test_a_reveal_queued_behind_one_that_tried_through_an_outage_still_tries_aft
         restore(store, away)
         thread.join(60)
     assert results[0].late and results[0].bytes_sent > 0, said.lines
+
+
+# -- the states a window keeps, and a dropped one rebuilt (miners/kept_states.py, miners/rebuild.py) --
+
+
+def kept_window(net, config, kept_states: int):
+    """A miner that trained WINDOW keeping `kept_states` states, and its reveal job."""
+    harness, wallet, store, work = net
+    miner = new_miner(net, config)
+    miner.options = MinerOptions(work, kept_states=kept_states)
+    miner.run_window(WINDOW, stop=None)
+    jobs, _ = sealed_jobs(work)
+    return miner, jobs[0]
+
+
+def committed_hashes(miner, store) -> dict[int, str]:
+    """What the signed manifest on the store commits to, read as a validator reads it."""
+    data = store.get(manifest_key(miner.rt.run_id, WINDOW, miner.hotkey), 1 << 24)
+    document = open_document(data, max_bytes=1 << 24, is_registered=lambda _: True, signer=miner.hotkey)
+    return {b.step: b.state_hash for b in parse_body(UpdateManifest, document.body).boundaries}
+
+
+def test_a_dropped_state_is_rebuilt_to_the_hash_the_manifest_committed(net, config):
+    _, _, store, _ = net
+    miner, job = kept_window(net, config, kept_states=2)
+    k, h = config.train.segment_steps, config.train.inner_steps
+    on_disk = sorted(int(p.stem) for p in job.states.glob("*.safetensors"))
+    assert on_disk == [0, h], on_disk  # 4 segments, 2 kept: the base and the last
+    committed = committed_hashes(miner, store)
+    assert sorted(committed) == list(range(0, h + 1, k))
+
+    dropped = [s for s in committed if s not in on_disk]
+    assert miner.uploader.rebuild_missing(job, dropped) == dropped
+    for step in dropped:
+        assert state_hash(load_state(job.state_path(step))) == committed[step], step
+
+
+def test_a_rebuild_that_misses_the_committed_hash_leaves_the_state_out_and_says_why(net, config, caplog):
+    miner, job = kept_window(net, config, kept_states=2)
+    k = config.train.segment_steps
+    record = read_record(job.states)
+    wrong = record.model_copy(update={"hashes": {**record.hashes, 2 * k: "00" * 32}})
+    (job.states / TRAINED_FILE).write_text(wrong.model_dump_json())
+    with pytest.raises(RebuildError, match="does not hash to the committed one"):
+        rebuild(miner.rt, miner.rt.replica(), WINDOW, job.states, 2 * k)
+    assert not job.state_path(2 * k).exists(), "a state that is not the committed one stays off the disk"
+
+    with caplog.at_level(logging.ERROR, logger="distrai.miner"):
+        assert miner.uploader.rebuild_missing(job, [k, 2 * k]) == [k]
+    assert f"the challenged state at step {2 * k} cannot be revealed" in caplog.text
+
+
+def test_a_miner_keeping_every_state_keeps_every_state(net, config):
+    _, job = kept_window(net, config, kept_states=0)
+    k, h = config.train.segment_steps, config.train.inner_steps
+    assert sorted(int(p.stem) for p in job.states.glob("*.safetensors")) == list(range(0, h + 1, k))

@@ -37,7 +37,6 @@ from distrai.protocol.runtime import Runtime
 from distrai.protocol.trajectory import TrajectoryReveal, decode_trajectory
 from distrai.protocol.windows import reveal_seed, run_starts
 from distrai.store import StoreError
-from distrai.train.assignment import batch_indices
 from distrai.train.coded_state import decode_coded_state
 from distrai.train.hashing import PIECE_ELEMENTS, PieceRef
 from distrai.train.inner import float_params, window_start_state
@@ -217,22 +216,7 @@ def replay_at(basis: WindowBasis, verdict: MinerVerdict, revealed: Revealed, seg
     k = runtime.inner.segment_steps
     first = segment * k
     start = revealed.state(first)
-    cfg = runtime.config.train
-    batches = [
-        runtime.data.batch(
-            batch_indices(
-                runtime.run_id,
-                window,
-                verdict.hotkey,
-                t,
-                cfg.batch_size,
-                runtime.data.n_train,
-                miners,
-                runtime.data.unit,
-            )
-        )
-        for t in range(first, first + k)
-    ]
+    batches = [runtime.batch(window, verdict.hotkey, miners, t) for t in range(first, first + k)]
     inner = dataclasses.replace(runtime.inner, step=miner_split(runtime, manifest))
     replayed = replay_segment(runtime.model, start, batches, runtime.loss_fn, inner, base=model.params)
     revealed.replayed_steps += k

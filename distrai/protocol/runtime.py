@@ -13,6 +13,7 @@ from distrai.codec import Codec, get_codec
 from distrai.data.access import DataAccess, open_prepared
 from distrai.data.tokenizers import tokenizer_sha256
 from distrai.protocol.run import ModelSource, RunConfig, run_id
+from distrai.train.assignment import batch_indices
 from distrai.train.data import DataSpec, TrainingData, build_token_data
 from distrai.train.distill import DistillationLoss, DistillConfig
 from distrai.train.hashing import hash_tensors
@@ -88,6 +89,23 @@ class Runtime:
         """The run's starting global model: every node builds the same bytes from the config."""
         fresh = load_model(model_spec(self.config.model), tokenizer=self.tokenizer)
         return {name: p.detach().to(torch.float32).clone() for name, p in fresh.named_parameters()}
+
+    def batch(self, window: int, owner: str, miners: list[str], step: int) -> torch.Tensor:
+        """The sequences `owner` trains on at inner step `step` of `window`, among the window's
+        `miners` (`distrai.train.assignment.batch_indices`): what the miner trains, a validator
+        replays and a miner rebuilding a state replays again."""
+        size = self.config.train.batch_size
+        return self.data.batch(
+            batch_indices(self.run_id, window, owner, step, size, self.data.n_train, miners, self.data.unit)
+        )
+
+    def replica(self) -> PreTrainedModel:
+        """Another model of the run's shape on this runtime's device, as `build_runtime` builds the
+        working one: for work beside the training (a miner's rebuilt states, `miners.rebuild`)."""
+        model = load_model(model_spec(self.config.model), tokenizer=self.tokenizer, device=self.device)
+        if self.config.train.compile:
+            model.compile()
+        return model
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         return {name: tuple(p.shape) for name, p in self.model.named_parameters()}

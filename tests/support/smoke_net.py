@@ -23,6 +23,10 @@ CONFIG = Path(__file__).parent / "gpu-smoke-cpu.toml"
 WINDOWS = 3
 FILES = 40
 BLOCK_TIME = 1.0
+KEPT_STATES = 2
+"""The miners keep boundary 0 and the last of a window's 3 on disk (`miners.kept_states`): a challenge
+of segment 1 (half of them) reveals a state rebuilt by replay after the draw, which the validator's
+replay must then match bit for bit."""
 
 
 def data_files() -> list[str]:
@@ -67,5 +71,5 @@ class CommandNet:
 
 def start_smoke_net(work: Path, env: Mapping[str, str]) -> CommandNet:
     net = CommandNet(work)
-    net.command.start({**env, "COLUMNS": "160"})
+    net.command.start({**env, "COLUMNS": "160", "DISTRAI_MINER_KEPT_STATES": str(KEPT_STATES)})
     return net

@@ -18,6 +18,7 @@ from support.adversary_net import start_adversary_net
 from support.background import FinishedNet, Networks
 from support.bench_jobs import (
     CommandJob,
+    start_boundaries_bench,
     start_calibrate_replay_bench,
     start_convergence_bench,
     start_data_memory_bench,
@@ -46,10 +47,11 @@ NETWORKS = {
     "reveal_size_bench": start_reveal_size_bench,
     "outer_delay_bench": start_outer_delay_bench,
     "data_memory_bench": start_data_memory_bench,
-    "calibrate_replay_bench": start_calibrate_replay_bench,
     "restart_net": start_restart_net,
-    "readme_net": start_readme_net,
     "verification_scale_bench": start_verification_scale_bench,
+    "calibrate_replay_bench": start_calibrate_replay_bench,
+    "readme_net": start_readme_net,
+    "boundaries_bench": start_boundaries_bench,
 }
 """The background jobs, by the name of the fixture that gives each, in the order their readers run
 (about the order in which they end)."""
@@ -60,6 +62,8 @@ LANES = (
         "findings_net",
         "restart_net",
         "verification_scale_bench",
+        "calibrate_replay_bench",
+        "boundaries_bench",
     ),
     (
         "smoke_net",
@@ -70,12 +74,12 @@ LANES = (
         "reveal_size_bench",
         "outer_delay_bench",
         "data_memory_bench",
-        "calibrate_replay_bench",
         "readme_net",
     ),
 )
 """The order in which the jobs run, one at a time in each lane: in the first the local networks,
-paced by the chain's blocks, the last of them the verification-scale benchmark's; in the second the
+paced by the chain's blocks, the last of them the verification-scale benchmark's, then the replay
+calibration's and the boundary bench's quick runs; in the second the
 light smoke run beside the leader network, whose timing is tightest, then the chaos run, the
 benchmarks' quick runs, which take a core each, and the README's walk beside the other networks.
 The two lanes take about the same time (docs/testing.md has a timeline). The benchmarks' runs were
@@ -241,6 +245,12 @@ def reveal_size_bench(networks) -> CommandJob:
 def verification_scale_bench(networks) -> CommandJob:
     """`bench/verification_scale.py --quick --warm-start` (`support.bench_jobs`), run to its end."""
     return networks.result("verification_scale_bench").net
+
+
+@pytest.fixture(scope="session")
+def boundaries_bench(networks) -> CommandJob:
+    """`bench/boundaries.py --quick` (`support.bench_jobs`), run to its end."""
+    return networks.result("boundaries_bench").net
 
 
 @pytest.fixture(scope="session")

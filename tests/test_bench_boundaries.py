@@ -1,35 +1,22 @@
 """Smoke test of bench/boundaries.py: a `--quick --output` run (the tiny model, six boundaries in
-each mode, each mode in its own process) writes its table with both modes, a resident-memory reading
-per boundary, shares that follow from the times, three verdicts, and keeps the notes under its
-marker."""
+each mode, each mode in its own process; a background job of the session, `support.bench_jobs`)
+writes its table with both modes, a resident-memory reading per boundary, shares that follow from
+the times, three verdicts, and keeps the notes under its marker."""
 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-NOTES = "<!-- Notes below this line are kept when the benchmark rewrites this file. -->"
-
-pytestmark = pytest.mark.e2e  # runs the bench and its two measuring processes
+from support.bench_jobs import KEPT, MARKER
 
 
-def test_a_quick_run_writes_both_modes_and_keeps_the_notes(tmp_path):
-    output = tmp_path / "boundaries.md"
-    output.write_text("# old\n" + NOTES + "\nkept by hand\n")
-    run = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "boundaries.py"), "--quick", "--output", str(output)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+def test_a_quick_run_writes_both_modes_and_keeps_the_notes(boundaries_bench):
+    run = boundaries_bench.completed()
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    output = boundaries_bench.report
     text = output.read_text()
-    assert text.endswith(NOTES + "\nkept by hand\n") and "# old" not in text
+    assert text.endswith(f"{MARKER}\n{KEPT}") and "# old" not in text
     assert f"`python bench/boundaries.py --quick --output {output}`" in text
     rows = {
         cells[0]: cells

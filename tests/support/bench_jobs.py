@@ -1,7 +1,8 @@
 """The benchmarks' quick runs as background jobs (`support.background`): each is one process that
 writes a report, and its tests only read the report and the process's output once it has ended, so it
 runs beside the other tests (tests/test_bench_gpu.py, tests/test_bench_smoke.py, tests/test_calibrate_replay.py,
-tests/test_bench_reveal_size.py and tests/test_bench_verification_scale.py read them).
+tests/test_bench_reveal_size.py, tests/test_bench_verification_scale.py and
+tests/test_bench_boundaries.py read them).
 
 Each report file starts with an old report and hand-written notes after the marker, which the run
 must keep."""
@@ -76,6 +77,10 @@ def start_verification_scale_bench(work: Path, env: Mapping[str, str]) -> Comman
     """`bench/verification_scale.py --quick --warm-start`, its network's files kept in `work`/net."""
     flags = ("--quick", "--warm-start", "--work", str(work))
     return bench_job(work, env, "verification_scale.py", "verification-scale.md", *flags)
+
+
+def start_boundaries_bench(work: Path, env: Mapping[str, str]) -> CommandJob:
+    return bench_job(work, env, "boundaries.py", "boundaries.md", "--quick")
 
 
 def start_outer_delay_bench(work: Path, env: Mapping[str, str]) -> CommandJob:

@@ -5,7 +5,7 @@
   pass of reads ends after the patience (it was late, or the reads were slow), and a store that
   still does not answer is withheld, as before.
 - Its own store, when it publishes the window's report, accepted updates and aggregate
-  (`Validator.publish`): tried again through the outage until the aggregate's anchor could no longer
+  (`OwnStore.put`): tried again through the outage until the aggregate's anchor could no longer
   land before the aggregate deadline (`publish_until`), the outage logged once when it starts and
   once when it ends.
 
@@ -42,7 +42,8 @@ from distrai.protocol.windows import (
 from distrai.store import FileStore, RetryPolicy, open_store
 from miners.miner import Miner, MinerOptions
 from miners.uploader import Uploader
-from validators.validator import Validator, ValidatorOptions, publish_until
+from validators.own_store import publish_until
+from validators.validator import Validator, ValidatorOptions
 
 CONFIG = Path(__file__).parent / "support" / "adversary-localnet.toml"
 WINDOW = 3
@@ -274,13 +275,13 @@ def test_an_outage_that_ends_just_before_the_reveal_deadline_is_not_withholding(
 
 def cut_when_publishing(validator, store: FileStore) -> list:
     """Cut the validator's own store as it starts publishing the window; returns where it went."""
-    publishing, away = validator.publishing, []
+    publishing, away = validator.own_store.until_aggregate, []
 
-    def cut_then_publish(w, stop):
+    def cut_then_publish(windows, w, stop):
         away.append(cut(store))
-        return publishing(w, stop)
+        return publishing(windows, w, stop)
 
-    validator.publishing = cut_then_publish
+    validator.own_store.until_aggregate = cut_then_publish
     return away
 
 

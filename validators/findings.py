@@ -243,6 +243,45 @@ def recheck(runtime: Runtime, held: HeldWindow, finding: Finding, stores: StoreC
     return judged(NOT_RECHECKED, f"the re-check could not run: {replayed.reason}")
 
 
+def recheck_published(
+    runtime: Runtime, stores: StoreCache, mg: Metagraph, w: int, me: str, held: HeldWindow | None
+) -> list[Recheck]:
+    """Re-check the findings the other validators published about window w, each said in the log;
+    none when this validator (`me`) did not check window w (`held` is another window's, or None)."""
+    if w < 0:
+        return []
+    findings = read_findings(
+        stores,
+        finding_publishers(mg),
+        runtime.run_id,
+        w,
+        me,
+        runtime.config.limits.max_manifest_bytes,
+        lambda hk: mg.uid_of(hk) is not None,
+    )
+    if findings and (held is None or held.window != w):
+        log.warning(
+            "window %d: %d findings of other validators not re-checked: this validator did not check that window",
+            w,
+            len(findings),
+        )
+        return []
+    rechecks = []
+    for finding in findings:
+        assert held is not None, "the findings of the window held here (checked above)"
+        result = recheck(runtime, held, finding, stores)
+        rechecks.append(result)
+        log.warning(
+            "window %d: %s's finding on %s %s: %s",
+            w,
+            finding.validator[:10],
+            finding.miner[:10],
+            result.outcome,
+            result.reason,
+        )
+    return rechecks
+
+
 def recheck_withheld(
     runtime: Runtime,
     held: HeldWindow,

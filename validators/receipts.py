@@ -59,15 +59,17 @@ from typing import Final
 
 import torch
 
+from distrai.chain.base import Metagraph
 from distrai.protocol.announce import Announcement
 from distrai.protocol.layout import receipts_key
+from distrai.protocol.runtime import Runtime
 from distrai.protocol.sync import StoreCache
 from distrai.protocol.windows import reveal_seed
 from distrai.wire import sign_document
 from distrai.wire.signed import Signer
 from distrai.wire.verdicts import PASS, Check
-from distrai.wire.window_documents import REASON_CHARS, Receipt, ReceiptRecheck, ReplayReceipts
-from validators.findings import HeldWindow
+from distrai.wire.window_documents import REASON_CHARS, Receipt, ReceiptRecheck, Recheck, ReplayReceipts
+from validators.findings import HeldWindow, finding_publishers
 from validators.published import read_published
 from validators.refused import Refused
 from validators.replay_check import receipt_sketch, replayed_ends
@@ -292,3 +294,39 @@ def uncovered(
                 missing.add(validator)
                 break
     return frozenset(missing)
+
+
+def audit_published(
+    runtime: Runtime,
+    stores: StoreCache,
+    mg: Metagraph,
+    w: int,
+    me: str,
+    held: HeldWindow | None,
+    distrusted: set[str],
+    rechecks: list[Recheck],
+) -> ReplayAudit:
+    """Judge the other validators' replays of window w as `me`, which checked it (`held`): replay
+    again a drawn few of the receipts of those not `distrusted`, and find whose share lacks a receipt
+    or a finding (`rechecks`: the findings of window w, as re-checked here). Not judged when `me`
+    did not check window w."""
+    if held is None or held.window != w:
+        return NOT_JUDGED
+    published = read_receipts(
+        stores,
+        finding_publishers(mg),
+        runtime.run_id,
+        w,
+        me,
+        runtime.config.limits.max_manifest_bytes,
+        lambda hk: mg.uid_of(hk) is not None,
+    )
+    verification = runtime.config.verification
+    return audit(
+        held,
+        me,
+        {v: doc for v, doc in published.items() if v not in distrusted},
+        verification.replay_rechecks,
+        verification.replay_tolerance,
+        {(r.validator, r.miner) for r in rechecks},
+    )

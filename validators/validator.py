@@ -35,7 +35,6 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,7 +49,6 @@ from distrai.protocol.run import challenge_inputs
 from distrai.protocol.runtime import Runtime, params_hash
 from distrai.protocol.sync import StoreCache
 from distrai.protocol.windows import (
-    WindowConfig,
     aggregate_deadline,
     challenged,
     commit_deadline,
@@ -66,7 +64,7 @@ from distrai.protocol.windows import (
     window_start,
 )
 from distrai.store import Store, StoreError
-from distrai.store.base import BLOB_PREFIX, blob_key
+from distrai.store.base import blob_key
 from distrai.store.breaker import PassBreaker
 from distrai.store.outage import OutageLog
 from distrai.train.inner import window_start_state
@@ -78,35 +76,31 @@ from distrai.wire.window_documents import (
     AcceptedUpdate,
     AggregateManifest,
     Measurement,
-    MinerEntry,
-    PayStanding,
     Receipt,
     Recheck,
     Refusal,
-    WindowReport,
 )
 from validators.checks import MinerVerdict, flag_copies
 from validators.findings import (
     ADOPTED,
     REFUTED,
     HeldWindow,
-    finding_publishers,
     held_window,
     publish_findings,
-    read_findings,
-    recheck,
+    recheck_published,
 )
+from validators.fold import fold_window
 from validators.inventory import take_inventory
 from validators.measuring import WindowMeasuring
-from validators.pay import add_window, forfeit, mature, matures_at, pending_total
+from validators.own_store import OwnStore, Publish
 from validators.pending import ListedWindow, PendingWindow, PendingWindows
-from validators.receipts import NOT_JUDGED, ReplayAudit, audit, own_receipts, read_receipts, signed_receipts
+from validators.receipts import NOT_JUDGED, ReplayAudit, audit_published, own_receipts, signed_receipts
 from validators.reveal_probe import RevealProbes, held_up
 from validators.scoring import weights_from_averages
-from validators.shared_scoring import REFUTED as MEASUREMENT_REFUTED
 from validators.shared_scoring import Pooled
-from validators.validator_state import OwnAggregate, Suspension, ValidatorState, load_state, save_state
+from validators.validator_state import OwnAggregate, ValidatorState, load_state, save_state
 from validators.window import WindowBasis
+from validators.window_report import Found, window_report
 from validators.window_scoring import score_window
 from validators.window_view import WindowView, check_one, replay_challenge
 from validators.withheld import after_reread, own_outage, reread, settle
@@ -152,23 +146,6 @@ MODELS = "the models to check a window against (the validators' aggregates)"
 """What a validator waits for when it cannot sync, as its outage log names it."""
 
 
-RETRY_PAUSE_S = 0.5
-"""The most a validator waits between tries of its own store when it does not answer (a quarter
-block at most)."""
-
-Publish = Callable[[str, bytes], bool]
-"""Puts one object in the validator's own store; False when it did not land (`Validator.publish`)."""
-
-
-def publish_until(windows: WindowConfig, w: int, inclusion_blocks: int) -> int:
-    """The block until which a validator tries to publish window w's findings, report, accepted
-    updates and aggregate through an outage of its own store: the last at which the aggregate's
-    anchor, submitted once they are in the store, still lands before the aggregate deadline (an
-    aggregate anchored later does not count, and the other validators read findings only beside a
-    counted aggregate)."""
-    return aggregate_deadline(windows, w) - inclusion_blocks
-
-
 def time_spent(parts: list[tuple[str, float]]) -> str:
     """Where a window's validation spent its time, the longest part first."""
     ranked = sorted(parts, key=lambda part: -part[1])
@@ -199,6 +176,7 @@ class Validator(Participant):
         self.held: HeldWindow | None = None
         """what the last window checked leaves for re-checking the other validators' findings of it"""
         self.outages = OutageLog(log)
+        self.own_store = OwnStore(store, chain, self.outages)
         self.listing_said: int | None = None
         """the last window whose listing this process took or said it resumes (said once a window)"""
         self.last_tried: int | None = None
@@ -367,7 +345,7 @@ class Validator(Participant):
         self.fold_scores(w, mg, verdicts, [r.miner for r in rechecks if r.outcome == ADOPTED], pooled, audit)
         parts.append((f"checking the miners (reading their stores: {urls})", time.monotonic() - mark))
         mark = time.monotonic()
-        put = self.publishing(w, stop)
+        put = self.own_store.until_aggregate(self.windows, w, stop)
         assert self.held is not None, "check_window holds the window it checked"
         published = publish_findings(self.rt, self.held, self.wallet.hotkey, put)
         receipts = self.options.behaviour.receipted(self, w, own_receipts(self.held, self.hotkey))
@@ -571,74 +549,22 @@ class Validator(Participant):
         return dataclasses.replace(view, inventory=inventory)
 
     def recheck_findings(self, w: int, mg: Metagraph) -> list[Recheck]:
-        """Re-check the findings the other validators published about window w, adopting the
-        confirmed ones (`validators.findings`)."""
-        if w < 0:
-            return []
-        findings = read_findings(
-            self.stores,
-            finding_publishers(mg),
-            self.rt.run_id,
-            w,
-            self.hotkey,
-            self.rt.config.limits.max_manifest_bytes,
-            lambda hk: mg.uid_of(hk) is not None,
-        )
-        if findings and (self.held is None or self.held.window != w):
-            log.warning(
-                "window %d: %d findings of other validators not re-checked: this validator did not check that window",
-                w,
-                len(findings),
-            )
-            return []
-        rechecks = []
-        for finding in findings:
-            assert self.held is not None, "the findings of the window held here (checked above)"
-            result = recheck(self.rt, self.held, finding, self.stores)
-            rechecks.append(result)
-            if result.outcome == ADOPTED:
-                until = max(
-                    self.state.banned_until.get(finding.miner, 0), w + 1 + self.rt.config.scoring.ban_windows
-                )
-                self.state = self.state.model_copy(
-                    update={"banned_until": {**self.state.banned_until, finding.miner: until}}
-                )
-            log.warning(
-                "window %d: %s's finding on %s %s: %s",
-                w,
-                finding.validator[:10],
-                finding.miner[:10],
-                result.outcome,
-                result.reason,
-            )
+        """Re-check the findings the other validators published about window w (`validators.findings`),
+        barring here the miners of the confirmed ones."""
+        rechecks = recheck_published(self.rt, self.stores, mg, w, self.hotkey, self.held)
+        ban = self.rt.config.scoring.ban_windows
+        banned = dict(self.state.banned_until)
+        for r in rechecks:
+            if r.outcome == ADOPTED:
+                banned[r.miner] = max(banned.get(r.miner, 0), w + 1 + ban)
+        self.state = self.state.model_copy(update={"banned_until": banned})
         return rechecks
 
     def audit_replays(self, w: int, mg: Metagraph, rechecks: list[Recheck]) -> ReplayAudit:
-        """Judge the other validators' replays of window w (`validators.receipts`): replay again a
-        drawn few of their receipts, and find whose share lacks a receipt or a finding (`rechecks`:
-        the findings of window w, as re-checked here). Not judged when this validator did not check
-        window w."""
-        held = self.held
-        if held is None or held.window != w:
-            return NOT_JUDGED
-        published = read_receipts(
-            self.stores,
-            finding_publishers(mg),
-            self.rt.run_id,
-            w,
-            self.hotkey,
-            self.rt.config.limits.max_manifest_bytes,
-            lambda hk: mg.uid_of(hk) is not None,
-        )
-        verification, distrusted = self.rt.config.verification, self.state.distrusted(w + 1)
-        return audit(
-            held,
-            self.hotkey,
-            {v: doc for v, doc in published.items() if v not in distrusted},
-            verification.replay_rechecks,
-            verification.replay_tolerance,
-            {(r.validator, r.miner) for r in rechecks},
-        )
+        """Judge the other validators' replays of window w (`validators.receipts.audit_published`),
+        those distrusted here left out; `rechecks`: the findings of window w, as re-checked here."""
+        distrusted = self.state.distrusted(w + 1)
+        return audit_published(self.rt, self.stores, mg, w, self.hotkey, self.held, distrusted, rechecks)
 
     def check_residual_chain(self, verdict: MinerVerdict) -> None:
         """The residual a miner carries into this window must be the one it committed leaving its
@@ -666,7 +592,7 @@ class Validator(Participant):
         self, w: int, verdicts: list[MinerVerdict], report: bytes, put: Publish | None = None
     ) -> list[MinerVerdict]:
         """Publish the aggregate the run's rule takes from this validator's report, with the blobs
-        and manifests it names, and anchor its hash on chain; `put` publishes each (`publishing`)."""
+        and manifests it names, and anchor its hash on chain; `put` publishes each (`OwnStore.until_aggregate`)."""
         put = put or self.publish
         by_hotkey = {v.hotkey: v for v in verdicts}
         held, model = self.held, self.model
@@ -757,88 +683,19 @@ class Validator(Participant):
         put: Publish | None = None,
         audit: ReplayAudit = NOT_JUDGED,
     ) -> bytes | None:
-        """Publish the signed report of window w with `put` (`publishing`); returns its bytes (the
-        aggregate names its hash), None when it could not be published."""
-        body = WindowReport(
-            run_id=self.rt.run_id,
-            window=w,
-            validator=self.hotkey,
-            observed_block=observed_block,
-            miners={
-                v.hotkey: MinerEntry(
-                    uid=v.uid,
-                    verdicts=v.verdicts,
-                    numbers=v.numbers,
-                    score=v.score,
-                    reason=v.reason,
-                    pay=self.pay_standing(v.hotkey),
-                )
-                for v in verdicts
-            },
-            refused=refused,
-            rechecks=rechecks,
-            measured_by=pooled.measured_by,
-            measurement_rechecks=pooled.rechecks,
-            workers=self.state.workers,  # fold_scores has settled the window's workers
-            receipt_rechecks=audit.rechecks,
-        )
+        """Publish the signed report of window w (`validators.window_report`) with `put`
+        (`OwnStore.until_aggregate`); returns its bytes (the aggregate names its hash), None when it
+        could not be published. `fold_scores` has folded the window in."""
+        found = Found(verdicts, refused, rechecks, pooled, audit)
+        body = window_report(self.rt, self.hotkey, w, observed_block, found, self.state)
         document = sign_document(self.wallet.hotkey, body.body())
         if not (put or self.publish)(report_key(self.rt.run_id, w, self.hotkey), document):
             return None
         return document
 
-    def pay_standing(self, hotkey: str) -> PayStanding | None:
-        """Where `hotkey`'s pay stands here once the window is folded in (None: not in the metagraph
-        the window was folded with)."""
-        state = self.state
-        if hotkey not in state.hotkeys:
-            return None
-        return PayStanding(
-            average=state.averages[state.hotkeys.index(hotkey)],
-            pending=pending_total(state.pending, hotkey),
-            matures_at=matures_at(state.pending, hotkey, self.rt.config.scoring.maturity_windows),
-            held=hotkey in state.suspended,
-        )
-
-    def publishing(self, w: int, stop: threading.Event) -> Publish:
-        """How window w's findings, report, accepted updates and aggregate are published: through an
-        outage of this validator's store, tried again until the last block at which the aggregate's
-        anchor still lands before the aggregate deadline (`publish_until`); after it, an aggregate
-        no longer counts, and what is left is tried once."""
-        until = publish_until(self.windows, w, self.chain.inclusion_blocks)
-        return lambda key, data: self.publish(key, data, until=until, stop=stop)
-
-    def publish(
-        self, key: str, data: bytes, *, until: int | None = None, stop: threading.Event | None = None
-    ) -> bool:
-        """Put `key` in this validator's store. A store that does not answer is tried again every
-        quarter block (half a second at most) while the chain is before block `until` (None: one
-        try) and `stop` is not set; the outage is logged once when it starts and once when it ends.
-        False, and said, when the object did not land."""
-        what = f"the store {self.store.url} (this validator's reports and aggregates)"
-        while True:
-            try:
-                if key.startswith(BLOB_PREFIX):
-                    self.store.put_blob(data)
-                else:
-                    self.store.put(key, data)
-            except StoreError as exc:
-                block = self.chain.block()
-                if until is not None and block < until and not (stop is not None and stop.is_set()):
-                    self.outages.failed(what, exc)
-                    if stop is None:
-                        time.sleep(min(RETRY_PAUSE_S, self.chain.block_time() / 4))
-                    else:
-                        stop.wait(min(RETRY_PAUSE_S, self.chain.block_time() / 4))
-                    continue
-                if until is not None:
-                    self.outages.gave_up(
-                        what, f"block {block}: an aggregate anchored now would land too late"
-                    )
-                log.error("could not publish %s: %s", key, exc)
-                return False
-            self.outages.answered(what)
-            return True
+    def publish(self, key: str, data: bytes) -> bool:
+        """Put `key` in this validator's store, one try (`OwnStore.put`)."""
+        return self.own_store.put(key, data)
 
     # -- scores and weights ---------------------------------------------------------------------
 
@@ -851,79 +708,10 @@ class Validator(Participant):
         pooled: Pooled,
         audit: ReplayAudit = NOT_JUDGED,
     ) -> None:
-        """Add the window's scores to the scores waiting to mature and fold those of window
-        w − `maturity_windows` into the moving averages (`validators.pay`); a miner caught in fraud here,
-        or by another validator's finding adopted here, forfeits every score not yet matured, has its
-        average zeroed and is barred; one that withheld its reveal is held until the re-read. The
-        window's workers are `pooled`'s whose replays of the window before `audit` found covered; a
-        validator whose measurement or receipt was refuted here is distrusted for `ban_windows`
-        (`validators.shared_scoring`, `validators.receipts`). In memory: `run_window` saves the state once
-        the window's weights and metrics record are added."""
-        scoring = self.rt.config.scoring
-        state = self.state.aligned(mg.hotkeys)
-        scores: dict[str, float | None] = dict.fromkeys(mg.hotkeys, 0.0)
-        for v in verdicts:
-            if v.uid < mg.n and mg.hotkeys[v.uid] == v.hotkey:
-                scores[v.hotkey] = None if v.unmeasured else v.score
-        pending = add_window(state.pending, w, scores)
-        averages = dict(zip(mg.hotkeys, state.averages, strict=True))
-        banned = dict(state.banned_until)
-        suspended = dict(state.suspended)
-        caught = [v for v in verdicts if v.fraud and v.uid < mg.n and mg.hotkeys[v.uid] == v.hotkey]
-        for v in caught:
-            if v.withheld:
-                suspended[v.hotkey] = Suspension(window=w, banned_until=banned.get(v.hotkey, -1))
-            banned[v.hotkey] = w + 1 + scoring.ban_windows
-            log.warning("window %d: uid %d barred until window %d: %s", w, v.uid, banned[v.hotkey], v.reason)
-        for hotkey in [v.hotkey for v in caught if not v.withheld] + list(adopted):
-            if hotkey in averages:
-                pending, lost = forfeit(pending, hotkey)
-                averages[hotkey] = 0.0
-                if lost > 0:
-                    log.warning("window %d: %s forfeits %.0f of pay not yet matured", w, hotkey[:10], lost)
-        averages, pending = mature(
-            averages, pending, w - scoring.maturity_windows, scoring.ema_alpha, suspended
-        )
-        refuted_until = {hk: until for hk, until in state.refuted_until.items() if until > w}
-        for validator in sorted({r.validator for r in pooled.rechecks if r.outcome == MEASUREMENT_REFUTED}):
-            refuted_until[validator] = w + 1 + scoring.ban_windows
-            log.warning(
-                "window %d: validator %s's measurement refuted: its measurements are not taken, and it is "
-                "paid no worker share, here until window %d",
-                w,
-                validator[:10],
-                refuted_until[validator],
-            )
-        for validator in sorted(audit.refuted):
-            refuted_until[validator] = w + 1 + scoring.ban_windows
-            log.warning(
-                "window %d: validator %s's receipt for a replay of window %s refuted: its measurements are not "
-                "taken, and it is paid no worker share, here until window %d",
-                w,
-                validator[:10],
-                audit.window,
-                refuted_until[validator],
-            )
-        for validator in sorted(audit.uncovered & set(pooled.workers)):
-            log.warning(
-                "window %d: validator %s left replays of its share of window %s without a receipt or a finding: "
-                "no worker share here this window",
-                w,
-                validator[:10],
-                audit.window,
-            )
-        workers = [v for v in pooled.workers if v not in audit.uncovered and v not in audit.refuted]
-        self.state = state.model_copy(
-            update={
-                "window": w,
-                "averages": [averages[hk] for hk in mg.hotkeys],
-                "pending": pending,
-                "last_scores": [0.0 if scores[hk] is None else scores[hk] for hk in mg.hotkeys],
-                "banned_until": banned,
-                "suspended": suspended,
-                "workers": workers,
-                "refuted_until": refuted_until,
-            }
+        """Fold window w into the state in memory (`validators.fold.fold_window`): `run_window` saves
+        it once the window's weights and metrics record are added."""
+        self.state = fold_window(
+            self.state, w, mg.hotkeys, verdicts, adopted, pooled, audit, self.rt.config.scoring
         )
 
     def reread_withheld(self, w: int, mg: Metagraph) -> None:

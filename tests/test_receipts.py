@@ -25,7 +25,7 @@ from distrai.store import FileStore
 from distrai.train.outer import OuterState
 from distrai.train.sketch import sketch
 from distrai.wire.window_documents import Receipt, ReplayReceipts
-from validators import findings
+from validators.held_window import held_window
 from validators.receipts import (
     CONFIRMED,
     NOT_RECHECKED,
@@ -68,8 +68,8 @@ def window(runtime, model, tmp_path_factory):
     replayed.update = cheap.update
     verify_challenge(basis, replayed, store, SEGMENTS, basis.sample(MINER), receipt_for=CATCHER_HK)
     assert replayed.passed, replayed.verdicts
-    catcher = findings.held_window(basis, [replayed], {MINER: store})
-    checker = findings.held_window(basis, [fresh(cheap)], {MINER: store})
+    catcher = held_window(basis, [replayed], {MINER: store})
+    checker = held_window(basis, [fresh(cheap)], {MINER: store})
     return catcher, checker, cheap, trained
 
 

@@ -23,19 +23,19 @@ from distrai.store import FileStore
 from distrai.train.outer import OuterState
 from distrai.wire import sha256_hex, sign_document
 from distrai.wire.window_documents import Finding
-from validators import findings
+from validators import held_window as holding
 from validators.checks import MinerVerdict
 from validators.findings import (
     ADOPTED,
     NOT_RECHECKED,
     REFUTED,
-    HeldWindow,
     finding_body,
     finding_publishers,
     publish_findings,
     read_findings,
     recheck,
 )
+from validators.held_window import HeldWindow
 
 CATCHER = Keypair.create_from_uri("//Catcher")
 CHECKER = Keypair.create_from_uri("//Checker")
@@ -74,7 +74,7 @@ def basis_of(runtime, model, store, verdict, shares=None):
 def held_window(runtime, model, store, verdict, shares) -> HeldWindow:
     """What a validator keeps of the window: its own verdict on the miner, without the decoded update."""
     store.put_blob(verdict.blob)
-    held = findings.held_window(basis_of(runtime, model, store, verdict, shares), [verdict], {MINER: store})
+    held = holding.held_window(basis_of(runtime, model, store, verdict, shares), [verdict], {MINER: store})
     assert held.verdicts[MINER].update is None and verdict.update is not None
     return held
 

@@ -30,9 +30,9 @@ from distrai.train.outer import OuterState
 from distrai.train.train_state import state_hash
 from distrai.wire import sha256_hex, sign_document
 from distrai.wire.window_documents import Finding
-from validators import findings
 from validators.checks import check_miner
 from validators.findings import ADOPTED, REFUTED, finding_body, recheck
+from validators.held_window import held_window
 from validators.pay import add_window, mature
 from validators.replay_check import verify_challenge
 from validators.validator_state import Suspension, ValidatorState
@@ -97,7 +97,7 @@ def basis_of(runtime, model, announcement, shares=None):
 
 
 def held(runtime, model, verdict, store, announcement, shares):
-    return findings.held_window(basis_of(runtime, model, announcement, shares), [verdict], {MINER: store})
+    return held_window(basis_of(runtime, model, announcement, shares), [verdict], {MINER: store})
 
 
 def withheld_window(runtime, model, tmp_path, window: Window):

@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final, Literal, cast
 
 from distrai.chain.base import Metagraph
@@ -43,7 +42,7 @@ from distrai.wire.signed import Signer
 from distrai.wire.verdicts import PASS, REPLAY_CHECKS, Check
 from distrai.wire.window_documents import REASON_CHARS, Finding, Recheck, ReplayCheckName, parse_body
 from validators.checks import MinerVerdict
-from validators.inventory import Reader
+from validators.held_window import HeldWindow
 from validators.replay_check import verify_challenge
 from validators.window import WindowBasis
 from validators.withheld import reread
@@ -54,29 +53,6 @@ ADOPTED: Final = "adopted"
 REFUTED: Final = "refuted"
 NOT_RECHECKED: Final = "not re-checked"
 RecheckOutcome = Literal["adopted", "refuted", "not re-checked"]
-
-
-@dataclass(frozen=True)
-class HeldWindow:
-    """What a validator keeps of the window it checked last, to re-check the others' findings of it."""
-
-    basis: WindowBasis
-    """the window as every check of it read it"""
-    verdicts: dict[str, MinerVerdict]
-    """miner → this validator's verdict, without the decoded update (a dense copy of the model per
-    miner is too much to keep for a window; a re-check decodes the one it needs again)"""
-    readers: dict[str, Reader]
-    """miner → its store as it stood at the reveal deadline"""
-
-    @property
-    def window(self) -> int:
-        return self.basis.number
-
-
-def held_window(basis: WindowBasis, verdicts: list[MinerVerdict], readers: dict[str, Reader]) -> HeldWindow:
-    """What to keep of a window just checked; the verdicts lose their decoded updates and blobs."""
-    kept = {v.hotkey: dataclasses.replace(v, blob=None, checked=None, decoded=None) for v in verdicts}
-    return HeldWindow(basis, kept, readers)
 
 
 def replay_failure(verdict: MinerVerdict) -> Check | None:

@@ -69,7 +69,8 @@ from distrai.wire import sign_document
 from distrai.wire.signed import Signer
 from distrai.wire.verdicts import PASS, Check
 from distrai.wire.window_documents import REASON_CHARS, Receipt, ReceiptRecheck, Recheck, ReplayReceipts
-from validators.findings import HeldWindow, finding_publishers
+from validators.findings import finding_publishers
+from validators.held_window import HeldWindow
 from validators.published import read_published
 from validators.refused import Refused
 from validators.replay_check import receipt_sketch, replayed_ends

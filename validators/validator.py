@@ -63,7 +63,7 @@ from distrai.protocol.windows import (
     window_of,
     window_start,
 )
-from distrai.store import Store, StoreError
+from distrai.store import Store
 from distrai.store.base import blob_key
 from distrai.store.breaker import PassBreaker
 from distrai.store.outage import OutageLog
@@ -84,12 +84,11 @@ from validators.checks import MinerVerdict, flag_copies
 from validators.findings import (
     ADOPTED,
     REFUTED,
-    HeldWindow,
-    held_window,
     publish_findings,
     recheck_published,
 )
 from validators.fold import fold_window
+from validators.held_window import HeldWindow, held_window
 from validators.inventory import take_inventory
 from validators.measuring import WindowMeasuring
 from validators.own_store import OwnStore, Publish
@@ -103,7 +102,7 @@ from validators.window import WindowBasis
 from validators.window_report import Found, window_report
 from validators.window_scoring import score_window
 from validators.window_view import WindowView, check_one, replay_challenge
-from validators.withheld import after_reread, own_outage, reread, settle
+from validators.withheld import own_outage, reread_due, settle
 
 log = logging.getLogger("distrai.validator")
 
@@ -715,59 +714,14 @@ class Validator(Participant):
         )
 
     def reread_withheld(self, w: int, mg: Metagraph) -> None:
-        """Read again what miners withheld in window w (`validators.withheld`): a miner whose reveal
-        is there now and sound has its bar lifted and its held scores mature again, less the window
-        it lost; one whose reveal is still unread, or fails, stays barred and forfeits them. A hold
-        this validator can no longer read again, as it restarted since and lost the window it was
-        checked against, is lifted the same way: a validator's restart is no evidence against a
-        miner, and the other validators still re-check its finding and adopt it if the reveal is
-        not there (`validators.findings`)."""
-        due = sorted(hk for hk, s in self.state.suspended.items() if s.window <= w)
-        if not due:
+        """Read again what miners withheld in window w and settle their holds
+        (`validators.withheld.reread_due`); the state is saved at once."""
+        if not any(s.window <= w for s in self.state.suspended.values()):
             return
-        sound = []
-        for hotkey in due:
-            window = self.state.suspended[hotkey].window
-            if not self.can_reread(hotkey, window):
-                sound.append(hotkey)
-                log.warning(
-                    "window %d: %s's hold cannot be read again here, as this validator restarted since: "
-                    "bar lifted, only the window is lost; the other validators re-check its finding",
-                    window,
-                    hotkey[:10],
-                )
-                continue
-            passes, reason = self.withheld_is_sound(hotkey, window)
-            if passes:
-                sound.append(hotkey)
-                log.info(
-                    "window %d: %s's withheld reveal is there now and passes: bar lifted, only the window is lost",
-                    window,
-                    hotkey[:10],
-                )
-            else:
-                log.warning(
-                    "window %d: %s stays barred for withholding its reveal: %s", window, hotkey[:10], reason
-                )
-        self.state = after_reread(self.state.aligned(mg.hotkeys), mg.hotkeys, due, sound)
+        self.state = reread_due(
+            self.rt, self.stores, self.state.aligned(mg.hotkeys), self.held, mg.hotkeys, w
+        )
         save_state(self.state, self.state_path)
-
-    def can_reread(self, hotkey: str, window: int) -> bool:
-        """Whether this validator still holds what it checked `hotkey` against in `window`."""
-        held = self.held
-        return held is not None and held.window == window and hotkey in held.verdicts
-
-    def withheld_is_sound(self, hotkey: str, window: int) -> tuple[bool, str]:
-        """Whether what `hotkey` withheld in `window` (a window `can_reread`) is in its store now and
-        passes, and why not."""
-        held = self.held
-        assert held is not None, "can_reread comes first"
-        try:
-            store = self.stores.get(held.basis.announcements[hotkey].store_url)
-        except (StoreError, ValueError) as exc:
-            return False, f"its store cannot be opened: {exc}"
-        again = reread(self.rt, held, hotkey, store)
-        return again.passed, again.reason or ""
 
     def set_weights(self, mg: Metagraph) -> list[float]:
         """Set weights from the averages when allowed; returns the weights set (empty if none). The

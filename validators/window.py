@@ -4,7 +4,7 @@ A validator checks each miner of a window against the same things: the run's run
 number and base model G_w, the hash boundary 0 must commit to, the challenge drawn from the block
 hash at the commit deadline, the miners noted at the window's start, how the replays are shared,
 the miners' commitments and who may sign. `check_miner` (`checks.py`), `verify_challenge`
-(`replay_check.py`) and the window a validator keeps to re-check findings (`findings.HeldWindow`)
+(`replay_check.py`) and the window a validator keeps to re-check findings (`held_window.HeldWindow`)
 take them together instead of one argument each.
 """
 

@@ -25,21 +25,23 @@ reads that ended past it (`Validator.check_window`), and what is still unread th
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING
 
 from distrai.protocol.runtime import Runtime
+from distrai.protocol.sync import StoreCache
+from distrai.store import StoreError
 from distrai.train.inner import window_start_state
 from distrai.train.train_state import state_hash
 from distrai.wire.verdicts import PASS, Check
 from validators.checks import MinerVerdict, check_miner
+from validators.held_window import HeldWindow
 from validators.inventory import Reader
 from validators.pay import forfeit
 from validators.replay_check import verify_challenge
 from validators.validator_state import ValidatorState
 
-if TYPE_CHECKING:
-    from validators.findings import HeldWindow
+log = logging.getLogger("distrai.validator")
 
 
 def own_outage(unheard: int, announced: int) -> bool:
@@ -120,3 +122,58 @@ def after_reread(
             "suspended": {hk: s for hk, s in state.suspended.items() if hk not in due},
         }
     )
+
+
+def reread_due(
+    runtime: Runtime,
+    stores: StoreCache,
+    state: ValidatorState,
+    held: HeldWindow | None,
+    hotkeys: Sequence[str],
+    w: int,
+) -> ValidatorState:
+    """`state` with the holds of window w and before settled, for the metagraph's `hotkeys`: a miner
+    whose withheld reveal is there now and sound has its bar lifted and its held scores mature again,
+    less the window it lost; one whose reveal is still unread, or fails, stays barred and forfeits
+    them (`after_reread`). A hold this validator can no longer read again, as it restarted since and
+    lost the window it was checked against (`held`), is lifted the same way: a validator's restart is
+    no evidence against a miner, and the other validators still re-check its finding and adopt it if
+    the reveal is not there (`validators.findings`)."""
+    due = sorted(hk for hk, s in state.suspended.items() if s.window <= w)
+    sound = []
+    for hotkey in due:
+        window = state.suspended[hotkey].window
+        if held is None or held.window != window or hotkey not in held.verdicts:
+            sound.append(hotkey)
+            log.warning(
+                "window %d: %s's hold cannot be read again here, as this validator restarted since: "
+                "bar lifted, only the window is lost; the other validators re-check its finding",
+                window,
+                hotkey[:10],
+            )
+            continue
+        passes, reason = withheld_is_sound(runtime, stores, held, hotkey)
+        if passes:
+            sound.append(hotkey)
+            log.info(
+                "window %d: %s's withheld reveal is there now and passes: bar lifted, only the window is lost",
+                window,
+                hotkey[:10],
+            )
+        else:
+            log.warning(
+                "window %d: %s stays barred for withholding its reveal: %s", window, hotkey[:10], reason
+            )
+    return after_reread(state, hotkeys, due, sound)
+
+
+def withheld_is_sound(
+    runtime: Runtime, stores: StoreCache, held: HeldWindow, hotkey: str
+) -> tuple[bool, str]:
+    """Whether what `hotkey` withheld in the `held` window is in its store now and passes, and why not."""
+    try:
+        store = stores.get(held.basis.announcements[hotkey].store_url)
+    except (StoreError, ValueError) as exc:
+        return False, f"its store cannot be opened: {exc}"
+    again = reread(runtime, held, hotkey, store)
+    return again.passed, again.reason or ""

@@ -44,6 +44,7 @@ from miners.miner import Miner, MinerOptions
 from miners.uploader import Uploader
 from validators.own_store import publish_until
 from validators.validator import Validator, ValidatorOptions
+from validators.window_check import MinerReads
 
 CONFIG = Path(__file__).parent / "support" / "adversary-localnet.toml"
 WINDOW = 3
@@ -169,16 +170,16 @@ def revealed(tmp_path, config, trained):
             restore(store, away)
 
 
-def slow_first_pass(harness, validator, store_back) -> list[tuple[str, int]]:
+def slow_first_pass(harness, validator, store_back, monkeypatch) -> list[tuple[str, int]]:
     """Make each miner's reads in the validator's first pass take SLOW_READ_BLOCKS blocks; at the
     block before the read patience `store_back()` is called. Returns every read as (hotkey, block)."""
     patience = read_patience(validator.windows, WINDOW)
-    check = validator.check_miner
+    check = MinerReads.check
     reads = []
 
-    def slow(view, hotkey, uid, replay=True):
+    def slow(self, view, hotkey, uid, replay=True):
         reads.append((hotkey, harness.local.block()))
-        result = check(view, hotkey, uid, replay=replay)
+        result = check(self, view, hotkey, uid, replay=replay)
         if not replay:  # the first pass
             for _ in range(SLOW_READ_BLOCKS):
                 harness.advance(1)
@@ -186,15 +187,17 @@ def slow_first_pass(harness, validator, store_back) -> list[tuple[str, int]]:
                     store_back()
         return result
 
-    validator.check_miner = slow
+    monkeypatch.setattr(MinerReads, "check", slow)
     return reads
 
 
-def test_a_store_back_before_the_read_patience_costs_nothing_when_the_first_pass_ends_after_it(revealed):
+def test_a_store_back_before_the_read_patience_costs_nothing_when_the_first_pass_ends_after_it(
+    revealed, monkeypatch
+):
     harness, validator, stores, _ = revealed
     alpha = min(stores)  # read first
     away = cut(stores[alpha])
-    reads = slow_first_pass(harness, validator, lambda: restore(stores[alpha], away))
+    reads = slow_first_pass(harness, validator, lambda: restore(stores[alpha], away), monkeypatch)
 
     assert validator.run_window(WINDOW, Ticking(harness))
 
@@ -208,11 +211,11 @@ def test_a_store_back_before_the_read_patience_costs_nothing_when_the_first_pass
     assert alpha not in validator.state.banned_until
 
 
-def test_a_store_still_silent_after_the_one_more_pass_is_withheld(revealed):
+def test_a_store_still_silent_after_the_one_more_pass_is_withheld(revealed, monkeypatch):
     harness, validator, stores, _ = revealed
     alpha = min(stores)
     cut(stores[alpha])  # a withholding miner: its store never answers
-    reads = slow_first_pass(harness, validator, lambda: None)
+    reads = slow_first_pass(harness, validator, lambda: None, monkeypatch)
 
     assert validator.run_window(WINDOW, Ticking(harness))
 
@@ -374,16 +377,16 @@ def shared(tmp_path, config, trained_shared):
         serve_again(root, away)
 
 
-def read_blocks(validator) -> list[tuple[str, int]]:
+def read_blocks(validator, monkeypatch) -> list[tuple[str, int]]:
     """Every miner the validator reads, with the block: the first pass's reads are at one block, and
     each pass of asking again at a block of its own."""
-    check, reads = validator.check_miner, []
+    check, reads = MinerReads.check, []
 
-    def recorded(view, hotkey, uid, replay=True):
+    def recorded(self, view, hotkey, uid, replay=True):
         reads.append((hotkey, validator.chain.block()))
-        return check(view, hotkey, uid, replay=replay)
+        return check(self, view, hotkey, uid, replay=replay)
 
-    validator.check_miner = recorded
+    monkeypatch.setattr(MinerReads, "check", recorded)
     return reads
 
 
@@ -393,11 +396,13 @@ def exhausted(caplog) -> int:
     return sum(r.name == RETRY_LOGGER and last in r.getMessage() for r in caplog.records)
 
 
-def test_a_pass_over_several_miners_on_a_store_in_an_outage_spends_one_operations_retries(shared, caplog):
+def test_a_pass_over_several_miners_on_a_store_in_an_outage_spends_one_operations_retries(
+    shared, caplog, monkeypatch
+):
     harness, validator, stores, fail, _ = shared
     sharing = sorted(hk for hk, store in stores.items() if list(stores.values()).count(store) == 3)
     fail(stores[sharing[0]])
-    reads = read_blocks(validator)
+    reads = read_blocks(validator, monkeypatch)
 
     with caplog.at_level(logging.DEBUG, logger=RETRY_LOGGER):
         assert validator.run_window(WINDOW, Ticking(harness))

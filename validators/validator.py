@@ -31,7 +31,6 @@ windows.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -42,20 +41,16 @@ from distrai.chain.base import Chain, ChainError, Commitment, Metagraph, WalletL
 from distrai.node.metrics import Metrics, last_record
 from distrai.node.participant import Participant
 from distrai.protocol.aggregation import Scored, accepted_by_rule
-from distrai.protocol.announce import Announcement, claims, committed_updates, sharing_validators
+from distrai.protocol.announce import Announcement, committed_updates
 from distrai.protocol.globalmodel import GlobalModel, SyncUnavailable, encode_checkpoint, outer_config
 from distrai.protocol.layout import aggregate_key, checkpoint_key, receipts_key, report_key
-from distrai.protocol.run import challenge_inputs
 from distrai.protocol.runtime import Runtime, params_hash
 from distrai.protocol.sync import StoreCache
 from distrai.protocol.windows import (
     aggregate_deadline,
-    challenged,
     commit_deadline,
     committed_in_time,
     is_checkpoint_window,
-    read_patience,
-    replay_shares,
     reveal_deadline,
     reveal_seed,
     score_shares,
@@ -71,7 +66,7 @@ from distrai.train.inner import window_start_state
 from distrai.train.outer import Contribution, outer_state_hash, outer_step
 from distrai.train.train_state import state_hash
 from distrai.wire import sha256_hex, sign_document
-from distrai.wire.verdicts import Check, Number
+from distrai.wire.verdicts import Number
 from distrai.wire.window_documents import (
     AcceptedUpdate,
     AggregateManifest,
@@ -89,7 +84,7 @@ from validators.findings import (
 )
 from validators.fold import fold_window
 from validators.held_window import HeldWindow, held_window
-from validators.inventory import take_inventory
+from validators.inventory import Reader, take_inventory
 from validators.measuring import WindowMeasuring
 from validators.own_store import OwnStore, Publish
 from validators.pending import ListedWindow, PendingWindow, PendingWindows
@@ -98,11 +93,11 @@ from validators.reveal_probe import RevealProbes, held_up
 from validators.scoring import weights_from_averages
 from validators.shared_scoring import Pooled
 from validators.validator_state import OwnAggregate, ValidatorState, load_state, save_state
-from validators.window import WindowBasis
+from validators.window_check import MinerReads, frame_window
 from validators.window_report import Found, window_report
 from validators.window_scoring import score_window
-from validators.window_view import WindowView, check_one, replay_challenge
-from validators.withheld import own_outage, reread_due, settle
+from validators.window_view import replay_challenge
+from validators.withheld import reread_due
 
 log = logging.getLogger("distrai.validator")
 
@@ -415,137 +410,42 @@ class Validator(Participant):
         """Every miner's verdicts, and the window's measurements as pooled here; the replays and
         measurements of this validator's share. A miner whose store did not answer is asked again
         until the read patience runs out, and once more in any case after a first pass that ended
-        past it, then settled (`validators.withheld`). Keeps what the next window needs to re-check the other validators'
-        findings of this one and to re-read what was withheld (`held`)."""
-        w, in_time, commitments = listed.number, listed.in_time, listed.commitments
-        deadline_hash = self.chain.block_hash(commit_deadline(self.windows, w))
-        registered = {n.hotkey: n.registered_at for n in mg.neurons}
-        inputs = challenge_inputs(self.rt.config, deadline_hash, w, in_time, claims(in_time), registered)
-        permitted = [n.hotkey for n in mg.neurons if n.validator_permit and n.stake > 0]
-        sharing = sharing_validators(permitted, commitments, w)
-        shares = replay_shares(inputs, sharing)
-        if not shares:
-            log.warning("window %d: no validator holds a permit, so nobody replays", w)
-        if self.state.window != w - 1 and self.state.residuals:
-            log.info(
-                "window %d: window %d was not checked here; the miners' residual chains start again", w, w - 1
-            )
-            self.state.residuals.clear()
+        past it, then settled (`validators.window_check`). Keeps what the next window needs to
+        re-check the other validators' findings of this one and to re-read what was withheld (`held`)."""
         assert self.base is not None, "run_window caught the base up before checking"
-        basis = WindowBasis(
+        reads = MinerReads(
+            self.rt, self.chain, self.state, self.miner_stores, self.breaker, self.pending, self.block_now
+        )
+        reads.start(listed.number)
+        framed = frame_window(
             self.rt,
-            w,
+            self.chain,
+            self.windows,
+            listed,
+            mg,
             self.base,
-            inputs,
-            tuple(listed.miners),
-            shares,
-            in_time,
-            lambda hk: mg.uid_of(hk) is not None,
-            self.start_hash,
-            behind=self.syncer.behind(),
-        )
-        view = WindowView(
-            basis,
-            frozenset(challenged(inputs)),
             self.hotkey,
-            listed.inventory,
-            reveal_deadline(self.windows, w),
+            self.start_hash,
+            self.syncer.behind(),
         )
-        uids = {hk: uid for hk in sorted(in_time) if (uid := mg.uid_of(hk)) is not None}
-        measuring = WindowMeasuring(
-            self, view, score_shares(inputs, sharing, self.rt.config.scoring.score_replicas)
-        )
+        view = framed.view
+        uids = {hk: uid for hk in sorted(listed.in_time) if (uid := mg.uid_of(hk)) is not None}
+        replicas = self.rt.config.scoring.score_replicas
+        measuring = WindowMeasuring(self, view, score_shares(view.basis.inputs, framed.sharing, replicas))
         with self.breaker.one_pass():  # the first pass of reads
-            checked = {hk: self.check_miner(view, hk, uid, replay=False) for hk, uid in uids.items()}
+            checked = {hk: reads.check(view, hk, uid, replay=False) for hk, uid in uids.items()}
             measuring.measure_share([v for v, _ in checked.values()])
             for verdict, reader in checked.values():
                 replay_challenge(view, verdict, reader)
-        patience = read_patience(self.windows, w)
-        unread = sorted(hk for hk, (v, _) in checked.items() if v.unread)
-        first_pass_end = self.block_now()
-        if unread:
-            log.warning(
-                "window %d: %d miners' stores did not answer (%s); %s",
-                w,
-                len(unread),
-                ", ".join(hk[:10] for hk in unread),
-                f"asking again until block {patience}"
-                if first_pass_end < patience
-                else f"asking once more: the first reads ended at block {first_pass_end}, after the read "
-                f"patience (block {patience})",
-            )
-        # Every block until the read patience, and at least once more in any case: a validator whose
-        # first pass ended after the patience (it was late, or the reads were slow) would otherwise
-        # settle a store that came back meanwhile as withheld. A withholding miner gains one more
-        # read, which it fails like the first.
-        asked_again = 0
-        last_asked = first_pass_end
-        while unread and not stop.is_set() and (asked_again == 0 or self.block_now() < patience):
-            stop.wait(self.chain.block_time())
-            last_asked = self.chain.block()
-            asked_again += 1
-            with self.breaker.one_pass():  # each store is asked afresh
-                if view.inventory.unreachable or view.inventory.late:
-                    view = self.list_again(view, listed.pending)
-                for hk in unread:
-                    checked[hk] = self.check_miner(view, hk, uids[hk])
-            unread = [hk for hk in unread if checked[hk][0].unread]
-        outage = own_outage(len(unread), len(uids))
-        if unread:
-            log.warning(
-                "window %d: %d miners' stores still did not answer at block %d%s",
-                w,
-                len(unread),
-                self.chain.block(),
-                "; most stores are out of reach, so this validator's own link is down: nobody is blamed"
-                if outage
-                else "",
-            )
-        verdicts = [v for v, _ in checked.values()]
-        for v in verdicts:
-            settle(
-                v,
-                challenged=v.hotkey in view.challenged,
-                outage=outage,
-                patience_block=max(patience, last_asked),
-            )
-            self.check_residual_chain(v)
-        commit_blocks = {hk: commitments[hk].block for hk in in_time}
+        view, verdicts = reads.ask_again(view, listed.pending, checked, uids, stop, self.windows)
+        commit_blocks = {hk: listed.commitments[hk].block for hk in listed.in_time}
         flag_copies(verdicts, commit_blocks)
         measuring.measure_share(verdicts)
         pooled = measuring.pool(verdicts, stop)
         score_window(self.rt, verdicts, pooled.measurements, commit_blocks)
-        readers = {hk: reader for hk, (_, reader) in checked.items() if reader is not None}
-        self.held = held_window(basis, verdicts, readers)
+        readers: dict[str, Reader] = {hk: reader for hk, (_, reader) in checked.items() if reader is not None}
+        self.held = held_window(view.basis, verdicts, readers)
         return verdicts, pooled
-
-    def check_miner(self, view: WindowView, hotkey: str, uid: int, replay: bool = True):
-        """One miner's verdict and its store as it stood at the deadline (`window_view.check_one`);
-        a barred miner is not read."""
-        if self.state.is_banned(hotkey, view.basis.number):
-            until = self.state.banned_until[hotkey]
-            self.state.residuals.pop(hotkey, None)
-            return MinerVerdict(hotkey, uid).fail(
-                Check.BANNED, f"barred until window {until}", fraud=False
-            ), None
-        return check_one(self.miner_stores, view, hotkey, uid, replay=replay)
-
-    def list_again(self, view: WindowView, pending: PendingWindow) -> WindowView:
-        """The view with the stores that could not be listed at the deadline listed again now."""
-        after = view.inventory.unreachable | set(view.inventory.late)
-        again = take_inventory(
-            self.miner_stores,
-            self.rt.run_id,
-            view.basis.number,
-            {hk: a for hk, a in view.basis.announcements.items() if a.store_url in after},
-            self.rt.config.limits.max_manifest_bytes,
-            self.chain.block,
-        )
-        inventory = view.inventory.merged(again)
-        for url in sorted(view.inventory.unreachable - inventory.unreachable):
-            log.info("window %d: the store %s answered at block %d", view.basis.number, url, again.block)
-        self.pending.save(pending.with_inventory(inventory))
-        return dataclasses.replace(view, inventory=inventory)
 
     def recheck_findings(self, w: int, mg: Metagraph) -> list[Recheck]:
         """Re-check the findings the other validators published about window w (`validators.findings`),
@@ -564,28 +464,6 @@ class Validator(Participant):
         those distrusted here left out; `rechecks`: the findings of window w, as re-checked here."""
         distrusted = self.state.distrusted(w + 1)
         return audit_published(self.rt, self.stores, mg, w, self.hotkey, self.held, distrusted, rechecks)
-
-    def check_residual_chain(self, verdict: MinerVerdict) -> None:
-        """The residual a miner carries into this window must be the one it committed leaving its
-        last window (else it could pick a residual that turns any update into a "consistent" one).
-        A break scores zero but is not fraud: a miner that lost its residual in a crash restarts it.
-        A validator knows a miner's last residual only if it read every commitment since: records
-        are forgotten when a commitment could not be read, and all of them when the validator
-        missed a window (`check_window`)."""
-        if verdict.manifest is None:  # a commitment this validator could not read: the chain is lost to it
-            self.state.residuals.pop(verdict.hotkey, None)
-            return
-        before = self.state.residuals.get(verdict.hotkey)
-        if before is not None and verdict.passed and verdict.manifest.residual_in_hash != before:
-            verdict.fail(
-                Check.TRAJECTORY,
-                "residual_in_hash does not continue the residual committed in the miner's last window",
-                fraud=False,
-            )
-        if verdict.manifest.residual_out_hash is None:
-            self.state.residuals.pop(verdict.hotkey, None)
-        else:
-            self.state.residuals[verdict.hotkey] = verdict.manifest.residual_out_hash
 
     def aggregate(
         self, w: int, verdicts: list[MinerVerdict], report: bytes, put: Publish | None = None

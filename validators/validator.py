@@ -40,11 +40,10 @@ from pathlib import Path
 from distrai.chain.base import Chain, ChainError, Commitment, Metagraph, WalletLike
 from distrai.node.metrics import Metrics, last_record
 from distrai.node.participant import Participant
-from distrai.protocol.aggregation import Scored, accepted_by_rule
 from distrai.protocol.announce import Announcement, committed_updates
-from distrai.protocol.globalmodel import GlobalModel, SyncUnavailable, encode_checkpoint, outer_config
+from distrai.protocol.globalmodel import GlobalModel, SyncUnavailable, encode_checkpoint
 from distrai.protocol.layout import aggregate_key, checkpoint_key, receipts_key, report_key
-from distrai.protocol.runtime import Runtime, params_hash
+from distrai.protocol.runtime import Runtime
 from distrai.protocol.sync import StoreCache
 from distrai.protocol.windows import (
     aggregate_deadline,
@@ -52,7 +51,6 @@ from distrai.protocol.windows import (
     committed_in_time,
     is_checkpoint_window,
     reveal_deadline,
-    reveal_seed,
     score_shares,
     skipped_windows,
     window_of,
@@ -63,18 +61,18 @@ from distrai.store.base import blob_key
 from distrai.store.breaker import PassBreaker
 from distrai.store.outage import OutageLog
 from distrai.train.inner import window_start_state
-from distrai.train.outer import Contribution, outer_state_hash, outer_step
+from distrai.train.outer import Contribution
 from distrai.train.train_state import state_hash
 from distrai.wire import sha256_hex, sign_document
 from distrai.wire.verdicts import Number
 from distrai.wire.window_documents import (
     AcceptedUpdate,
-    AggregateManifest,
     Measurement,
     Receipt,
     Recheck,
     Refusal,
 )
+from validators.aggregating import aggregate_manifest, chosen_updates, leader_agreement
 from validators.checks import MinerVerdict, flag_copies
 from validators.findings import (
     ADOPTED,
@@ -330,7 +328,9 @@ class Validator(Participant):
         self.rt.load_params(self.base.params)
         self.start_hash = state_hash(window_start_state(self.rt.model))
         refused = self.syncer.take_refusals()
-        agreement = self.compare_with_leader(w - 1)
+        agreement = leader_agreement(
+            self.hotkey, w - 1, self.state.own_aggregate, self.syncer.followed.get(w - 1)
+        )
         if is_checkpoint_window(self.windows, w):
             self.publish(checkpoint_key(self.rt.run_id, w, self.hotkey), encode_checkpoint(self.model))
         listed = ListedWindow(pending, in_time, commitments, inventory)
@@ -468,52 +468,26 @@ class Validator(Participant):
     def aggregate(
         self, w: int, verdicts: list[MinerVerdict], report: bytes, put: Publish | None = None
     ) -> list[MinerVerdict]:
-        """Publish the aggregate the run's rule takes from this validator's report, with the blobs
-        and manifests it names, and anchor its hash on chain; `put` publishes each (`OwnStore.until_aggregate`)."""
+        """Publish the aggregate the run's rule takes from this validator's report
+        (`validators.aggregating`), with the blobs and manifests it names, and anchor its hash on
+        chain; `put` publishes each (`OwnStore.until_aggregate`)."""
         put = put or self.publish
-        by_hotkey = {v.hotkey: v for v in verdicts}
         held, model = self.held, self.model
         assert held is not None and model is not None, (
             "check_window held the window and the model is caught up"
         )
-        seed = reveal_seed(held.basis.inputs.block_hash, self.rt.run_id, w)
-        chosen = accepted_by_rule(
-            {v.hotkey: Scored(v.passed, v.score, v.numbers.get(Number.DROP_UNSEEN, 0.0)) for v in verdicts},
-            self.rt.config.scoring.aggregate_top_n,
-            seed,
-        )
-        accepted = [by_hotkey[hk] for hk, _ in chosen]
-        for v in accepted:
+        chosen = chosen_updates(self.rt, held, verdicts)
+        for v, _ in chosen:
             assert v.blob is not None and v.manifest_bytes is not None, "an accepted update passed its checks"
             for blob in (v.blob, v.manifest_bytes):
                 if not put(blob_key(sha256_hex(blob)), blob):
                     log.error("window %d: the accepted updates could not be published, so no aggregate", w)
                     return []
-        entries, weighted = [], []
-        for v, (hk, weight) in zip(accepted, chosen, strict=True):
-            assert v.manifest_bytes is not None and v.manifest is not None and v.update is not None, (
-                "an accepted update passed its checks"
-            )
-            entries.append(
-                AcceptedUpdate(
-                    hotkey=v.hotkey,
-                    manifest_sha256=sha256_hex(v.manifest_bytes),
-                    update_sha256=v.manifest.update.sha256,
-                    weight=weight,
-                )
-            )
-            weighted.append(Contribution(hk, v.update, weight))
-        listed, contributions = self.options.behaviour.tamper(self, w, entries, weighted)
-        result = outer_step(model.params, contributions, model.outer, outer_config(self.rt.config.outer))
-        body = AggregateManifest(
-            run_id=self.rt.run_id,
-            window=w,
-            base_hash=model.hash,
-            report_sha256=sha256_hex(report),
-            accepted=listed,
-            result_hash=params_hash(result.params),
-            outer_hash=outer_state_hash(result.state),
-        )
+
+        def tamper(entries: list[AcceptedUpdate], weighted: list[Contribution]):
+            return self.options.behaviour.tamper(self, w, entries, weighted)
+
+        body = aggregate_manifest(self.rt, w, model, report, chosen, tamper)
         document = sign_document(self.wallet.hotkey, body.body())
         if not put(aggregate_key(self.rt.run_id, w, self.hotkey), document):
             return []
@@ -523,31 +497,11 @@ class Validator(Participant):
             )
         except ChainError as exc:
             log.error("window %d: could not anchor the aggregate on chain: %s", w, exc)
-        own = OwnAggregate(window=w, result_hash=body.result_hash, accepted=sorted(a.hotkey for a in listed))
-        self.state = self.state.model_copy(update={"own_aggregate": own})
-        return accepted
-
-    def compare_with_leader(self, w: int) -> float | None:
-        """1.0 when the aggregate this node followed for window w accepted the same updates with
-        the same result as this validator's own, 0.0 when not; None when there is nothing to compare.
-        Its own is read from the state, so a validator restarted since still compares."""
-        mine = self.state.own_aggregate
-        followed = self.syncer.followed.get(w)
-        if mine is None or mine.window != w or followed is None:
-            return None
-        leader, theirs = followed
-        same = (
-            theirs.result_hash == mine.result_hash
-            and sorted(a.hotkey for a in theirs.accepted) == mine.accepted
+        own = OwnAggregate(
+            window=w, result_hash=body.result_hash, accepted=sorted(a.hotkey for a in body.accepted)
         )
-        if leader != self.hotkey:
-            if same:
-                log.info("window %d: the leader's aggregate matches this validator's", w)
-            else:
-                log.warning(
-                    "window %d: the leader %s accepted other updates or reached another model", w, leader[:10]
-                )
-        return 1.0 if same else 0.0
+        self.state = self.state.model_copy(update={"own_aggregate": own})
+        return [v for v, _ in chosen]
 
     def publish_report(
         self,

@@ -65,7 +65,7 @@ class ValidatorState(BaseModel):
     """Validator hotkey → the first window in which its measurements are taken, and it is paid as a
     worker, again here after one was refuted (`validators.shared_scoring`)."""
     own_aggregate: OwnAggregate | None = None
-    """The last aggregate this validator published (`validators.validator.Validator.compare_with_leader`)."""
+    """The last aggregate this validator published (`validators.aggregating.leader_agreement`)."""
     record: dict[str, Any] | None = None
     """The metrics record of `window`, saved with the scores it describes: a validator stopped after
     the save and before the record reached its metrics file writes it there when it starts again."""

@@ -64,7 +64,6 @@ from distrai.train.inner import window_start_state
 from distrai.train.outer import Contribution
 from distrai.train.train_state import state_hash
 from distrai.wire import sha256_hex, sign_document
-from distrai.wire.verdicts import Number
 from distrai.wire.window_documents import (
     AcceptedUpdate,
     Measurement,
@@ -76,7 +75,6 @@ from validators.aggregating import aggregate_manifest, chosen_updates, leader_ag
 from validators.checks import MinerVerdict, flag_copies
 from validators.findings import (
     ADOPTED,
-    REFUTED,
     publish_findings,
     recheck_published,
 )
@@ -92,6 +90,7 @@ from validators.scoring import weights_from_averages
 from validators.shared_scoring import Pooled
 from validators.validator_state import OwnAggregate, ValidatorState, load_state, save_state
 from validators.window_check import MinerReads, frame_window
+from validators.window_record import LastWindow, Published, Took, window_record
 from validators.window_report import Found, window_report
 from validators.window_scoring import score_window
 from validators.window_view import replay_challenge
@@ -285,10 +284,64 @@ class Validator(Participant):
         count towards `max_windows`)."""
         started = time.monotonic()
         idle = 0.0 if self.last_end is None else started - self.last_end
+        listed = self.listed_window(w)
+        urls = ", ".join(sorted({a.store_url for a in listed.in_time.values()})) or "none"
+        parts = [(f"listing the miners' stores ({urls})", time.monotonic() - started)]
+        mark = time.monotonic()
+        if not self.reach_models(w, stop):
+            return False
+        parts.append(("reaching the models to check against", time.monotonic() - mark))
+        mark = time.monotonic()
+        mg = self.chain.metagraph()
+        before = self.close_last_window(w - 1, mg)
+        assert self.base is not None and self.model is not None, "reach_models caught the models up"
+        self.rt.load_params(self.base.params)
+        self.start_hash = state_hash(window_start_state(self.rt.model))
+        if is_checkpoint_window(self.windows, w):
+            self.publish(checkpoint_key(self.rt.run_id, w, self.hotkey), encode_checkpoint(self.model))
+        verdicts, pooled = self.check_window(listed, mg, stop)
+        self.options.behaviour.judge(self, w, verdicts)
+        adopted = [r.miner for r in before.rechecks if r.outcome == ADOPTED]
+        self.fold_scores(w, mg, verdicts, adopted, pooled, before.audit)
+        parts.append((f"checking the miners (reading their stores: {urls})", time.monotonic() - mark))
+        mark = time.monotonic()
+        found = Found(verdicts, before.refused, before.rechecks, pooled, before.audit)
+        published = self.publish_window(w, found, listed.inventory.block, stop)
+        parts.append((f"publishing to {self.store.url}", time.monotonic() - mark))
+        seconds = time.monotonic() - started
+        if self.chain.block() >= aggregate_deadline(self.windows, w):
+            log.warning(
+                "window %d: validation finished after the aggregate deadline (block %d); the time went to %s",
+                w,
+                aggregate_deadline(self.windows, w),
+                time_spent(parts),
+            )
+        weights = self.set_weights(mg)
+        self.last_end = time.monotonic()
+        log.info(
+            "window %d: %d updates checked, %d accepted, in %.1fs; scores %s",
+            w,
+            len(verdicts),
+            len(published.accepted),
+            seconds,
+            {v.uid: round(v.score, 3) for v in verdicts},
+        )
+        me = mg.neuron(self.hotkey)
+        took = Took(seconds, idle, self.syncer.bytes_received, me.total_emission if me else 0.0, weights)
+        record = window_record(found, before.agreement, published, took, self.state.averages)
+        self.state = self.state.model_copy(update={"record": record})
+        save_state(self.state, self.state_path)
+        self.pending.clear_through(w)
+        if self.metrics:
+            self.metrics.log(w, record)
+        return True
+
+    def listed_window(self, w: int) -> ListedWindow:
+        """Window w's miners, its commitments and what their stores held at the reveal deadline:
+        listed now, or as listed before a restart (`validators.pending`)."""
         pending = self.note_miners(w)
         in_time, commitments = self.committed(w)
         inventory = pending.inventory()
-        parts, mark = [], time.monotonic()
         if inventory is None:
             with self.breaker.one_pass():
                 inventory = take_inventory(
@@ -306,9 +359,11 @@ class Validator(Participant):
         elif self.listing_said != w:
             log.info("window %d: resuming with the listing taken at block %d", w, inventory.block)
         self.listing_said = w
-        urls = ", ".join(sorted({a.store_url for a in in_time.values()})) or "none"
-        parts.append((f"listing the miners' stores ({urls})", time.monotonic() - mark))
-        mark = time.monotonic()
+        return ListedWindow(pending, in_time, commitments, inventory)
+
+    def reach_models(self, w: int, stop: threading.Event) -> bool:
+        """Catch the window's base and the model its aggregate applies to up with the network; False,
+        after a block's wait, when they are out of reach."""
         try:
             self.base = self.syncer.catch_up(self.model, self.base_index(w))
             self.model = self.syncer.catch_up(self.base, w)
@@ -319,83 +374,36 @@ class Validator(Participant):
             return False
         self.outages.answered(MODELS)
         self.unreached = None
-        parts.append(("reaching the models to check against", time.monotonic() - mark))
-        mark = time.monotonic()
-        mg = self.chain.metagraph()
-        self.reread_withheld(w - 1, mg)
-        rechecks = self.recheck_findings(w - 1, mg)
-        audit = self.audit_replays(w - 1, mg, rechecks)
-        self.rt.load_params(self.base.params)
-        self.start_hash = state_hash(window_start_state(self.rt.model))
-        refused = self.syncer.take_refusals()
-        agreement = leader_agreement(
-            self.hotkey, w - 1, self.state.own_aggregate, self.syncer.followed.get(w - 1)
-        )
-        if is_checkpoint_window(self.windows, w):
-            self.publish(checkpoint_key(self.rt.run_id, w, self.hotkey), encode_checkpoint(self.model))
-        listed = ListedWindow(pending, in_time, commitments, inventory)
-        verdicts, pooled = self.check_window(listed, mg, stop)
-        self.options.behaviour.judge(self, w, verdicts)
-        self.fold_scores(w, mg, verdicts, [r.miner for r in rechecks if r.outcome == ADOPTED], pooled, audit)
-        parts.append((f"checking the miners (reading their stores: {urls})", time.monotonic() - mark))
-        mark = time.monotonic()
+        return True
+
+    def close_last_window(self, w: int, mg: Metagraph) -> LastWindow:
+        """What the next window settles of window w: the withheld reveals read again, the other
+        validators' findings and receipts re-checked, the aggregates refused and whether the
+        followed one agrees with this validator's."""
+        self.reread_withheld(w, mg)
+        rechecks = self.recheck_findings(w, mg)
+        audit = self.audit_replays(w, mg, rechecks)
+        followed = self.syncer.followed.get(w)
+        agreement = leader_agreement(self.hotkey, w, self.state.own_aggregate, followed)
+        return LastWindow(rechecks, audit, self.syncer.take_refusals(), agreement)
+
+    def publish_window(self, w: int, found: Found, observed_block: int, stop: threading.Event) -> Published:
+        """Publish window w's findings, receipts, report and aggregate, through an outage of the
+        store while they still count (`OwnStore.until_aggregate`)."""
         put = self.own_store.until_aggregate(self.windows, w, stop)
         assert self.held is not None, "check_window holds the window it checked"
-        published = publish_findings(self.rt, self.held, self.wallet.hotkey, put)
+        findings = publish_findings(self.rt, self.held, self.wallet.hotkey, put)
         receipts = self.options.behaviour.receipted(self, w, own_receipts(self.held, self.hotkey))
         if receipts:
             put(
                 receipts_key(self.rt.run_id, w, self.hotkey),
                 signed_receipts(self.wallet.hotkey, self.rt.run_id, w, receipts),
             )
-        report = self.publish_report(w, verdicts, inventory.block, refused, rechecks, pooled, put, audit)
-        accepted = self.aggregate(w, verdicts, report, put) if report is not None else []
-        parts.append((f"publishing to {self.store.url}", time.monotonic() - mark))
-        seconds = time.monotonic() - started
-        if self.chain.block() >= aggregate_deadline(self.windows, w):
-            log.warning(
-                "window %d: validation finished after the aggregate deadline (block %d); the time went to %s",
-                w,
-                aggregate_deadline(self.windows, w),
-                time_spent(parts),
-            )
-        weights = self.set_weights(mg)
-        self.last_end = time.monotonic()
-        log.info(
-            "window %d: %d updates checked, %d accepted, in %.1fs; scores %s",
-            w,
-            len(verdicts),
-            len(accepted),
-            seconds,
-            {v.uid: round(v.score, 3) for v in verdicts},
+        report = self.publish_report(
+            w, found.verdicts, observed_block, found.refused, found.rechecks, found.pooled, put, found.audit
         )
-        record = {
-            "updates": len(verdicts),
-            "accepted": len(accepted),
-            "validate_seconds": seconds,
-            "idle_seconds": idle,
-            "utilization": seconds / max(seconds + idle, 1e-9),
-            "leader_agreed_last_window": agreement,
-            "aggregates_refused": len(refused),
-            "findings_published": published,
-            "findings_adopted": sum(r.outcome == ADOPTED for r in rechecks),
-            "findings_refuted": sum(r.outcome == REFUTED for r in rechecks),
-            "receipts_published": len(receipts),
-            "receipts_refuted": len(audit.refuted),
-            "bytes_received": self.syncer.bytes_received
-            + sum(int(v.numbers.get(Number.UPDATE_BYTES, 0)) for v in verdicts),
-            "emission": me.total_emission if (me := mg.neuron(self.hotkey)) else 0.0,
-            **{f"weight/{uid}": x for uid, x in enumerate(weights)},
-            **{f"score/{v.uid}": v.score for v in verdicts if not v.unmeasured},
-            **{f"unmeasured/{v.uid}": 1 for v in verdicts if v.unmeasured},
-            **{f"average/{uid}": a for uid, a in enumerate(self.state.averages)},
-        }
-        self.state = self.state.model_copy(update={"record": record})
-        save_state(self.state, self.state_path)
-        self.pending.clear_through(w)
-        if self.metrics:
-            self.metrics.log(w, record)
-        return True
+        accepted = self.aggregate(w, found.verdicts, report, put) if report is not None else []
+        return Published(findings, len(receipts), accepted)
 
     def committed(self, w: int) -> tuple[dict[str, Announcement], dict[str, Commitment]]:
         """The miners whose manifest the chain held before the commit deadline, as of that block

@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from distrai.node.build import build_node, build_parser  # noqa: E402
 from distrai.node.stopping import stop_on_signals  # noqa: E402
+from miners.adversaries import behaviour  # noqa: E402
 from miners.miner import Miner  # noqa: E402
 
 
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         setattr(args, "wallet.name", name)
         setattr(args, "work.dir", str(Path(getattr(args, "work.root")) / name))
         node = build_node(args, "miner")
-        miner = Miner.from_node(node, adversary or "honest")
+        miner = Miner.from_node(node, behaviour(adversary or "honest"))
         miner.announce()
         built.append((name, miner, node))
     threads = [

@@ -179,19 +179,19 @@ class Miner(Participant):
         """the window last passed over because its roster did not hold this hotkey (said once)"""
 
     @classmethod
-    def from_node(cls, node: Node, adversary: str = "honest", kept_states: int = DEFAULT_MAX_KEPT) -> Miner:
-        """The miner of a node built from the command line (`distrai.node.build.build_node`), honest or
-        cheating in the way `adversary` names (`miners.adversaries.ADVERSARIES`), keeping at most
-        `kept_states` boundary states of a window on disk (`miners.kept_states`)."""
-        from miners.adversaries import behaviour  # the adversaries build on this module's `Behaviour`
-
+    def from_node(
+        cls, node: Node, behaviour: Behaviour | None = None, kept_states: int = DEFAULT_MAX_KEPT
+    ) -> Miner:
+        """The miner of a node built from the command line (`distrai.node.build.build_node`), honest
+        or cheating as `behaviour` does (its entry script picks one of `miners.adversaries`), keeping
+        at most `kept_states` boundary states of a window on disk (`miners.kept_states`)."""
         return cls(
             node.runtime,
             node.chain,
             node.wallet,
             node.store,
             node.store_url,
-            MinerOptions(work_dir=node.work_dir, behaviour=behaviour(adversary), kept_states=kept_states),
+            MinerOptions(work_dir=node.work_dir, behaviour=behaviour or Behaviour(), kept_states=kept_states),
             node.metrics,
             node.stores,
         )
@@ -511,6 +511,14 @@ class Miner(Participant):
             save_state(TrainState(params=residual_out, optimizer={}, step=0), job.residual_out_path)
         job.seal()
         return job
+
+    def reveal_blob(self, w: int, blob: bytes, chain: Chain) -> bytes | None:
+        """The update blob of window w its behaviour uploads (`Behaviour.reveal_blob`)."""
+        return self.behaviour.reveal_blob(self, w, blob, chain)
+
+    def revealed(self, w: int, challenged: bool, chain: Chain) -> None:
+        """Window w's reveal is uploaded (`Behaviour.revealed`)."""
+        self.behaviour.revealed(self, w, challenged, chain)
 
     def max_kept_states(self) -> int | None:
         """The most boundary states a window keeps on disk; None: every one. Ranks that shard the

@@ -26,14 +26,16 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
 from distrai.chain.base import Chain, ChainError
+from distrai.node.metrics import Metrics
 from distrai.protocol.announce import claims, committed_updates
 from distrai.protocol.layout import state_key, states_prefix, trajectory_key
 from distrai.protocol.run import challenge_inputs
+from distrai.protocol.runtime import Runtime
 from distrai.protocol.trajectory import build_trajectory, drawn_pieces, encode_trajectory
 from distrai.protocol.update import residual_digests
 from distrai.protocol.windows import (
@@ -45,7 +47,7 @@ from distrai.protocol.windows import (
     run_starts,
     segments_to_reveal,
 )
-from distrai.store import StoreError
+from distrai.store import Store, StoreError
 from distrai.store.outage import OutageLog
 from distrai.train.coded_state import encode_coded_state
 from distrai.train.train_state import load_state, state_digests
@@ -53,9 +55,6 @@ from distrai.wire import decode_tensors
 from miners.kept_states import steps_on_disk
 from miners.rebuild import RebuildError, rebuild
 from miners.reveal_job import RevealJob
-
-if TYPE_CHECKING:
-    from miners.miner import Miner
 
 log = logging.getLogger("distrai.miner")
 
@@ -96,8 +95,26 @@ class RevealResult:
     update_bytes: int = 0
 
 
+class RevealingMiner(Protocol):
+    """The miner as its uploader sees it (`miners.miner.Miner`)."""
+
+    rt: Runtime
+    store: Store
+    hotkey: str
+    windows: WindowConfig
+    metrics: Metrics | None
+
+    def reveal_blob(self, w: int, blob: bytes, chain: Chain) -> bytes | None:
+        """The update blob of window w to upload (None: none)."""
+        ...
+
+    def revealed(self, w: int, challenged: bool, chain: Chain) -> None:
+        """Told once window w's reveal is uploaded."""
+        ...
+
+
 class Uploader:
-    def __init__(self, miner: Miner, chain: Chain):
+    def __init__(self, miner: RevealingMiner, chain: Chain):
         self.miner = miner
         self.chain = chain
         self.jobs: queue.Queue[RevealJob] = queue.Queue()
@@ -231,7 +248,7 @@ class Uploader:
                 result.seconds,
             )
         self._log(w, result, needed)
-        self.miner.behaviour.revealed(self.miner, w, inputs is not None, self.chain)
+        self.miner.revealed(w, inputs is not None, self.chain)
         return result
 
     def _wait_for(self, block: int) -> bool:
@@ -302,7 +319,7 @@ class Uploader:
         miner, w = self.miner, job.window
         pieces = []
         blob = job.blob_path.read_bytes() if job.blob_path.exists() else None
-        blob = None if blob is None else miner.behaviour.reveal_blob(miner, w, blob, self.chain)
+        blob = None if blob is None else miner.reveal_blob(w, blob, self.chain)
         if blob is not None:
             pieces.append(Piece(None, len(blob), data=blob))
         if inputs is not None:

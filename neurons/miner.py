@@ -137,9 +137,10 @@ def run_miner(
         node.metrics.close()
         return 2
     from distrai.data.cache import ShardError
+    from miners.adversaries import behaviour
     from miners.miner import Miner
 
-    miner = Miner.from_node(node, adversary, getattr(args, "miner.kept_states"))
+    miner = Miner.from_node(node, behaviour(adversary), getattr(args, "miner.kept_states"))
     miner.announce()
     logging.getLogger("distrai.miner").info(
         "miner %s (%s) started on run %s…",

@@ -140,3 +140,45 @@ def test_a_room_importing_upward_or_sideways_fails(tmp_path):
         "(room node, above it)",
         "miners/miner.py:1: miners.miner (room miners) imports validators.checks (room validators, beside it)",
     ]
+
+
+def module_cycles(root: Path) -> list[list[str]]:
+    """The product's modules that import one another round a loop, each loop sorted, imports for
+    annotations only (under `TYPE_CHECKING`) counted: such a loop holds two modules together that
+    one concept should hold."""
+    files = {module_name(path, root): path for path in product_files(root)}
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        graph[module] = set()
+        for _, name in imported(ast.parse(path.read_text()), module, path.name == "__init__.py"):
+            parts = name.split(".")
+            target = next(
+                (".".join(parts[:k]) for k in range(len(parts), 0, -1) if ".".join(parts[:k]) in files), None
+            )
+            if target is not None and target != module:
+                graph[module].add(target)
+    reach = {m: set() for m in graph}
+    for module in graph:  # every module reachable from each (few hundred modules: a walk from each)
+        todo = list(graph[module])
+        while todo:
+            nxt = todo.pop()
+            if nxt not in reach[module]:
+                reach[module].add(nxt)
+                todo.extend(graph[nxt])
+    loops = {tuple(sorted({module} | {m for m in reach[module] if module in reach[m]})) for module in graph}
+    return sorted(list(loop) for loop in loops if len(loop) > 1)
+
+
+def test_no_modules_import_each_other_round_a_loop():
+    assert module_cycles(REPO) == []
+
+
+def test_a_loop_through_an_annotation_only_import_is_found(tmp_path):
+    (tmp_path / "validators").mkdir()
+    (tmp_path / "validators/__init__.py").write_text("")
+    (tmp_path / "validators/a.py").write_text("from validators.b import B\n")
+    (tmp_path / "validators/b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from validators.a import A\n"
+    )
+    (tmp_path / "validators/c.py").write_text("from validators import a\n")
+    assert module_cycles(tmp_path) == [["validators.a", "validators.b"]]

@@ -8,13 +8,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
+from distrai.chain.base import Chain
 from distrai.protocol.layout import measurements_key
-from distrai.protocol.sync import peer_view
+from distrai.protocol.runtime import Runtime
+from distrai.protocol.sync import StoreCache, peer_view
 from distrai.protocol.windows import WindowConfig, aggregate_deadline, reveal_seed, score_patience
+from distrai.wire.signed import Signer
 from distrai.wire.window_documents import Measurement, Measurements
 from validators.checks import MinerVerdict
+from validators.own_store import Publish
 from validators.shared_scoring import (
     CONFIRMED,
     MEASUREMENT_TOLERANCE,
@@ -29,9 +33,6 @@ from validators.shared_scoring import (
 from validators.usefulness import measure_updates
 from validators.window_view import WindowView
 
-if TYPE_CHECKING:
-    from validators.validator import Validator
-
 log = logging.getLogger("distrai.validator")
 
 
@@ -43,12 +44,31 @@ def rest_limit(windows: WindowConfig, w: int) -> int:
     return patience + (aggregate_deadline(windows, w) - patience) // 2
 
 
+@dataclass(frozen=True)
+class Measurer:
+    """The validator as its measuring of a window sees it."""
+
+    runtime: Runtime
+    hotkey: str
+    signer: Signer
+    chain: Chain
+    windows: WindowConfig
+    stores: StoreCache
+    publish: Publish
+    """puts one object in its own store"""
+    block_now: Callable[[], int]
+    distrusted: set[str]
+    """the validators whose measurements of the window it does not take (`ValidatorState.distrusted`)"""
+    measured: Callable[[dict[str, Measurement]], dict[str, Measurement]]
+    """what it publishes, and scores with, of what it measured (its leader behaviour's `measured`)"""
+
+
 class WindowMeasuring:
     """The measuring of window `view.basis.number` by one validator, whose share is `shares[its hotkey]`."""
 
-    def __init__(self, validator: Validator, view: WindowView, shares: dict[str, list[str]]):
+    def __init__(self, validator: Measurer, view: WindowView, shares: dict[str, list[str]]):
         self.validator = validator
-        self.rt = validator.rt
+        self.rt = validator.runtime
         self.view = view
         self.shares = shares
         self.seed = reveal_seed(view.basis.inputs.block_hash, view.basis.inputs.run_id, view.basis.number)
@@ -65,9 +85,9 @@ class WindowMeasuring:
         if self.own and not share:
             return
         measured = self.measure({hk: passed[hk] for hk in share})
-        self.own |= self.validator.options.behaviour.measured(self.validator, w, measured)
+        self.own |= self.validator.measured(measured)
         if me in self.shares:  # published even when empty: nobody waits for a share with nothing in it
-            document = signed_measurements(self.validator.wallet.hotkey, self.rt.run_id, w, self.own)
+            document = signed_measurements(self.validator.signer, self.rt.run_id, w, self.own)
             self.validator.publish(measurements_key(self.rt.run_id, w, me), document)
 
     def pool(self, verdicts: list[MinerVerdict], stop: threading.Event) -> Pooled:
@@ -76,7 +96,7 @@ class WindowMeasuring:
         me, w, scoring = self.validator.hotkey, self.view.basis.number, self.rt.config.scoring
         passed = {v.hotkey: v for v in verdicts if v.passed}
         published = self.collect([v for v in self.shares if v != me], stop)
-        distrusted = self.validator.state.distrusted(w)
+        distrusted = self.validator.distrusted
         pairs = recheck_draw(
             self.seed,
             me,

@@ -81,7 +81,7 @@ from validators.findings import (
 from validators.fold import fold_window
 from validators.held_window import HeldWindow, held_window
 from validators.inventory import Reader, take_inventory
-from validators.measuring import WindowMeasuring
+from validators.measuring import Measurer, WindowMeasuring
 from validators.own_store import OwnStore, Publish
 from validators.pending import ListedWindow, PendingWindow, PendingWindows
 from validators.receipts import NOT_JUDGED, ReplayAudit, audit_published, own_receipts, signed_receipts
@@ -439,7 +439,20 @@ class Validator(Participant):
         view = framed.view
         uids = {hk: uid for hk in sorted(listed.in_time) if (uid := mg.uid_of(hk)) is not None}
         replicas = self.rt.config.scoring.score_replicas
-        measuring = WindowMeasuring(self, view, score_shares(view.basis.inputs, framed.sharing, replicas))
+        w = listed.number
+        measurer = Measurer(
+            self.rt,
+            self.hotkey,
+            self.wallet.hotkey,
+            self.chain,
+            self.windows,
+            self.stores,
+            self.publish,
+            self.block_now,
+            self.state.distrusted(w),
+            lambda measured: self.options.behaviour.measured(self, w, measured),
+        )
+        measuring = WindowMeasuring(measurer, view, score_shares(view.basis.inputs, framed.sharing, replicas))
         with self.breaker.one_pass():  # the first pass of reads
             checked = {hk: reads.check(view, hk, uid, replay=False) for hk, uid in uids.items()}
             measuring.measure_share([v for v, _ in checked.values()])

@@ -9,17 +9,30 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from distrai.chain.yuma_math import Vector, normalize
 
-if TYPE_CHECKING:
-    from distrai.chain.yuma import EpochResult
-
 SUBTENSOR_OWNER_CUT = 0.18
 """Subtensor's default SubnetOwnerCut (11796 / 65535)."""
+
+
+class EpochShares(Protocol):
+    """What the payout reads of an epoch (`distrai.chain.yuma.EpochResult`), per uid."""
+
+    @property
+    def stake(self) -> Vector: ...
+
+    @property
+    def active_stake(self) -> Vector: ...
+
+    @property
+    def incentive(self) -> Vector: ...
+
+    @property
+    def dividends(self) -> Vector: ...
 
 
 @dataclass(frozen=True)
@@ -41,7 +54,7 @@ class EmissionSplit:
 
 
 def split_emission(
-    result: EpochResult,
+    result: EpochShares,
     total_emission: float,
     owner_cut: float = SUBTENSOR_OWNER_CUT,
     owner_uids: Sequence[int] = (),

@@ -42,7 +42,7 @@ from distrai.node.metrics import Metrics, last_record
 from distrai.node.participant import Participant
 from distrai.protocol.announce import Announcement, committed_updates
 from distrai.protocol.globalmodel import GlobalModel, SyncUnavailable, encode_checkpoint
-from distrai.protocol.layout import aggregate_key, checkpoint_key, receipts_key, report_key
+from distrai.protocol.layout import checkpoint_key
 from distrai.protocol.runtime import Runtime
 from distrai.protocol.sync import StoreCache
 from distrai.protocol.windows import (
@@ -57,41 +57,38 @@ from distrai.protocol.windows import (
     window_start,
 )
 from distrai.store import Store
-from distrai.store.base import blob_key
 from distrai.store.breaker import PassBreaker
 from distrai.store.outage import OutageLog
 from distrai.train.inner import window_start_state
 from distrai.train.outer import Contribution
 from distrai.train.train_state import state_hash
-from distrai.wire import sha256_hex, sign_document
 from distrai.wire.window_documents import (
     AcceptedUpdate,
     Measurement,
     Receipt,
     Recheck,
-    Refusal,
 )
-from validators.aggregating import aggregate_manifest, chosen_updates, leader_agreement
+from validators.aggregating import leader_agreement
 from validators.checks import MinerVerdict, flag_copies
 from validators.findings import (
     ADOPTED,
-    publish_findings,
     recheck_published,
 )
 from validators.fold import fold_window
 from validators.held_window import HeldWindow, held_window
 from validators.inventory import Reader, take_inventory
 from validators.measuring import Measurer, WindowMeasuring
-from validators.own_store import OwnStore, Publish
+from validators.own_store import OwnStore
 from validators.pending import ListedWindow, PendingWindow, PendingWindows
-from validators.receipts import NOT_JUDGED, ReplayAudit, audit_published, own_receipts, signed_receipts
+from validators.publishing import WindowPublication
+from validators.receipts import NOT_JUDGED, ReplayAudit, audit_published
 from validators.reveal_probe import RevealProbes, held_up
 from validators.scoring import weights_from_averages
 from validators.shared_scoring import Pooled
-from validators.validator_state import OwnAggregate, ValidatorState, load_state, save_state
+from validators.validator_state import ValidatorState, load_state, save_state
 from validators.window_check import MinerReads, frame_window
 from validators.window_record import LastWindow, Published, Took, window_record
-from validators.window_report import Found, window_report
+from validators.window_report import Found
 from validators.window_scoring import score_window
 from validators.window_view import replay_challenge
 from validators.withheld import reread_due
@@ -388,22 +385,22 @@ class Validator(Participant):
         return LastWindow(rechecks, audit, self.syncer.take_refusals(), agreement)
 
     def publish_window(self, w: int, found: Found, observed_block: int, stop: threading.Event) -> Published:
-        """Publish window w's findings, receipts, report and aggregate, through an outage of the
-        store while they still count (`OwnStore.until_aggregate`)."""
+        """Publish window w's findings, receipts, report and aggregate (`validators.publishing`),
+        through an outage of the store while they still count (`OwnStore.until_aggregate`)."""
+        assert self.held is not None and self.model is not None, "the window is checked against its model"
         put = self.own_store.until_aggregate(self.windows, w, stop)
-        assert self.held is not None, "check_window holds the window it checked"
-        findings = publish_findings(self.rt, self.held, self.wallet.hotkey, put)
-        receipts = self.options.behaviour.receipted(self, w, own_receipts(self.held, self.hotkey))
-        if receipts:
-            put(
-                receipts_key(self.rt.run_id, w, self.hotkey),
-                signed_receipts(self.wallet.hotkey, self.rt.run_id, w, receipts),
-            )
-        report = self.publish_report(
-            w, found.verdicts, observed_block, found.refused, found.rechecks, found.pooled, put, found.audit
+        publication = WindowPublication(self.rt, self.wallet, self.chain, self.store_url, self.held, put)
+        behaviour = self.options.behaviour
+
+        def tamper(entries: list[AcceptedUpdate], weighted: list[Contribution]):
+            return behaviour.tamper(self, w, entries, weighted)
+
+        published, own = publication.publish(
+            found, self.state, self.model, observed_block, lambda r: behaviour.receipted(self, w, r), tamper
         )
-        accepted = self.aggregate(w, found.verdicts, report, put) if report is not None else []
-        return Published(findings, len(receipts), accepted)
+        if own is not None:
+            self.state = self.state.model_copy(update={"own_aggregate": own})
+        return published
 
     def committed(self, w: int) -> tuple[dict[str, Announcement], dict[str, Commitment]]:
         """The miners whose manifest the chain held before the commit deadline, as of that block
@@ -485,65 +482,6 @@ class Validator(Participant):
         those distrusted here left out; `rechecks`: the findings of window w, as re-checked here."""
         distrusted = self.state.distrusted(w + 1)
         return audit_published(self.rt, self.stores, mg, w, self.hotkey, self.held, distrusted, rechecks)
-
-    def aggregate(
-        self, w: int, verdicts: list[MinerVerdict], report: bytes, put: Publish | None = None
-    ) -> list[MinerVerdict]:
-        """Publish the aggregate the run's rule takes from this validator's report
-        (`validators.aggregating`), with the blobs and manifests it names, and anchor its hash on
-        chain; `put` publishes each (`OwnStore.until_aggregate`)."""
-        put = put or self.publish
-        held, model = self.held, self.model
-        assert held is not None and model is not None, (
-            "check_window held the window and the model is caught up"
-        )
-        chosen = chosen_updates(self.rt, held, verdicts)
-        for v, _ in chosen:
-            assert v.blob is not None and v.manifest_bytes is not None, "an accepted update passed its checks"
-            for blob in (v.blob, v.manifest_bytes):
-                if not put(blob_key(sha256_hex(blob)), blob):
-                    log.error("window %d: the accepted updates could not be published, so no aggregate", w)
-                    return []
-
-        def tamper(entries: list[AcceptedUpdate], weighted: list[Contribution]):
-            return self.options.behaviour.tamper(self, w, entries, weighted)
-
-        body = aggregate_manifest(self.rt, w, model, report, chosen, tamper)
-        document = sign_document(self.wallet.hotkey, body.body())
-        if not put(aggregate_key(self.rt.run_id, w, self.hotkey), document):
-            return []
-        try:
-            self.chain.commit(
-                self.wallet, Announcement(self.store_url, w, aggregate_sha256=sha256_hex(document)).encode()
-            )
-        except ChainError as exc:
-            log.error("window %d: could not anchor the aggregate on chain: %s", w, exc)
-        own = OwnAggregate(
-            window=w, result_hash=body.result_hash, accepted=sorted(a.hotkey for a in body.accepted)
-        )
-        self.state = self.state.model_copy(update={"own_aggregate": own})
-        return [v for v, _ in chosen]
-
-    def publish_report(
-        self,
-        w: int,
-        verdicts: list[MinerVerdict],
-        observed_block: int,
-        refused: list[Refusal],
-        rechecks: list[Recheck],
-        pooled: Pooled,
-        put: Publish | None = None,
-        audit: ReplayAudit = NOT_JUDGED,
-    ) -> bytes | None:
-        """Publish the signed report of window w (`validators.window_report`) with `put`
-        (`OwnStore.until_aggregate`); returns its bytes (the aggregate names its hash), None when it
-        could not be published. `fold_scores` has folded the window in."""
-        found = Found(verdicts, refused, rechecks, pooled, audit)
-        body = window_report(self.rt, self.hotkey, w, observed_block, found, self.state)
-        document = sign_document(self.wallet.hotkey, body.body())
-        if not (put or self.publish)(report_key(self.rt.run_id, w, self.hotkey), document):
-            return None
-        return document
 
     def publish(self, key: str, data: bytes) -> bool:
         """Put `key` in this validator's store, one try (`OwnStore.put`)."""

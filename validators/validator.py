@@ -51,7 +51,6 @@ from distrai.protocol.windows import (
     committed_in_time,
     is_checkpoint_window,
     reveal_deadline,
-    score_shares,
     skipped_windows,
     window_of,
     window_start,
@@ -69,15 +68,15 @@ from distrai.wire.window_documents import (
     Recheck,
 )
 from validators.aggregating import leader_agreement
-from validators.checks import MinerVerdict, flag_copies
+from validators.checks import MinerVerdict
 from validators.findings import (
     ADOPTED,
     recheck_published,
 )
 from validators.fold import fold_window
-from validators.held_window import HeldWindow, held_window
-from validators.inventory import Reader, take_inventory
-from validators.measuring import Measurer, WindowMeasuring
+from validators.held_window import HeldWindow
+from validators.inventory import take_inventory
+from validators.measuring import Measurer
 from validators.own_store import OwnStore
 from validators.pending import ListedWindow, PendingWindow, PendingWindows
 from validators.publishing import WindowPublication
@@ -86,11 +85,9 @@ from validators.reveal_probe import RevealProbes, held_up
 from validators.scoring import weights_from_averages
 from validators.shared_scoring import Pooled
 from validators.validator_state import ValidatorState, load_state, save_state
-from validators.window_check import MinerReads, frame_window
+from validators.window_check import MinerReads, check_pass, frame_window
 from validators.window_record import LastWindow, Published, Took, window_record
 from validators.window_report import Found
-from validators.window_scoring import score_window
-from validators.window_view import replay_challenge
 from validators.withheld import reread_due
 
 log = logging.getLogger("distrai.validator")
@@ -412,31 +409,19 @@ class Validator(Participant):
     def check_window(
         self, listed: ListedWindow, mg: Metagraph, stop: threading.Event
     ) -> tuple[list[MinerVerdict], Pooled]:
-        """Every miner's verdicts, and the window's measurements as pooled here; the replays and
-        measurements of this validator's share. A miner whose store did not answer is asked again
-        until the read patience runs out, and once more in any case after a first pass that ended
-        past it, then settled (`validators.window_check`). Keeps what the next window needs to
-        re-check the other validators' findings of this one and to re-read what was withheld (`held`)."""
+        """Every miner's verdicts, and the window's measurements as pooled here
+        (`validators.window_check.check_pass`). Keeps what the next window needs to re-check the
+        other validators' findings of this one and to re-read what was withheld (`held`)."""
         assert self.base is not None, "run_window caught the base up before checking"
+        w = listed.number
         reads = MinerReads(
             self.rt, self.chain, self.state, self.miner_stores, self.breaker, self.pending, self.block_now
         )
-        reads.start(listed.number)
+        reads.start(w)
+        behind = self.syncer.behind()
         framed = frame_window(
-            self.rt,
-            self.chain,
-            self.windows,
-            listed,
-            mg,
-            self.base,
-            self.hotkey,
-            self.start_hash,
-            self.syncer.behind(),
+            self.rt, self.chain, self.windows, listed, mg, self.base, self.hotkey, self.start_hash, behind
         )
-        view = framed.view
-        uids = {hk: uid for hk in sorted(listed.in_time) if (uid := mg.uid_of(hk)) is not None}
-        replicas = self.rt.config.scoring.score_replicas
-        w = listed.number
         measurer = Measurer(
             self.rt,
             self.hotkey,
@@ -449,20 +434,7 @@ class Validator(Participant):
             self.state.distrusted(w),
             lambda measured: self.options.behaviour.measured(self, w, measured),
         )
-        measuring = WindowMeasuring(measurer, view, score_shares(view.basis.inputs, framed.sharing, replicas))
-        with self.breaker.one_pass():  # the first pass of reads
-            checked = {hk: reads.check(view, hk, uid, replay=False) for hk, uid in uids.items()}
-            measuring.measure_share([v for v, _ in checked.values()])
-            for verdict, reader in checked.values():
-                replay_challenge(view, verdict, reader)
-        view, verdicts = reads.ask_again(view, listed.pending, checked, uids, stop, self.windows)
-        commit_blocks = {hk: listed.commitments[hk].block for hk in listed.in_time}
-        flag_copies(verdicts, commit_blocks)
-        measuring.measure_share(verdicts)
-        pooled = measuring.pool(verdicts, stop)
-        score_window(self.rt, verdicts, pooled.measurements, commit_blocks)
-        readers: dict[str, Reader] = {hk: reader for hk, (_, reader) in checked.items() if reader is not None}
-        self.held = held_window(view.basis, verdicts, readers)
+        verdicts, pooled, self.held = check_pass(reads, framed, measurer, listed, stop)
         return verdicts, pooled
 
     def recheck_findings(self, w: int, mg: Metagraph) -> list[Recheck]:

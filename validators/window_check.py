@@ -1,7 +1,8 @@
-"""The reads of a window's check pass: the window as this validator checks it (`frame_window`), and
-its miners read (`MinerReads`): a barred miner not read, a store that did not answer asked again
-until the read patience, the verdicts then settled, and every miner's codec residual chain followed.
-The pass itself, which measures and scores beside the reads, is `Validator.check_window`."""
+"""A window's check pass: the window as this validator checks it (`frame_window`), its miners read
+(`MinerReads`: a barred miner not read, a store that did not answer asked again until the read
+patience, the verdicts then settled, and every miner's codec residual chain followed), its share
+replayed and measured, copies flagged, the measurements pooled and every miner scored
+(`check_pass`)."""
 
 from __future__ import annotations
 
@@ -24,15 +25,20 @@ from distrai.protocol.windows import (
     read_patience,
     replay_shares,
     reveal_deadline,
+    score_shares,
 )
 from distrai.store.breaker import PassBreaker
 from distrai.wire.verdicts import Check
-from validators.checks import MinerVerdict
-from validators.inventory import AtDeadline, take_inventory
+from validators.checks import MinerVerdict, flag_copies
+from validators.held_window import HeldWindow, held_window
+from validators.inventory import AtDeadline, Reader, take_inventory
+from validators.measuring import Measurer, WindowMeasuring
 from validators.pending import ListedWindow, PendingWindow, PendingWindows
+from validators.shared_scoring import Pooled
 from validators.validator_state import ValidatorState
 from validators.window import WindowBasis
-from validators.window_view import WindowView, check_one
+from validators.window_scoring import score_window
+from validators.window_view import WindowView, check_one, replay_challenge
 from validators.withheld import own_outage, settle
 
 log = logging.getLogger("distrai.validator")
@@ -43,10 +49,12 @@ Checked = dict[str, tuple[MinerVerdict, AtDeadline | None]]
 
 @dataclass(frozen=True)
 class Framed:
-    """The window as this validator checks it, and the validators sharing its work."""
+    """The window as this validator checks it, the validators sharing its work, and the uid of each
+    miner with a manifest in time (those registered now)."""
 
     view: WindowView
     sharing: list[str]
+    uids: dict[str, int]
 
 
 def frame_window(
@@ -85,7 +93,8 @@ def frame_window(
         behind=behind,
     )
     view = WindowView(basis, frozenset(challenged(inputs)), me, listed.inventory, reveal_deadline(windows, w))
-    return Framed(view, sharing)
+    uids = {hk: uid for hk in sorted(in_time) if (uid := mg.uid_of(hk)) is not None}
+    return Framed(view, sharing, uids)
 
 
 class MinerReads:
@@ -233,3 +242,30 @@ class MinerReads:
             residuals.pop(verdict.hotkey, None)
         else:
             residuals[verdict.hotkey] = verdict.manifest.residual_out_hash
+
+
+def check_pass(
+    reads: MinerReads, framed: Framed, measurer: Measurer, listed: ListedWindow, stop: threading.Event
+) -> tuple[list[MinerVerdict], Pooled, HeldWindow]:
+    """Every miner's verdict, the window's measurements as pooled here, and what the next window
+    re-checks the others' findings and receipts against: a first pass of reads, measuring this
+    validator's share of what passed and replaying its share of the challenged, then the stores that
+    did not answer asked again (`MinerReads.ask_again`), copies flagged (`checks.flag_copies`), the
+    rest of the share measured, the others' measurements pooled (`validators.measuring`) and every
+    miner scored (`validators.window_scoring`)."""
+    view = framed.view
+    replicas = reads.rt.config.scoring.score_replicas
+    measuring = WindowMeasuring(measurer, view, score_shares(view.basis.inputs, framed.sharing, replicas))
+    with reads.breaker.one_pass():  # the first pass of reads
+        checked = {hk: reads.check(view, hk, uid, replay=False) for hk, uid in framed.uids.items()}
+        measuring.measure_share([v for v, _ in checked.values()])
+        for verdict, reader in checked.values():
+            replay_challenge(view, verdict, reader)
+    view, verdicts = reads.ask_again(view, listed.pending, checked, framed.uids, stop, measurer.windows)
+    commit_blocks = {hk: listed.commitments[hk].block for hk in listed.in_time}
+    flag_copies(verdicts, commit_blocks)
+    measuring.measure_share(verdicts)
+    pooled = measuring.pool(verdicts, stop)
+    score_window(reads.rt, verdicts, pooled.measurements, commit_blocks)
+    readers: dict[str, Reader] = {hk: reader for hk, (_, reader) in checked.items() if reader is not None}
+    return verdicts, pooled, held_window(view.basis, verdicts, readers)

@@ -32,7 +32,7 @@ import torch
 
 from distrai.chain.base import Chain, ChainError
 from distrai.node.metrics import Metrics
-from distrai.protocol.announce import claims, committed_updates
+from distrai.protocol.announce import claims, committed_by_deadline
 from distrai.protocol.layout import state_key, states_prefix, trajectory_key
 from distrai.protocol.run import challenge_inputs
 from distrai.protocol.runtime import Runtime
@@ -42,7 +42,6 @@ from distrai.protocol.windows import (
     ChallengeInputs,
     WindowConfig,
     commit_deadline,
-    committed_in_time,
     reveal_deadline,
     run_starts,
     segments_to_reveal,
@@ -268,8 +267,7 @@ class Uploader:
         at the block before the commit deadline."""
         miner, windows, w = self.miner, self.miner.windows, job.window
         deadline = commit_deadline(windows, w)
-        counted = self.chain.commitments(block=deadline - 1)
-        in_time = committed_updates(counted, w, lambda b: committed_in_time(windows, w, b))
+        in_time, _ = committed_by_deadline(self.chain, windows, w)
         registered = {n.hotkey: n.registered_at for n in self.chain.metagraph().neurons}
         inputs = challenge_inputs(
             miner.rt.config, self.chain.block_hash(deadline), w, in_time, claims(in_time), registered

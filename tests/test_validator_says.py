@@ -11,8 +11,9 @@ from support.local_harness import make_local_harness
 from distrai.protocol.run import load_run_config
 from distrai.protocol.runtime import build_runtime
 from distrai.store import FileStore
-from validators.validator import Validator, ValidatorOptions, time_spent
+from validators.validator import Validator, ValidatorOptions
 from validators.validator_state import ValidatorState, save_state
+from validators.window_record import time_spent
 
 CONFIG = Path(__file__).parent / "support" / "adversary-localnet.toml"
 

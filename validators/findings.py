@@ -258,6 +258,18 @@ def recheck_published(
     return rechecks
 
 
+def barred_by_findings(
+    banned_until: dict[str, int], rechecks: list[Recheck], w: int, ban_windows: int
+) -> dict[str, int]:
+    """Hotkey → the first window it may score again, with the miners of the findings of window w
+    adopted here barred for `ban_windows` windows after it."""
+    banned = dict(banned_until)
+    for r in rechecks:
+        if r.outcome == ADOPTED:
+            banned[r.miner] = max(banned.get(r.miner, 0), w + 1 + ban_windows)
+    return banned
+
+
 def recheck_withheld(
     runtime: Runtime,
     held: HeldWindow,

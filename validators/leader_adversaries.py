@@ -1,7 +1,7 @@
 """The aggregating leader's adversaries: validators that try to steer the global model, which every
 follower must refuse (`python neurons/validator.py --validator.adversary TYPE`).
 
-Each is a `LeaderBehaviour` (`validators.validator`, the honest one) that sees the window's verdicts
+Each is a `LeaderBehaviour` (`validators.leader_behaviour`, the honest one) that sees the window's verdicts
 before its report is signed (`judge`) and the aggregate the run's rule gives before the result hash
 is computed and the aggregate signed (`tamper`), so the report and the aggregate are internally
 consistent and apply cleanly; only the follower's checks of `distrai.protocol.follow` can tell. The
@@ -40,7 +40,7 @@ import torch
 from distrai.protocol.update import encode_update
 from distrai.wire.verdicts import PASS, Check, Number
 from validators.leader_adversary_names import COLLUDE, LEADER_ADVERSARY_NAMES, check_leader_adversary
-from validators.validator import LeaderBehaviour
+from validators.leader_behaviour import LeaderBehaviour
 
 POISON_SCALE = 50.0
 """How much larger than the victim's update the poisoned one is."""

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from distrai.chain.base import Commitment
 from distrai.protocol.announce import Announcement
+from distrai.protocol.windows import WindowConfig, aggregate_deadline, reveal_deadline, window_of
 from validators.inventory import Inventory
 
 
@@ -107,3 +108,16 @@ class PendingWindows:
             number = path.stem[1:]
             if number.isdigit() and int(number) <= window:
                 path.unlink(missing_ok=True)
+
+
+def next_to_check(notes: PendingWindows, windows: WindowConfig, block: int, last_checked: int) -> int:
+    """The oldest window after `last_checked` whose reveals can still be listed in time at `block`,
+    or whose listing was taken before a restart (in `notes`) and whose aggregate is still due."""
+    current = window_of(windows, block)
+    first = max(last_checked + 1, current - 1, 0)
+    for w in range(first, current + 2):
+        pending = notes.load(w)
+        listed = pending is not None and pending.inventory() is not None
+        if block < reveal_deadline(windows, w) or (listed and block < aggregate_deadline(windows, w)):
+            return w
+    return max(first, current + 1)

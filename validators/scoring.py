@@ -15,6 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from distrai.chain.base import Metagraph
+from distrai.protocol.run import ScoringConfig
+from validators.validator_state import ValidatorState
+
 
 def tokens_trained(steps: int, batch_size: int, seq_len: int) -> int:
     """The tokens a manifest of `steps` inner steps commits to having trained."""
@@ -52,3 +56,22 @@ def weights_from_averages(
     if owner_uid is not None and 0 <= owner_uid < len(weights):
         weights[owner_uid] += burn if total > 0 else 1.0 - to_workers
     return weights
+
+
+def state_weights(
+    state: ValidatorState, mg: Metagraph, me: str, owner_hotkey: str | None, scoring: ScoringConfig
+) -> list[float]:
+    """The weights validator `me` sets from its `state` (`weights_from_averages`): the owner's
+    burn share, miners held for a withheld reveal left out, and the other validators the state pays
+    as workers given their share."""
+    owner_uid = mg.uid_of(owner_hotkey) if owner_hotkey else None
+    workers = [uid for hk in state.workers if hk != me and (uid := mg.uid_of(hk)) is not None]
+    held = [uid for hk in state.suspended if (uid := mg.uid_of(hk)) is not None]
+    return weights_from_averages(
+        state.averages,
+        burn_share=scoring.burn_share,
+        owner_uid=owner_uid,
+        exclude=held,
+        workers=workers,
+        worker_share=scoring.validator_share,
+    )

@@ -1,32 +1,17 @@
-"""The validator's loop, window after window: gather → check → score → aggregate → set weights.
+"""The validator's loop, window after window: wait → list → check → fold → publish → set weights.
 
-For window w:
-1. At the start, note the miners registered at the window's roster block (`pending.py`: on pipelined
-   windows this happens while window w − 1 is still being checked).
-2. At the reveal deadline, reach the window's base and the model its aggregate applies to
-   (the same model on sequential windows; on pipelined ones the base is one aggregate behind),
-   following the published aggregates that pass `distrai.protocol.follow`'s checks. List what the miners
-   had revealed (`inventory.py`, kept in `pending.py` across a restart): nothing absent then
-   counts. Then check every update whose manifest the chain held before the commit deadline
-   (`checks.py`), flag copies, verify the challenged miners by recomputation (`replay_check.py`),
-   measure usefulness (`usefulness.py`), and give one share to each piece of work
-   (`duplicates.py`).
-3. Score every miner against the window's reference drop (`scoring.py`); publish the signed
-   report, then the signed aggregate of the updates the run's rule takes from it
-   (`distrai.protocol.aggregation`), with copies of their blobs and their miners' manifests so followers
-   need only this validator's store, and anchor the aggregate's hash on chain, all before the
-   aggregate deadline. The validator with the most stake leads; every validator's aggregate is
-   there for the next in line if the leader's is missing or refused.
-4. Fold the scores into the moving average, save the state atomically, and set weights when
-   the chain's rate limit allows.
-Replay: the hash of the block at the commit deadline draws the miners challenged in the window
-and shares their replays among the validators taking part (`distrai.protocol.windows.replay_shares`). For
-the miners of its share this validator checks the revealed states, replays the challenged
-segments and checks the update against the trajectory (`replay_check.py`), and publishes a signed
-finding on each one caught (`findings.py`). While checking the next window it re-checks the other
-validators' findings and adopts the confirmed ones. A miner caught in fraud, here or by an adopted
-finding, has its window score zeroed, its moving average reset, and is barred for `ban_windows`
-windows.
+For window w: note its miners at its start (`pending.py`; on pipelined windows while w − 1 is still
+being checked) and probe their stores through the reveal phase (`reveal_probe.py`); at the reveal
+deadline list what they revealed (`inventory.py`: nothing absent then counts) and catch the window's
+base and the model its aggregate applies to up with the aggregates the network followed
+(`distrai.protocol.sync`); settle window w − 1 (withheld reveals read again, the other validators'
+findings and receipts re-checked: `withheld.py`, `findings.py`, `receipts.py`); run the check pass
+(`window_check.py`: cheap checks, replays of this validator's share of the challenged miners,
+shared usefulness measurements, copies, scores); fold the scores into the state (`fold.py`); publish
+findings, receipts, the signed report and the aggregate, anchored on chain before the aggregate
+deadline (`publishing.py`); set weights when the chain allows; save the state and the metrics record
+(`window_record.py`). The validator with the most stake leads; every aggregate is there for the next
+in line if the leader's is missing or refused (docs/architecture.md walks one window through).
 """
 
 from __future__ import annotations
@@ -35,12 +20,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
-from distrai.chain.base import Chain, ChainError, Commitment, Metagraph, WalletLike
-from distrai.node.metrics import Metrics, last_record
+from distrai.chain.base import Chain, ChainError, Metagraph, WalletLike
+from distrai.node.metrics import Metrics
 from distrai.node.participant import Participant
-from distrai.protocol.announce import Announcement, committed_updates
+from distrai.protocol.announce import committed_by_deadline
 from distrai.protocol.globalmodel import GlobalModel, SyncUnavailable, encode_checkpoint
 from distrai.protocol.layout import checkpoint_key
 from distrai.protocol.runtime import Runtime
@@ -48,7 +34,6 @@ from distrai.protocol.sync import StoreCache
 from distrai.protocol.windows import (
     aggregate_deadline,
     commit_deadline,
-    committed_in_time,
     is_checkpoint_window,
     reveal_deadline,
     skipped_windows,
@@ -59,65 +44,32 @@ from distrai.store import Store
 from distrai.store.breaker import PassBreaker
 from distrai.store.outage import OutageLog
 from distrai.train.inner import window_start_state
-from distrai.train.outer import Contribution
 from distrai.train.train_state import state_hash
 from distrai.wire.window_documents import (
-    AcceptedUpdate,
-    Measurement,
-    Receipt,
     Recheck,
 )
 from validators.aggregating import leader_agreement
 from validators.checks import MinerVerdict
-from validators.findings import (
-    ADOPTED,
-    recheck_published,
-)
+from validators.findings import ADOPTED, barred_by_findings, recheck_published
 from validators.fold import fold_window
 from validators.held_window import HeldWindow
-from validators.inventory import take_inventory
+from validators.leader_behaviour import LeaderBehaviour
+from validators.listing import listing
 from validators.measuring import Measurer
 from validators.own_store import OwnStore
-from validators.pending import ListedWindow, PendingWindow, PendingWindows
+from validators.pending import ListedWindow, PendingWindow, PendingWindows, next_to_check
 from validators.publishing import WindowPublication
 from validators.receipts import NOT_JUDGED, ReplayAudit, audit_published
-from validators.reveal_probe import RevealProbes, held_up
-from validators.scoring import weights_from_averages
+from validators.reveal_probe import RevealProbes
+from validators.scoring import state_weights
 from validators.shared_scoring import Pooled
-from validators.validator_state import ValidatorState, load_state, save_state
+from validators.validator_state import ValidatorState, load_state, save_state, write_saved_record
 from validators.window_check import MinerReads, check_pass, frame_window
-from validators.window_record import LastWindow, Published, Took, window_record
+from validators.window_record import LastWindow, Published, Took, time_spent, window_record
 from validators.window_report import Found
 from validators.withheld import reread_due
 
 log = logging.getLogger("distrai.validator")
-
-
-class LeaderBehaviour:
-    """An honest validator: the report is what its checks found, the aggregate what the rule gives.
-    Each leader adversary (`leader_adversaries.py`) overrides the hooks it cheats in."""
-
-    name = "honest"
-
-    def judge(self, validator: Validator, w: int, verdicts: list[MinerVerdict]) -> None:
-        """Change the window's verdicts (in place) before the report is signed."""
-
-    def measured(self, validator: Validator, w: int, own: dict[str, Measurement]) -> dict[str, Measurement]:
-        """The measurements of its share it publishes, and scores with, given what it measured."""
-        return own
-
-    def receipted(self, validator: Validator, w: int, receipts: list[Receipt]) -> list[Receipt]:
-        """The receipts for its replays of window w it publishes, given those its replays gave."""
-        return receipts
-
-    def tamper(
-        self,
-        validator: Validator,
-        w: int,
-        accepted: list[AcceptedUpdate],
-        contributions: list[Contribution],
-    ) -> tuple[list[AcceptedUpdate], list[Contribution]]:
-        return accepted, contributions
 
 
 @dataclass(frozen=True)
@@ -129,12 +81,6 @@ class ValidatorOptions:
 
 MODELS = "the models to check a window against (the validators' aggregates)"
 """What a validator waits for when it cannot sync, as its outage log names it."""
-
-
-def time_spent(parts: list[tuple[str, float]]) -> str:
-    """Where a window's validation spent its time, the longest part first."""
-    ranked = sorted(parts, key=lambda part: -part[1])
-    return "; ".join(f"{what}: {seconds:.1f} s" for what, seconds in ranked)
 
 
 class Validator(Participant):
@@ -153,7 +99,8 @@ class Validator(Participant):
         self.options = options
         self.state_path = options.work_dir / "validator_state.json"
         self.state: ValidatorState = load_state(self.state_path, runtime.run_id)
-        self.write_saved_record()
+        if metrics is not None:
+            write_saved_record(self.state, metrics)
         self.pending = PendingWindows(options.work_dir / "pending")
         self.base: GlobalModel | None = None
         """the model window w's miners trained from (on pipelined windows, the one before `model`)"""
@@ -174,22 +121,6 @@ class Validator(Participant):
         """the miners' stores as a window's passes of reads see them: within one pass (the listing at
         the reveal deadline, the first pass of checks, each pass of asking again), a store on which an
         operation gave up in an outage is not waited on again (`distrai.store.breaker`)"""
-
-    def write_saved_record(self) -> None:
-        """Write the last window's metrics record, saved with the state, when the metrics file does
-        not have it: the validator stopped after saving its state and before writing the record."""
-        record, metrics = self.state.record, self.metrics
-        if record is None or metrics is None:
-            return
-        last = last_record(metrics.path)
-        if last is not None and last.get("window", -1) >= self.state.window:
-            return
-        metrics.log(self.state.window, record)
-        log.warning(
-            "window %d: its metrics record was saved with the state but not written (the validator "
-            "stopped between the two); written now",
-            self.state.window,
-        )
 
     def run(self, stop: threading.Event, max_windows: int | None = None) -> None:
         done = 0
@@ -221,19 +152,8 @@ class Validator(Participant):
         self.last_tried = w
 
     def next_window(self) -> int:
-        """The oldest window after the last one checked whose reveals can still be listed in time,
-        or whose listing was taken before a restart and whose aggregate is still due."""
-        block = self.chain.block()
-        current = window_of(self.windows, block)
-        first = max(self.state.window + 1, current - 1, 0)
-        for w in range(first, current + 2):
-            pending = self.pending.load(w)
-            listed = pending is not None and pending.inventory() is not None
-            if block < reveal_deadline(self.windows, w) or (
-                listed and block < aggregate_deadline(self.windows, w)
-            ):
-                return w
-        return max(first, current + 1)
+        """The next window to check (`validators.pending.next_to_check`)."""
+        return next_to_check(self.pending, self.windows, self.chain.block(), self.state.window)
 
     def note_miners(self, w: int) -> PendingWindow:
         """The miners of window w (`Participant.window_miners`), noted at its start (now if they were not)."""
@@ -266,7 +186,9 @@ class Validator(Participant):
         pending = self.note_miners(w)
         if pending.inventory() is not None:
             return
-        noted = self.probes.probe(pending, lambda: self.committed(w)[0], block)
+        noted = self.probes.probe(
+            pending, lambda: committed_by_deadline(self.chain, self.windows, w)[0], block
+        )
         if noted is not None:
             self.pending.save(noted)
 
@@ -332,25 +254,13 @@ class Validator(Participant):
 
     def listed_window(self, w: int) -> ListedWindow:
         """Window w's miners, its commitments and what their stores held at the reveal deadline:
-        listed now, or as listed before a restart (`validators.pending`)."""
+        listed now, or as listed before a restart (`validators.listing`)."""
         pending = self.note_miners(w)
-        in_time, commitments = self.committed(w)
-        inventory = pending.inventory()
-        if inventory is None:
-            with self.breaker.one_pass():
-                inventory = take_inventory(
-                    self.miner_stores,
-                    self.rt.run_id,
-                    w,
-                    in_time,
-                    self.rt.config.limits.max_manifest_bytes,
-                    self.chain.block,
-                )
-            inventory = held_up(inventory, pending.probe_failed)
-            self.pending.save(pending.with_inventory(inventory))
-            for url in sorted(inventory.unreachable):
-                log.warning("window %d: the store %s could not be listed at the reveal deadline", w, url)
-        elif self.listing_said != w:
+        in_time, commitments = committed_by_deadline(self.chain, self.windows, w)
+        inventory, now = listing(
+            self.rt, self.pending, pending, in_time, self.miner_stores, self.breaker, self.chain.block
+        )
+        if not now and self.listing_said != w:
             log.info("window %d: resuming with the listing taken at block %d", w, inventory.block)
         self.listing_said = w
         return ListedWindow(pending, in_time, commitments, inventory)
@@ -375,7 +285,9 @@ class Validator(Participant):
         validators' findings and receipts re-checked, the aggregates refused and whether the
         followed one agrees with this validator's."""
         self.reread_withheld(w, mg)
-        rechecks = self.recheck_findings(w, mg)
+        rechecks = recheck_published(self.rt, self.stores, mg, w, self.hotkey, self.held)
+        banned = barred_by_findings(self.state.banned_until, rechecks, w, self.rt.config.scoring.ban_windows)
+        self.state = self.state.model_copy(update={"banned_until": banned})
         audit = self.audit_replays(w, mg, rechecks)
         followed = self.syncer.followed.get(w)
         agreement = leader_agreement(self.hotkey, w, self.state.own_aggregate, followed)
@@ -388,23 +300,11 @@ class Validator(Participant):
         put = self.own_store.until_aggregate(self.windows, w, stop)
         publication = WindowPublication(self.rt, self.wallet, self.chain, self.store_url, self.held, put)
         behaviour = self.options.behaviour
-
-        def tamper(entries: list[AcceptedUpdate], weighted: list[Contribution]):
-            return behaviour.tamper(self, w, entries, weighted)
-
-        published, own = publication.publish(
-            found, self.state, self.model, observed_block, lambda r: behaviour.receipted(self, w, r), tamper
-        )
+        receipted, tamper = partial(behaviour.receipted, self, w), partial(behaviour.tamper, self, w)
+        published, own = publication.publish(found, self.state, self.model, observed_block, receipted, tamper)
         if own is not None:
             self.state = self.state.model_copy(update={"own_aggregate": own})
         return published
-
-    def committed(self, w: int) -> tuple[dict[str, Announcement], dict[str, Commitment]]:
-        """The miners whose manifest the chain held before the commit deadline, as of that block
-        (a later re-commitment changes nothing of this window), and every commitment as of that block."""
-        commitments = self.chain.commitments(block=commit_deadline(self.windows, w) - 1)
-        in_time = committed_updates(commitments, w, lambda b: committed_in_time(self.windows, w, b))
-        return in_time, commitments
 
     def check_window(
         self, listed: ListedWindow, mg: Metagraph, stop: threading.Event
@@ -432,22 +332,10 @@ class Validator(Participant):
             self.publish,
             self.block_now,
             self.state.distrusted(w),
-            lambda measured: self.options.behaviour.measured(self, w, measured),
+            partial(self.options.behaviour.measured, self, w),
         )
         verdicts, pooled, self.held = check_pass(reads, framed, measurer, listed, stop)
         return verdicts, pooled
-
-    def recheck_findings(self, w: int, mg: Metagraph) -> list[Recheck]:
-        """Re-check the findings the other validators published about window w (`validators.findings`),
-        barring here the miners of the confirmed ones."""
-        rechecks = recheck_published(self.rt, self.stores, mg, w, self.hotkey, self.held)
-        ban = self.rt.config.scoring.ban_windows
-        banned = dict(self.state.banned_until)
-        for r in rechecks:
-            if r.outcome == ADOPTED:
-                banned[r.miner] = max(banned.get(r.miner, 0), w + 1 + ban)
-        self.state = self.state.model_copy(update={"banned_until": banned})
-        return rechecks
 
     def audit_replays(self, w: int, mg: Metagraph, rechecks: list[Recheck]) -> ReplayAudit:
         """Judge the other validators' replays of window w (`validators.receipts.audit_published`),
@@ -495,19 +383,8 @@ class Validator(Participant):
             return []
         if self.chain.block() - me.last_update < self.chain.hyperparameters().weights_rate_limit:
             return []  # the chain's rule, at the block the weights would be set (mg is as old as the check)
-        owner_hotkey = self.chain.subnet_owner_hotkey()
-        owner_uid = mg.uid_of(owner_hotkey) if owner_hotkey else None
-        workers = [
-            uid for hk in self.state.workers if hk != self.hotkey and (uid := mg.uid_of(hk)) is not None
-        ]
-        held = [uid for hk in self.state.suspended if (uid := mg.uid_of(hk)) is not None]
-        weights = weights_from_averages(
-            self.state.averages,
-            burn_share=self.rt.config.scoring.burn_share,
-            owner_uid=owner_uid,
-            exclude=held,
-            workers=workers,
-            worker_share=self.rt.config.scoring.validator_share,
+        weights = state_weights(
+            self.state, mg, self.hotkey, self.chain.subnet_owner_hotkey(), self.rt.config.scoring
         )
         if sum(weights) <= 0:
             return []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -10,7 +11,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from distrai.node.metrics import Metrics, last_record
 from validators.pay import Pending
+
+log = logging.getLogger("distrai.validator")
 
 
 class Suspension(BaseModel):
@@ -125,3 +129,20 @@ def load_state(path: Path, run_id: str) -> ValidatorState:
     if state.run_id != run_id:
         raise ValueError(f"validator state {path} belongs to run {state.run_id[:12]}…, not {run_id[:12]}…")
     return state
+
+
+def write_saved_record(state: ValidatorState, metrics: Metrics) -> None:
+    """Write the last window's metrics record, saved with `state`, when the metrics file does not
+    have it: the validator stopped after saving its state and before writing the record."""
+    record = state.record
+    if record is None:
+        return
+    last = last_record(metrics.path)
+    if last is not None and last.get("window", -1) >= state.window:
+        return
+    metrics.log(state.window, record)
+    log.warning(
+        "window %d: its metrics record was saved with the state but not written (the validator "
+        "stopped between the two); written now",
+        state.window,
+    )

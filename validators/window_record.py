@@ -75,3 +75,9 @@ def window_record(
         **{f"unmeasured/{v.uid}": 1 for v in verdicts if v.unmeasured},
         **{f"average/{uid}": a for uid, a in enumerate(averages)},
     }
+
+
+def time_spent(parts: list[tuple[str, float]]) -> str:
+    """Where a window's validation spent its time, the longest part first."""
+    ranked = sorted(parts, key=lambda part: -part[1])
+    return "; ".join(f"{what}: {seconds:.1f} s" for what, seconds in ranked)

@@ -19,7 +19,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from distrai.chain.base import Commitment
+from distrai.chain.base import Chain, Commitment
+from distrai.protocol.windows import WindowConfig, commit_deadline, committed_in_time
 
 _SHA = re.compile(r"[0-9a-f]{64}")
 _ANCHOR_KEYS = {"m": "manifest_sha256", "a": "aggregate_sha256"}
@@ -110,6 +111,17 @@ def committed_updates(
 ) -> dict[str, Announcement]:
     """The miners whose commitment names an update of `window` and landed in time, by hotkey."""
     return _anchoring(commitments, window, in_time, "manifest_sha256")
+
+
+def committed_by_deadline(
+    chain: Chain, windows: WindowConfig, window: int
+) -> tuple[dict[str, Announcement], dict[str, Commitment]]:
+    """The miners whose manifest of `window` the chain held before its commit deadline, as of the
+    block before it (a later re-commitment changes nothing of the window), and every commitment as
+    of that block: what validators check and what the challenge is drawn over."""
+    commitments = chain.commitments(block=commit_deadline(windows, window) - 1)
+    in_time = committed_updates(commitments, window, lambda b: committed_in_time(windows, window, b))
+    return in_time, commitments
 
 
 def claims(committed: Mapping[str, Announcement]) -> dict[str, int]:

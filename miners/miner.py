@@ -442,7 +442,23 @@ class Miner(Participant):
         self.last_window = w
         self.last_end = time.monotonic()
         self.finish_seconds = self.last_end - trained_at - train_seconds
-        wall = self.last_end - started + idle
+        self.say_trained(
+            w, trained, train_seconds, idle, self.last_end - started + idle, len(blob), len(manifest)
+        )
+        return True
+
+    def say_trained(
+        self,
+        w: int,
+        trained: Trained,
+        train_seconds: float,
+        idle: float,
+        wall: float,
+        blob: int,
+        manifest: int,
+    ) -> None:
+        """Log a committed window, and write its metrics record (`"event": "train"`)."""
+        assert self.uploader is not None, "run() starts the uploader first"
         log.info(
             "window %d: trained %d of %d steps (loss %.3f → %.3f) in %.1fs; update %d bytes; "
             "utilization %.0f%%; %d reveal(s) uploading",
@@ -452,33 +468,31 @@ class Miner(Participant):
             trained.losses[0],
             trained.losses[-1],
             train_seconds,
-            len(blob),
+            blob,
             100 * train_seconds / wall,
             self.uploader.pending,
         )
-        if self.metrics:
-            self.metrics.log(
-                w,
-                {
-                    "event": "train",
-                    "loss_first": trained.losses[0],
-                    "loss_last": trained.losses[-1],
-                    "tokens_per_s": trained.tokens / max(train_seconds, 1e-9),
-                    "bytes_sent": len(blob) + len(manifest),
-                    "bytes_received": self.syncer.bytes_received,
-                    "emission": self.own_emission(),
-                    "train_seconds": train_seconds,
-                    "idle_seconds": idle,
-                    "other_seconds": wall - idle - train_seconds,
-                    "wall_seconds": wall,
-                    "utilization": train_seconds / wall,
-                    "uploads_pending": self.uploader.pending,
-                    "steps_trained": trained.steps,
-                    "aggregates_refused": len(self.syncer.take_refusals()),
-                    "behaviour": self.behaviour.name,
-                },
-            )
-        return True
+        if not self.metrics:
+            return
+        record = {
+            "event": "train",
+            "loss_first": trained.losses[0],
+            "loss_last": trained.losses[-1],
+            "tokens_per_s": trained.tokens / max(train_seconds, 1e-9),
+            "bytes_sent": blob + manifest,
+            "bytes_received": self.syncer.bytes_received,
+            "emission": self.own_emission(),
+            "train_seconds": train_seconds,
+            "idle_seconds": idle,
+            "other_seconds": wall - idle - train_seconds,
+            "wall_seconds": wall,
+            "utilization": train_seconds / wall,
+            "uploads_pending": self.uploader.pending,
+            "steps_trained": trained.steps,
+            "aggregates_refused": len(self.syncer.take_refusals()),
+            "behaviour": self.behaviour.name,
+        }
+        self.metrics.log(w, record)
 
     def stop_time(self, w: int, now: float) -> float:
         """When window `w`'s training must end (monotonic): the last block its commitment can land

@@ -57,9 +57,30 @@ def fold_window(
             if lost > 0:
                 log.warning("window %d: %s forfeits %.0f of pay not yet matured", w, hotkey[:10], lost)
     averages, pending = mature(averages, pending, w - scoring.maturity_windows, scoring.ema_alpha, suspended)
-    refuted_until = {hk: until for hk, until in state.refuted_until.items() if until > w}
+    refuted_until, workers = distrust(state.refuted_until, w, pooled, audit, scoring.ban_windows)
+    return state.model_copy(
+        update={
+            "window": w,
+            "averages": [averages[hk] for hk in hotkeys],
+            "pending": pending,
+            "last_scores": [0.0 if scores[hk] is None else scores[hk] for hk in hotkeys],
+            "banned_until": banned,
+            "suspended": suspended,
+            "workers": workers,
+            "refuted_until": refuted_until,
+        }
+    )
+
+
+def distrust(
+    refuted_until: dict[str, int], w: int, pooled: Pooled, audit: ReplayAudit, ban_windows: int
+) -> tuple[dict[str, int], list[str]]:
+    """Validator → the first window its measurements are taken again here, with those whose
+    measurement (`pooled`'s re-checks) or receipt (`audit`) was refuted in window w distrusted for
+    `ban_windows`; and the window's workers: `pooled`'s whose replays `audit` found covered."""
+    refuted_until = {hk: until for hk, until in refuted_until.items() if until > w}
     for validator in sorted({r.validator for r in pooled.rechecks if r.outcome == MEASUREMENT_REFUTED}):
-        refuted_until[validator] = w + 1 + scoring.ban_windows
+        refuted_until[validator] = w + 1 + ban_windows
         log.warning(
             "window %d: validator %s's measurement refuted: its measurements are not taken, and it is "
             "paid no worker share, here until window %d",
@@ -68,7 +89,7 @@ def fold_window(
             refuted_until[validator],
         )
     for validator in sorted(audit.refuted):
-        refuted_until[validator] = w + 1 + scoring.ban_windows
+        refuted_until[validator] = w + 1 + ban_windows
         log.warning(
             "window %d: validator %s's receipt for a replay of window %s refuted: its measurements are not "
             "taken, and it is paid no worker share, here until window %d",
@@ -86,15 +107,4 @@ def fold_window(
             audit.window,
         )
     workers = [v for v in pooled.workers if v not in audit.uncovered and v not in audit.refuted]
-    return state.model_copy(
-        update={
-            "window": w,
-            "averages": [averages[hk] for hk in hotkeys],
-            "pending": pending,
-            "last_scores": [0.0 if scores[hk] is None else scores[hk] for hk in hotkeys],
-            "banned_until": banned,
-            "suspended": suspended,
-            "workers": workers,
-            "refuted_until": refuted_until,
-        }
-    )
+    return refuted_until, workers

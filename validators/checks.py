@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 import torch
 
 from distrai.codec import CodecError
+from distrai.protocol.announce import Announcement
 from distrai.protocol.layout import manifest_key
+from distrai.protocol.run import RunConfig
 from distrai.protocol.update import CheckedUpdate, check_update
 from distrai.store import StoreError
 from distrai.wire import WireError, open_document
@@ -98,6 +100,50 @@ class MinerVerdict:
         return self
 
 
+def inconsistencies(
+    manifest: UpdateManifest,
+    hotkey: str,
+    announcement: Announcement,
+    base_hash: str,
+    start_hash: str | None,
+    cfg: RunConfig,
+) -> list[str]:
+    """What in a committed manifest does not fit its miner, its anchor, the window's base (and
+    starting state, when given) or the run's shape, codec and limits; empty when it all fits."""
+    problems = []
+    if manifest.hotkey != hotkey:
+        problems.append("names another hotkey")
+    if manifest.base_hash != base_hash:
+        problems.append("trained from another base model")
+    if manifest.n_segments != announcement.segments:
+        # the challenge was drawn from the anchored claim: a manifest claiming more than its anchor
+        # would be paid for segments the draw never weighed
+        problems.append(
+            f"claims {manifest.n_segments} segments where its anchor on chain claims {announcement.segments}"
+        )
+    if start_hash is not None and manifest.boundaries[0].state_hash != start_hash:
+        problems.append("boundary 0 is not the window's starting state")
+    if not manifest.shape_matches(cfg.train.inner_steps, cfg.train.segment_steps):
+        problems.append(
+            f"does not cover whole segments of {cfg.train.segment_steps} steps, at most {cfg.train.inner_steps}"
+        )
+    if cfg.train.batch_size % (manifest.ranks * manifest.micro_batches):
+        problems.append(
+            f"{manifest.ranks} rank(s) of {manifest.micro_batches} micro-batches do not divide the batch"
+        )
+    if manifest.micro_batches % cfg.train.micro_batches:
+        # a miner may split its batch further to fit its memory, never less: a validator replays
+        # the miner's split, and planned its memory for the run's (docs/gpu.md)
+        problems.append(
+            f"{manifest.micro_batches} micro-batches are not a multiple of the run's {cfg.train.micro_batches}"
+        )
+    if manifest.update.codec != cfg.codec.name:
+        problems.append(f"codec {manifest.update.codec!r} is not the run's {cfg.codec.name!r}")
+    if manifest.update.size > cfg.limits.max_update_bytes:
+        problems.append(f"update of {manifest.update.size} bytes exceeds {cfg.limits.max_update_bytes}")
+    return problems
+
+
 def check_miner(
     basis: WindowBasis, hotkey: str, uid: int, store: Reader, challenged: bool = False
 ) -> MinerVerdict:
@@ -143,37 +189,7 @@ def check_miner(
             "(it passed over an aggregate out of reach and may be behind the network)",
             fraud=False,
         )
-    problems = []
-    if manifest.hotkey != hotkey:
-        problems.append("names another hotkey")
-    if manifest.base_hash != model.hash:
-        problems.append("trained from another base model")
-    if manifest.n_segments != announcement.segments:
-        # the challenge was drawn from the anchored claim: a manifest claiming more than its anchor
-        # would be paid for segments the draw never weighed
-        problems.append(
-            f"claims {manifest.n_segments} segments where its anchor on chain claims {announcement.segments}"
-        )
-    if start_hash is not None and manifest.boundaries[0].state_hash != start_hash:
-        problems.append("boundary 0 is not the window's starting state")
-    if not manifest.shape_matches(cfg.train.inner_steps, cfg.train.segment_steps):
-        problems.append(
-            f"does not cover whole segments of {cfg.train.segment_steps} steps, at most {cfg.train.inner_steps}"
-        )
-    if cfg.train.batch_size % (manifest.ranks * manifest.micro_batches):
-        problems.append(
-            f"{manifest.ranks} rank(s) of {manifest.micro_batches} micro-batches do not divide the batch"
-        )
-    if manifest.micro_batches % cfg.train.micro_batches:
-        # a miner may split its batch further to fit its memory, never less: a validator replays
-        # the miner's split, and planned its memory for the run's (docs/gpu.md)
-        problems.append(
-            f"{manifest.micro_batches} micro-batches are not a multiple of the run's {cfg.train.micro_batches}"
-        )
-    if manifest.update.codec != cfg.codec.name:
-        problems.append(f"codec {manifest.update.codec!r} is not the run's {cfg.codec.name!r}")
-    if manifest.update.size > limits.max_update_bytes:
-        problems.append(f"update of {manifest.update.size} bytes exceeds {limits.max_update_bytes}")
+    problems = inconsistencies(manifest, hotkey, announcement, model.hash, start_hash, cfg)
     if problems:
         return verdict.fail(Check.CONSISTENCY, "; ".join(problems))
     verdict.verdicts[Check.CONSISTENCY] = PASS

@@ -149,6 +149,12 @@ def add_localnet_parser(groups: argparse._SubParsersAction) -> argparse.Argument
         "(poison, reweight, collude: with the poison miner of --adversary poison, censor, invent, skipper), and watch "
         "every follower refuse them and name them in its report (default: none)",
     )
+    add_localnet_setting_flags(net)
+    return net
+
+
+def add_localnet_setting_flags(net: argparse.ArgumentParser) -> None:
+    """`distrai localnet`'s flags for where and how the network runs, and what it shows."""
     net.add_argument(
         "--block-time",
         type=float,
@@ -201,7 +207,6 @@ def add_localnet_parser(groups: argparse._SubParsersAction) -> argparse.Argument
         default=DASHBOARD_PORT,
         help="the dashboard's port (default %(default)s)",
     )
-    return net
 
 
 def cmd_wallet_create(args: argparse.Namespace) -> None:

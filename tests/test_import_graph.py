@@ -182,3 +182,30 @@ def test_a_loop_through_an_annotation_only_import_is_found(tmp_path):
     )
     (tmp_path / "validators/c.py").write_text("from validators import a\n")
     assert module_cycles(tmp_path) == [["validators.a", "validators.b"]]
+
+
+LONGEST_FUNCTION = 80
+"""No function of the product is longer: each reads in one screen (docs/architecture.md)."""
+
+
+def long_functions(root: Path) -> list[str]:
+    """`path:line name (lines)` of every product function over `LONGEST_FUNCTION` lines."""
+    found = []
+    for path in product_files(root):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > LONGEST_FUNCTION:
+                    found.append(f"{path.relative_to(root)}:{node.lineno} {node.name} ({length} lines)")
+    return found
+
+
+def test_no_product_function_is_longer_than_a_screen():
+    assert long_functions(REPO) == []
+
+
+def test_a_long_function_is_named(tmp_path):
+    (tmp_path / "miners").mkdir()
+    body = "".join(f"    x{i} = {i}\n" for i in range(LONGEST_FUNCTION))
+    (tmp_path / "miners/long.py").write_text(f"def short():\n    pass\n\n\ndef long():\n{body}")
+    assert long_functions(tmp_path) == [f"miners/long.py:5 long ({LONGEST_FUNCTION + 1} lines)"]

@@ -17,7 +17,7 @@ import numpy as np
 from distrai.chain import rules, yuma
 from distrai.chain.base import Hyperparameters
 from distrai.chain.local_reveal import earliest_pending_commit_blocks
-from distrai.chain.yuma_emission import split_emission
+from distrai.chain.yuma_emission import EmissionSplit, split_emission
 
 
 def run_subnet_epoch(conn: sqlite3.Connection, netuid: int, block: int) -> None:
@@ -40,14 +40,8 @@ def run_subnet_epoch(conn: sqlite3.Connection, netuid: int, block: int) -> None:
         return
     hotkeys = [r[1] for r in rows]
     stake = np.array([r[5] for r in rows], dtype=np.float64)
-    weights = np.zeros((n, n))
-    for uid, dest, value in conn.execute("SELECT uid, dest, value FROM weights WHERE netuid = ?", (netuid,)):
-        if uid < n and dest < n:
-            weights[uid, dest] = value / rules.U16_MAX
-    bonds = np.zeros((n, n))
-    for uid, dest, value in conn.execute("SELECT uid, dest, value FROM bonds WHERE netuid = ?", (netuid,)):
-        if uid < n and dest < n:
-            bonds[uid, dest] = value
+    weights = _matrix(conn, "weights", netuid, n) / rules.U16_MAX
+    bonds = _matrix(conn, "bonds", netuid, n)
     pending = None
     if hp.commit_reveal_weights:
         earliest = earliest_pending_commit_blocks(conn, netuid, block)
@@ -76,6 +70,24 @@ def run_subnet_epoch(conn: sqlite3.Connection, netuid: int, block: int) -> None:
     total = per_block * max(0, block - last_epoch)
     owner_uids = [r[0] for r in rows if owner_coldkey and r[6] == owner_coldkey]
     split = split_emission(result, total, owner_cut, owner_uids=owner_uids)
+    _write_epoch(conn, netuid, hotkeys, result, split)
+
+
+def _matrix(conn: sqlite3.Connection, table: str, netuid: int, n: int) -> np.ndarray:
+    """The subnet's `table` (weights or bonds: uid, dest, value) as an n × n matrix of its values."""
+    matrix = np.zeros((n, n))
+    for uid, dest, value in conn.execute(f"SELECT uid, dest, value FROM {table} WHERE netuid = ?", (netuid,)):
+        if uid < n and dest < n:
+            matrix[uid, dest] = value
+    return matrix
+
+
+def _write_epoch(
+    conn: sqlite3.Connection, netuid: int, hotkeys: list[str], result: yuma.EpochResult, split: EmissionSplit
+) -> None:
+    """Store an epoch's result: each neuron's ranks and emission, the owner's cut and what was burned,
+    and the new bonds."""
+    n = len(hotkeys)
     permits = result.validator_permit
     for uid in range(n):
         earned = float(split.server[uid] + split.validator[uid])

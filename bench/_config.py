@@ -19,6 +19,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from distrai.data.access import DataAccess, open_prepared
+from distrai.protocol.run import load_run_config, shipped_config_path
 from distrai.store import open_store
 from distrai.train.assignment import batch_indices
 from distrai.train.data import DataSpec, TrainingData, build_token_data
@@ -43,6 +44,10 @@ class CodecChoice:
     options: dict[str, object] = field(default_factory=dict)
     inner_steps: int = 200
     outer: OuterConfig = field(default_factory=OuterConfig)
+    pipelined: bool = False
+    """window w trains from the model before window w − 1's outer step, as pipelined windows do"""
+    sweep: bool = False
+    """a row of the sweep around the shipped combination (its own table), not of the main table"""
 
 
 SPARSELOCO_OUTER = OuterConfig(lr=4.0, momentum=0.0, nesterov=False)
@@ -56,6 +61,61 @@ REAL_TEXT_TOPK = CodecChoice(
 """Top-k on real text: k and the outer learning rate chosen by the sweep recorded in docs/benchmarks.md
 (on training-split sequences that no worker trains on), the best loss found that meets the traffic
 target."""
+
+
+SHIPPED_CONFIG = "gpu-subnet"
+"""The run config whose recipe the shipped-combination row trains (`shipped_choice`)."""
+
+SWEEP_OUTER = ((0.7, 1.5, 2.5), (0.0, 0.3, 0.6))
+"""The sweep's outer learning rates and Nesterov momenta, every pair, pipelined as shipped."""
+
+SWEEP_DECAYS = (0.0, 0.9, 0.95, 1.0)
+"""The sweep's error-feedback decays, at the shipped outer step (0: no error feedback)."""
+
+
+def shipped_choice(inner_steps: int) -> CodecChoice:
+    """The DiLoCo row as `SHIPPED_CONFIG` ships it: its codec with its options (top-k with error
+    feedback), its outer step (Nesterov, clipped to the median norm) and its pipelined windows (the
+    outer step lands one window late), at the benchmark's H."""
+    run = load_run_config(shipped_config_path(SHIPPED_CONFIG))
+    outer = OuterConfig(**run.outer.model_dump())
+    return CodecChoice(
+        "DiLoCo as shipped",
+        run.codec.name,
+        dict(run.codec.options),
+        inner_steps,
+        outer,
+        run.windows.pipelined,
+    )
+
+
+def sweep_choices(shipped: CodecChoice) -> tuple[CodecChoice, ...]:
+    """The sweep around `shipped`: every outer learning rate and momentum of `SWEEP_OUTER`, then every
+    decay of `SWEEP_DECAYS`, then the shipped step without the delay (sequential windows); the shipped
+    combination itself is not repeated."""
+    lrs, momenta = SWEEP_OUTER
+    outer = [
+        replace(
+            shipped, label=f"outer lr {lr}, momentum {m}", outer=replace(shipped.outer, lr=lr, momentum=m)
+        )
+        for lr in lrs
+        for m in momenta
+    ]
+    decays = [
+        replace(
+            shipped,
+            label=f"error-feedback decay {d:g}" if d else "no error feedback (decay 0)",
+            options={**shipped.options, "decay": d},
+        )
+        for d in SWEEP_DECAYS
+    ]
+    sequential = replace(shipped, label="no delay (sequential windows)", pipelined=False)
+    rows = [replace(c, sweep=True) for c in (*outer, *decays, sequential)]
+    return tuple(
+        c
+        for c in rows
+        if (c.outer, c.options, c.pipelined) != (shipped.outer, shipped.options, shipped.pipelined)
+    )
 
 
 @dataclass(frozen=True)
@@ -146,20 +206,21 @@ class BenchConfig:
         )
 
 
-def for_corpus(corpus: str) -> BenchConfig:
+def for_corpus(corpus: str, sweep: bool = False) -> BenchConfig:
     """The benchmark's settings on `corpus`. Real text keeps the model preset, steps, H, learning
     rates and the fp32 and int8 rows, but halves the batch, so that the run fits a shared 2-core
     machine: the preset sized to a 4,096-token vocabulary has 2.5 times the parameters and a step at
     batch 8 costs about twice the byte-level one's (97 against 49 ms on one thread here), at batch 4
-    about the same; its top-k row is `REAL_TEXT_TOPK`. It skips the throughput runs (a property of
-    the loop, measured on the templated corpus)."""
+    about the same; its top-k row is `REAL_TEXT_TOPK`, and it adds the shipped combination
+    (`shipped_choice`) at the same H, with `sweep` the sweep around it (`sweep_choices`). It skips the
+    throughput runs (a property of the loop, measured on the templated corpus)."""
     default = BenchConfig()
     if corpus == "templated":
         return default
     fp32, int8, _ = default.codecs
-    return replace(
-        default, corpus=corpus, batch_size=4, codecs=(fp32, int8, REAL_TEXT_TOPK), throughput_segments=()
-    )
+    shipped = shipped_choice(REAL_TEXT_TOPK.inner_steps)
+    codecs = (fp32, int8, REAL_TEXT_TOPK, shipped, *(sweep_choices(shipped) if sweep else ()))
+    return replace(default, corpus=corpus, batch_size=4, codecs=codecs, throughput_segments=())
 
 
 def quick(config: BenchConfig) -> BenchConfig:

@@ -151,16 +151,19 @@ def _train_diloco(
     schedule: list[list[int]],
     choice: CodecChoice,
 ) -> Traffic:
-    """Train steps / H outer rounds; the model ends holding the final global parameters."""
+    """Train steps / H outer rounds; the model ends holding the final global parameters. Pipelined
+    (`choice.pipelined`), round r trains from the model before round r − 1's outer step and its
+    pseudo-gradient is applied to the model after it, one round late, as pipelined windows do."""
     codec = get_codec(choice.name, **choice.options)
     shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
-    global_params = float_params(model)
+    global_params = previous = float_params(model)
     state = OuterState(momentum={})
     residual = None
     payload_bytes = file_bytes = 0
     h = choice.inner_steps
     for window in range(config.steps // h):
-        load_params(model, global_params)
+        base = previous if choice.pipelined else global_params
+        load_params(model, base)
         steps = schedule[window * h : (window + 1) * h]
         result = inner_loop(
             model,
@@ -180,7 +183,7 @@ def _train_diloco(
             for peer, p in enumerate(all_gather_payloads(encoded.payload, codec, shapes))
         ]
         outcome = outer_step(global_params, contributions, state, choice.outer)
-        global_params, state = outcome.params, outcome.state
+        previous, global_params, state = global_params, outcome.params, outcome.state
     load_params(model, global_params)
     n = count_parameters(model)
     return Traffic(payload=payload_bytes / n, file=file_bytes / n)

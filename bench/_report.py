@@ -21,6 +21,7 @@ import torch
 from _config import CORPORA, BenchConfig, CodecChoice
 from _corpus import EXCLUDED_FOLDERS, MAX_FILE_BYTES, PreparedText
 from _distill import DistillResult
+from _sweep_report import print_sweep, sweep_lines
 from _throughput import ThroughputResult
 from rich.console import Console
 from rich.table import Table
@@ -39,6 +40,10 @@ SECTION_TITLES = {
 SECTION_KEYS = (*CORPORA, "device")
 """The report's sections in order: one per corpus, then the device mode's (`_device_report.py`)."""
 CORPUS_HASH = re.compile(r"corpus sha256 `([0-9a-f]{64})`")
+PIPELINED_TEXT = (
+    "; pipelined: round r trains from the model before round r − 1's outer step, which lands one round late "
+    "(the shipped `[windows] pipelined`)"
+)
 HEADERS = (
     "method",
     "H × rounds",
@@ -114,10 +119,20 @@ def _traffic_target(report: Report, row: dict) -> float | None:
     return TRAFFIC_TARGETS.get(codec)
 
 
+def choice_of(config: BenchConfig, row: dict) -> CodecChoice | None:
+    """The DiLoCo row's choice (None for DDP and the peer)."""
+    return next((c for c in config.codecs if c.label == row["method"]), None)
+
+
+def main_rows(report: Report) -> list[dict]:
+    """The convergence table's rows: every row but the sweep's (`_sweep_report.py`), DDP first."""
+    return [row for row in report.rows if not getattr(choice_of(report.config, row), "sweep", False)]
+
+
 def table_rows(report: Report) -> list[list[str]]:
     """The convergence table's cells, DDP first."""
     cells = []
-    for index, row in enumerate(report.rows):
+    for index, row in enumerate(main_rows(report)):
         ratio, reduction = _loss_ratio(report, row), _reduction(report, row)
         peer = "peer" in row
         verdicts = [] if index == 0 or peer else [f"loss ≤ 1.02×: {_met(ratio <= 1 + LOSS_TOLERANCE)}"]
@@ -144,7 +159,7 @@ def table_rows(report: Report) -> list[list[str]]:
 def target_sentences(report: Report) -> list[str]:
     """One sentence per target: met or missed, with the number."""
     sentences = []
-    for row in report.rows[1:]:
+    for row in main_rows(report)[1:]:
         if "peer" in row:
             continue
         ratio = _loss_ratio(report, row)
@@ -160,7 +175,7 @@ def target_sentences(report: Report) -> list[str]:
             f"Held-out loss, {fp32['method']}: {ratio:.4f}× the peer's; target ≤ {1 + PEER_TOLERANCE:.2f}×: "
             f"{_met(ratio <= 1 + PEER_TOLERANCE)}."
         )
-    for row in report.rows[1:]:
+    for row in main_rows(report)[1:]:
         target = _traffic_target(report, row)
         if target is not None:
             reduction = _reduction(report, row)
@@ -241,7 +256,9 @@ def _setup_lines(report: Report) -> list[str]:
     codecs = [
         f"  - {choice.label}: codec `{choice.name}`{_options_text(choice.options)}, H = {choice.inner_steps}, "
         f"outer {_outer_text(choice)}{', updates clipped to the median norm' if choice.outer.clip_to_median_norm else ''}"
+        f"{PIPELINED_TEXT if choice.pipelined else ''}"
         for choice in c.codecs
+        if not choice.sweep
     ]
     return [
         f"- date: {report.date}; wall time of this section's runs: {report.total_seconds:.0f} s",
@@ -333,7 +350,7 @@ def section(report: Report) -> str:
     header_counts = "; ".join(
         f"{row['method']} {row['file_bytes_per_param']:.4g} bytes / param, "
         f"{report.rows[0]['bytes_per_param'] / row['file_bytes_per_param']:,.0f}× less than DDP"
-        for row in report.rows[1:]
+        for row in main_rows(report)[1:]
         if "peer" not in row
     )
     data_sentence = (
@@ -373,6 +390,7 @@ def section(report: Report) -> str:
         "nats per token; nats / byte divides it by the bytes of text per predicted token.",
         *_peer_paragraph(report),
         "",
+        *sweep_lines(report.config, report.rows),
         "### Distillation versus plain pre-training",
         "",
         _distill_table(d, report.bytes_per_token),
@@ -460,3 +478,4 @@ def print_tables(report: Report, console: Console) -> None:
     console.print(table)
     for sentence in target_sentences(report):
         console.print(f"• {sentence}")
+    print_sweep(report.config, report.rows, console)

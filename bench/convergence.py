@@ -8,7 +8,8 @@ second. Each corpus has its own section of the report: the templated built-in co
 (the Python standard library's sources under a BPE tokenizer, prepared into token shards).
 
     python bench/convergence.py                  # the templated corpus (about 10 minutes on 2 cores; add one method's time with --peer torchft)
-    python bench/convergence.py --corpus real    # real text
+    python bench/convergence.py --corpus real    # real text, with the shipped combination's row
+    python bench/convergence.py --corpus real --sweep   # and the sweep around it (outer lr × momentum, decay, delay)
     python bench/convergence.py --quick --corpus templated real   # seconds; every code path, meaningless numbers
     python bench/convergence.py --peer torchft   # also torchft's DiLoCo (pip install -e .[bench])
     python bench/convergence.py --device cuda    # one GPU: DDP against DiLoCo at a fair budget (under 8 minutes on an H100)
@@ -71,6 +72,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--peer",
         choices=PEERS,
         help="also train another implementation's DiLoCo (torchft's; needs `pip install -e .[bench]`)",
+    )
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="real text: also the sweep around the shipped combination (outer lr × momentum, error-feedback "
+        "decay, no delay), its own table",
     )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="markdown file to write")
     parser.add_argument(
@@ -177,7 +184,7 @@ def main(argv: list[str]) -> None:
         console.print(f"wrote {args.output}")
         return
     configs = [
-        replace(quick(for_corpus(c)) if args.quick else for_corpus(c), peer=args.peer)
+        replace(quick(for_corpus(c, args.sweep)) if args.quick else for_corpus(c, args.sweep), peer=args.peer)
         for c in dict.fromkeys(args.corpus)
     ]
     if args.peer is not None and (why := _peer_torchft.missing()) is not None:

@@ -73,7 +73,7 @@ def test_report_names_the_command_and_keeps_notes(report):
     text, _ = report
     for corpus in ("templated", "real"):
         assert (
-            "bench/convergence.py --quick --corpus templated real --peer torchft --output"
+            "bench/convergence.py --quick --corpus templated real --peer torchft --sweep --output"
             in corpus_section(text, corpus)
         )
     assert "# old report" not in text
@@ -96,14 +96,16 @@ def test_convergence_table_is_complete_and_consistent(report, corpus):
         "wall time (s)",
     ]
     methods = [row[0] for row in rows]
+    shipped = ["DiLoCo as shipped"] if corpus == "real" else []
     assert methods == [
         "DDP (all-reduce every step)",
         "DiLoCo fp32",
         "DiLoCo + int8",
         "DiLoCo + top-k",
+        *shipped,
         "torchft DiLoCo (peer)",
     ]
-    ddp, fp32, int8, topk, peer = rows
+    ddp, fp32, int8, topk, *_, peer = rows
     bytes_per_token = float(re.search(r"([\d.]+) bytes of text per held-out token", text).group(1))
     for row in rows:
         assert len(row) == len(header)
@@ -133,6 +135,43 @@ def test_convergence_table_is_complete_and_consistent(report, corpus):
     assert float(stated.group(1)) == pytest.approx(ratio, abs=1e-3)
     if abs(ratio - 1.01) > 1e-3:
         assert stated.group(2) == ("met" if ratio <= 1.01 else "MISSED")
+
+
+def test_the_sweep_varies_one_shipped_setting_a_row_and_names_the_best(report):
+    """The real text's sweep: the shipped row (the GPU config's codec, outer step and pipelining, as
+    the setup lines say) first, then one row per setting of `_config.sweep_choices`, each the shipped
+    combination with one thing changed; its ratios follow from the losses, and the decision names the
+    row with the lowest loss and the shipped one's rank."""
+    config = bench_module("_config")
+    from distrai.protocol.run import load_run_config, shipped_config_path
+
+    run = load_run_config(shipped_config_path(config.SHIPPED_CONFIG))
+    text = corpus_section(report[0], "real")
+    assert "### The shipped combination" not in corpus_section(report[0], "templated")
+    ddp = number(table_after(text, "### Convergence and traffic")[1][2])
+    shipped_line = next(line for line in text.splitlines() if line.startswith("  - DiLoCo as shipped:"))
+    assert f"`{run.codec.name}`" in shipped_line and "pipelined" in shipped_line
+    assert f"Nesterov SGD lr {run.outer.lr}, momentum {run.outer.momentum}" in shipped_line
+    header, first, *sweep = table_after(text, "### The shipped combination and the sweep around it")
+    assert header[0] == "setting" and first[0] == "as shipped"
+    assert [number(c) for c in first[1:4]] == [run.outer.lr, run.outer.momentum, run.codec.options["decay"]]
+    assert first[4] == ("pipelined" if run.windows.pipelined else "sequential")
+    lrs, momenta = config.SWEEP_OUTER
+    expected = len(lrs) * len(momenta) + len(config.SWEEP_DECAYS) + 1 - 2
+    assert len(sweep) == expected
+    for row in sweep:
+        changed = [i for i in range(1, 5) if row[i] != first[i]]
+        assert len(changed) in (1, 2) and (len(changed) == 1 or changed == [1, 2]), row
+    losses = {row[0]: number(row[5]) for row in (first, *sweep)}
+    for row in (first, *sweep):
+        assert number(row[6]) == pytest.approx(number(row[5]) / ddp, abs=1e-3)
+        assert number(row[7]) == pytest.approx(number(row[5]) / number(first[5]), abs=1e-3)
+    best = min(losses, key=losses.get)
+    rank = 1 + sorted(losses.values()).index(losses["as shipped"])
+    stated = re.search(r"Lowest held-out loss: (.+?) \(([\d.]+),.*ranks (\d+) of (\d+)\.", text)
+    assert stated.group(1) == ("the shipped combination" if best == "as shipped" else best)
+    assert number(stated.group(2)) == pytest.approx(losses[best], abs=1e-4)
+    assert (int(stated.group(3)), int(stated.group(4))) == (rank, len(losses))
 
 
 def test_real_text_section_pins_its_corpus_tokenizer_and_shards(report):

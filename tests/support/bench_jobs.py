@@ -65,7 +65,7 @@ def start_gpu_bench(work: Path, env: Mapping[str, str]) -> CommandJob:
 
 
 def start_convergence_bench(work: Path, env: Mapping[str, str]) -> CommandJob:
-    flags = ("--quick", "--corpus", "templated", "real", "--peer", "torchft")
+    flags = ("--quick", "--corpus", "templated", "real", "--peer", "torchft", "--sweep")
     return bench_job(work, env, "convergence.py", "benchmarks.md", *flags)
 
 

@@ -57,6 +57,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--inner-steps", type=int, default=240, help="H, each miner's inner steps a window")
     parser.add_argument("--windows", type=int, default=7, help="outer steps")
     parser.add_argument(
+        "--boundary-moments",
+        choices=("float32", "bfloat16"),
+        help="what a segment boundary keeps of AdamW's moments (default: the config's `train.boundary_moments`)",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help=f"H = {QUICK_INNER_STEPS}, {QUICK_WINDOWS} windows: every code path, meaningless numbers",
@@ -67,6 +72,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.inner_steps, args.windows = QUICK_INNER_STEPS, QUICK_WINDOWS
+    if args.boundary_moments is None:
+        args.boundary_moments = load_run_config(shipped_config_path("cpu-localnet")).train.boundary_moments
     return args
 
 
@@ -74,7 +81,8 @@ def run(args: argparse.Namespace) -> list[dict]:
     """The held-out loss before the first window and after each, with the seconds since the start."""
     H = args.inner_steps
     cfg = load_run_config(shipped_config_path("cpu-localnet"))
-    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"inner_steps": H})})
+    train = cfg.train.model_copy(update={"inner_steps": H, "boundary_moments": args.boundary_moments})
+    cfg = cfg.model_copy(update={"train": train})
     with tempfile.TemporaryDirectory(prefix="outer-delay-data-") as data_folder:
         rt = local_runtime(cfg, Path(data_folder))
         rt = dataclasses.replace(rt, inner=dataclasses.replace(rt.inner, inner_steps=H))
@@ -131,7 +139,8 @@ def write_page(path: Path, args: argparse.Namespace, curve: list[dict], command:
         f"- machine: {machine.cpu}, {machine.cores} cores (one thread); torch {machine.torch}; "
         f"Python {machine.python}",
         f"- run: `distrai/configs/cpu-localnet.toml`'s model, data and codec; {len(MINERS)} miners, "
-        f"H = {args.inner_steps}, {args.windows} windows, {mode}; outer lr {args.lr}, momentum "
+        f"H = {args.inner_steps}, {args.windows} windows, {mode}; AdamW's moments at segment boundaries: "
+        f"{args.boundary_moments}; outer lr {args.lr}, momentum "
         f"{args.momentum}, {'Nesterov' if args.nesterov else 'plain momentum'}",
         "",
         "| window | held-out loss | seconds |",
@@ -155,6 +164,7 @@ def main(argv: list[str]) -> int:
                 "mom": args.momentum,
                 "nesterov": args.nesterov,
                 "H": args.inner_steps,
+                "moments": args.boundary_moments,
                 "curve": [p["loss"] for p in curve],
             }
         )

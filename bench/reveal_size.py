@@ -56,7 +56,7 @@ from distrai.train.inner import InnerConfig, own_anchor, pseudo_gradient, run_st
 from distrai.train.loss import causal_lm_loss
 from distrai.train.lossless import compress, delta_words, split_planes, words_of
 from distrai.train.model import ModelSpec, load_model
-from distrai.train.optimizer import make_inner_optimizer
+from distrai.train.optimizer import BOUNDARY_MOMENTS, make_inner_optimizer
 from distrai.train.tensorfile import decode_tensors
 from distrai.train.train_state import TrainState, capture_state, state_hash, states_equal
 
@@ -107,6 +107,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--steps", type=int, nargs="+", default=[40, 80], help="boundaries to code, ascending"
     )
+    parser.add_argument(
+        "--boundary-moments",
+        choices=BOUNDARY_MOMENTS,
+        help="what a boundary keeps of AdamW's moments (default: the GPU config's `train.boundary_moments`)",
+    )
     parser.add_argument("--compare", action="store_true", help="also zlib and lzma on a sample of the planes")
     parser.add_argument("--quick", action="store_true", help="the tiny preset, a few steps: seconds on a CPU")
     parser.add_argument("--output", type=Path, default=OUTPUT)
@@ -118,6 +123,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.rows = args.rows or config.train.batch_size
     args.seq_len = args.seq_len or config.data.seq_len
     args.micro_batches = args.micro_batches or (config.train.micro_batches if args.rows >= 4 else 1)
+    args.boundary_moments = args.boundary_moments or config.train.boundary_moments
     if args.steps != sorted(set(args.steps)) or args.steps[0] < 1:
         parser.error("--steps must be positive and ascending")
     return args
@@ -141,7 +147,9 @@ def batches(stream: torch.Tensor, rows: int, seq_len: int):
 
 
 def step_config(args: argparse.Namespace, device: torch.device) -> InnerConfig:
-    """The GPU config's inner step with this run's split; bf16 autocast where the device has it."""
+    """The GPU config's inner step with this run's split; bf16 autocast where the device has it; a
+    segment boundary at every step count measured (their greatest common divisor: the GPU config's 40
+    for 40 and 200), so the moments are rounded where a miner's are when the config rounds them."""
     inner = inner_config(load_run_config(shipped_config_path(GPU_CONFIG)), "bench-reveal-size")
     autocast = inner.step.autocast
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
@@ -150,7 +158,13 @@ def step_config(args: argparse.Namespace, device: torch.device) -> InnerConfig:
         inner.step, micro_batches=args.micro_batches, autocast=autocast, cpu_threads=None
     )
     last = args.steps[-1]
-    return dataclasses.replace(inner, inner_steps=last, segment_steps=last, step=step)
+    return dataclasses.replace(
+        inner,
+        inner_steps=last,
+        segment_steps=math.gcd(*args.steps),
+        step=step,
+        boundary_moments=args.boundary_moments,
+    )
 
 
 def part_of(key: str) -> str:
@@ -279,13 +293,18 @@ def section(
     traj_coded = (t.coded_params + t.coded_residual) / n_params
     lines = [
         SECTION.format(key),
-        f"## {args.preset}, {device_name}, {args.rows} × {args.seq_len} tokens a step",
+        f"## {args.preset}, {device_name}, {args.rows} × {args.seq_len} tokens a step, {args.boundary_moments} moments",
         "",
         f"`{command}` ({datetime.now(UTC).strftime('%Y-%m-%d')}; {machine.cpu}, {machine.cores} cores, "
         f"torch {machine.torch}). {n_params:,} parameters (preset `{args.preset}`, vocabulary {args.vocab:,}); "
         f"data: {stream_tokens:,} tokens of the standard library's sources in a BPE of {bpe_size:,} tokens, "
-        f"{args.rows} × {args.seq_len} tokens a step in {args.micro_batches} micro-batch(es). "
-        "Bytes per parameter of one boundary state, coded against G_w; every decoded state was checked "
+        f"{args.rows} × {args.seq_len} tokens a step in {args.micro_batches} micro-batch(es); AdamW's moments "
+        + (
+            f"rounded to bfloat16 at every boundary (every {math.gcd(*args.steps)} steps). "
+            if args.boundary_moments == "bfloat16"
+            else "kept in float32. "
+        )
+        + "Bytes per parameter of one boundary state, coded against G_w; every decoded state was checked "
         "bit for bit and against its state hash:",
         "",
         state_table(rows, n_params),
@@ -369,7 +388,10 @@ def main(argv: list[str]) -> None:
     trajectory = code_trajectory(last, base, residual, fraction)
     compared = compare_compressors(last, base) if args.compare else None
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    key = f"{args.preset} {device.type} {args.rows}x{args.seq_len} steps {'-'.join(map(str, args.steps))}"
+    key = (
+        f"{args.preset} {device.type} {args.rows}x{args.seq_len} steps {'-'.join(map(str, args.steps))} "
+        f"moments {args.boundary_moments}"
+    )
     text = section(
         args,
         key,

@@ -69,15 +69,23 @@ def test_state_bytes_by_dtype():
     assert linkcheck.state_bytes_per_param("float32") == 12
     with pytest.raises(ValueError, match="unknown model dtype"):
         linkcheck.state_bytes_per_param("int4")
-    # revealed: a float32 state coded against the base (measured, docs/reveal-size.md); bfloat16 raw
+    # revealed: a float32 state coded against the base (measured, docs/reveal-size.md), less with its
+    # moments rounded to bfloat16 at the boundaries; a bfloat16 state raw, whatever the moments
     assert linkcheck.revealed_state_bytes_per_param("float32") == 10.0
+    assert linkcheck.revealed_state_bytes_per_param("float32", "bfloat16") == 6.5
     assert linkcheck.revealed_state_bytes_per_param("bfloat16") == 6
+    assert linkcheck.revealed_state_bytes_per_param("bfloat16", "bfloat16") == 6
 
 
-def test_the_coded_state_figure_covers_a_trained_state_coded_as_miners_reveal_it():
+@pytest.mark.parametrize("moments", ["float32", "bfloat16"])
+def test_the_coded_state_figure_covers_a_trained_state_coded_as_miners_reveal_it(moments):
     model = load_model(ModelSpec(preset="tiny"))
     config = InnerConfig(
-        inner_steps=8, segment_steps=8, optimizer=InnerOptimizerConfig(lr=1e-3), base_anchor=0.01
+        inner_steps=40,
+        segment_steps=40,
+        optimizer=InnerOptimizerConfig(lr=1e-3),
+        base_anchor=0.01,
+        boundary_moments=moments,
     )
     generator = torch.Generator().manual_seed(0)
     result = inner_loop(
@@ -86,7 +94,7 @@ def test_the_coded_state_figure_covers_a_trained_state_coded_as_miners_reveal_it
     base, last = result.boundaries[0].state, result.boundaries[-1].state
     coded = len(encode_coded_state(last, base.params))
     raw = len(encode_state(last))
-    assert coded < linkcheck.revealed_state_bytes_per_param("float32") * TINY_PARAMS < raw
+    assert coded < linkcheck.revealed_state_bytes_per_param("float32", moments) * TINY_PARAMS < raw
 
 
 def test_reveal_bytes_of_the_tiny_cpu_config(cpu):

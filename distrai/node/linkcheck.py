@@ -18,7 +18,8 @@ before the reveal deadline: `(reveal_offset − commit_offset − 1)` blocks. In
 A boundary state holds the parameters in the model's dtype and AdamW's two moments, which torch
 keeps in the parameter's dtype: 6 bytes per parameter in bfloat16, 12 in float32. The miner reveals
 it coded losslessly against the window's base (`distrai.train.coded_state`), which in float32 takes
-`CODED_STATE_BYTES_PER_PARAM` (measured, below); a bfloat16 state's coding is not measured and is
+`CODED_STATE_BYTES_PER_PARAM` (measured, below; about 4 bytes less when the run rounds the moments to
+bfloat16 at every boundary, `train.boundary_moments`); a bfloat16 state's coding is not measured and is
 counted at its raw 6 bytes, which the coding exceeds by no more than its frame headers. The
 trajectory sample is drawn by piece (`distrai.train.hashing`), so its size
 varies around `trajectory_fraction` of the parameters from window to window.
@@ -52,12 +53,15 @@ DEFAULT_BLOCK_TIME = 12.0
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 RESIDUAL_BYTES_PER_PARAM = 4
 """The codec's error-feedback residual is fp32 whatever the model's dtype."""
-CODED_STATE_BYTES_PER_PARAM = {"float32": 10.0}
-"""A float32 boundary state (parameters, two AdamW moments) coded against the window's base, rounded
-up from the largest measured: 9.84 B/param, the tiny byte-vocabulary model at lr 1e-3 after 8 steps
-(tests/test_linkcheck.py); 9.74 on the tiny preset after 200 steps at the GPU config's lr 4e-4
-(`bench/reveal_size.py`, docs/reveal-size.md). The parameters' part grows with their distance from
-the base, so with the steps and the learning rate; each moment takes about 3.1–3.3."""
+CODED_STATE_BYTES_PER_PARAM = {("float32", "float32"): 10.0, ("float32", "bfloat16"): 6.5}
+"""A float32 boundary state (parameters, two AdamW moments) coded against the window's base, by the
+moments a boundary keeps (`train.boundary_moments`). Every float32 bit: rounded up from the largest
+measured, 9.93 B/param, the tiny byte-vocabulary model at lr 1e-3 after 40 steps (9.84 after 8,
+tests/test_linkcheck.py); 9.74 on the tiny preset after 200 steps at the GPU config's lr 4e-4
+(`bench/reveal_size.py`, docs/reveal-size.md); each moment takes about 3.1–3.3. Moments rounded to
+bfloat16: their low 16 bits code to nothing, about 1.6 each, and the largest measured was 5.93 (the same
+model and steps); 6.5 leaves room for the parameters' part, which grows with their distance from the
+base, so with the steps and the learning rate (2.93 → 3.29 B/param from 8 to 200 steps at lr 4e-4)."""
 
 
 # -- what the model holds ---------------------------------------------------------------------------
@@ -95,10 +99,10 @@ def state_bytes_per_param(dtype: str) -> int:
     return 3 * DTYPE_BYTES[dtype]
 
 
-def revealed_state_bytes_per_param(dtype: str) -> float:
+def revealed_state_bytes_per_param(dtype: str, moments: str = "float32") -> float:
     """Bytes per parameter of one boundary state as revealed: coded against the window's base
-    (measured in float32), else its raw size."""
-    return CODED_STATE_BYTES_PER_PARAM.get(dtype, state_bytes_per_param(dtype))
+    (measured in float32, with the `moments` a boundary keeps), else its raw size."""
+    return CODED_STATE_BYTES_PER_PARAM.get((dtype, moments), state_bytes_per_param(dtype))
 
 
 def states_revealed(config: RunConfig, validators: int) -> int:
@@ -156,7 +160,9 @@ def reveal_bytes(config: RunConfig, n_params: int, validators: int) -> RevealByt
     may challenge it: update, trajectory sample and `states_revealed` boundary states."""
     update, source = update_bytes(config, n_params)
     n_states = states_revealed(config, validators)
-    state = math.ceil(revealed_state_bytes_per_param(config.model.dtype) * n_params)
+    state = math.ceil(
+        revealed_state_bytes_per_param(config.model.dtype, config.train.boundary_moments) * n_params
+    )
     lossy = get_codec(config.codec.name, **dict(config.codec.options)).residual_decay() is not None
     sampled = math.ceil(config.verification.trajectory_fraction * n_params)
     per_sampled = DTYPE_BYTES[config.model.dtype] + (RESIDUAL_BYTES_PER_PARAM if lossy else 0)

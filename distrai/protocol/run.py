@@ -238,6 +238,12 @@ class TrainConfig(_Section):
         description="after each inner step, pull the parameters toward the window's base by lr times this;"
         " replaying any segment then checks the base (0 turns it off)",
     )
+    boundary_moments: Literal["float32", "bfloat16"] = Field(
+        default="float32",
+        description="what a segment boundary keeps of AdamW's moments: 'bfloat16' rounds them there and trains"
+        " on from the rounded values (miner, every rank and replay alike), so a revealed state codes them in"
+        " about half the bytes",
+    )
 
     @field_validator("segment_steps")
     @classmethod

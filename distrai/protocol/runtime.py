@@ -63,6 +63,7 @@ def inner_config(config: RunConfig, run: str) -> InnerConfig:
         ),
         sketch_seed=run,
         base_anchor=t.base_anchor,
+        boundary_moments=t.boundary_moments,
     )
 
 

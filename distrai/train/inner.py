@@ -27,7 +27,13 @@ import torch
 
 from distrai.train.boundaries import BoundaryState, BoundaryWorker
 from distrai.train.loss import LossFn
-from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer, set_lr
+from distrai.train.optimizer import (
+    BOUNDARY_MOMENTS,
+    InnerOptimizerConfig,
+    make_inner_optimizer,
+    round_moments,
+    set_lr,
+)
 from distrai.train.parallel import LOAD, SHUTDOWN, STATE, STEP, WINDOW, DataParallel
 from distrai.train.step import Anchor, StepConfig, StepResult, anchor_to, step_with
 from distrai.train.train_state import TrainState, capture_state
@@ -53,8 +59,16 @@ class InnerConfig:
     base_on_host: bool = False
     """Keep that base in host memory, copied in at each step, when the device has no room for it
     (`memory.py`; the same bits, so a replay need not follow the miner's choice)."""
+    boundary_moments: str = "float32"
+    """"bfloat16": the last step of every segment rounds AdamW's moments to bfloat16
+    (`optimizer.round_moments`) and training goes on from the rounded values, on every rank and in
+    every replay alike; a boundary state then codes its moments in about half the bytes."""
 
     def __post_init__(self) -> None:
+        if self.boundary_moments not in BOUNDARY_MOMENTS:
+            raise ValueError(
+                f"boundary_moments must be one of {', '.join(BOUNDARY_MOMENTS)}, got {self.boundary_moments!r}"
+            )
         if self.base_on_host and self.step.sharded:
             raise ValueError(
                 "sharded ranks keep their shard of the window's base on the device, not in host memory"
@@ -119,16 +133,20 @@ def run_steps(
     parallel: DataParallel | None = None,
 ) -> list[StepResult]:
     """Inner steps first_step, first_step + 1, … on `batches` in order, each at its scheduled
-    learning rate, pulled toward `anchor` (the window's base) when the config asks for it. On a
-    leader, each step's batch goes to the followers first."""
+    learning rate, pulled toward `anchor` (the window's base) when the config asks for it, a
+    segment's last step rounding the moments when the config asks for that (`boundary_moments`).
+    On a leader, each step's batch goes to the followers first."""
     if config.base_anchor > 0 and anchor is None:
         raise ValueError("the run anchors every step to the window's base, but no base was given")
     results = []
     for offset, batch in enumerate(batches):
+        step = first_step + offset
         if parallel is not None and parallel.leader:
-            parallel.start_step(first_step + offset, batch)
-        set_lr(optimizer, config.optimizer.lr_at(first_step + offset))
+            parallel.start_step(step, batch)
+        set_lr(optimizer, config.optimizer.lr_at(step))
         results.append(step_with(config.step, model, optimizer, batch, loss_fn, anchor, parallel))
+        if config.boundary_moments == "bfloat16" and (step + 1) % config.segment_steps == 0:
+            round_moments(optimizer)
     return results
 
 

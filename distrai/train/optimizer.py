@@ -67,6 +67,24 @@ def make_inner_optimizer(model: torch.nn.Module, config: InnerOptimizerConfig) -
     )
 
 
+MOMENT_KEYS = ("exp_avg", "exp_avg_sq")
+"""AdamW's two moments, per parameter."""
+BOUNDARY_MOMENTS = ("float32", "bfloat16")
+"""What a boundary keeps of AdamW's moments: every float32 bit, or each rounded to bfloat16."""
+
+
+def round_moments(optimizer: torch.optim.Optimizer) -> None:
+    """Round every AdamW moment to the nearest bfloat16 (ties to even), in place and in its own dtype:
+    its low 16 bits become 0, which a lossless coder stores for nothing. The same bits on every
+    device, and on every shard of a sharded moment."""
+    with torch.no_grad():
+        for entries in optimizer.state.values():
+            for key in MOMENT_KEYS:
+                moment = entries.get(key)
+                if moment is not None:
+                    moment.copy_(moment.to(torch.bfloat16))
+
+
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     """Set the learning rate of every parameter group."""
     for group in optimizer.param_groups:

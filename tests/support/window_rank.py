@@ -5,7 +5,8 @@ loop and keeps every boundary state; the other ranks follow its commands. Rank 0
 boundary state to OUT/<step>.safetensors.
 
 KIND is "reference" (eager attention, fp32, single-tensor AdamW) or "fast" (the GPU config's
-kernels: SDPA, bf16 autocast over fp32 weights, fused AdamW; and activation checkpointing)."""
+kernels: SDPA, bf16 autocast over fp32 weights, fused AdamW; activation checkpointing; and AdamW's
+moments rounded to bfloat16 at every boundary, on every rank)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,7 @@ def config(ranks: int, sharded: bool, micro_batches: int, kind: str) -> InnerCon
         step=step,
         sketch_seed="test-run",
         base_anchor=0.5,
+        boundary_moments="bfloat16" if fast else "float32",
     )
 
 

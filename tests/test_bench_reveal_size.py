@@ -23,7 +23,9 @@ def test_a_quick_run_writes_a_consistent_section_and_keeps_the_rest(reveal_size_
     rows = [line for line in text.splitlines() if re.match(r"\| \d+ \| ", line)]
     assert [row.split("|")[1].strip() for row in rows] == ["4", "8"]
     rounded = "AdamW's moments rounded to bfloat16 at every boundary (every 4 steps)" in text
-    assert rounded == (load_run_config(shipped_config_path("gpu-subnet")).train.boundary_moments == "bfloat16")
+    assert rounded == (
+        load_run_config(shipped_config_path("gpu-subnet")).train.boundary_moments == "bfloat16"
+    )
     for row in rows:
         cells = [float(c.strip().rstrip("%")) for c in row.strip("|").split("|")]
         parameters, exp_avg, exp_avg_sq, rest, coded, raw = cells[2:8]

@@ -15,7 +15,6 @@ import torch
 from test_validator_findings import CATCHER, CHECKER, basis_of, fresh, signed_manifest
 from test_validator_replay import CONFIG, MINER, WINDOW, publish, train
 
-from distrai.protocol.announce import Announcement
 from distrai.protocol.globalmodel import GlobalModel
 from distrai.protocol.layout import receipts_key
 from distrai.protocol.run import load_run_config
@@ -26,6 +25,7 @@ from distrai.train.outer import OuterState
 from distrai.train.sketch import sketch
 from distrai.wire.window_documents import Receipt, ReplayReceipts
 from validators.held_window import held_window
+from validators.published import OthersWindow
 from validators.receipts import (
     CONFIRMED,
     NOT_RECHECKED,
@@ -156,8 +156,10 @@ def test_receipts_travel_signed_and_a_share_without_them_is_uncovered(runtime, w
     store = FileStore(tmp_path / "catcher")
     document = signed_receipts(CATCHER, runtime.run_id, WINDOW, own_receipts(catcher, CATCHER_HK))
     store.put(receipts_key(runtime.run_id, WINDOW, CATCHER_HK), document)
-    anchors = {CATCHER_HK: Announcement(store.url, WINDOW, aggregate_sha256="ab" * 32)}
-    read = read_receipts(StoreCache(), anchors, runtime.run_id, WINDOW, CHECKER_HK, 1 << 20, lambda hk: True)
+    others = OthersWindow(
+        StoreCache(), {CATCHER_HK: store.url}, runtime.run_id, WINDOW, 1 << 20, lambda hk: True
+    )
+    read = read_receipts(others)
     assert [r.segment for r in read[CATCHER_HK].receipts] == SEGMENTS
     assert uncovered(checker, CHECKER_HK, read, set()) == frozenset()
     # one segment's receipt missing: the share is not covered, unless a finding names the miner
@@ -168,10 +170,7 @@ def test_receipts_travel_signed_and_a_share_without_them_is_uncovered(runtime, w
     # a receipt signed by another validator than the store's announcement names is not read
     forged = signed_receipts(CHECKER, runtime.run_id, WINDOW, own_receipts(catcher, CATCHER_HK))
     store.put(receipts_key(runtime.run_id, WINDOW, CATCHER_HK), forged)
-    assert (
-        read_receipts(StoreCache(), anchors, runtime.run_id, WINDOW, CHECKER_HK, 1 << 20, lambda hk: True)
-        == {}
-    )
+    assert read_receipts(others) == {}
 
 
 @pytest.mark.parametrize("rate", [1.0, 0.5])

@@ -22,6 +22,7 @@ from distrai.protocol.sync import StoreCache
 from distrai.protocol.windows import ChallengeInputs, score_shares
 from distrai.store import FileStore
 from distrai.wire.window_documents import Measurement, Measurements
+from validators.published import OthersWindow
 from validators.scoring import weights_from_averages
 from validators.shared_scoring import (
     REFUTED,
@@ -70,11 +71,16 @@ def test_measurements_are_signed_published_and_read_back(tmp_path):
         measurements_key(RUN, WINDOW, lazy), signed_measurements(VALIDATORS["Honest0"], RUN, WINDOW, {})
     )
     found = read_measurements(
-        StoreCache(), {honest1: url, lazy: forged.url}, RUN, WINDOW, 1 << 20, lambda hk: True
+        OthersWindow(StoreCache(), {honest1: url, lazy: forged.url}, RUN, WINDOW, 1 << 20, lambda hk: True)
     )
     assert set(found) == {honest1}  # the one signed by another key than its validator's is not taken
     assert found[honest1].miners == {m: truth(m) for m in share}
-    assert read_measurements(StoreCache(), {honest1: url}, RUN, WINDOW + 1, 1 << 20, lambda hk: True) == {}
+    assert (
+        read_measurements(
+            OthersWindow(StoreCache(), {honest1: url}, RUN, WINDOW + 1, 1 << 20, lambda hk: True)
+        )
+        == {}
+    )
 
 
 def test_a_false_measurement_is_refuted_and_none_of_its_authors_are_taken():

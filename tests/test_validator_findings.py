@@ -30,12 +30,12 @@ from validators.findings import (
     NOT_RECHECKED,
     REFUTED,
     finding_body,
-    finding_publishers,
     publish_findings,
     read_findings,
     recheck,
 )
 from validators.held_window import HeldWindow
+from validators.published import OthersWindow, publishing_validators
 
 CATCHER = Keypair.create_from_uri("//Catcher")
 CHECKER = Keypair.create_from_uri("//Checker")
@@ -101,9 +101,9 @@ def published_findings(runtime, model, tmp_path, miner_store, caught, shares):
     published = publish_findings(
         runtime, held, CATCHER, lambda key, data: catcher_store.put(key, data) or True
     )
-    anchors = {CATCHER.ss58_address: Announcement(catcher_store.url, WINDOW, aggregate_sha256="ab" * 32)}
+    others = {CATCHER.ss58_address: catcher_store.url}
     found = read_findings(
-        StoreCache(), anchors, runtime.run_id, WINDOW, CHECKER.ss58_address, 1 << 20, lambda hk: True
+        OthersWindow(StoreCache(), others, runtime.run_id, WINDOW, 1 << 20, lambda hk: True)
     )
     return published, found, catcher_store
 
@@ -185,30 +185,20 @@ def test_a_finding_signed_by_another_key_or_under_another_key_name_is_not_read(
         prefix + f"{OTHER}.json", sign_document(CATCHER, body)
     )  # names another miner than its key
     catcher_store.put(prefix + "garbage.json", b"\x80\x04not json")
-    anchors = {CATCHER.ss58_address: Announcement(catcher_store.url, WINDOW, aggregate_sha256="ab" * 32)}
-    found = read_findings(
-        StoreCache(), anchors, runtime.run_id, WINDOW, CHECKER.ss58_address, 1 << 20, lambda hk: True
+    others = OthersWindow(
+        StoreCache(),
+        {CATCHER.ss58_address: catcher_store.url},
+        runtime.run_id,
+        WINDOW,
+        1 << 20,
+        lambda hk: True,
     )
-    assert found == []
-    # and a validator does not read its own findings
+    assert read_findings(others) == []
     catcher_store.put(prefix + f"{MINER}.json", sign_document(CATCHER, body))
-    assert (
-        read_findings(
-            StoreCache(), anchors, runtime.run_id, WINDOW, CATCHER.ss58_address, 1 << 20, lambda hk: True
-        )
-        == []
-    )
-    assert (
-        len(
-            read_findings(
-                StoreCache(), anchors, runtime.run_id, WINDOW, CHECKER.ss58_address, 1 << 20, lambda hk: True
-            )
-        )
-        == 1
-    )
+    assert len(read_findings(others)) == 1
 
 
-def test_findings_are_read_from_every_validator_with_a_permit_anchored_in_time_or_not():
+def test_findings_are_read_from_every_validator_with_a_permit_anchored_in_time_or_not(runtime):
     """A validator whose aggregate landed after the deadline (or that anchored none) has still caught
     what it caught: its findings are read and re-checked like the others'. A hotkey without a
     permit, or with no store announced, publishes none that count."""
@@ -244,6 +234,9 @@ def test_findings_are_read_from_every_validator_with_a_permit_anchored_in_time_o
         neurons=tuple(neuron(uid, hk, permit) for uid, (hk, permit) in enumerate(permits.items())),
         commitments=commitments,
     )
-    publishers = finding_publishers(mg)
-    assert set(publishers) == {"in-time", "late", "no-aggregate"}
-    assert publishers["late"] == late
+    publishers = publishing_validators(mg)
+    assert publishers == {"in-time": "file:///a", "late": late.store_url, "no-aggregate": "file:///c"}
+    # and a validator does not read its own documents
+    others = OthersWindow.of(runtime, StoreCache(), mg, WINDOW, "late")
+    assert set(others.urls) == {"in-time", "no-aggregate"} and others.window == WINDOW
+    assert others.is_registered("miner") and not others.is_registered("stranger")

@@ -7,7 +7,7 @@ catches a miner in a replay check (`states`, `replay`, `trajectory`) publishes a
 `finding_key`, naming the manifest, the segments and the keys of the miner's store it rests on.
 
 While checking the next window, every validator reads the findings of the window before from
-every validator with a permit, in the store its announcement names (`finding_publishers`), and
+every validator with a permit, in the store its announcement names (`published.publishing_validators`), and
 re-checks each against its own view of that
 window (`HeldWindow`): its own base, its own listing of the miner's store at the reveal deadline,
 the manifest the miner committed on chain. It replays the same segments itself, so it trusts the
@@ -30,7 +30,6 @@ from typing import Final, Literal, cast
 
 from distrai.chain.base import Metagraph
 from distrai.codec import CodecError
-from distrai.protocol.announce import Announcement, parse_announcement
 from distrai.protocol.layout import finding_key, findings_prefix, manifest_key, state_key, trajectory_key
 from distrai.protocol.runtime import Runtime
 from distrai.protocol.sync import StoreCache
@@ -43,6 +42,7 @@ from distrai.wire.verdicts import PASS, REPLAY_CHECKS, Check
 from distrai.wire.window_documents import REASON_CHARS, Finding, Recheck, ReplayCheckName, parse_body
 from validators.checks import MinerVerdict
 from validators.held_window import HeldWindow
+from validators.published import OthersWindow
 from validators.replay_check import verify_challenge
 from validators.window import WindowBasis
 from validators.withheld import reread
@@ -109,38 +109,14 @@ def publish_findings(
     return published
 
 
-def finding_publishers(mg: Metagraph) -> dict[str, Announcement]:
-    """The validators whose findings are read: every hotkey with a validator permit whose commitment
-    announces a store, by hotkey. Not only those that anchored the window's aggregate in time: a
-    validator slowed past the aggregate deadline has still caught what it caught, and its findings
-    cost nothing to trust, since each is replayed before it is adopted and only on a miner of its
-    author's share."""
-    publishers = {}
-    for neuron in mg.neurons:
-        commitment = mg.commitments.get(neuron.hotkey)
-        announcement = None if commitment is None else parse_announcement(commitment.data)
-        if neuron.validator_permit and announcement is not None:
-            publishers[neuron.hotkey] = announcement
-    return publishers
-
-
-def read_findings(
-    stores: StoreCache,
-    validators: dict[str, Announcement],
-    run_id: str,
-    window: int,
-    me: str,
-    max_bytes: int,
-    is_registered: Callable[[str], bool],
-) -> list[Finding]:
-    """The findings of `window` that the other `validators` (hotkey → their announcement,
-    `finding_publishers`) published in their stores; an unreadable or forged one is logged and skipped."""
+def read_findings(others: OthersWindow) -> list[Finding]:
+    """The findings of the window that the other validators published in their stores; an unreadable
+    or forged one is logged and skipped."""
+    run_id, window, max_bytes = others.run_id, others.window, others.max_bytes
     found = []
-    for validator, announcement in sorted(validators.items()):
-        if validator == me:
-            continue
+    for validator, url in sorted(others.urls.items()):
         try:
-            store = stores.get(announcement.store_url)
+            store = others.stores.get(url)
             keys = store.list(findings_prefix(run_id, window, validator))
         except (StoreError, ValueError) as exc:
             log.warning("window %d: the findings of %s could not be listed: %s", window, validator[:10], exc)
@@ -150,7 +126,7 @@ def read_findings(
                 doc = open_document(
                     store.get(key, max_bytes),
                     max_bytes=max_bytes,
-                    is_registered=is_registered,
+                    is_registered=others.is_registered,
                     run_id=run_id,
                     window=window,
                     signer=validator,
@@ -226,15 +202,7 @@ def recheck_published(
     none when this validator (`me`) did not check window w (`held` is another window's, or None)."""
     if w < 0:
         return []
-    findings = read_findings(
-        stores,
-        finding_publishers(mg),
-        runtime.run_id,
-        w,
-        me,
-        runtime.config.limits.max_manifest_bytes,
-        lambda hk: mg.uid_of(hk) is not None,
-    )
+    findings = read_findings(OthersWindow.of(runtime, stores, mg, w, me))
     if findings and (held is None or held.window != w):
         log.warning(
             "window %d: %d findings of other validators not re-checked: this validator did not check that window",

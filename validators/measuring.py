@@ -19,6 +19,7 @@ from distrai.wire.signed import Signer
 from distrai.wire.window_documents import Measurement, Measurements
 from validators.checks import MinerVerdict
 from validators.own_store import Publish
+from validators.published import OthersWindow
 from validators.shared_scoring import (
     CONFIRMED,
     MEASUREMENT_TOLERANCE,
@@ -171,7 +172,9 @@ class WindowMeasuring:
             announced = peer_view(v.chain).announcements
             urls = {h: announced[h].store_url for h in validators if h not in found and h in announced}
             limit = self.rt.config.limits.max_manifest_bytes
-            found |= read_measurements(v.stores, urls, self.rt.run_id, w, limit, lambda hk: True)
+            found |= read_measurements(
+                OthersWindow(v.stores, urls, self.rt.run_id, w, limit, lambda hk: True)
+            )
             if len(found) == len(validators) or v.block_now() >= patience:
                 break
             stop.wait(v.chain.block_time())

@@ -53,14 +53,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
 import torch
 
 from distrai.chain.base import Metagraph
-from distrai.protocol.announce import Announcement
 from distrai.protocol.layout import receipts_key
 from distrai.protocol.runtime import Runtime
 from distrai.protocol.sync import StoreCache
@@ -69,9 +68,8 @@ from distrai.wire import sign_document
 from distrai.wire.signed import Signer
 from distrai.wire.verdicts import PASS, Check
 from distrai.wire.window_documents import REASON_CHARS, Receipt, ReceiptRecheck, Recheck, ReplayReceipts
-from validators.findings import finding_publishers
 from validators.held_window import HeldWindow
-from validators.published import read_published
+from validators.published import OthersWindow, read_published
 from validators.refused import Refused
 from validators.replay_check import receipt_sketch, replayed_ends
 
@@ -122,26 +120,11 @@ def signed_receipts(keypair: Signer, run_id: str, window: int, receipts: list[Re
     return sign_document(keypair, body.body())
 
 
-def read_receipts(
-    stores: StoreCache,
-    publishers: Mapping[str, Announcement],
-    run_id: str,
-    window: int,
-    me: str,
-    max_bytes: int,
-    is_registered: Callable[[str], bool],
-) -> dict[str, ReplayReceipts]:
-    """The receipts each other validator of `publishers` (hotkey → its announcement) published for
-    `window`; a missing, unreadable or forged one is left out (its share is then not covered)."""
+def read_receipts(others: OthersWindow) -> dict[str, ReplayReceipts]:
+    """The receipts each other validator published for the window; a missing, unreadable or forged
+    one is left out (its share is then not covered)."""
     return read_published(
-        stores,
-        {v: a.store_url for v, a in publishers.items() if v != me},
-        lambda validator: receipts_key(run_id, window, validator),
-        ReplayReceipts,
-        run_id,
-        window,
-        max_bytes,
-        is_registered,
+        others, lambda validator: receipts_key(others.run_id, others.window, validator), ReplayReceipts
     )
 
 
@@ -313,15 +296,7 @@ def audit_published(
     did not check window w."""
     if held is None or held.window != w:
         return NOT_JUDGED
-    published = read_receipts(
-        stores,
-        finding_publishers(mg),
-        runtime.run_id,
-        w,
-        me,
-        runtime.config.limits.max_manifest_bytes,
-        lambda hk: mg.uid_of(hk) is not None,
-    )
+    published = read_receipts(OthersWindow.of(runtime, stores, mg, w, me))
     verification = runtime.config.verification
     return audit(
         held,

@@ -46,12 +46,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from distrai.protocol.layout import measurements_key
-from distrai.protocol.sync import StoreCache
 from distrai.wire import sign_document
 from distrai.wire.signed import Signer
 from distrai.wire.window_documents import (
@@ -60,7 +59,7 @@ from distrai.wire.window_documents import (
     MeasurementRecheck,
     Measurements,
 )
-from validators.published import read_published
+from validators.published import OthersWindow, read_published
 from validators.usefulness import Usefulness
 
 log = logging.getLogger("distrai.validator")
@@ -91,25 +90,11 @@ def signed_measurements(
     return sign_document(keypair, body.body())
 
 
-def read_measurements(
-    stores: StoreCache,
-    urls: Mapping[str, str],
-    run_id: str,
-    window: int,
-    max_bytes: int,
-    is_registered: Callable[[str], bool],
-) -> dict[str, Measurements]:
-    """The measurements of `window` each validator of `urls` (validator → its store) has published so
-    far; a missing, unreadable or forged document is left out."""
+def read_measurements(others: OthersWindow) -> dict[str, Measurements]:
+    """The measurements of the window each validator of `others` has published so far; a missing,
+    unreadable or forged document is left out."""
     return read_published(
-        stores,
-        urls,
-        lambda validator: measurements_key(run_id, window, validator),
-        Measurements,
-        run_id,
-        window,
-        max_bytes,
-        is_registered,
+        others, lambda validator: measurements_key(others.run_id, others.window, validator), Measurements
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from distrai.data.corpus import offline_documents
 
@@ -84,6 +85,17 @@ def file_format(paths: Sequence[str]) -> str:
     return formats.pop()
 
 
+def _datasets(what: str) -> ModuleType:
+    """The `datasets` package, an extra: a clear error naming what needed it when it is missing."""
+    try:
+        import datasets
+    except ImportError as exc:
+        raise ValueError(
+            f"reading {what} needs the `datasets` package, an extra: pip install 'distrai[hub]'"
+        ) from exc
+    return datasets
+
+
 def read_texts(source: TextSource) -> Iterator[str]:
     """The documents of `source`, in order. Whole text files (`sample_by` "document") and the
     built-in corpus are read directly; other files and hub datasets through `datasets`, imported
@@ -96,15 +108,13 @@ def read_texts(source: TextSource) -> Iterator[str]:
         if builder == "text" and source.sample_by == "document":
             rows = ({source.text_field: Path(path).read_text(encoding="utf-8")} for path in source.paths)
         else:
-            import datasets
-
+            datasets = _datasets(f"{builder} files read by {source.sample_by}")
             options = {"sample_by": source.sample_by} if builder == "text" else {}
             rows = datasets.load_dataset(
                 builder, data_files=list(source.paths), split="train", streaming=True, **options
             )
     else:
-        import datasets
-
+        datasets = _datasets(f"the hub dataset {source.hub_id}")
         rows = datasets.load_dataset(
             source.hub_id, source.hub_config, split=source.split, revision=source.hub_revision, streaming=True
         )

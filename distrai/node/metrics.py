@@ -42,8 +42,12 @@ class Metrics:
         self._lock = threading.Lock()
         self._wandb = None
         if wandb_project:
-            import wandb
-
+            try:
+                import wandb
+            except ImportError as exc:
+                raise ValueError(
+                    "--wandb.project needs the `wandb` package, an extra: pip install 'distrai[wandb]'"
+                ) from exc
             mode: Literal["online", "offline"] = "online" if os.environ.get("WANDB_API_KEY") else "offline"
             self._wandb = wandb.init(
                 project=wandb_project,

@@ -2,11 +2,17 @@
 
 DiLoCo reached DDP's loss with large per-worker batches, many outer rounds and a compute-optimal budget;
 2 CPU cores afford none of these (the corpus sections of docs/benchmarks.md). Here one GPU trains:
-- a preset sized to a byte-level BPE of `vocab_size` tokens (preset `small` at 8,192 tokens: ~20.5M
-  parameters), on the real text of the running Python's installed sources (`_corpus.installed_corpus`:
-  its standard library and site-packages, one document per file), documents held out whole;
+- a preset's width with `layers` layers, sized to a byte-level BPE of `vocab_size` tokens (preset `small`'s
+  width, 4 of its 8 layers, at 4,096 tokens: ~10.2M parameters; all 8 layers at 8,192 tokens, 20.5M,
+  trained 4.2 tokens per parameter in the budget on an H200), built once, saved with `save_pretrained`
+  and loaded from that folder for every method; on the real text of the running Python's installed
+  sources (`_corpus.installed_corpus`: its standard library and site-packages, one document per file),
+  documents held out whole;
 - for about `tokens_per_param` tokens per parameter, cut to what fits the `run_seconds` the run has, at the pace a
   short calibration measures (the section says which bound held);
+- DiLoCo started from DDP's model after `warm_start` of the steps, as the DiLoCo paper's main runs start
+  from a pretrained checkpoint: every DiLoCo row trains the remaining steps from it, where DiLoCo is
+  meant to work, and the same budget then holds about 1.5 times the steps of three cold starts;
 - DDP as one large-batch process: each step runs the workers' batches as micro-batches of one
   `train_step` (gradient accumulation averages them, as DDP's all-reduce does);
 - DiLoCo's workers one after another on the same device, each from the global model for H steps on
@@ -35,13 +41,13 @@ from pathlib import Path
 
 import torch
 from _corpus import Corpus, read_documents, token_bytes, train_tokenizer
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from distrai.data.stream import is_heldout_document
 from distrai.train.evaluate import evaluate
 from distrai.train.inner import float_params, pseudo_gradient
 from distrai.train.loss import causal_lm_loss
-from distrai.train.model import ModelSpec, count_parameters, load_model
+from distrai.train.model import ModelSpec, count_parameters, load_model, preset_config
 from distrai.train.optimizer import InnerOptimizerConfig, make_inner_optimizer, set_lr
 from distrai.train.outer import Contribution, OuterConfig, OuterState, outer_step
 from distrai.train.step import train_step
@@ -65,7 +71,9 @@ class DeviceConfig:
 
     device: str = "cuda"
     preset: str = "small"
-    vocab_size: int = 8192
+    layers: int | None = 4
+    """the preset's width with this many layers (None: the preset's own)"""
+    vocab_size: int = 4096
     seq_len: int = 512
     workers: int = 4
     worker_batch: int = 64
@@ -77,6 +85,9 @@ class DeviceConfig:
     what the methods' training may take together at the calibrated pace (with `ROUND_OVERHEAD`)"""
     steps: int | None = None
     """steps per worker; None: from tokens_per_param, cut to what run_seconds leaves"""
+    warm_start: float = 0.5
+    """the share of the steps DDP trains before every DiLoCo row starts from its model (0: DiLoCo from the
+    initial model)"""
     calibration_steps: int = 6
     lr: float = 2e-3
     final_lr_fraction: float = 0.1
@@ -110,6 +121,10 @@ class DeviceConfig:
             raise ValueError(f"methods must start with 'ddp' and come from {METHODS}, got {self.methods}")
         if self.steps is not None and (self.steps < self.inner_steps or self.steps % self.inner_steps):
             raise ValueError(f"steps {self.steps} must be a positive multiple of H = {self.inner_steps}")
+        if not 0 <= self.warm_start < 1:
+            raise ValueError(f"warm_start must be in [0, 1), got {self.warm_start}")
+        if self.layers is not None and self.layers < 1:
+            raise ValueError(f"layers must be at least 1, got {self.layers}")
         if not 0 <= self.final_lr_fraction <= 1:
             raise ValueError(f"final_lr_fraction must be in [0, 1], got {self.final_lr_fraction}")
 
@@ -257,11 +272,25 @@ class MethodResult:
     rounds: int
 
 
+def save_initial_model(config: DeviceConfig, tokenizer: PreTrainedTokenizerBase, folder: Path) -> Path:
+    """The initial model of every method (the preset's width, `config.layers` layers, seeded), saved
+    with `save_pretrained` into `folder`."""
+    shape = preset_config(config.preset, tokenizer, config.attention)
+    if config.layers is not None:
+        shape.num_hidden_layers = config.layers
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED)
+        LlamaForCausalLM(shape).save_pretrained(folder)
+    return folder
+
+
 def new_model(
-    config: DeviceConfig, tokenizer: PreTrainedTokenizerBase, device: torch.device
+    config: DeviceConfig, folder: Path, tokenizer: PreTrainedTokenizerBase, device: torch.device
 ) -> PreTrainedModel:
-    spec = ModelSpec(preset=config.preset, attention=config.attention, init_seed=SEED)
-    return load_model(spec, tokenizer=tokenizer, device=device)
+    """The initial model, loaded from `folder` (`save_initial_model`) as a checkpoint is."""
+    return load_model(
+        ModelSpec(path_or_id=str(folder), attention=config.attention), tokenizer=tokenizer, device=device
+    )
 
 
 def _step(config: DeviceConfig, model, optimizer, batch: torch.Tensor, micro_batches: int) -> None:
@@ -276,10 +305,10 @@ def _step(config: DeviceConfig, model, optimizer, batch: torch.Tensor, micro_bat
     )
 
 
-def calibrate(config: DeviceConfig, tokenizer, batches: Batches, device: torch.device) -> float:
+def calibrate(config: DeviceConfig, folder: Path, tokenizer, batches: Batches, device: torch.device) -> float:
     """Seconds of one worker step (the unit every method spends workers of per global step), the
     median of `calibration_steps` after two untimed ones."""
-    model = new_model(config, tokenizer, device)
+    model = new_model(config, folder, tokenizer, device)
     optimizer = make_inner_optimizer(model, config.optimizer())
     times = []
     for step in range(config.calibration_steps + 2):
@@ -292,39 +321,56 @@ def calibrate(config: DeviceConfig, tokenizer, batches: Batches, device: torch.d
     return sorted(times[2:])[len(times[2:]) // 2]
 
 
+def warm_steps(config: DeviceConfig, steps: int) -> int:
+    """The steps DDP trains before the DiLoCo rows start from its model: `warm_start` of `steps`, a
+    multiple of H, leaving DiLoCo at least one round."""
+    h = config.inner_steps
+    return min(steps - h, round(steps * config.warm_start / h) * h)
+
+
 def plan_steps(
     config: DeviceConfig, parameters: int, step_seconds: float, seconds: float
 ) -> tuple[int, int, str]:
     """(steps per worker, the token target's steps, which bound set them): the steps that give
-    tokens_per_param tokens per parameter, cut to what the methods fit in `seconds`, as a multiple of H."""
+    tokens_per_param tokens per parameter, cut to what the methods fit in `seconds`, as a multiple of H.
+    DDP trains every step; each DiLoCo row the steps after the warm start."""
     h = config.inner_steps
     target = max(h, round(config.tokens_per_param * parameters / config.tokens_per_step / h) * h)
     if config.steps is not None:
         return config.steps, target, "set by --steps"
-    per_step = step_seconds * config.workers * len(config.methods) * ROUND_OVERHEAD
+    methods = 1 + (len(config.methods) - 1) * (1 - config.warm_start)
+    per_step = step_seconds * config.workers * methods * ROUND_OVERHEAD
     fits = max(h, math.floor(seconds / per_step + 1e-9) // h * h)
     if fits < target:
         return fits, target, f"time: {seconds:.0f} s left for training, at the calibrated pace"
     return target, target, f"the token target: {config.tokens_per_param:g} tokens per parameter"
 
 
-def train_ddp(config: DeviceConfig, model, batches: Batches, steps: int) -> int:
+def train_ddp(
+    config: DeviceConfig, model, batches: Batches, steps: int, warm: int
+) -> dict[str, torch.Tensor]:
+    """Every step; returns the model after the first `warm` (a float32 copy), where DiLoCo starts."""
     optimizer = make_inner_optimizer(model, config.optimizer())
+    snapshot = float_params(model)
     for step in range(steps):
         set_lr(optimizer, cosine_lr(config, step, steps))
         _step(config, model, optimizer, batches.step(step), config.workers)
-    return 0
+        if step + 1 == warm:
+            snapshot = float_params(model)
+    return snapshot
 
 
-def train_diloco(config: DeviceConfig, model, batches: Batches, steps: int, keep_adamw: bool) -> int:
-    """steps / H rounds; `model` ends holding the final global parameters."""
+def train_diloco(
+    config: DeviceConfig, model, batches: Batches, steps: int, first: int, keep_adamw: bool
+) -> int:
+    """Rounds of H steps from global step `first` (a multiple of H) to `steps`, from the model's
+    parameters; `model` ends holding the final global parameters. Returns the rounds."""
     workers = [model] + [copy.deepcopy(model) for _ in range(config.workers - 1)]
     kept = [make_inner_optimizer(w, config.optimizer()) for w in workers] if keep_adamw else None
     global_params = float_params(model)
     state = OuterState(momentum={})
     h = config.inner_steps
-    rounds = steps // h
-    for r in range(rounds):
+    for r in range(first // h, steps // h):
         contributions = []
         for k, worker in enumerate(workers):
             _load(worker, global_params)
@@ -340,7 +386,7 @@ def train_diloco(config: DeviceConfig, model, batches: Batches, steps: int, keep
         outcome = outer_step(global_params, contributions, state, config.outer)
         global_params, state = outcome.params, outcome.state
     _load(model, global_params)
-    return rounds
+    return (steps - first) // h
 
 
 def _load(model, params: dict[str, torch.Tensor]) -> None:
@@ -354,13 +400,6 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-TRAINERS: dict[str, Callable[[DeviceConfig, PreTrainedModel, Batches, int], int]] = {
-    "ddp": train_ddp,
-    "diloco": lambda c, m, b, s: train_diloco(c, m, b, s, keep_adamw=False),
-    "diloco-kept": lambda c, m, b, s: train_diloco(c, m, b, s, keep_adamw=True),
-}
-
-
 @dataclass(frozen=True)
 class DeviceRun:
     """What one device-mode run measured, and everything that set it."""
@@ -372,6 +411,8 @@ class DeviceRun:
     parameters: int
     step_seconds: float
     steps: int
+    warm: int
+    """the steps DDP trained before the DiLoCo rows started from its model"""
     target_steps: int
     bound: str
     results: list[MethodResult]
@@ -387,27 +428,36 @@ def run_device(config: DeviceConfig, corpus: Corpus, folder: Path, log: Callable
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     log(f"tokenizing {len(corpus.files)} files ({corpus.bytes:,} bytes) …")
-    tokens = tokenize_corpus(corpus, config, folder)
+    tokens = tokenize_corpus(corpus, config, folder / "tokenizer")
     log(
         f"{tokens.train.numel():,} training tokens, {tokens.heldout.numel():,} held out "
         f"(tokenizer {tokens.tokenizer_seconds:.0f} s, tokenizing {tokens.tokenize_seconds:.0f} s)"
     )
     batches = Batches(tokens.train, config, device)
-    parameters = count_parameters(new_model(config, tokens.tokenizer, torch.device("cpu")))
-    step_seconds = calibrate(config, tokens.tokenizer, batches, device)
+    initial = save_initial_model(config, tokens.tokenizer, folder / "initial-model")
+    parameters = count_parameters(new_model(config, initial, tokens.tokenizer, torch.device("cpu")))
+    step_seconds = calibrate(config, initial, tokens.tokenizer, batches, device)
     left = config.run_seconds - (time.perf_counter() - started) - EVAL_RESERVE
     steps, target, bound = plan_steps(config, parameters, step_seconds, left)
+    warm = warm_steps(config, steps)
     log(
         f"{parameters:,} parameters; a worker step takes {step_seconds * 1000:.1f} ms; {steps} steps per worker "
-        f"({steps * config.tokens_per_step / parameters:.1f} tokens per parameter; bound: {bound})"
+        f"({steps * config.tokens_per_step / parameters:.1f} tokens per parameter; bound: {bound}); DiLoCo "
+        f"from DDP's model after {warm}"
     )
     heldout = tokens.heldout.to(device)
     results = []
+    start_params: dict[str, torch.Tensor] = {}
     for method in config.methods:
-        model = new_model(config, tokens.tokenizer, device)
+        model = new_model(config, initial, tokens.tokenizer, device)
+        if method != "ddp":
+            _load(model, start_params)
         _sync(device)
         start = time.perf_counter()
-        rounds = TRAINERS[method](config, model, batches, steps)
+        if method == "ddp":
+            start_params, rounds = train_ddp(config, model, batches, steps, warm), 0
+        else:
+            rounds = train_diloco(config, model, batches, steps, warm, keep_adamw=method == "diloco-kept")
         _sync(device)
         seconds = time.perf_counter() - start
         loss = evaluate(model, heldout, batch_size=32, cpu_threads=None)
@@ -425,6 +475,7 @@ def run_device(config: DeviceConfig, corpus: Corpus, folder: Path, log: Callable
         parameters,
         step_seconds,
         steps,
+        warm,
         target,
         bound,
         results,

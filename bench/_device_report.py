@@ -17,10 +17,16 @@ HEADERS = (*CORPUS_HEADERS[:5], "training time (s)", "tokens / s")
 
 def table_rows(run: DeviceRun) -> list[list[str]]:
     ddp = run.results[0].heldout_loss
-    tokens = run.steps * run.config.tokens_per_step
     rows = []
     for result in run.results:
-        shape = "1 (every step)" if result.method == "ddp" else f"{run.config.inner_steps} × {result.rounds}"
+        trained = run.steps if result.method == "ddp" else run.steps - run.warm
+        tokens = trained * run.config.tokens_per_step
+        shape = (
+            "1 (every step)"
+            if result.method == "ddp"
+            else f"{run.config.inner_steps} × {result.rounds}"
+            + (f", from step {run.warm:,}" if run.warm else "")
+        )
         rows.append(
             [
                 METHOD_LABELS[result.method],
@@ -83,7 +89,10 @@ def device_section(run: DeviceRun, command: str, date: str) -> str:
         f"held out: every document `is_heldout_document` picks at a share of {c.heldout_fraction:g} "
         f"({t.heldout_documents:,} of {t.heldout_documents + t.training_documents:,}), the first "
         f"{t.heldout.shape[0]:,} sequences of them; {run.bytes_per_token:.3f} bytes of text per held-out token",
-        f"- model: preset `{c.preset}` sized to the tokenizer, {run.parameters:,} parameters; seq_len {c.seq_len}; "
+        f"- model: preset `{c.preset}`"
+        + (f"'s width with {c.layers} layers" if c.layers is not None else "")
+        + f", sized to the tokenizer, seeded, saved with `save_pretrained` and loaded from that folder for every "
+        f"method; {run.parameters:,} parameters; seq_len {c.seq_len}; "
         f"bf16 autocast over fp32 weights, {c.attention} attention, {c.adamw} AdamW (the GPU run config's step); "
         "deterministic algorithms off, TF32 on",
         f"- {c.workers} workers, batch {c.worker_batch} per worker ({c.worker_batch * c.seq_len:,} tokens; DDP's "
@@ -93,6 +102,14 @@ def device_section(run: DeviceRun, command: str, date: str) -> str:
         f"- the steps: {c.tokens_per_param:g} tokens per parameter would take {run.target_steps:,}; a worker step "
         f"took {run.step_seconds * 1000:.1f} ms in calibration (median of {c.calibration_steps}); bound: {run.bound}",
         f"- {schedule}",
+        (
+            f"- DiLoCo starts from DDP's model after {run.warm:,} of the {run.steps:,} steps (a share of "
+            f"{c.warm_start:g}, as the DiLoCo paper's main runs start from a pretrained checkpoint) and trains the "
+            f"other {run.steps - run.warm:,}, with the schedule where DDP had it; its training time and tokens / s "
+            "count those steps"
+            if run.warm
+            else "- every method from the initial model"
+        ),
         f"- DiLoCo: H = {c.inner_steps}, outer Nesterov SGD lr {c.outer.lr:g}, momentum {c.outer.momentum:g}"
         f"{', updates clipped to the median norm' if c.outer.clip_to_median_norm else ''} (the project's "
         f"`outer_step`, fp32 pseudo-gradients); fresh-AdamW rounds warm up again over their first "

@@ -425,8 +425,9 @@ Written by `bench/convergence.py`, one section per corpus, each with the command
   hash the section records, under a BPE tokenizer trained on them, prepared into token shards with the
   project's `distrai data prepare` machinery.
 - **Device mode** (`--device cuda`): one accelerator, DDP as one large batch against DiLoCo's workers
-  run in turn, a ~20M-parameter model on the running Python's installed sources, a cosine schedule,
-  and as many tokens per parameter (up to 20) as fit in under 8 minutes.
+  run in turn, a ~10M-parameter model on the running Python's installed sources, a cosine schedule,
+  DiLoCo from DDP's model after half the steps (as the DiLoCo paper's main runs start from a
+  pretrained checkpoint), and as many tokens per parameter (up to 20) as fit in under 8 minutes.
 
 A run rewrites the sections of the corpora it ran and keeps the others and the notes at the end. It
 does not replace a real-text section measured on another corpus (another hash, as another Python's

@@ -169,7 +169,7 @@ def run_device_mode(args: argparse.Namespace, console: Console) -> str:
     # what else this Python has installed (with only the [bench] extra, one of 36 bytes filled no sequence)
     corpus = stdlib_corpus(config.corpus_bytes) if args.quick else installed_corpus(config.corpus_bytes)
     with tempfile.TemporaryDirectory() as folder:
-        run = run_device(config, corpus, Path(folder) / "tokenizer", console.print)
+        run = run_device(config, corpus, Path(folder), console.print)
     print_device(run, console)
     return device_section(run, shlex.join(["python", *sys.argv]), date)
 

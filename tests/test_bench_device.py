@@ -19,9 +19,24 @@ import pytest
 import torch
 from test_bench_smoke import table_after
 
+from distrai.data.byte_tokenizer import byte_tokenizer
+from distrai.train.loss import causal_lm_loss
+from distrai.train.optimizer import make_inner_optimizer, set_lr
+from distrai.train.step import train_step
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import convergence  # noqa: E402
-from _device import Batches, DeviceConfig, cosine_lr, plan_steps, quick_device  # noqa: E402
+from _device import (  # noqa: E402
+    Batches,
+    DeviceConfig,
+    cosine_lr,
+    new_model,
+    plan_steps,
+    quick_device,
+    save_initial_model,
+    train_ddp,
+    warm_steps,
+)
 from _report import NOTES_MARKER  # noqa: E402
 
 
@@ -62,13 +77,44 @@ def test_the_step_plan_follows_the_token_target_or_the_time_it_has():
         6250,
         "the token target: 20 tokens per parameter",
     )
-    # 3 methods x 4 workers x 0.1 s x ROUND_OVERHEAD 1.1 = 1.32 s a step: 660 s fit 500 steps
-    steps, target, bound = plan_steps(config, parameters, 0.1, 660)
+    # from the initial model: 3 methods x 4 workers x 0.1 s x ROUND_OVERHEAD 1.1 = 1.32 s a step, so
+    # 660 s fit 500 steps
+    cold = replace(config, warm_start=0.0)
+    steps, target, bound = plan_steps(cold, parameters, 0.1, 660)
     assert (steps, target) == (500, 6250) and bound.startswith("time: 660 s")
-    assert plan_steps(config, parameters, 0.1, 659)[0] == 450, "a multiple of H"
-    assert plan_steps(config, parameters, 0.1, 1)[0] == 50, "at least one round"
+    assert plan_steps(cold, parameters, 0.1, 659)[0] == 450, "a multiple of H"
+    assert plan_steps(cold, parameters, 0.1, 1)[0] == 50, "at least one round"
+    # DiLoCo from DDP's model after half the steps: DDP's whole run and two halves, 0.88 s a step
+    assert plan_steps(config, parameters, 0.1, 660)[0] == 750
     with pytest.raises(ValueError, match="multiple of H"):
         replace(config, steps=75)
+
+
+def test_diloco_starts_where_ddp_stood_after_the_warm_start(tmp_path):
+    """The warm start is a multiple of H that leaves DiLoCo a round; every method loads the same saved
+    initial model (the preset's width, `layers` layers); DDP hands over its model after the warm start,
+    the same bits as a DDP run of the same schedule stopped there."""
+    config = replace(
+        quick_device(DeviceConfig(device="cpu")), inner_steps=2, steps=8, warm_start=0.4, layers=1
+    )
+    assert [warm_steps(replace(config, warm_start=w), 8) for w in (0.0, 0.3, 0.4, 0.9)] == [0, 2, 4, 6]
+    assert warm_steps(config, 2) == 0, "DiLoCo keeps at least one round"
+    tokenizer = byte_tokenizer()
+    folder = save_initial_model(config, tokenizer, tmp_path / "initial")
+    models = [new_model(config, folder, tokenizer, torch.device("cpu")) for _ in range(2)]
+    assert models[0].config.num_hidden_layers == 1
+    assert all(torch.equal(a, b) for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True))
+    batches = Batches(torch.randint(0, 256, (200, config.seq_len)), config, torch.device("cpu"))
+    handed_over = train_ddp(config, models[0], batches, 8, 4)
+    stopped = models[1]
+    optimizer = make_inner_optimizer(stopped, config.optimizer())
+    for step in range(4):
+        set_lr(optimizer, cosine_lr(config, step, 8))
+        train_step(
+            stopped, optimizer, batches.step(step), loss_fn=causal_lm_loss, micro_batches=config.workers
+        )
+    assert all(torch.equal(handed_over[n], p.detach()) for n, p in stopped.named_parameters())
+    assert not all(torch.equal(handed_over[n], p.detach()) for n, p in models[0].named_parameters())
 
 
 def test_bad_settings_are_refused_by_name():
@@ -108,7 +154,11 @@ def test_a_quick_run_writes_a_consistent_section_and_keeps_the_rest(quick_report
         assert math.isfinite(loss) and 0 < loss < 2 * math.log(config.vocab_size)
         assert float(row[3]) == pytest.approx(loss / bytes_per_token, rel=2e-3)
         assert float(row[4]) == pytest.approx(loss / ddp_loss, abs=1e-3)
-    assert rows[1][1] == rows[2][1] == f"{config.inner_steps} × {config.steps // config.inner_steps}"
+    warm = warm_steps(config, config.steps)
+    assert warm > 0
+    rounds = (config.steps - warm) // config.inner_steps
+    assert rows[1][1] == rows[2][1] == f"{config.inner_steps} × {rounds}, from step {warm}"
+    assert f"DiLoCo starts from DDP's model after {warm} of the {config.steps} steps" in section
     tokens = config.steps * config.workers * config.worker_batch * config.seq_len
     assert f"{config.steps:,} steps per worker for every method: {tokens:,} tokens" in section
     assert "bound: set by --steps" in section and "corpus sha256 `" in section

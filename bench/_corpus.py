@@ -22,8 +22,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from distrai.data.byte_tokenizer import byte_to_symbol
 from distrai.data.manifest import DataManifest
@@ -31,12 +30,12 @@ from distrai.data.prepare import PrepareOptions, prepare
 from distrai.data.stream import is_heldout_document
 from distrai.data.texts import TextSource, read_texts
 from distrai.data.tokenizers import tokenizer_sha256
+from distrai.localnet.local_data import train_bpe
 from distrai.store import open_store
 
 EXCLUDED_FOLDERS = ("site-packages", "idlelib", "lib2to3", "turtledemo", "encodings", "pydoc_data")
 """Folders of the standard library that are not read (besides every path part starting "test")."""
 MAX_FILE_BYTES = 256 << 10
-EOS = "<|endoftext|>"
 
 
 @dataclass(frozen=True)
@@ -130,27 +129,18 @@ def read_documents(corpus: Corpus) -> list[str]:
 
 
 def train_tokenizer(training_texts: list[str], vocab_size: int, folder: Path) -> PreTrainedTokenizerBase:
-    """A byte-level BPE of `vocab_size` tokens (EOS included) trained on `training_texts`, saved to
-    `folder` and loaded back from it."""
-    backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=[EOS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    backend.train_from_iterator(training_texts, trainer=trainer)
-    PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=EOS).save_pretrained(folder)
+    """The local network's byte-level BPE of `vocab_size` tokens (`local_data.train_bpe`: EOS included,
+    reserved tokens where the text supports fewer merges) trained on `training_texts`, saved to `folder`
+    and loaded back from it, as a run's tokenizer is."""
+    train_bpe(training_texts, vocab_size).save_pretrained(folder)
     return AutoTokenizer.from_pretrained(folder)
 
 
 def token_bytes(tokenizer: PreTrainedTokenizerBase) -> list[int]:
-    """Bytes of text each token id stands for (0 for special tokens), for a byte-level tokenizer:
+    """Bytes of text each token id stands for (0 for special and added tokens), for a byte-level tokenizer:
     each character of a byte-level token is one byte."""
     alphabet = set(byte_to_symbol().values())
-    special = set(tokenizer.all_special_ids)
+    special = set(tokenizer.all_special_ids) | set(tokenizer.added_tokens_decoder)
     counts = []
     for index, token in enumerate(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))):
         if index in special:

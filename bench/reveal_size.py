@@ -41,11 +41,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
-from _corpus import EOS, read_documents, stdlib_corpus, train_tokenizer
+from _corpus import read_documents, stdlib_corpus, train_tokenizer
 from _gpu_loops import sized_tokenizer
 from _report import NOTES_MARKER, Machine, kept_notes
 
 from distrai.codec import get_codec
+from distrai.localnet.local_data import EOS
 from distrai.protocol.run import load_run_config, shipped_config_path
 from distrai.protocol.runtime import inner_config
 from distrai.protocol.trajectory import param_pieces

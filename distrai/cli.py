@@ -17,10 +17,10 @@ from distrai.chain.base import ChainError
 from distrai.chain_cmd import CHAIN_COMMANDS, add_chain_commands, wallet_args
 from distrai.dashboard.cli import DEFAULT_PORT as DASHBOARD_PORT
 from distrai.dashboard.cli import add_dashboard_parser, run_dashboard
-from distrai.data.cli import add_data_commands, cmd_data_prepare
+from distrai.data.cli import add_data_commands
 from distrai.node.flags import FLAGS
 from distrai.node.wallets import create_dev_wallet, public_hotkeys
-from distrai.run_cmd import add_run_commands, cmd_run_publish
+from distrai.run_cmd import add_run_commands, cmd_data_prepare_run, cmd_run_publish
 
 PIPED_WIDTH = 200
 """Columns of output that goes to a file or a pipe (rich's own default there is 80, which cuts the
@@ -333,7 +333,7 @@ COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int | None
     ("localnet", None): cmd_localnet,
     ("doctor", None): cmd_doctor,
     ("dashboard", None): lambda args: run_dashboard(args, console),
-    ("data", "prepare"): lambda args: cmd_data_prepare(args, console),
+    ("data", "prepare"): lambda args: cmd_data_prepare_run(args, console),
 }
 
 

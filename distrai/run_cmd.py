@@ -1,14 +1,20 @@
-"""`distrai run publish`: the subnet owner publishes its run config's run id, as the nodes read it."""
+"""`distrai run publish`: the subnet owner publishes its run config's run id, as the nodes read it; and
+`distrai data prepare --run.template T --run.out F`, which writes the run config naming the data it
+prepared."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import tomllib
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.markup import escape
 
 from distrai.chain.base import Chain
+from distrai.data.cli import cmd_data_prepare, prepared_data
 from distrai.node.flags import FLAGS
 from distrai.node.registration import require_registered
 
@@ -91,3 +97,44 @@ def cmd_run_publish(args: argparse.Namespace, console: Console) -> None:
         f"on subnet {chain.netuid}: nodes started with --run.config {path} run it",
         highlight=False,
     )
+
+
+def run_config_text(template: Path, store_url: str, digest: str) -> tuple[str, RunConfig]:
+    """`template`'s text with the prepared data named (`data.run_text.with_data`), and the run config
+    it is; a `ValueError` naming the template when it cannot take the lines or is no run config with them."""
+    from distrai.data.run_text import with_data
+    from distrai.protocol.run import parse_run_config
+
+    try:
+        text = with_data(template.read_text(encoding="utf-8"), prepared_data(store_url, digest))
+        return text, parse_run_config(tomllib.loads(text), str(template))
+    except OSError as exc:
+        raise ValueError(f"{template}: cannot read the run config template: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{template}: not valid TOML: {exc}") from None
+    except ValueError as exc:
+        raise ValueError(str(exc) if str(exc).startswith(str(template)) else f"{template}: {exc}") from None
+
+
+def cmd_data_prepare_run(args: argparse.Namespace, console: Console) -> None:
+    """`distrai data prepare`, the manifest's hash its last line; with `--run.template` and `--run.out`,
+    the template is checked before the work (a template that cannot take the data's lines wastes no
+    preparing) and written with them after it, all or nothing."""
+    from distrai.protocol.run import run_id
+    from distrai.store.file import write_atomically
+
+    template, out = args.run_template, args.run_out
+    if (template is None) != (out is None):
+        raise ValueError("--run.template and --run.out go together: the template, and where to write it")
+    if template is not None:
+        run_config_text(template, args.store_url, "0" * 64)
+    store_url, digest = cmd_data_prepare(args, console)
+    if template is not None:
+        text, config = run_config_text(template, store_url, digest)
+        write_atomically(out, lambda file: file.write(text.encode()))
+        console.print(
+            f"wrote {escape(str(out))}: {escape(str(template))} naming the prepared data, run id "
+            f"{run_id(config)}; publish it with `distrai run publish --run.config {escape(str(out))}`",
+            highlight=False,
+        )
+    print(digest)  # the last line: the manifest's hash, for scripts

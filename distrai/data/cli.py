@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -84,6 +85,16 @@ def add_data_commands(groups: argparse._SubParsersAction) -> None:
         "--store.url", dest="store_url", required=True, help="file:///path or s3://bucket/prefix"
     )
     prep.add_argument("--store.endpoint", dest="store_endpoint", default=None)
+    prep.add_argument(
+        "--run.template",
+        dest="run_template",
+        type=Path,
+        metavar="PATH",
+        help="a run config whose [data] table the prepared data's lines replace, written to --run.out",
+    )
+    prep.add_argument(
+        "--run.out", dest="run_out", type=Path, metavar="PATH", help="where to write that run config"
+    )
 
 
 def load_prepare_tokenizer(name: str, revision: str | None) -> PreTrainedTokenizerBase:
@@ -116,26 +127,26 @@ def text_source(args: argparse.Namespace) -> TextSource:
     return TextSource("builtin", builtin_documents=args.builtin, builtin_seed=args.builtin_seed)
 
 
-def run_config_lines(store_url: str, digest: str) -> str:
-    """The run config lines that name the prepared data: the store's URL, its endpoint (taken out of
-    the URL's query, where the store keeps it) on a line of its own."""
+def prepared_data(store_url: str, digest: str) -> dict[str, str]:
+    """The `[data]` keys that name the prepared data: the store's URL, its endpoint (taken out of the
+    URL's query, where the store keeps it) a key of its own."""
     parts = urlsplit(store_url)
     query = parse_qsl(parts.query)
     endpoint = [value for name, value in query if name == "endpoint"]
     rest = urlencode([(name, value) for name, value in query if name != "endpoint"], safe=":/")
-    lines = [
-        'tokenizer = "data"',
-        "",
-        "[data]",
-        'source = "prepared"',
-        f'manifest = "{digest}"',
-        f'store = "{urlunsplit(parts._replace(query=rest))}"',
-        *(f'endpoint = "{value}"' for value in endpoint),
-    ]
-    return "\n".join(lines)
+    data = {"source": "prepared", "manifest": digest, "store": urlunsplit(parts._replace(query=rest))}
+    return data | ({"endpoint": endpoint[0]} if endpoint else {})
 
 
-def cmd_data_prepare(args: argparse.Namespace, console: Console) -> None:
+def run_config_lines(store_url: str, digest: str) -> str:
+    """The run config lines that name the prepared data (`prepared_data`)."""
+    data = prepared_data(store_url, digest)
+    return "\n".join(
+        ['tokenizer = "data"', "", "[data]", *(f'{key} = "{value}"' for key, value in data.items())]
+    )
+
+
+def cmd_data_prepare(args: argparse.Namespace, console: Console) -> tuple[str, str]:
     from distrai.data.prepare import PrepareOptions, Progress, prepare
     from distrai.data.texts import read_texts
     from distrai.store import open_store
@@ -184,6 +195,7 @@ def cmd_data_prepare(args: argparse.Namespace, console: Console) -> None:
     ):
         table.add_row(label, value)
     console.print(table)
-    console.print("in the run config:\n" + escape(run_config_lines(store.url, digest)), highlight=False)
-    console.print(RUN_ID_NOTE, highlight=False)
-    print(digest)
+    if args.run_out is None:  # else the caller writes the run config (`distrai.run_cmd`)
+        console.print("in the run config:\n" + escape(run_config_lines(store.url, digest)), highlight=False)
+        console.print(RUN_ID_NOTE, highlight=False)
+    return store.url, digest

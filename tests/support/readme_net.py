@@ -11,8 +11,8 @@ their own (the wallets and the nodes' work folders), the S3 credentials in the A
 Each command runs to its end in turn (a few seconds each), except the nodes (`python neurons/…`),
 which start last and run their windows while the session goes on; the walk itself runs in a thread,
 so that a background lane never waits for it. Once `distrai data prepare` has
-run, the network writes RUN.toml as the README says: the shipped CPU run config, its `[data]` table
-naming the lines the command printed, with `INNER_STEPS` steps a window."""
+run (and written RUN.toml: the shipped CPU run config naming the data it prepared), the network lowers
+its steps a window to `INNER_STEPS`, as the README says a trial may."""
 
 from __future__ import annotations
 
@@ -30,7 +30,6 @@ import boto3
 
 from distrai.data.corpus import offline_documents
 from distrai.localnet.network import Neuron
-from distrai.protocol.run import shipped_config_path
 from support.s3server import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY, start_server, stop_server
 from support.tiny_models import write_corpus_files
 
@@ -41,7 +40,6 @@ BUCKET = "readme-walk"
 INNER_STEPS = 30
 """The most a window trains (the shipped config's 90, lowered as the README allows for a lighter trial)."""
 COMMAND_TIMEOUT_S = 300.0
-DATA_LINE = re.compile(r'^(manifest|store|endpoint) = ".*"$', re.MULTILINE)
 
 
 def walk_lines(readme: str) -> list[str]:
@@ -162,18 +160,14 @@ class ReadmeNet:
                 if out.returncode != 0:
                     return
                 if argv[1:3] == ["data", "prepare"]:
-                    self.write_run_config(out.stdout)
+                    self.lighten_run_config()
 
-    def write_run_config(self, printed: str) -> None:
-        """RUN.toml: the shipped CPU run config, its `[data]` table naming the prepared data's lines
-        `distrai data prepare` printed, with `INNER_STEPS` steps a window."""
-        shipped = shipped_config_path("cpu-localnet").read_text()
-        builtin = re.search(r'^manifest = "[0-9a-f]{64}"$', shipped, re.MULTILINE).group(0)
-        steps = re.search(r"^inner_steps = 90 ", shipped, re.MULTILINE).group(0)
-        ours = "\n".join(m.group(0) for m in DATA_LINE.finditer(printed))
-        self.run_config.write_text(
-            shipped.replace(builtin, ours).replace(steps, f"inner_steps = {INNER_STEPS} ")
-        )
+    def lighten_run_config(self) -> None:
+        """RUN.toml as `distrai data prepare --run.out` wrote it, with `INNER_STEPS` steps a window (the
+        README's "a lower inner_steps makes the trial lighter")."""
+        written = self.run_config.read_text()
+        steps = re.search(r"^inner_steps = 90 ", written, re.MULTILINE).group(0)
+        self.run_config.write_text(written.replace(steps, f"inner_steps = {INNER_STEPS} "))
 
     def start_node(self, args: list[str]) -> None:
         """Start `python ARGS` (`python` is this interpreter, the environment's) without waiting; the

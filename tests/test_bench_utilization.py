@@ -60,8 +60,10 @@ def test_link_uses_linkcheck_and_keeps_the_gpu_share(configs):
     assert link.gpu_params == GPU_PARAMS
     assert link.gpu_reveal.n_states == 1  # the start of the one challenged segment, whatever the validators
     fraction = gpu.verification.trajectory_fraction
-    # the fp32 state coded against the base (linkcheck's 10 B/param); the fp32 + fp32 residual sample
-    lean = (CODED_STATE_BYTES_PER_PARAM["float32"] + 8 * fraction) * GPU_PARAMS + link.gpu_reveal.update
+    # the fp32 state coded against the base (linkcheck's 6.5 B/param with its moments rounded to bf16 at
+    # the boundary, 10 without); the fp32 + fp32 residual sample
+    coded = CODED_STATE_BYTES_PER_PARAM[("float32", gpu.train.boundary_moments)]
+    lean = (coded + 8 * fraction) * GPU_PARAMS + link.gpu_reveal.update
     assert link.gpu_reveal.total == pytest.approx(lean, rel=1e-6)
     assert link.gpu_reveal_s == pytest.approx(link.gpu_reveal.total / 12.5e6)
     assert link.share == pytest.approx(link.gpu_reveal_s / 1200.0)

@@ -113,27 +113,34 @@ def test_reveal_bytes_of_the_tiny_cpu_config(cpu):
     one = linkcheck.reveal_bytes(cpu, n, validators=1)
     sampled = math.ceil(cpu.verification.trajectory_fraction * n)
     assert one.update == update and one.update_source == "codec"
-    state = math.ceil(10.0 * n)  # fp32 parameters and moments, coded against the base
+    assert cpu.train.boundary_moments == "bfloat16"
+    state = math.ceil(6.5 * n)  # fp32 parameters, moments rounded to bf16, coded against the base
     assert one.state == state
     assert one.trajectory == sampled * (4 + 4)  # fp32 parameters and the fp32 residual
     assert (one.n_states, one.states) == (1, state)
     assert one.total == update + sampled * 8 + state
 
 
-def test_gpu_subnet_reveals_11_bytes_per_parameter_whatever_the_validators(gpu):
+def test_gpu_subnet_reveals_under_8_bytes_per_parameter_whatever_the_validators(gpu):
     assert gpu.model.dtype == "float32" and gpu.verification.challenge_segments == 1
+    assert gpu.train.boundary_moments == "bfloat16"
     one = linkcheck.reveal_bytes(gpu, GPU_PARAMS, validators=1)
-    assert one.state / GPU_PARAMS == pytest.approx(10.0, abs=1e-8)
-    # one fp32 start state coded against the base (10.0 B/param: the largest measured, rounded up) and the trajectory sample:
-    # (4 + 4) B/param × trajectory_fraction; 13 before the coding
-    expected = 10.0 + 8.0 * gpu.verification.trajectory_fraction
+    assert one.state / GPU_PARAMS == pytest.approx(6.5, abs=1e-8)
+    # one fp32 start state, its moments rounded to bf16 at the boundary, coded against the base (6.5 B/param:
+    # the largest measured, 5.93, with room for the parameters' growth) and the trajectory sample:
+    # (4 + 4) B/param × trajectory_fraction; 10.0 + 1.0 = 11.0 with float32 moments, 13 before the coding
+    expected = 6.5 + 8.0 * gpu.verification.trajectory_fraction
     assert one.per_param(GPU_PARAMS) == pytest.approx(expected, abs=1e-6)
-    assert one.per_param(GPU_PARAMS) <= 11.0
+    assert one.per_param(GPU_PARAMS) <= 8.0  # the reveal's target
     assert one.update < 0.05 * GPU_PARAMS  # topk at 4096/64: about 0.03 bytes per parameter
     many = linkcheck.reveal_bytes(gpu, GPU_PARAMS, validators=10_000)
     assert many == one
     for v in range(1, 12):
         assert linkcheck.states_revealed(gpu, v) == 1
+    kept = gpu.model_copy(update={"train": gpu.train.model_copy(update={"boundary_moments": "float32"})})
+    assert linkcheck.reveal_bytes(kept, GPU_PARAMS, validators=1).per_param(GPU_PARAMS) == pytest.approx(
+        10.0 + 8.0 * gpu.verification.trajectory_fraction, abs=1e-6
+    )
 
 
 def test_no_validators_means_no_challenge_and_only_the_update(gpu):

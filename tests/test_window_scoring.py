@@ -12,9 +12,10 @@ challenged, so the scores alone must hold:
   pay (docs/protocol.md, "Scores"); what keeps them from being paid is a replay before their pay
   matures (tests/test_deterrence.py, tests/test_pay.py);
 - an update nobody measured in time is not scored, neither paid nor zeroed;
-- in a run's first window, where the marks cannot tell a trainer from a copier, a miner that
+- in a run's first window, where the marks can barely tell a trainer from a copier, a miner that
   trained on an honest miner's public assignment (and so published its update) does not take the
-  honest share: nobody is paid for the work, unless a replay of the honest miner passed.
+  honest share: the honest miner keeps it when a replay of it passed or its mark stands out, else
+  nobody is paid for the work.
 
 The base is the tiny model after two windows of training, when an update's memorisation of its own
 data can be measured (from the initial model it cannot)."""
@@ -299,6 +300,14 @@ def test_training_on_another_miners_data_takes_nothing_from_it_in_a_first_window
     assert copier.score == 0.0 and not copier.fraud and "duplicate" in copier.verdicts, copier.verdicts
     if honest_replayed:
         assert honest.score == full_pay(runtime), honest.verdicts
+        assert "its replay passed" in copier.verdicts["duplicate"], copier.verdicts
     else:
-        assert honest.score == 0.0 and not honest.fraud, honest.verdicts
-        assert "cannot be told" in honest.verdicts["duplicate"], honest.verdicts
+        # the marks may or may not tell them apart from the initial model (with one run id the honest
+        # miner's stood 2.4 standard errors above the copier's, with another within 2): the share goes
+        # to the honest miner when its mark stands out, else to nobody, never to the copier
+        assert not honest.fraud, honest.verdicts
+        if honest.score:
+            assert honest.score == full_pay(runtime), honest.verdicts
+            assert "its mark stands out" in copier.verdicts["duplicate"], copier.verdicts
+        else:
+            assert "cannot be told" in honest.verdicts["duplicate"], honest.verdicts

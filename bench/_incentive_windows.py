@@ -9,8 +9,8 @@ they are paid).
 
 Besides honest miners, a window holds the cheats a claim invites: a miner that claims more steps
 than it trains (it trains the last steps of its claim, so the sequences the validator measures are
-ones it trained), and a copier that trains nothing and publishes a blend of the updates the last
-window's aggregate took. Nothing is challenged or replayed here: what a challenge would catch, and
+ones it trained), a copier that trains nothing and publishes a blend of the updates the last
+window's aggregate took, and a miner that trains honestly and publishes its update scaled far down. Nothing is challenged or replayed here: what a challenge would catch, and
 what that costs a cheater, is `validators.deterrence`'s, at the GPU config (`bench/incentives.py`).
 Training is deterministic on the CPU, so a miner whose base and residual are bit for bit those of
 another run's window trains the same update: `Trainer` reuses it within the window.
@@ -68,6 +68,8 @@ class Miner:
     """inner steps its manifest claims (None: the steps it trains); it trains the last `steps` of them"""
     copies: bool = False
     """trains nothing: publishes a blend of the updates the last window's aggregate took"""
+    scale: float = 1.0
+    """what it multiplies its own update by before publishing it (1: as trained)"""
 
     @property
     def claims(self) -> int:
@@ -75,7 +77,7 @@ class Miner:
 
     @property
     def honest(self) -> bool:
-        return not self.copies and self.claims == self.steps
+        return not self.copies and self.claims == self.steps and self.scale == 1.0
 
 
 @dataclass(frozen=True)
@@ -206,7 +208,7 @@ class Trainer:
             residual_out_hash=None,
         )
         update = rt.codec.decode(encoded.payload, encoded.metadata, rt.shapes())
-        return Trained(update, encoded.residual, manifest)
+        return Trained({n: miner.scale * t for n, t in update.items()}, encoded.residual, manifest)
 
 
 UNCHECKED = "00" * 32

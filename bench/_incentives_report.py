@@ -131,9 +131,30 @@ def split_ratios(r: Results) -> list[float]:
 
 
 def docked(r: Results) -> tuple[int, int]:
-    """(honest miner-windows the `useful` gate failed, honest miner-windows)."""
+    """(honest miner-windows paid less than their claim, by the `useful` gate or the gain floor,
+    honest miner-windows)."""
     cells = [r.pay_records[i].miners[m.hotkey] for m in honest_miners(r) for i in range(len(r.pay_records))]
-    return sum(cell.score == 0 for cell in cells), len(cells)
+    return sum(cell.pay_per_token < 1 for cell in cells), len(cells)
+
+
+def shrunk(r: Results) -> Miner | None:
+    """The cheat that publishes its own honest update scaled down (None: the run has none)."""
+    return next((m for m in r.cheaters if m.scale != 1.0), None)
+
+
+def gain_exponent(r: Results) -> float:
+    """How the honest speeds' gain on the reserve grew with their tokens: the slope of log gain
+    against log tokens from the ¼× to the 4× miner, the median over the windows (nan when a gain is
+    not positive in every window)."""
+    slow, fast = r.speeds[0], r.speeds[2]
+    slopes = []
+    for record in r.pay_records:
+        a, b = record.miners[slow.hotkey], record.miners[fast.hotkey]
+        ga, gb = a.numbers.get("drop_unseen", math.nan), b.numbers.get("drop_unseen", math.nan)
+        if not (ga > 0 and gb > 0):
+            return math.nan
+        slopes.append(math.log(gb / ga) / math.log(b.tokens / a.tokens))
+    return statistics.median(slopes)
 
 
 def passed_share(r: Results, miner: Miner) -> float:
@@ -175,12 +196,30 @@ def targets_table(r: Results) -> Table:
             met(all(abs(ratio - 1) <= TOLERANCE for ratio in ratios)),
         ],
         [
-            f"c. honest work the `useful` gate fails, {r.config.scoring.usefulness_sequences} sequences",
+            f"c. honest work the gates dock (`useful`, the gain floor), {r.config.scoring.usefulness_sequences} "
+            "sequences",
             f"{failed} of {cells} honest miner-windows ({failed / cells:.1%})",
             f"≤ {DOCKED_TARGET:.0%}",
             met(failed / cells <= DOCKED_TARGET),
         ],
+        [
+            "c. the gain's growth with tokens, honest ¼× to 4× (the floor's size correction)",
+            f"exponent {gain_exponent(r):.2f} (the run config's `gain_exponent`: {r.config.scoring.gain_exponent})",
+            "none: informs the config",
+            "—",
+        ],
     ]
+    scaled = shrunk(r)
+    if scaled is not None:
+        ratio = pays(r)[scaled.label].pay_per_token / pays(r)[r.speeds[1].label].pay_per_token
+        rows.append(
+            [
+                f"c. {scaled.label}: its pay per token, over the 1× miner's",
+                f"{ratio:.2g}",
+                f"≤ {scaled.scale:g} (its size's worth)",
+                met(ratio <= scaled.scale),
+            ]
+        )
     for row in r.lives:
         target = (
             f"≤ {row.cheat.target:.0%} of an H100's" if row.cheat.copier else "< 1 of the same hardware's"
@@ -293,16 +332,24 @@ def gate_table(r: Results) -> Table:
     for m in honest_miners(r) + r.cheaters:
         x = p[m.label]
         cells = [
-            f"{'pass' if q > 0 else 'FAIL'} ({d:.1%}, z {z:.1f})"
+            f"{paid_words(q)} ({d:.1%}, z {z:.1f})"
             for q, d, z in zip(x.qualities, x.drops, x.marks_z, strict=True)
         ]
         rows.append([m.label, f"{m.steps} / {m.claims}", *cells, str(x.unpaid_windows)])
     return Table(
-        "c. The `useful` gate window by window (its update's loss drop on its last segment's sequences; "
-        "z: the mark of its own data, in standard errors, shown and not paid for)",
+        "c. The gates window by window: pass (paid its claim), paid a fraction of its claim (the gain floor: "
+        "its gain on the reserve vouches for no more), or FAIL (`useful`); in brackets its update's loss drop "
+        "on its last segment's sequences, and z, the mark of its own data in standard errors (shown, not paid for)",
         ["miner", "trains / claims (steps)", *(f"window {w}" for w in windows), "failed"],
         rows,
     )
+
+
+def paid_words(pay_per_token: float) -> str:
+    """A window's verdict on one miner: its score over its claim, in words."""
+    if pay_per_token >= 1:
+        return "pass"
+    return f"paid {pay_per_token:.2g}" if pay_per_token > 0 else "FAIL"
 
 
 def lives_table(r: Results) -> Table:
@@ -426,7 +473,8 @@ def setup_lines(r: Results) -> list[str]:
         f"{dict(c.codec.options)} with each miner's error feedback; outer Nesterov SGD lr {c.outer.lr}, momentum "
         f"{c.outer.momentum}, clipped to the median norm; scoring: {c.scoring.usefulness_sequences} sequences of each "
         f"miner's last segment and of the reserve measured per update (the GPU config's count), a passing update "
-        f"paid its claimed tokens; pay matures {c.scoring.maturity_windows} window(s) late into a moving average of "
+        f"paid its claimed tokens up to those its gain vouches for (gain floor {c.scoring.gain_floor}, exponent "
+        f"{c.scoring.gain_exponent}); pay matures {c.scoring.maturity_windows} window(s) late into a moving average of "
         f"rate {c.scoring.ema_alpha}",
         f"- base: the initial model (held-out loss {r.heldout_initial:.4f}) pre-trained {p.pretrain_windows} "
         f"window(s) by three 1× miners to {r.heldout_base:.4f}",
@@ -435,9 +483,10 @@ def setup_lines(r: Results) -> list[str]:
         "data-parallel ranks, replayed in one process as a validator replays it (`distrai/train/step.py`); "
         "two ranks of a 1× GPU each train 2× the steps. An inflater trains the last steps of its claim (so "
         "the sequences the validator measures are ones it trained); the copier publishes the mean of the "
-        "updates the last window's aggregate took, through the codec with a residual of its own",
+        "updates the last window's aggregate took, through the codec with a residual of its own; the scaled "
+        "cheat trains as the 1× miner does and publishes its own update scaled down",
         f"- rows a–c: windows {first}–{last} of {len(honest_miners(r)) + len(r.cheaters)} miners together "
-        "(the four speeds, the 4× compute split over 2 and 4 hotkeys, the four cheats), the outer step by "
+        f"(the four speeds, the 4× compute split over 2 and 4 hotkeys, the {len(r.cheaters)} cheats), the outer step by "
         "the run's rule (`accepted_by_rule`); nothing is challenged in these windows, so their scores are "
         "what an unchallenged window pays; pay: each window's scores mature into the moving averages and "
         "the weights follow them (`validators/pay.py`), a miner's pay is its weights summed over the windows",

@@ -10,9 +10,11 @@ a. honest miners at ¼×, 1× and 4× speed and a miner whose step is split over
    target within ±10% of one another;
 b. the 4× compute as 1, 2 and 4 hotkeys in the same windows: total pay, target within ±10% of one
    hotkey's;
-c. the `useful` gate window by window: honest miner-windows it fails, target at most 1%; and what
-   the cheats of the windows (a miner claiming 2× and H of what it trains, one training only its
-   last segment, a copier of the last aggregate's updates) get through it;
+c. the gates window by window (`useful`, and the gain floor: pay up to the tokens an update's gain
+   on the reserve vouches for): honest miner-windows they dock, target at most 1%; what the cheats
+   of the windows (a miner claiming 2× and H of what it trains, one training only its last segment,
+   a copier of the last aggregate's updates, one publishing its own update scaled to 1e-4) get
+   through them, the scaled one at most its size's worth;
 d. what those cheats earn over their lives at the GPU config, re-registering at once when caught
    (`validators/deterrence.py`, its arithmetic beside a simulation of the rule): target below the
    same hardware's honest pay, a copier at most 5% of an honest H100's;
@@ -85,6 +87,8 @@ QUICK = Plan(
     quick=True,
 )
 
+SHRINK = 1e-4
+"""what the shrinking cheat scales its own honest update by"""
 GPU_MINERS, GPU_VALIDATORS = 256, 16
 GPU_STEPS = 1840
 """an H100 miner's steps per window on the GPU config: 46 segments of 40 at 0.643 s a step, measured
@@ -119,6 +123,7 @@ def cheat_miners(unit: int, segment: int, inner_steps: int) -> list[Miner]:
         Miner("inflater, H", hotkey("InflateH"), unit, claimed=inner_steps),
         Miner("last segment only", hotkey("LastSegment"), segment, claimed=inner_steps),
         Miner("copier", hotkey("Copier"), 0, claimed=unit, copies=True),
+        Miner(f"own update × {SHRINK:g}", hotkey("Shrunk"), unit, scale=SHRINK),
     ]
 
 

@@ -296,7 +296,7 @@ def test_incentives_report_names_its_command_and_keeps_notes(incentives):
 def test_incentives_targets_follow_from_their_numbers(incentives):
     header, *rows = table_after(incentives, "## Targets")
     assert header == ["row", "measured", "target", "verdict"]
-    assert [row[0][:2] for row in rows] == ["a.", "b.", "c.", *["d."] * 7, "e.", "f.", "f.", "f."]
+    assert [row[0][:2] for row in rows] == ["a.", "b.", *["c."] * 3, *["d."] * 7, "e.", "f.", "f.", "f."]
     verdicts = {row[0]: row[3] for row in rows}
     _, *speeds = table_after(incentives, "## a. Pay per token by speed")
     per_token = {row[0]: number(row[6]) for row in speeds}
@@ -311,9 +311,14 @@ def test_incentives_targets_follow_from_their_numbers(incentives):
     assert verdicts["b. splitting the 4× compute"] == (
         "MET" if all(abs(r - 1) <= 0.10 for r in ratios) else "MISSED"
     )
-    gate = next(row for row in rows if row[0].startswith("c."))
+    gate, exponent, scaled = (row for row in rows if row[0].startswith("c."))
     failed, cells = map(int, re.match(r"(\d+) of (\d+) honest", gate[1]).groups())
     assert gate[3] == ("MET" if failed / cells <= 0.01 else "MISSED")
+    assert re.match(r"exponent (-?[\d.]+|nan) \(the run config's `gain_exponent`: 0.3\)", exponent[1]), (
+        exponent
+    )
+    assert scaled[0].startswith("c. own update × 0.0001") and scaled[2].startswith("≤ 0.0001")
+    assert scaled[3] == ("MET" if float(scaled[1]) <= 1e-4 else "MISSED"), scaled
     for row in rows:
         if row[0].startswith("d.") and "the worst" not in row[0]:
             ratio = float(row[1].split(" of honest")[0])
@@ -329,12 +334,20 @@ def test_incentives_gate_table_is_every_window_of_every_miner(incentives):
     windows = [h for h in header if h.startswith("window ")]
     assert len(windows) >= 2 and header[-1] == "failed"
     labels = [row[0] for row in rows]
-    assert {"¼×", "1×", "4×", "2 ranks", "inflater, 2×", "inflater, H", "last segment only", "copier"} <= set(
-        labels
-    )
+    assert {
+        "¼×",
+        "1×",
+        "4×",
+        "2 ranks",
+        "inflater, 2×",
+        "inflater, H",
+        "last segment only",
+        "copier",
+        "own update × 0.0001",
+    } <= set(labels)
     for row in rows:
         cells = row[2 : 2 + len(windows)]
-        assert all(cell.startswith(("pass (", "FAIL (")) for cell in cells), row
+        assert all(re.match(r"(pass|FAIL|paid [\d.e-]+) \(", cell) for cell in cells), row
         assert int(row[-1]) == sum(cell.startswith("FAIL") for cell in cells)
     trains, claims = map(int, rows[labels.index("inflater, 2×")][1].split(" / "))
     assert claims == 2 * trains

@@ -356,6 +356,10 @@ def test_score_words_name_the_tokens_the_drop_and_the_mark_of_a_score():
         "last segment by 3.10%" in words and "2.00% more than of unseen ones (2.5 standard errors)" in words
     )
     assert score_words({"tokens": 10.0}) == "You trained 10 tokens, each paid in full."
+    assert score_words({"tokens": 10.0, "vouched": 10.0}) == "You trained 10 tokens, each paid in full."
+    assert score_words({"tokens": 30720.0, "vouched": 3.2e-7}).startswith(
+        "You claimed 30,720 tokens, but your update's gain on unseen data vouches for only 3.2e-07 of them"
+    )
     assert score_words({}) == "No usefulness was measured."
     assert explain({"manifest": "pass"}) == "Every check passed."
     assert "does not describe (novel)" in explain({"novel": "no"})

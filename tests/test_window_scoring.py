@@ -5,7 +5,9 @@ challenged, so the scores alone must hold:
 - pay follows the tokens trained: a miner that trained a quarter of the steps earns a quarter, and
   one piece of compute earns the same as one hotkey or split over four;
 - one piece of work earns one share: a verbatim, rescaled or slightly perturbed copy of another
-  miner's update, and an honest update scaled to a ten-thousandth, fail `duplicate`;
+  miner's update, and another miner's honest update scaled to a ten-thousandth, fail `duplicate`;
+- a miner's own honest work scaled to a ten-thousandth earns no more than a ten-thousandth of its
+  claim: its gain on the reserve vouches for no more (`validators.scoring.vouched_tokens`);
 - a copy disguised beyond the sketches (noise, another codec residual) and another miner's update of
   an earlier window pass the window's checks when nobody replays them, though their mark of the
   hotkey's own data is within noise where every honest one stands out: the mark does not decide
@@ -57,12 +59,14 @@ def hotkey(name: str) -> str:
 HONEST = [hotkey(f"Honest{i}") for i in range(4)]
 SPLIT = [hotkey(f"Split{i}") for i in range(4)]
 """four hotkeys of one operator, each training a quarter of a window: one honest miner's compute"""
-TINY, RELABELLED, RESCALED, PERTURBED, DISGUISED, STALE, WRONGDATA = (
+TINY, RELABELLED, RESCALED, PERTURBED, DISGUISED, STALE, WRONGDATA, SHRUNK = (
     hotkey(name)
-    for name in ("Tiny", "Relabelled", "Rescaled", "Perturbed", "Disguised", "Stale", "Wrongdata")
+    for name in ("Tiny", "Relabelled", "Rescaled", "Perturbed", "Disguised", "Stale", "Wrongdata", "Shrunk")
 )
 COPIES = (RELABELLED, RESCALED, PERTURBED, DISGUISED)
-MINERS = sorted([*HONEST, *SPLIT, TINY, *COPIES, STALE])
+MINERS = sorted([*HONEST, *SPLIT, TINY, *COPIES, STALE, SHRUNK])
+SHRINK = 1e-4
+"""what the `SHRUNK` miner scales its own honest update by"""
 
 
 @pytest.fixture(scope="module")
@@ -160,6 +164,7 @@ def window(runtime, model, honest):
         },
         DISGUISED: published(runtime, model, noisy, other_residual),
         STALE: published(runtime, model, earlier),
+        SHRUNK: {n: SHRINK * t for n, t in published(runtime, model, trained(runtime, base, SHRUNK)).items()},
     }
     verdicts = [
         *(passed(runtime, hk, u) for hk, u in {**honest, **others}.items()),
@@ -212,6 +217,16 @@ def test_a_quarter_of_the_steps_earns_a_quarter_and_splitting_changes_nothing(ru
     for hk in SPLIT:
         assert window[hk].score == full_pay(runtime) / 4, window[hk].numbers
     assert sum(window[hk].score for hk in SPLIT) == window[HONEST[1]].score
+
+
+def test_ones_own_update_scaled_down_earns_no_more_than_its_size(runtime, window):
+    """Its own work on its own data, so no duplicate; it passes `useful` (it still lowers the loss of
+    its last segment's sequences, a ten-thousandth as much), but its gain on the reserve vouches for
+    almost none of its claim."""
+    verdict = window[SHRUNK]
+    assert verdict.passed and verdict.verdicts["useful"] == PASS, verdict.verdicts
+    assert verdict.numbers["tokens"] == full_pay(runtime)
+    assert 0.0 <= verdict.score <= SHRINK * full_pay(runtime), verdict.numbers
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,12 @@ of work, then each score: the tokens the miner's manifest commits to, for an upd
    lowers the loss of the sequences of its last segment, which an update that did the work does and
    a zero, a noise or a harmful update does not. The mark does not decide pay: at the GPU config its
    size is unknown and, where it was measured, its noise docked honest miners (docs/incentives.md).
-   What keeps a claim honest is the challenge and pay that matures (`validators.pay`). A passing
-   miner whose update nobody measured in time is not scored (`unmeasured`): it is left pending
-   without a score, and its moving average is left as it was when the window matures.
+   The score is at most the tokens the update's gain on the reserve vouches for, against the
+   window's other passing updates (`scoring.vouched_tokens`): honest work clears that floor, an
+   update scaled far down does not. What keeps a claim honest is the challenge and pay that
+   matures (`validators.pay`). A passing miner whose update nobody measured in time is not scored
+   (`unmeasured`): it is left pending without a score, and its moving average is left as it was
+   when the window matures.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from distrai.wire.verdicts import PASS, Check, Number
 from distrai.wire.window_documents import Measurement
 from validators.checks import MinerVerdict
 from validators.duplicates import flag_duplicates
-from validators.scoring import tokens_trained
+from validators.scoring import tokens_trained, vouched_tokens
 
 
 def score_window(
@@ -56,4 +59,13 @@ def score_window(
         assert v.manifest is not None, "a passed verdict holds its manifest"
         tokens = tokens_trained(v.manifest.steps, train.batch_size, runtime.config.data.seq_len)
         v.numbers[Number.TOKENS] = float(tokens)
-        v.score = float(tokens)
+    scored = [v for v in verdicts if v.passed and not v.unmeasured]
+    vouched = vouched_tokens(
+        {v.hotkey: v.numbers[Number.TOKENS] for v in scored},
+        {v.hotkey: v.numbers[Number.DROP_UNSEEN] for v in scored},
+        floor=scoring.gain_floor,
+        exponent=scoring.gain_exponent,
+    )
+    for v in scored:
+        v.numbers[Number.VOUCHED] = vouched[v.hotkey]
+        v.score = vouched[v.hotkey]

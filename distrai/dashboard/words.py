@@ -43,11 +43,18 @@ def explain(checks: dict[str, str]) -> str:
 def score_words(numbers: dict[str, float]) -> str:
     """How a score came about, from the report's numbers (docs/protocol.md, "Scores"): the tokens the
     manifest commits to, paid once the update lowers the loss of the sequences of the miner's last
-    segment, and the mark it left on them (shown, not paid for)."""
+    segment, up to those its gain on unseen data vouches for, and the mark it left on them (shown,
+    not paid for)."""
     tokens, drop = numbers.get(Number.TOKENS), numbers.get(Number.DROP_TRAINED)
     if tokens is None:
         return "No usefulness was measured."
-    parts = [f"you trained {tokens:,.0f} tokens, each paid in full"]
+    vouched = numbers.get(Number.VOUCHED, tokens)
+    parts = [
+        f"you trained {tokens:,.0f} tokens, each paid in full"
+        if vouched >= tokens
+        else f"you claimed {tokens:,.0f} tokens, but your update's gain on unseen data vouches for only "
+        f"{vouched:,.4g} of them, and those are paid"
+    ]
     if drop is not None:
         parts.append(f"your update lowered the loss of sequences of your last segment by {drop:.2%}")
     mark, z = numbers.get(Number.MARK), numbers.get(Number.MARK_Z)

@@ -427,9 +427,10 @@ class ScoringConfig(_Section):
     """From window scores to weights on chain, and to the aggregate.
 
     A miner's window score is the tokens its manifest commits to having trained, for an update that
-    passes every check (`validators/scoring.py`); it enters the moving average `maturity_windows`
-    windows later unless a catch forfeits it first (`validators/pay.py`). Being present, well formed
-    and verified are gates, not points: they earn nothing by themselves."""
+    passes every check, up to the tokens its measured gain vouches for (`validators/scoring.py`); it
+    enters the moving average `maturity_windows` windows later unless a catch forfeits it first
+    (`validators/pay.py`). Being present, well formed and verified are gates, not points: they earn
+    nothing by themselves."""
 
     ema_alpha: float = Field(
         default=0.1, gt=0.0, le=1.0, description="moving-average rate: new = alpha·window + (1 − alpha)·old"
@@ -454,6 +455,21 @@ class ScoringConfig(_Section):
         gt=0.0,
         le=1.0,
         description="updates whose sketches are at least this cosine-similar are one piece of work: one share",
+    )
+    gain_floor: float = Field(
+        default=0.25,
+        ge=0.0,
+        lt=1.0,
+        description="a passing update is paid its claimed tokens only if its gain on the window's reserve is at "
+        "least this fraction of what the window's median update delivers for work of that size; below it, the "
+        "smaller claim its gain vouches for (validators/scoring.py, vouched_tokens); 0 pays every claim",
+    )
+    gain_exponent: float = Field(
+        default=0.3,
+        gt=0.0,
+        le=1.0,
+        description="how a window's gain grows with the tokens trained (gain ~ tokens ** gain_exponent), the "
+        "size correction of the gain floor",
     )
     usefulness_sequences: int = Field(
         default=16,

@@ -64,3 +64,6 @@ class Number(StrEnum):
     MARK = "mark"
     MARK_Z = "mark_z"
     TOKENS = "tokens"
+    """the tokens the manifest commits to having trained"""
+    VOUCHED = "vouched"
+    """the tokens its measured gain vouches for (`validators.scoring.vouched_tokens`): the score's cap"""

@@ -285,7 +285,7 @@ def test_a_pinned_hub_model_with_its_own_tokenizer_validates():
         ("task.alpha", 0.3, "run.toml: task: alpha applies only to kind 'distill'"),
         ("codec.options", {"k": 8}, "run.toml: codec: codec 'none' takes no options"),
         ("codec.options", {"k": True}, "run.toml: codec.options: option 'k' must be a finite number"),
-        ("codec.name", "zip", "run.toml: codec.name: Input should be 'none', 'int8' or 'topk'"),
+        ("codec.name", "zip", "run.toml: codec.name: unknown codec 'zip'; known: none, int8, topk"),
         (
             "verification.challenge_miners",
             0,

@@ -31,7 +31,7 @@ from pydantic import (
     model_validator,
 )
 
-from distrai.codec import get_codec
+from distrai.codec import CODECS, get_codec
 from distrai.protocol.windows import ChallengeInputs, WindowConfig, on_probation
 from distrai.train.pieces import PIECE_ELEMENTS
 
@@ -299,10 +299,18 @@ def _codec_options(value: Any) -> Any:
 
 
 class CodecConfig(_Section):
-    """The pseudo-gradient codec and its options (the codec validates their names and ranges)."""
+    """The pseudo-gradient codec and its options (the codec validates their names and ranges). The
+    names are those of `distrai.codec.CODECS`: a new codec is one module and one entry there."""
 
-    name: Literal["none", "int8", "topk"] = "none"
+    name: str = "none"
     options: Annotated[dict[str, int | float], BeforeValidator(_codec_options)] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        if name not in CODECS:
+            raise ValueError(f"unknown codec {name!r}; known: {', '.join(CODECS)}")
+        return name
 
     @model_validator(mode="after")
     def _none_has_no_options(self) -> CodecConfig:

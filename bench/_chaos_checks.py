@@ -18,16 +18,16 @@ from distrai.localnet.s3server import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
 from distrai.localnet.view import signed_reports
 from distrai.node.metrics import read_metrics
 from distrai.protocol.announce import committed_updates
-from distrai.protocol.globalmodel import CHECKPOINT_FORMAT
 from distrai.protocol.layout import aggregate_key, manifest_key, window_prefix
 from distrai.protocol.trajectory import decode_trajectory
 from distrai.protocol.windows import aggregate_deadline, commit_deadline, committed_in_time, window_start
 from distrai.store import FileStore, Store, StoreError
 from distrai.store.temps import TEMP_SUFFIX
-from distrai.train.coded_state import CODED_STATE_FORMAT, check_coded_state
+from distrai.train.coded_state import check_coded_state
 from distrai.train.tensorfile import blob_format
 from distrai.train.tensorfile import decode_tensors as decode_record_tensors
 from distrai.train.train_state import decode_state
+from distrai.wire.blob_records import CheckpointRecord, CodedStateRecord
 from validators.pay import Pending, add_window, forfeit, mature
 from validators.validator_state import ValidatorState
 
@@ -683,14 +683,14 @@ def check_store(h: Harness) -> list[Check]:
                     raise ValueError("does not hash to its name")
             elif key.endswith(".json"):
                 json.loads(data)
-            elif "/states/" in key and blob_format(data) == CODED_STATE_FORMAT:
+            elif "/states/" in key and blob_format(data) == CodedStateRecord.kind():
                 check_coded_state(data, limit)
             elif "/states/" in key:
                 decode_state(data)
             elif "/trajectories/" in key:
                 decode_trajectory(data, max_bytes=limit)
             elif "/checkpoints/" in key:
-                decode_record_tensors(data, CHECKPOINT_FORMAT, max_bytes=limit)
+                decode_record_tensors(data, CheckpointRecord, max_bytes=limit)
             else:
                 raise ValueError("an object of no known kind")
         except Exception as exc:  # noqa: BLE001 - every failure is a finding

@@ -50,7 +50,7 @@ from distrai.localnet.local_data import EOS
 from distrai.protocol.run import load_run_config, shipped_config_path
 from distrai.protocol.runtime import inner_config
 from distrai.protocol.trajectory import param_pieces
-from distrai.train.coded_state import CODED_STATE_FORMAT, decode_coded_state, encode_coded_state
+from distrai.train.coded_state import decode_coded_state, encode_coded_state
 from distrai.train.determinism import configure_determinism
 from distrai.train.hashing import piece_of
 from distrai.train.inner import InnerConfig, own_anchor, pseudo_gradient, run_steps
@@ -60,6 +60,7 @@ from distrai.train.model import ModelSpec, load_model
 from distrai.train.optimizer import BOUNDARY_MOMENTS, make_inner_optimizer
 from distrai.train.tensorfile import decode_tensors
 from distrai.train.train_state import TrainState, capture_state, state_hash, states_equal
+from distrai.wire.blob_records import CodedStateRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "docs" / "reveal-size.md"
@@ -177,7 +178,7 @@ def part_of(key: str) -> str:
 
 def coded_parts(coded: bytes) -> dict[str, int]:
     """The coded file's bytes by part: each tensor's frames, the rest (small tensors, the header)."""
-    tensors, _ = decode_tensors(coded, CODED_STATE_FORMAT)
+    tensors, _ = decode_tensors(coded, CodedStateRecord)
     parts = dict.fromkeys(PARTS, 0)
     for key, tensor in tensors.items():
         parts[part_of(key)] += tensor.numel()

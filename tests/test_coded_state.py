@@ -6,13 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support.raw_blobs import raw_blob
 
-from distrai.train.coded_state import (
-    CODED_STATE_FORMAT,
-    check_coded_state,
-    decode_coded_state,
-    encode_coded_state,
-)
+from distrai.train.coded_state import check_coded_state, decode_coded_state, encode_coded_state
 from distrai.train.inner import InnerConfig, inner_loop
 from distrai.train.loss import causal_lm_loss
 from distrai.train.lossless import (
@@ -27,8 +23,9 @@ from distrai.train.lossless import (
 )
 from distrai.train.model import ModelSpec, load_model
 from distrai.train.optimizer import InnerOptimizerConfig
-from distrai.train.tensorfile import blob_format, decode_tensors, encode_tensors
+from distrai.train.tensorfile import blob_format, decode_tensors
 from distrai.train.train_state import encode_state, state_hash, states_equal
+from distrai.wire.blob_records import CodedStateRecord
 
 LIMIT = 1 << 30
 
@@ -106,10 +103,10 @@ def test_another_base_decodes_to_another_state(boundaries, coded):
 
 def rebuilt(coded: bytes, change) -> bytes:
     """The coded state with its tensors and record changed by `change(tensors, record)`."""
-    tensors, record = decode_tensors(coded, CODED_STATE_FORMAT)
-    record.pop("format")
+    tensors, parsed = decode_tensors(coded, CodedStateRecord)
+    record = parsed.model_dump(mode="json")
     change(tensors, record)
-    return encode_tensors(tensors, record, CODED_STATE_FORMAT)
+    return raw_blob(tensors, record)
 
 
 def first_param(record) -> str:
@@ -168,12 +165,21 @@ def many_moments(tensors, record):
 
 CASES = {
     "not a coded state": (lambda tensors, record: None, None),
-    "negative step": (lambda tensors, record: record.update(step=-1), "step must be a non-negative integer"),
-    "boolean step": (lambda tensors, record: record.update(step=True), "step must be a non-negative integer"),
+    "negative step": (
+        lambda tensors, record: record.update(step=-1),
+        "record's step: Input should be greater than or equal to 0 (got -1)",
+    ),
+    "boolean step": (
+        lambda tensors, record: record.update(step=True),
+        "record's step: Input should be a valid integer (got True)",
+    ),
     "record lists another tensor": (
-        lambda tensors, record: record["tensors"].update({"param/ghost": {}}),
+        lambda tensors, record: record["tensors"].update(
+            {"param/ghost": record["tensors"][first_param(record)]}
+        ),
         "does not list exactly the tensors",
     ),
+    "an unknown field": (lambda tensors, record: record.update(note="hi"), "record's note: Extra inputs"),
     "unknown parameter": (
         lambda tensors, record: (
             tensors.update({"param/ghost": tensors[first_param(record)]}),
@@ -182,11 +188,11 @@ CASES = {
         "the model has no parameter 'ghost'",
     ),
     "wrong shape": (set_field("shape", [3, 3]), "the model's parameter is"),
-    "unknown dtype": (set_field("dtype", "int64"), "is not one of"),
+    "unknown dtype": (set_field("dtype", "int64"), "Input should be 'float32', 'bfloat16' or 'float16'"),
     "parameter not a difference": (set_field("delta", False), "coded as its difference from the base"),
     "missing field": (
         lambda tensors, record: record["tensors"][first_param(record)].pop("delta"),
-        "exactly the fields",
+        ".delta: Field required",
     ),
     "frame lengths that do not add up": (set_field("planes", [1, 1, 1, 1]), "frames of 4 bytes in all"),
     "a decompression bomb": (bomb, "the frame declares 4294967296 bytes of content"),
@@ -230,7 +236,7 @@ def test_a_corrupted_frame_is_refused_by_its_checksum(boundaries, coded):
 
 
 def test_a_store_audit_checks_every_frame_without_the_base(boundaries, coded):
-    assert blob_format(coded) == CODED_STATE_FORMAT
+    assert blob_format(coded) == CodedStateRecord.kind() == "distrai.coded_train_state/1"
     assert blob_format(encode_state(boundaries[1].state)) == "distrai.train_state/1"
     assert blob_format(b"not a blob") is None
     state = boundaries[1].state

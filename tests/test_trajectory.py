@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support.raw_blobs import raw_blob
 
 from distrai.protocol.trajectory import (
-    TRAJECTORY_FORMAT,
     build_trajectory,
     decode_trajectory,
     encode_trajectory,
@@ -15,7 +15,6 @@ from distrai.protocol.trajectory import (
     residual_ref,
 )
 from distrai.train.hashing import piece_digests
-from distrai.train.tensorfile import encode_tensors
 from distrai.wire import WireError
 
 PIECE = 4
@@ -50,29 +49,43 @@ def test_a_trajectory_reveal_round_trips_with_its_drawn_pieces_only():
 @pytest.mark.parametrize(
     ("record", "message"),
     [
-        ({"last_state": "x", "residual_in": None, "residual_out": None}, "last_state must be a list"),
+        (
+            {"last_state": "x", "residual_in": None, "residual_out": None},
+            "record's last_state: Input should be a valid array",
+        ),
         (
             {"last_state": [["param", "a", 0, "zz"]], "residual_in": None, "residual_out": None},
-            "malformed entry",
+            r"record's last_state.0.3: String should match pattern",
         ),
         (
             {"last_state": [["param", "a", -1, "ab" * 32]], "residual_in": None, "residual_out": None},
-            "malformed",
+            "record's last_state.0.2: Input should be greater than or equal to 0",
         ),
         (
             {"last_state": [["param", "a", 0, "ab" * 32]] * 2, "residual_in": None, "residual_out": None},
             "lists piece param/a#0 twice",
         ),
-        ({"last_state": [], "residual_in": [[1, 2]], "residual_out": None}, "residual_in holds a malformed"),
+        (
+            {"last_state": [], "residual_in": [[1, 2]], "residual_out": None},
+            "record's residual_in.0.0: Input should be a valid string",
+        ),
     ],
 )
 def test_a_malformed_record_is_refused_by_name(record, message):
     with pytest.raises(ValueError, match=message):
-        decode_trajectory(encode_tensors({}, record, TRAJECTORY_FORMAT), LIMIT)
+        decode_trajectory(raw_blob({}, {**record, "format": "distrai.protocol.trajectory/1"}), LIMIT)
 
 
 def test_an_unexpected_tensor_is_refused():
-    data = encode_tensors({"state/a#0": torch.zeros(2)}, {"last_state": []}, TRAJECTORY_FORMAT)
+    data = raw_blob(
+        {"state/a#0": torch.zeros(2)},
+        {
+            "last_state": [],
+            "residual_in": None,
+            "residual_out": None,
+            "format": "distrai.protocol.trajectory/1",
+        },
+    )
     with pytest.raises(ValueError, match="unexpected tensor 'state/a#0'"):
         decode_trajectory(data, LIMIT)
 

@@ -20,11 +20,10 @@ from distrai.protocol.update import decode_update
 from distrai.store import StoreError
 from distrai.store.base import IntegrityError, NotFound, TooLarge
 from distrai.train.outer import Contribution, OuterConfig, OuterState, outer_state_hash, outer_step
-from distrai.train.tensorfile import decode_tensors, encode_tensors
+from distrai.train.tensorfile import RecordError, decode_tensors, encode_tensors
 from distrai.wire import WireError
+from distrai.wire.blob_records import CheckpointRecord
 from distrai.wire.window_documents import AggregateManifest
-
-CHECKPOINT_FORMAT = "distrai.global_checkpoint/1"
 
 
 class SyncError(Exception):
@@ -127,17 +126,15 @@ def skip_window(model: GlobalModel) -> GlobalModel:
 def encode_checkpoint(model: GlobalModel) -> bytes:
     tensors = {f"param/{k}": v for k, v in model.params.items()}
     tensors.update({f"momentum/{k}": v for k, v in model.outer.momentum.items()})
-    return encode_tensors(
-        tensors, {"window": model.window, "outer_step": model.outer.step}, CHECKPOINT_FORMAT
-    )
+    return encode_tensors(tensors, CheckpointRecord(window=model.window, outer_step=model.outer.step))
 
 
 def decode_checkpoint(data: bytes, shapes: Mapping[str, tuple[int, ...]], max_bytes: int) -> GlobalModel:
     """A published checkpoint, checked against the model's parameter names and shapes."""
-    tensors, record = decode_tensors(data, CHECKPOINT_FORMAT, max_bytes=max_bytes)
-    window, step = record.get("window"), record.get("outer_step")
-    if not (isinstance(window, int) and isinstance(step, int) and window >= 0 and step >= 0):
-        raise SyncError("checkpoint record lacks a valid window and outer_step")
+    try:
+        tensors, record = decode_tensors(data, CheckpointRecord, max_bytes=max_bytes)
+    except RecordError as error:
+        raise SyncError(str(error)) from None
     params = {k.removeprefix("param/"): v for k, v in tensors.items() if k.startswith("param/")}
     momentum = {k.removeprefix("momentum/"): v for k, v in tensors.items() if k.startswith("momentum/")}
     if len(params) + len(momentum) != len(tensors):
@@ -149,4 +146,6 @@ def decode_checkpoint(data: bytes, shapes: Mapping[str, tuple[int, ...]], max_by
             raise SyncError(f"checkpoint {what} must be finite float32")
     if not params:
         raise SyncError("checkpoint holds no parameters")
-    return GlobalModel(window=window, params=params, outer=OuterState(momentum=momentum, step=step))
+    return GlobalModel(
+        window=record.window, params=params, outer=OuterState(momentum=momentum, step=record.outer_step)
+    )

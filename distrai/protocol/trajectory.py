@@ -29,11 +29,10 @@ from distrai.protocol.update import RESIDUAL_SECTION
 from distrai.protocol.windows import ChallengeInputs, trajectory_sample
 from distrai.train.hashing import PIECE_ELEMENTS, PieceRef, piece_of, pieces
 from distrai.train.tensorfile import decode_tensors, encode_tensors
+from distrai.wire.blob_records import PieceDigest, TrajectoryRecord
 
-TRAJECTORY_FORMAT = "distrai.protocol.trajectory/1"
 PARAM_SECTION = "param"
 """The section of a train state's hash that holds its parameters (`distrai.train.train_state`)."""
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 _TENSOR_KEY = re.compile(r"(param|residual)/(.+)#(\d+)")
 
 Digests = dict[PieceRef, str]
@@ -89,17 +88,17 @@ def build_trajectory(
 def encode_trajectory(reveal: TrajectoryReveal) -> bytes:
     tensors = {f"param/{ref.name}#{ref.index}": t for ref, t in reveal.params.items()}
     tensors.update({f"residual/{ref.name}#{ref.index}": t for ref, t in reveal.residual.items()})
-    record = {
-        "last_state": _digest_list(reveal.last_state),
-        "residual_in": None if reveal.residual_in is None else _digest_list(reveal.residual_in),
-        "residual_out": None if reveal.residual_out is None else _digest_list(reveal.residual_out),
-    }
-    return encode_tensors(tensors, record, TRAJECTORY_FORMAT)
+    record = TrajectoryRecord(
+        last_state=_digest_list(reveal.last_state),
+        residual_in=None if reveal.residual_in is None else _digest_list(reveal.residual_in),
+        residual_out=None if reveal.residual_out is None else _digest_list(reveal.residual_out),
+    )
+    return encode_tensors(tensors, record)
 
 
 def decode_trajectory(data: bytes, max_bytes: int) -> TrajectoryReveal:
     """Parse a trajectory reveal; ValueError (or WireError) names what is malformed."""
-    tensors, record = decode_tensors(data, TRAJECTORY_FORMAT, max_bytes=max_bytes)
+    tensors, record = decode_tensors(data, TrajectoryRecord, max_bytes=max_bytes)
     params: dict[PieceRef, torch.Tensor] = {}
     residual: dict[PieceRef, torch.Tensor] = {}
     for key, tensor in tensors.items():
@@ -112,42 +111,26 @@ def decode_trajectory(data: bytes, max_bytes: int) -> TrajectoryReveal:
         else:
             residual[PieceRef(RESIDUAL_SECTION, name, index)] = tensor
     return TrajectoryReveal(
-        last_state=_parse_digests("last_state", record.get("last_state")),
-        residual_in=_optional_digests("residual_in", record.get("residual_in")),
-        residual_out=_optional_digests("residual_out", record.get("residual_out")),
+        last_state=_digests("last_state", record.last_state),
+        residual_in=None if record.residual_in is None else _digests("residual_in", record.residual_in),
+        residual_out=None if record.residual_out is None else _digests("residual_out", record.residual_out),
         params=params,
         residual=residual,
     )
 
 
-def _digest_list(digests: Digests) -> list[list[object]]:
-    return [[ref.section, ref.name, ref.index, digest] for ref, digest in sorted(digests.items())]
+def _digest_list(digests: Digests) -> list[PieceDigest]:
+    return [(ref.section, ref.name, ref.index, digest) for ref, digest in sorted(digests.items())]
 
 
-def _optional_digests(field: str, value: object) -> Digests | None:
-    return None if value is None else _parse_digests(field, value)
-
-
-def _parse_digests(field: str, value: object) -> Digests:
-    if not isinstance(value, list):
-        raise ValueError(f"trajectory reveal's {field} must be a list of piece digests")
+def _digests(field: str, entries: list[PieceDigest]) -> Digests:
+    """The record's digests by piece; a piece listed twice is refused."""
     digests: Digests = {}
-    for entry in value:
-        if not (
-            isinstance(entry, list)
-            and len(entry) == 4
-            and isinstance(entry[0], str)
-            and isinstance(entry[1], str)
-            and type(entry[2]) is int
-            and entry[2] >= 0
-            and isinstance(entry[3], str)
-            and _SHA256.fullmatch(entry[3])
-        ):
-            raise ValueError(f"trajectory reveal's {field} holds a malformed entry {entry!r:.120}")
-        ref = PieceRef(entry[0], entry[1], entry[2])
+    for section, name, index, digest in entries:
+        ref = PieceRef(section, name, index)
         if ref in digests:
             raise ValueError(f"trajectory reveal's {field} lists piece {ref.key} twice")
-        digests[ref] = entry[3]
+        digests[ref] = digest
     return digests
 
 

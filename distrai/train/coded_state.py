@@ -38,11 +38,15 @@ from distrai.train.lossless import (
 )
 from distrai.train.tensorfile import decode_tensors, encode_tensors
 from distrai.train.train_state import OPTIM_PREFIX, PARAM_PREFIX, TrainState
+from distrai.wire.blob_records import CodedDtype, CodedStateRecord, CodedTensor
 
-CODED_STATE_FORMAT = "distrai.coded_train_state/1"
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-"""The dtypes a coded state may hold: the model's and AdamW's (whose step counters are float32)."""
-_FIELDS = {"dtype", "shape", "delta", "planes"}
+DTYPES: dict[CodedDtype, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+"""The dtypes a coded state may hold, by their name in its record."""
+DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 WORKERS = min(4, os.cpu_count() or 1)
 """Tensors coded or decoded at once (numpy and zstd release the GIL); each holds a few copies of
 its tensor, so at most 4 keep the memory within a few times the largest tensor's."""
@@ -61,36 +65,32 @@ def encode_coded_state(state: TrainState, base: Mapping[str, torch.Tensor]) -> b
         coded = dict(pool.map(lambda job: _encode_tensor(*job), jobs))
     tensors = {key: tensor for key, (tensor, _) in coded.items()}
     entries = {key: entry for key, (_, entry) in coded.items()}
-    return encode_tensors(tensors, {"step": state.step, "tensors": entries}, CODED_STATE_FORMAT)
+    return encode_tensors(tensors, CodedStateRecord(step=state.step, tensors=entries))
 
 
 def _encode_tensor(
     key: str, value: torch.Tensor, base: torch.Tensor | None
-) -> tuple[str, tuple[torch.Tensor, dict[str, object]]]:
+) -> tuple[str, tuple[torch.Tensor, CodedTensor]]:
     if value.dtype not in DTYPES.values():
         raise ValueError(f"{key} is {value.dtype}; a coded state holds {', '.join(DTYPES)}")
     words = words_of(value) if base is None else delta_words(value, base.to(value.dtype))
     frames = [compress(plane) for plane in split_planes(words)]
-    entry = {
-        "dtype": str(value.dtype).removeprefix("torch."),
-        "shape": list(value.shape),
-        "delta": base is not None,
-        "planes": [len(f) for f in frames],
-    }
+    entry = CodedTensor(
+        dtype=DTYPE_NAMES[value.dtype],
+        shape=list(value.shape),
+        delta=base is not None,
+        planes=[len(f) for f in frames],
+    )
     return key, (torch.from_numpy(np.frombuffer(bytearray(b"".join(frames)), dtype=np.uint8)), entry)
 
 
 def decode_coded_state(data: bytes, base: Mapping[str, torch.Tensor], max_bytes: int) -> TrainState:
     """The state `encode_coded_state` coded against the same `base`. `max_bytes` caps both the coded
     file and the decoded tensors; every field is checked against `base` before decompressing."""
-    tensors, record = decode_tensors(data, CODED_STATE_FORMAT, max_bytes=max_bytes)
-    step = record.get("step")
-    if type(step) is not int or step < 0:
-        raise CodingError(f"the coded state's step must be a non-negative integer, got {step!r:.60}")
-    entries = record.get("tensors")
-    if not isinstance(entries, dict) or set(entries) != set(tensors):
+    tensors, record = decode_tensors(data, CodedStateRecord, max_bytes=max_bytes)
+    if set(record.tensors) != set(tensors):
         raise CodingError("the coded state's record does not list exactly the tensors it holds")
-    layouts = {key: _layout(key, entry, base, tensors[key]) for key, entry in entries.items()}
+    layouts = {key: _layout(key, entry, base, tensors[key]) for key, entry in record.tensors.items()}
     decoded = sum(math.prod(shape) * dtype.itemsize for dtype, shape, _, _ in layouts.values())
     if decoded > max_bytes:
         raise CodingError(f"the coded state decodes to {decoded} bytes, the limit is {max_bytes}")
@@ -103,24 +103,19 @@ def decode_coded_state(data: bytes, base: Mapping[str, torch.Tensor], max_bytes:
             params[key.removeprefix(PARAM_PREFIX)] = value
         else:
             optim[key.removeprefix(OPTIM_PREFIX)] = value
-    return TrainState(params=params, optimizer=optim, step=step)
+    return TrainState(params=params, optimizer=optim, step=record.step)
 
 
 def check_coded_state(data: bytes, max_bytes: int) -> int:
     """Check a coded state where the base is not at hand (a store audit): every field, and every
     frame decompressing to exactly its plane's size, against a zero base of the shapes it lists.
     Returns the tensors it holds; raises `CodingError` (or `WireError`) naming what is wrong."""
-    _, record = decode_tensors(data, CODED_STATE_FORMAT, max_bytes=max_bytes)
-    entries = record.get("tensors")
-    if not isinstance(entries, dict):
-        raise CodingError("the coded state's record lists no tensors")
-    shapes = {}
-    for key, entry in entries.items():
-        if isinstance(key, str) and key.startswith(PARAM_PREFIX) and isinstance(entry, dict):
-            shape = entry.get("shape")
-            if not isinstance(shape, list) or not all(type(s) is int and 0 <= s < 1 << 32 for s in shape[:8]):
-                raise CodingError(f"{key}: shape {shape!r:.80} is not a list of at most 8 sizes")
-            shapes[key.removeprefix(PARAM_PREFIX)] = tuple(shape)
+    _, record = decode_tensors(data, CodedStateRecord, max_bytes=max_bytes)
+    shapes = {
+        key.removeprefix(PARAM_PREFIX): tuple(entry.shape)
+        for key, entry in record.tensors.items()
+        if key.startswith(PARAM_PREFIX)
+    }
     if sum(math.prod(shape) for shape in shapes.values()) * 4 > max_bytes:
         raise CodingError(f"the coded state's parameters exceed {max_bytes} bytes")
     base = {name: torch.zeros(shape) for name, shape in shapes.items()}
@@ -129,25 +124,18 @@ def check_coded_state(data: bytes, max_bytes: int) -> int:
 
 
 def _layout(
-    key: str, entry: object, base: Mapping[str, torch.Tensor], stored: torch.Tensor
+    key: str, entry: CodedTensor, base: Mapping[str, torch.Tensor], stored: torch.Tensor
 ) -> tuple[torch.dtype, tuple[int, ...], bool, list[int]]:
-    """(dtype, shape, delta, frame lengths) of one tensor, each field checked."""
-    if not isinstance(entry, dict) or set(entry) != _FIELDS:
-        raise CodingError(f"{key}: the record's entry must have exactly the fields {sorted(_FIELDS)}")
-    dtype = DTYPES.get(entry["dtype"]) if isinstance(entry["dtype"], str) else None
-    if dtype is None:
-        raise CodingError(f"{key}: dtype {entry['dtype']!r:.40} is not one of {', '.join(DTYPES)}")
-    shape = entry["shape"]
-    if not isinstance(shape, list) or len(shape) > 8 or any(type(s) is not int or s < 0 for s in shape):
-        raise CodingError(f"{key}: shape {shape!r:.80} is not a list of at most 8 sizes")
-    shape = tuple(shape)
+    """(dtype, shape, delta, frame lengths) of one tensor, checked against the model and the file
+    (the record's model checked each field's type)."""
+    dtype, shape, planes = DTYPES[entry.dtype], tuple(entry.shape), entry.planes
     if key.startswith(PARAM_PREFIX):
         name = key.removeprefix(PARAM_PREFIX)
         if name not in base:
             raise CodingError(f"{key}: the model has no parameter {name!r:.120}")
         if shape != tuple(base[name].shape):
             raise CodingError(f"{key}: shape {shape}, the model's parameter is {tuple(base[name].shape)}")
-        if entry["delta"] is not True or dtype not in FLOAT_DTYPES:
+        if not entry.delta or dtype not in FLOAT_DTYPES:
             raise CodingError(f"{key}: a parameter is coded as its difference from the base")
     elif key.startswith(OPTIM_PREFIX):
         name = key.removeprefix(OPTIM_PREFIX).rpartition("/")[0]
@@ -157,21 +145,15 @@ def _layout(
             raise CodingError(
                 f"{key}: shape {shape}, expected the parameter's {tuple(base[name].shape)} or ()"
             )
-        if entry["delta"] is not False:
+        if entry.delta:
             raise CodingError(f"{key}: optimizer state is coded as it is, not as a difference")
     else:
         raise CodingError(f"unexpected tensor {key!r:.120} in a coded state")
-    planes = entry["planes"]
-    width = dtype.itemsize
-    if (
-        not isinstance(planes, list)
-        or len(planes) != width
-        or any(type(n) is not int or n < 0 for n in planes)
-    ):
-        raise CodingError(f"{key}: planes must be {width} frame lengths")
+    if len(planes) != dtype.itemsize:
+        raise CodingError(f"{key}: planes must be {dtype.itemsize} frame lengths")
     if stored.dtype != torch.uint8 or stored.dim() != 1 or sum(planes) != stored.numel():
         raise CodingError(f"{key}: frames of {sum(planes)} bytes in all, the file holds {stored.numel()}")
-    return dtype, shape, entry["delta"], planes
+    return dtype, shape, entry.delta, planes
 
 
 def _decode_tensor(

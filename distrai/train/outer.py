@@ -33,8 +33,8 @@ import torch
 from distrai.train.determinism import pinned_threads
 from distrai.train.hashing import hash_sections
 from distrai.train.tensorfile import decode_tensors, encode_tensors
+from distrai.wire.blob_records import OuterStateRecord
 
-OUTER_FORMAT = "distrai.outer_state/1"
 OUTER_TAG = "outer_state"
 
 
@@ -179,16 +179,13 @@ def outer_state_hash(state: OuterState) -> str:
 
 def encode_outer_state(state: OuterState) -> bytes:
     """Safetensors bytes of the momentum buffer, with the step in the JSON header record."""
-    return encode_tensors(state.momentum, {"step": state.step}, OUTER_FORMAT)
+    return encode_tensors(state.momentum, OuterStateRecord(step=state.step))
 
 
 def decode_outer_state(data: bytes) -> OuterState:
     """Parse bytes written by `encode_outer_state`."""
-    tensors, record = decode_tensors(data, OUTER_FORMAT)
-    step = record.get("step")
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-        raise ValueError(f"outer state step must be a non-negative integer, got {step!r}")
-    return OuterState(momentum=dict(tensors), step=step)
+    tensors, record = decode_tensors(data, OuterStateRecord)
+    return OuterState(momentum=dict(tensors), step=record.step)
 
 
 def save_outer_state(state: OuterState, path: str | Path) -> None:

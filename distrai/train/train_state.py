@@ -16,8 +16,8 @@ import torch
 
 from distrai.train.hashing import PieceRef, digests_root, piece_digests
 from distrai.train.tensorfile import decode_tensors, encode_tensors, save_tensors
+from distrai.wire.blob_records import TrainStateRecord
 
-STATE_FORMAT = "distrai.train_state/1"
 STATE_TAG = "train_state"
 PARAM_PREFIX = "param/"
 OPTIM_PREFIX = "optim/"
@@ -156,7 +156,7 @@ def states_equal(a: TrainState, b: TrainState) -> bool:
 
 def encode_state(state: TrainState) -> bytes:
     """Serialize to safetensors bytes; the step and format live in the JSON header record."""
-    return encode_tensors(_state_tensors(state), {"step": state.step}, STATE_FORMAT)
+    return encode_tensors(_state_tensors(state), TrainStateRecord(step=state.step))
 
 
 def _state_tensors(state: TrainState) -> dict[str, torch.Tensor]:
@@ -167,10 +167,7 @@ def _state_tensors(state: TrainState) -> dict[str, torch.Tensor]:
 
 def decode_state(data: bytes) -> TrainState:
     """Parse bytes written by `encode_state` (no pickle; tensors and JSON only)."""
-    tensors, record = decode_tensors(data, STATE_FORMAT)
-    step = record.get("step")
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-        raise ValueError(f"train state step must be a non-negative integer, got {step!r}")
+    tensors, record = decode_tensors(data, TrainStateRecord)
     params: dict[str, torch.Tensor] = {}
     optim: dict[str, torch.Tensor] = {}
     for key, value in tensors.items():
@@ -180,13 +177,13 @@ def decode_state(data: bytes) -> TrainState:
             optim[key.removeprefix(OPTIM_PREFIX)] = value
         else:
             raise ValueError(f"train state holds unexpected tensor {key!r}")
-    return TrainState(params=params, optimizer=optim, step=step)
+    return TrainState(params=params, optimizer=optim, step=record.step)
 
 
 def save_state(state: TrainState, path: str | Path) -> None:
     """Write `encode_state(state)` to `path`, streamed from the tensors and renamed into place: a
     miner writes one at every segment boundary, 3.1 GB at 150m."""
-    save_tensors(_state_tensors(state), {"step": state.step}, STATE_FORMAT, Path(path))
+    save_tensors(_state_tensors(state), TrainStateRecord(step=state.step), Path(path))
 
 
 def load_state(path: str | Path) -> TrainState:

@@ -10,11 +10,13 @@ import http.server
 import logging
 import os
 import string
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from distrai.store import (
+    BACKENDS,
+    FileConfig,
     FileStore,
     IntegrityError,
     NotFound,
@@ -34,6 +38,7 @@ from distrai.store import (
     TooLarge,
     blob_key,
     open_store,
+    store_config,
 )
 from distrai.store.file import is_transient_os_error
 from distrai.store.retry import backoff_delay, call_with_retries
@@ -693,3 +698,101 @@ def test_open_store_reads_s3_urls_and_round_trips_them() -> None:
 def test_open_store_refuses_bad_urls_clearly(url: str, options: dict[str, str], complaint: str) -> None:
     with pytest.raises(StoreError, match=complaint):
         open_store(url, **options)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "file:///srv/distrai/store",
+        "file:///srv/a%20store",
+        "s3://bucket",
+        "s3://my-bucket/runs/run-1/",
+        "s3://my-bucket/p?endpoint=http://127.0.0.1:9000&region=eu-west-1&path_style=true",
+        "s3://bucket/p?endpoint=https://acct.r2.cloudflarestorage.com",
+    ],
+)
+def test_each_backends_config_round_trips_from_its_url(url: str) -> None:
+    """A URL is read by the config class its scheme names in `BACKENDS`; the config's URL reads back
+    to the same config."""
+    config = store_config(url)
+    assert type(config) is BACKENDS[url.partition(":")[0]]()
+    assert store_config(config.url) == config
+    assert type(config).from_url(config.url) == config
+
+
+def test_a_plain_path_is_a_file_store_and_its_url_names_the_whole_path(tmp_path: Path) -> None:
+    config = store_config(str(tmp_path))
+    assert config == FileConfig(str(tmp_path)) and config.url == tmp_path.as_uri()
+    assert store_config(config.url) == config
+
+
+def test_a_setting_given_by_name_overrides_the_urls_own() -> None:
+    url = "s3://bucket/p?endpoint=http://127.0.0.1:1&region=a"
+    config = store_config(url, endpoint="http://127.0.0.1:2", path_style=True, region=None)
+    assert isinstance(config, S3Config)
+    assert (config.endpoint_url, config.region, config.path_style) == ("http://127.0.0.1:2", "a", True)
+    keys = store_config(url, access_key_id="id", secret_access_key="secret")
+    assert keys == replace(store_config(url), access_key_id="id", secret_access_key="secret")
+
+
+@pytest.mark.parametrize(
+    ("url", "settings", "complaint"),
+    [
+        ("/tmp/x", {"region": "eu-west-1"}, r"^region apply only to s3:// stores, not to '/tmp/x'$"),
+        (
+            "file:///tmp/x",
+            {"path_style": True, "session_token": "t"},
+            r"^path_style, session_token apply only to s3:// stores",
+        ),
+        ("s3://bucket/x", {"colour": "red"}, r"^unknown store setting colour for 's3://bucket/x'$"),
+        ("s3://bucket/x", {"directory": "/tmp/x"}, r"^unknown store setting directory"),
+        ("/tmp/x", {"create": "no", "colour": "red"}, r"^unknown store setting colour, create"),
+    ],
+)
+def test_a_setting_the_store_does_not_take_is_refused_by_name(
+    url: str, settings: dict[str, object], complaint: str
+) -> None:
+    with pytest.raises(StoreError, match=complaint):
+        store_config(url, **settings)
+
+
+def test_defaults_fill_only_what_the_url_leaves_unset_and_only_where_the_store_takes_them(
+    tmp_path: Path,
+) -> None:
+    """The dashboard's `--store.endpoint` serves the s3:// URLs that name no endpoint (its opener)."""
+    from distrai.dashboard.reading import store_opener
+
+    defaults = {"endpoint": "http://127.0.0.1:9", "region": None}
+    bare = store_config("s3://bucket/p", defaults=defaults)
+    assert isinstance(bare, S3Config) and (bare.endpoint_url, bare.region) == ("http://127.0.0.1:9", None)
+    named = store_config("s3://bucket/p?endpoint=http://127.0.0.1:8", defaults=defaults)
+    assert isinstance(named, S3Config) and named.endpoint_url == "http://127.0.0.1:8"
+    overridden = store_config("s3://bucket/p", endpoint="http://127.0.0.1:7", defaults=defaults)
+    assert isinstance(overridden, S3Config) and overridden.endpoint_url == "http://127.0.0.1:7"
+    assert store_config(str(tmp_path), defaults=defaults) == FileConfig(str(tmp_path))
+    opened = store_opener("http://127.0.0.1:9")
+    s3 = opened("s3://bucket/p")
+    assert isinstance(s3, S3Store) and s3.config.endpoint_url == "http://127.0.0.1:9"
+    own = opened("s3://bucket/p?endpoint=http://127.0.0.1:8&path_style=true")
+    assert isinstance(own, S3Store) and own.config.endpoint_url == "http://127.0.0.1:8"
+    assert isinstance(opened(tmp_path.as_uri()), FileStore)
+
+
+def test_file_stores_are_named_and_opened_without_importing_boto3(tmp_path: Path) -> None:
+    script = f"""
+import sys
+from distrai.store import open_store, store_config
+store_config({str(tmp_path)!r}, defaults={{"endpoint": "http://127.0.0.1:9"}})
+open_store({tmp_path.as_uri()!r}, create=False).exists("k")
+loaded = sorted(name for name in sys.modules if name.split(".")[0] in ("boto3", "botocore", "distrai"))
+assert not any(name.startswith(("boto", "distrai.store.s3")) for name in loaded), loaded
+print("ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]

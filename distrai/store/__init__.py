@@ -1,9 +1,17 @@
 """Object stores: bytes under keys in a directory (`file://`) or an S3 bucket (`s3://`).
 
 `open_store` turns a store URL (as a miner announces it) into a `Store`:
-- `file:///abs/path` or a plain path: a `FileStore` in that directory;
-- `s3://bucket/prefix`: an `S3Store`; the endpoint, region and path-style addressing may come as
-  keyword arguments or in the URL's query (`?endpoint=https://host&region=auto&path_style=true`).
+- `file:///abs/path` or a plain path: a `FileStore` in that directory (`FileConfig`);
+- `s3://bucket/prefix`: an `S3Store` (`S3Config`); the endpoint, region and path-style addressing
+  may come in the URL's query (`?endpoint=https://host&region=auto&path_style=true`) or by name.
+
+A backend is one module with its config class and one entry in `BACKENDS` (its URL scheme, and a
+member of the `StoreConfig` union). The class is a frozen dataclass with `from_url(url)`, which
+reads its URL, the `url` it round-trips to, `SETTINGS` (the settings that `open_store` and
+`store_config` take by name, each to its field) and `open(...)`, which opens the store with what is
+common to every store: a bandwidth limit, a retry policy, `create` and a node's `timeouts` (a
+backend uses those that mean something to it). A setting given by name to a store that does not
+take it is refused, by name.
 
 `distrai.store.s3` (and boto3 with it) is imported only when an S3 store is opened or named: a node
 on file stores runs without boto3 installed (as on a lent GPU machine, `bench/device_session.sh`).
@@ -11,8 +19,11 @@ on file stores runs without boto3 installed (as on a lent GPU machine, `bench/de
 
 from __future__ import annotations
 
-from dataclasses import replace
-from urllib.parse import parse_qs, unquote, urlsplit
+import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import fields, replace
+from typing import TYPE_CHECKING, Any, TypeAlias
+from urllib.parse import urlsplit
 
 from distrai.store.base import (
     BLOB_PREFIX,
@@ -25,12 +36,17 @@ from distrai.store.base import (
     check_key,
     sha256_hex,
 )
-from distrai.store.file import FileStore
+from distrai.store.file import FileConfig, FileStore
 from distrai.store.retry import RetryPolicy
 from distrai.store.timeouts import StoreTimeouts, node_store_timeouts
 
+if TYPE_CHECKING:
+    from distrai.store.s3 import S3Config
+
 __all__ = [
+    "BACKENDS",
     "BLOB_PREFIX",
+    "FileConfig",
     "FileStore",
     "IntegrityError",
     "NotFound",
@@ -38,6 +54,7 @@ __all__ = [
     "S3Config",
     "S3Store",
     "Store",
+    "StoreConfig",
     "StoreError",
     "StoreTimeouts",
     "TooLarge",
@@ -46,66 +63,84 @@ __all__ = [
     "node_store_timeouts",
     "open_store",
     "sha256_hex",
+    "store_config",
 ]
 
-S3_QUERY_FIELDS = ("endpoint", "region", "path_style")
-TRUE_WORDS = frozenset({"1", "true", "yes"})
-FALSE_WORDS = frozenset({"0", "false", "no"})
+StoreConfig: TypeAlias = "FileConfig | S3Config"
+"""Where a store lives and how to reach it: one config class per backend."""
+
+
+def _file_config() -> type[FileConfig]:
+    return FileConfig
+
+
+def _s3_config() -> type[S3Config]:
+    from distrai.store.s3 import S3Config
+
+    return S3Config
+
+
+BACKENDS: dict[str, Callable[[], type[StoreConfig]]] = {
+    "": _file_config,
+    "file": _file_config,
+    "s3": _s3_config,
+}
+"""Each URL scheme's config class, loaded when a URL of that scheme is read (a plain path has none)."""
+
+
+def store_config(url: str, *, defaults: Mapping[str, Any] | None = None, **settings: Any) -> StoreConfig:
+    """The config of the store at `url`. `settings` (None: not given) override the same setting in
+    the URL; one the store does not take is refused. `defaults` fill a setting that the URL and
+    `settings` leave at its default, where the store takes it, and are passed over where it does not."""
+    scheme = urlsplit(url).scheme
+    if scheme not in BACKENDS:
+        raise StoreError(
+            f"unsupported store URL {url!r}: use file:///absolute/path, a plain path, or s3://bucket/prefix"
+        )
+    kind = BACKENDS[scheme]()
+    given = {name: value for name, value in settings.items() if value is not None}
+    if misplaced := sorted(set(given) - set(kind.SETTINGS)):
+        raise StoreError(misplaced_settings(url, misplaced))
+    config = replace(kind.from_url(url), **{kind.SETTINGS[name]: value for name, value in given.items()})
+    unset = {field.name for field in fields(config) if getattr(config, field.name) == field.default}
+    filled = {
+        kind.SETTINGS[name]: value
+        for name, value in (defaults or {}).items()
+        if value is not None and kind.SETTINGS.get(name) in unset
+    }
+    return replace(config, **filled) if filled else config
+
+
+def misplaced_settings(url: str, names: list[str]) -> str:
+    """Why settings `names` are refused for `url`: which stores take them, or that none does. Every
+    backend's config class is read for it (a backend whose packages are missing is passed over)."""
+    takers = set()
+    for scheme, kind in BACKENDS.items():
+        with contextlib.suppress(ImportError):
+            if scheme and set(names) & set(kind().SETTINGS):
+                takers.add(f"{scheme}://")
+    if not takers:
+        return f"unknown store setting {', '.join(names)} for {url!r}"
+    return f"{', '.join(names)} apply only to {' and '.join(sorted(takers))} stores, not to {url!r}"
 
 
 def open_store(
     url: str,
     *,
-    endpoint: str | None = None,
     bandwidth_bytes_per_s: float | None = None,
-    region: str | None = None,
-    access_key_id: str | None = None,
-    secret_access_key: str | None = None,
-    session_token: str | None = None,
-    path_style: bool | None = None,
     retry: RetryPolicy | None = None,
     create: bool = True,
     timeouts: StoreTimeouts | None = None,
+    defaults: Mapping[str, Any] | None = None,
+    **settings: Any,
 ) -> Store:
-    """The store at `url`. Keyword arguments override the same setting in an `s3://` URL's query;
-    `create=False` opens a directory store without making its folder (to read another node's store).
-    `timeouts` sets an S3 store's connect and read timeouts (a node's follow its chain's block time,
+    """The store at `url`, its config read by `store_config(url, defaults=defaults, **settings)`
+    (an S3 store's `endpoint`, `region`, `path_style` and credentials). `create=False` opens a
+    directory store without making its folder (to read another node's store). `timeouts` sets an S3
+    store's connect and read timeouts (a node's follow its chain's block time,
     `distrai.store.timeouts`); None keeps `S3Config`'s defaults. A directory store ignores them."""
-    parts = urlsplit(url)
-    if parts.scheme in ("", "file"):
-        s3_only = {
-            "endpoint": endpoint,
-            "region": region,
-            "access_key_id": access_key_id,
-            "secret_access_key": secret_access_key,
-            "session_token": session_token,
-            "path_style": path_style,
-        }
-        given = sorted(name for name, value in s3_only.items() if value is not None)
-        if given:
-            raise StoreError(f"{', '.join(given)} apply only to s3:// stores, not to {url!r}")
-        return FileStore(
-            file_path(url), bandwidth_bytes_per_s=bandwidth_bytes_per_s, retry=retry, create=create
-        )
-    if parts.scheme == "s3":
-        from distrai.store.s3 import S3Config, S3Store
-
-        query = s3_query(url)
-        config = S3Config(
-            bucket=parts.netloc,
-            prefix=unquote(parts.path),
-            endpoint_url=endpoint if endpoint is not None else query.get("endpoint"),
-            region=region if region is not None else query.get("region"),
-            access_key_id=access_key_id,
-            secret_access_key=secret_access_key,
-            session_token=session_token,
-            path_style=path_style if path_style is not None else parse_flag(query.get("path_style", "false")),
-        )
-        if timeouts is not None:
-            config = replace(config, connect_timeout_s=timeouts.connect_s, read_timeout_s=timeouts.read_s)
-        return S3Store(config, bandwidth_bytes_per_s=bandwidth_bytes_per_s, retry=retry)
-    raise StoreError(
-        f"unsupported store URL {url!r}: use file:///absolute/path, a plain path, or s3://bucket/prefix"
+    return store_config(url, defaults=defaults, **settings).open(
+        bandwidth_bytes_per_s=bandwidth_bytes_per_s, retry=retry, create=create, timeouts=timeouts
     )
 
 
@@ -115,40 +150,3 @@ def __getattr__(name: str):
 
         return getattr(s3, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def file_path(url: str) -> str:
-    """The directory of a `file://` URL or a plain path."""
-    if not url:
-        raise StoreError("empty store URL: give a directory, file:///absolute/path or s3://bucket/prefix")
-    parts = urlsplit(url)
-    if parts.scheme == "":
-        return url
-    if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
-        raise StoreError(f"invalid file URL {url!r}: use file:///absolute/path (three slashes)")
-    if parts.query or parts.fragment:
-        raise StoreError(f"invalid file URL {url!r}: a file URL takes no query or fragment")
-    return unquote(parts.path)
-
-
-def s3_query(url: str) -> dict[str, str]:
-    """The settings in an `s3://` URL's query, each given once and known."""
-    fields = parse_qs(urlsplit(url).query, keep_blank_values=True, strict_parsing=False)
-    unknown = sorted(set(fields) - set(S3_QUERY_FIELDS))
-    if unknown:
-        raise StoreError(
-            f"unknown setting {', '.join(unknown)} in {url!r}: known are {', '.join(S3_QUERY_FIELDS)}"
-        )
-    repeated = sorted(name for name, values in fields.items() if len(values) > 1)
-    if repeated:
-        raise StoreError(f"setting {', '.join(repeated)} given more than once in {url!r}")
-    return {name: values[0] for name, values in fields.items()}
-
-
-def parse_flag(text: str) -> bool:
-    word = text.strip().lower()
-    if word in TRUE_WORDS:
-        return True
-    if word in FALSE_WORDS:
-        return False
-    raise StoreError(f"invalid path_style {text!r}: use true or false")

@@ -21,15 +21,18 @@ import logging
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import BinaryIO, ClassVar, TypeVar
+from urllib.parse import unquote, urlsplit
 
 from distrai.store.base import NotFound, Store, StoreError, TooLarge, Unreachable, check_key
 from distrai.store.outage import OutageLog
 from distrai.store.retry import RetryPolicy, StoreRetries
 from distrai.store.temps import sweep, temp_path
 from distrai.store.throttle import Bandwidth, check_max_bytes, copy_stream
+from distrai.store.timeouts import StoreTimeouts
 
 T = TypeVar("T")
 
@@ -91,6 +94,52 @@ def write_atomically(
                 left_over(temp)
         raise
     fsync_directory(path.parent)
+
+
+def file_path(url: str) -> str:
+    """The directory of a `file://` URL or a plain path."""
+    if not url:
+        raise StoreError("empty store URL: give a directory, file:///absolute/path or s3://bucket/prefix")
+    parts = urlsplit(url)
+    if parts.scheme == "":
+        return url
+    if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+        raise StoreError(f"invalid file URL {url!r}: use file:///absolute/path (three slashes)")
+    if parts.query or parts.fragment:
+        raise StoreError(f"invalid file URL {url!r}: a file URL takes no query or fragment")
+    return unquote(parts.path)
+
+
+@dataclass(frozen=True)
+class FileConfig:
+    """Where a file store lives: its directory, from a `file:///absolute/path` URL or a plain path
+    (relative to the working folder). It takes no other setting (`SETTINGS` is empty)."""
+
+    directory: str
+
+    SETTINGS: ClassVar[Mapping[str, str]] = {}
+    """the settings `open_store` may give by name, each to its field: none"""
+
+    @classmethod
+    def from_url(cls, url: str) -> FileConfig:
+        return cls(file_path(url))
+
+    @property
+    def url(self) -> str:
+        return Path(self.directory).absolute().as_uri()
+
+    def open(
+        self,
+        *,
+        bandwidth_bytes_per_s: float | None = None,
+        retry: RetryPolicy | None = None,
+        create: bool = True,
+        timeouts: StoreTimeouts | None = None,
+    ) -> FileStore:
+        """The store; `timeouts` (an S3 store's network timeouts) have nothing to bound here."""
+        return FileStore(
+            self.directory, bandwidth_bytes_per_s=bandwidth_bytes_per_s, retry=retry, create=create
+        )
 
 
 class FileStore(Store):

@@ -32,11 +32,11 @@ import io
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
-from urllib.parse import urlencode
+from typing import Any, ClassVar, TypeVar
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 import boto3
 from botocore.config import Config
@@ -48,6 +48,7 @@ from distrai.store.file import is_key, write_atomically
 from distrai.store.outage import OutageLog
 from distrai.store.retry import RetryPolicy, StoreRetries
 from distrai.store.throttle import Bandwidth, check_max_bytes, copy_stream
+from distrai.store.timeouts import StoreTimeouts
 
 T = TypeVar("T")
 
@@ -57,6 +58,10 @@ MIB = 1024 * 1024
 MAX_PARTS = 10_000
 BUCKET_PATTERN = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 R2_HOST_SUFFIX = ".r2.cloudflarestorage.com"
+QUERY_FIELDS = ("endpoint", "region", "path_style")
+"""the settings an `s3://` URL's query may hold (credentials never travel in a URL)"""
+TRUE_WORDS = frozenset({"1", "true", "yes"})
+FALSE_WORDS = frozenset({"0", "false", "no"})
 MISSING_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
 NO_SUCH_UPLOAD = "NoSuchUpload"
 TRANSIENT_CODES = frozenset(
@@ -82,12 +87,23 @@ TRANSIENT_CODES = frozenset(
 
 @dataclass(frozen=True)
 class S3Config:
-    """Where an S3 store lives and how to reach it.
+    """Where an S3 store lives and how to reach it: `s3://bucket/prefix?endpoint=…&region=…&path_style=…`
+    (`from_url`), each of `SETTINGS` also given by name to `open_store`, which overrides the URL.
 
     `prefix` is normalized to `""` or `"some/path/"`. `region` defaults to `"auto"` for Cloudflare R2
     endpoints and otherwise to boto3's chain (us-east-1 when nothing is configured). `path_style`
     addresses buckets as `endpoint/bucket/key`, which MinIO and local servers need.
     """
+
+    SETTINGS: ClassVar[Mapping[str, str]] = {
+        "endpoint": "endpoint_url",
+        "region": "region",
+        "access_key_id": "access_key_id",
+        "secret_access_key": "secret_access_key",
+        "session_token": "session_token",
+        "path_style": "path_style",
+    }
+    """the settings `open_store` may give by name, each to its field"""
 
     bucket: str
     prefix: str = ""
@@ -126,6 +142,32 @@ class S3Config:
         if self.list_page_size < 1:
             raise StoreError(f"list_page_size must be positive, got {self.list_page_size}")
 
+    @classmethod
+    def from_url(cls, url: str) -> S3Config:
+        parts, query = urlsplit(url), s3_query(url)
+        return cls(
+            bucket=parts.netloc,
+            prefix=unquote(parts.path),
+            endpoint_url=query.get("endpoint"),
+            region=query.get("region"),
+            path_style=parse_flag(query.get("path_style", "false")),
+        )
+
+    def open(
+        self,
+        *,
+        bandwidth_bytes_per_s: float | None = None,
+        retry: RetryPolicy | None = None,
+        create: bool = True,
+        timeouts: StoreTimeouts | None = None,
+    ) -> S3Store:
+        """The store, with `timeouts` instead of this config's when given (a node's,
+        `distrai.store.timeouts`). Nothing is created: the bucket must exist."""
+        config = self
+        if timeouts is not None:
+            config = replace(self, connect_timeout_s=timeouts.connect_s, read_timeout_s=timeouts.read_s)
+        return S3Store(config, bandwidth_bytes_per_s=bandwidth_bytes_per_s, retry=retry)
+
     @property
     def signing_region(self) -> str | None:
         if self.region is not None:
@@ -147,6 +189,29 @@ class S3Config:
             if value is not None
         }
         return f"s3://{self.bucket}/{self.prefix}" + ("?" + urlencode(query, safe=":/") if query else "")
+
+
+def s3_query(url: str) -> dict[str, str]:
+    """The settings in an `s3://` URL's query, each given once and known."""
+    fields = parse_qs(urlsplit(url).query, keep_blank_values=True, strict_parsing=False)
+    unknown = sorted(set(fields) - set(QUERY_FIELDS))
+    if unknown:
+        raise StoreError(
+            f"unknown setting {', '.join(unknown)} in {url!r}: known are {', '.join(QUERY_FIELDS)}"
+        )
+    repeated = sorted(name for name, values in fields.items() if len(values) > 1)
+    if repeated:
+        raise StoreError(f"setting {', '.join(repeated)} given more than once in {url!r}")
+    return {name: values[0] for name, values in fields.items()}
+
+
+def parse_flag(text: str) -> bool:
+    word = text.strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise StoreError(f"invalid path_style {text!r}: use true or false")
 
 
 def error_code(error: ClientError) -> str:

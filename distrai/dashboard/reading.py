@@ -36,11 +36,11 @@ QUICK_RETRY = RetryPolicy(attempts=2, base_delay_s=0.2, max_delay_s=1.0)
 
 
 def store_opener(endpoint: str | None = None) -> Callable[[str], Store]:
-    """Opens announced store URLs with `QUICK_RETRY`; `endpoint` serves s3:// URLs that name none."""
+    """Opens announced store URLs with `QUICK_RETRY`; `endpoint` serves the stores that take one and
+    whose URL names none (`distrai.store.store_config`'s defaults)."""
 
     def open_announced(url: str) -> Store:
-        s3_without_endpoint = url.startswith("s3://") and "endpoint=" not in url
-        return open_store(url, endpoint=endpoint if s3_without_endpoint else None, retry=QUICK_RETRY)
+        return open_store(url, retry=QUICK_RETRY, defaults={"endpoint": endpoint})
 
     return open_announced
 

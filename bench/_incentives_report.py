@@ -137,6 +137,26 @@ def docked(r: Results) -> tuple[int, int]:
     return sum(cell.pay_per_token < 1 for cell in cells), len(cells)
 
 
+def lowest_honest_gain(r: Results) -> float:
+    """The lowest, over the honest miner-windows, of a miner's gain per unit of work (gain /
+    tokens ** exponent) over its window's median among the passing updates: the floor docks below
+    `gain_floor` (nan when no window has a positive median)."""
+    exponent = r.config.scoring.gain_exponent
+    honest = {m.hotkey for m in honest_miners(r)}
+    lowest = math.nan
+    for record in r.pay_records:
+        per_work = {
+            hk: cell.numbers["drop_unseen"] / cell.tokens**exponent
+            for hk, cell in record.miners.items()
+            if cell.reason is None and "drop_unseen" in cell.numbers
+        }
+        median = statistics.median(per_work.values()) if per_work else 0.0
+        if median > 0:
+            ratios = [value / median for hk, value in per_work.items() if hk in honest]
+            lowest = min([lowest, *ratios]) if not math.isnan(lowest) else min(ratios)
+    return lowest
+
+
 def shrunk(r: Results) -> Miner | None:
     """The cheat that publishes its own honest update scaled down (None: the run has none)."""
     return next((m for m in r.cheaters if m.scale != 1.0), None)
@@ -198,7 +218,9 @@ def targets_table(r: Results) -> Table:
         [
             f"c. honest work the gates dock (`useful`, the gain floor), {r.config.scoring.usefulness_sequences} "
             "sequences",
-            f"{failed} of {cells} honest miner-windows ({failed / cells:.1%})",
+            f"{failed} of {cells} honest miner-windows ({failed / cells:.1%}); the lowest honest gain per "
+            f"unit of work {lowest_honest_gain(r):.2f} of its window's median (the floor: "
+            f"{r.config.scoring.gain_floor})",
             f"≤ {DOCKED_TARGET:.0%}",
             met(failed / cells <= DOCKED_TARGET),
         ],

@@ -314,6 +314,10 @@ def test_incentives_targets_follow_from_their_numbers(incentives):
     gate, exponent, scaled = (row for row in rows if row[0].startswith("c."))
     failed, cells = map(int, re.match(r"(\d+) of (\d+) honest", gate[1]).groups())
     assert gate[3] == ("MET" if failed / cells <= 0.01 else "MISSED")
+    lowest = float(
+        re.search(r"gain per unit of work (-?[\d.]+|nan) of its window's median", gate[1]).group(1)
+    )
+    assert failed > 0 or not lowest < 0.25, gate  # an honest window below the floor is docked
     assert re.match(r"exponent (-?[\d.]+|nan) \(the run config's `gain_exponent`: 0.3\)", exponent[1]), (
         exponent
     )

@@ -197,7 +197,8 @@ class MinerEntry(_Body):
     verdicts: dict[str, str]
     numbers: dict[str, float]
     score: float = Field(ge=0.0, allow_inf_nan=False)
-    """the window's pay units: the tokens the manifest claims (0 when a check failed)"""
+    """the window's pay units: the tokens the manifest claims, up to those the update's gain vouches
+    for (0 when a check failed)"""
     reason: str | None
     pay: PayStanding | None = None
 

@@ -18,7 +18,7 @@ from distrai.chain_cmd import CHAIN_COMMANDS, add_chain_commands, wallet_args
 from distrai.dashboard.cli import DEFAULT_PORT as DASHBOARD_PORT
 from distrai.dashboard.cli import add_dashboard_parser, run_dashboard
 from distrai.data.cli import add_data_commands
-from distrai.node.flags import FLAGS
+from distrai.node.settings import ChainSettings
 from distrai.node.wallets import create_dev_wallet, public_hotkeys
 from distrai.run_cmd import add_run_commands, cmd_data_prepare_run, cmd_run_publish
 
@@ -26,12 +26,11 @@ PIPED_WIDTH = 200
 """Columns of output that goes to a file or a pipe (rich's own default there is 80, which cuts the
 metagraph's hotkeys and wraps long messages); a terminal's own width, or COLUMNS, wins."""
 console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else PIPED_WIDTH)
-DOCTOR_CHAIN_FLAGS = ("--netuid", "--subtensor.network", "--chain.path")
-"""The nodes' flags `distrai doctor` reads the chain's block time with."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="distrai", description=__doc__)
+    parser.set_defaults(command=None)  # the groups without commands (localnet, doctor, dashboard)
     groups = parser.add_subparsers(dest="group", required=True)
 
     wallet = groups.add_parser("wallet", help="development wallets").add_subparsers(
@@ -67,9 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES_PER_S",
         help="pace the probe to this many bytes per second, as the miner's own --store.bandwidth would",
     )
-    for flag, env, default, text in FLAGS:
-        if flag in DOCTOR_CHAIN_FLAGS:
-            doctor.add_argument(flag, default=os.environ.get(env, default), help=f"{text} [env {env}]")
+    ChainSettings.add_flags(doctor)  # the nodes' flags it reads the chain's block time with
     doctor.add_argument(
         "--block-time",
         dest="block_time",
@@ -247,10 +244,11 @@ def doctor_block_time(args: argparse.Namespace) -> tuple[float, str]:
         return args.block_time, "--block-time"
     from distrai.node.build import open_chain
 
-    network = getattr(args, "subtensor.network")
-    where = f"the embedded chain {getattr(args, 'chain.path')}" if network == "embedded" else network
+    chain = ChainSettings.from_args(args)
+    network = chain.subtensor_network
+    where = f"the embedded chain {chain.chain_path}" if network == "embedded" else network
     try:
-        return open_chain(args).block_time(), f"the block time of {where}"
+        return open_chain(chain).block_time(), f"the block time of {where}"
     except ChainError as exc:
         raise ValueError(
             f"cannot read the seconds per block of {where} ({exc}): name the run's chain with "
@@ -340,7 +338,7 @@ COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int | None
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        code = COMMANDS[(args.group, getattr(args, "command", None))](args)
+        code = COMMANDS[(args.group, args.command)](args)
     except (ChainError, FileNotFoundError, ValueError) as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 1

@@ -5,7 +5,6 @@ prepared."""
 from __future__ import annotations
 
 import argparse
-import os
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,22 +14,27 @@ from rich.markup import escape
 
 from distrai.chain.base import Chain
 from distrai.data.cli import cmd_data_prepare, prepared_data
-from distrai.node.flags import FLAGS
 from distrai.node.registration import require_registered
+from distrai.node.settings import HotkeySettings, NodeSettings, WalletSettings, like
 
 if TYPE_CHECKING:
     from distrai.protocol.run import RunConfig
 
-PUBLISH_FLAGS = {
-    "--netuid": None,
-    "--wallet.name": "the subnet owner's wallet (coldkey) name",
-    "--wallet.hotkey": "the owner's hotkey that publishes the commitment (registered on the subnet)",
-    "--wallet.path": None,
-    "--subtensor.network": None,
-    "--chain.path": None,
-    "--run.config": "the run config to publish (TOML): every miner and validator runs this file",
-}
-"""The nodes' flags `run publish` takes, with its own help where their meaning differs."""
+
+class PublishSettings(HotkeySettings):
+    """The nodes' settings `run publish` takes, with its own help where their meaning differs."""
+
+    wallet_name: str = like(WalletSettings, "wallet_name", help="the subnet owner's wallet (coldkey) name")
+    wallet_hotkey: str = like(
+        WalletSettings,
+        "wallet_hotkey",
+        help="the owner's hotkey that publishes the commitment (registered on the subnet)",
+    )
+    run_config: str | None = like(
+        NodeSettings,
+        "run_config",
+        help="the run config to publish (TOML): every miner and validator runs this file",
+    )
 
 
 def add_run_commands(groups: argparse._SubParsersAction) -> None:
@@ -44,17 +48,13 @@ def add_run_commands(groups: argparse._SubParsersAction) -> None:
         "computed as every node computes it from the same file, then read it back as the nodes read it. "
         "Refused unless the wallet's coldkey owns the subnet and its hotkey is registered on it.",
     )
-    for flag, env, default, text in FLAGS:
-        if flag in PUBLISH_FLAGS:
-            publish.add_argument(
-                flag, default=os.environ.get(env, default), help=f"{PUBLISH_FLAGS[flag] or text} [env {env}]"
-            )
+    PublishSettings.add_flags(publish)
 
 
-def publish_run(chain: Chain, wallet, config: RunConfig, flags: argparse.Namespace) -> bool:
+def publish_run(chain: Chain, wallet, config: RunConfig, settings: HotkeySettings) -> bool:
     """Publish `config`'s run commitment with `wallet`'s hotkey, then check it as every node does at
     start-up; False when it was published already. ValueError, saying why, for a wallet that does not
-    own the subnet or a hotkey not registered on it (naming the command that registers it, from `flags`)."""
+    own the subnet or a hotkey not registered on it (naming the command that registers it, from `settings`)."""
     from distrai.node.build import published_run
     from distrai.protocol.run import check_run_matches, run_commitment
 
@@ -65,7 +65,7 @@ def publish_run(chain: Chain, wallet, config: RunConfig, flags: argparse.Namespa
             f"wallet {wallet.name} (coldkey {coldkey}) does not own subnet {chain.netuid} (its owner is "
             f"{owner or 'nobody'}): the nodes read the run commitment of the owner's hotkeys only"
         )
-    require_registered(chain, wallet.hotkey.ss58_address, flags)
+    require_registered(chain, wallet.hotkey.ss58_address, settings)
     commitment = run_commitment(config)
     if published_run(chain) == commitment:
         return False
@@ -79,15 +79,14 @@ def cmd_run_publish(args: argparse.Namespace, console: Console) -> None:
     from distrai.node.wallets import open_wallet
     from distrai.protocol.run import load_run_config, run_id
 
-    path = getattr(args, "run.config")
+    settings = PublishSettings.from_args(args)
+    path = settings.run_config
     if not path:
         raise ValueError("no run config: pass --run.config PATH (the TOML every node will run)")
     config = load_run_config(path)
-    chain = open_chain(args)
-    wallet = open_wallet(
-        getattr(args, "wallet.name"), getattr(args, "wallet.hotkey"), getattr(args, "wallet.path")
-    )
-    if not publish_run(chain, wallet, config, args):
+    chain = open_chain(settings)
+    wallet = open_wallet(settings.wallet_name, settings.wallet_hotkey, settings.wallet_path)
+    if not publish_run(chain, wallet, config, settings):
         console.print(
             f"run {run_id(config)} ({config.name}) is published already; nothing changed", highlight=False
         )

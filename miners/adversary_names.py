@@ -1,6 +1,6 @@
 """The names of the miner adversaries (`miners.adversaries.ADVERSARIES` holds their classes, in this
-order), in a module that imports nothing: `neurons/miner.py` offers them as `--miner.adversary`
-choices before it loads torch and the model code."""
+order), in a module that imports nothing: `miners.settings` offers them as `--miner.adversary`
+choices before the miner loads torch and the model code."""
 
 ADVERSARY_NAMES: tuple[str, ...] = (
     "idle",

@@ -182,9 +182,10 @@ class Miner(Participant):
     def from_node(
         cls, node: Node, behaviour: Behaviour | None = None, kept_states: int = DEFAULT_MAX_KEPT
     ) -> Miner:
-        """The miner of a node built from the command line (`distrai.node.build.build_node`), honest
-        or cheating as `behaviour` does (its entry script picks one of `miners.adversaries`), keeping
-        at most `kept_states` boundary states of a window on disk (`miners.kept_states`)."""
+        """The miner of a node built from its settings (`distrai.node.build.build_node`), honest or
+        cheating as `behaviour` does (its entry point, `miners.main`, picks it: the honest `Behaviour`,
+        or one of `miners.adversaries`), keeping at most `kept_states` boundary states of a window on
+        disk (`miners.kept_states`)."""
         return cls(
             node.runtime,
             node.chain,

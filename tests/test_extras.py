@@ -46,7 +46,7 @@ sys.modules["wandb"] = None
 from pathlib import Path
 from distrai.data.texts import TextSource, read_texts
 from distrai.node.metrics import Metrics
-import neurons.miner, neurons.validator, distrai.localnet.network
+import neurons.miner, neurons.validator, miners.main, validators.main, distrai.localnet.network
 texts = list(read_texts(TextSource("files", paths=({str(tmp_path / "a.txt")!r},), sample_by="document")))
 assert len(texts) == 1, texts
 metrics = Metrics(Path({str(tmp_path / "m.jsonl")!r}), role="miner", hotkey="5hot", run_id="run")

@@ -19,7 +19,7 @@ from distrai.chain.local import LocalChain
 from distrai.cli import main as distrai_main
 from distrai.data.byte_tokenizer import byte_tokenizer
 from distrai.localnet.network import publish_builtin_data
-from distrai.node.build import FLAGS
+from distrai.node.settings import NodeSettings
 from distrai.node.wallets import create_dev_wallet, open_wallet
 from distrai.protocol.run import load_run_config, run_commitment, shipped_config_path
 from distrai.protocol.runtime import model_spec
@@ -48,8 +48,8 @@ def test_help_lists_every_flag_with_its_environment_variable(role):
     out = neuron(role, "--help")
     assert out.returncode == 0
     text = " ".join(out.stdout.split())
-    for flag, env, _, _ in FLAGS:
-        assert flag in text and f"env {env}" in text
+    for flag in NodeSettings.flags():
+        assert flag.flag in text and f"env {flag.env}" in text
     assert ("--miner.idle" in text) == (role == "miner")
     assert ("--miner.adversary" in text and "env DISTRAI_MINER_ADVERSARY" in text) == (role == "miner")
 

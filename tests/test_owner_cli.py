@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 import shlex
 
 import pytest
@@ -14,6 +13,7 @@ from distrai.chain.local import LocalChain
 from distrai.cli import main
 from distrai.node.build import published_run
 from distrai.node.registration import register_command
+from distrai.node.settings import HotkeySettings
 from distrai.node.wallets import DEFAULT_WALLET_PATH, create_dev_wallet
 from distrai.protocol.run import RunMismatch, check_run_matches, load_run_config, run_id, shipped_config_path
 from distrai.run_cmd import publish_run
@@ -127,17 +127,15 @@ def test_the_owner_publishes_the_run_that_the_nodes_check(tmp_path, capsys, wall
 
 
 def test_the_register_command_fits_the_network():
-    def flags(network: str, path: str) -> argparse.Namespace:
-        args = argparse.Namespace(netuid="7")
-        for name, value in (
-            ("wallet.name", "cold"),
-            ("wallet.hotkey", "hot"),
-            ("wallet.path", path),
-            ("subtensor.network", network),
-            ("chain.path", "my chain.db"),
-        ):
-            setattr(args, name, value)
-        return args
+    def flags(network: str, path: str) -> HotkeySettings:
+        return HotkeySettings(
+            netuid=7,
+            wallet_name="cold",
+            wallet_hotkey="hot",
+            wallet_path=path,
+            subtensor_network=network,
+            chain_path="my chain.db",
+        )
 
     assert register_command(flags("embedded", "/w")) == (
         "distrai chain register --chain.path 'my chain.db' --netuid 7 --wallet.name cold --wallet.hotkey hot "
@@ -153,9 +151,13 @@ def test_the_published_run_reads_back_through_either_chain(tmp_path, make):
     # the publishing step of `distrai run publish`, over the embedded chain and over the SDK adapter
     h = make(tmp_path)
     owner, config = h.owner(), load_run_config(CPU)
-    flags = argparse.Namespace(netuid="1", **{"subtensor.network": "finney", "wallet.name": owner.name})
-    for name, value in (("wallet.hotkey", "default"), ("wallet.path", DEFAULT_WALLET_PATH)):
-        setattr(flags, name, value)
+    flags = HotkeySettings(
+        netuid=1,
+        subtensor_network="finney",
+        wallet_name=owner.name,
+        wallet_hotkey="default",
+        wallet_path=DEFAULT_WALLET_PATH,
+    )
     with pytest.raises(ValueError, match="register it with: btcli subnet register --netuid 1 --wallet.name"):
         publish_run(h.chain, owner, config, flags)
     h.chain.register(owner)

@@ -14,7 +14,8 @@ from distrai.chain.local import LocalChain
 from distrai.data.access import open_data_access
 from distrai.localnet.network import publish_builtin_data
 from distrai.localnet.s3server import make_bucket, pause, resume
-from distrai.node.build import build_node, build_parser
+from distrai.node.build import build_node
+from distrai.node.settings import NodeSettings
 from distrai.node.wallets import create_dev_wallet
 from distrai.protocol.run import load_run_config, run_commitment, shipped_config_path
 from distrai.store import (
@@ -66,7 +67,7 @@ def test_open_store_sets_s3_timeouts_only_when_given_and_a_file_store_ignores_th
 
 
 def node_args(tmp_path, block_time: float, store_url: str):
-    """The flags of a miner on a fresh embedded chain of `block_time`-second blocks that published
+    """The settings of a miner on a fresh embedded chain of `block_time`-second blocks that published
     the cpu-localnet run."""
     wallets = str(tmp_path / "wallets")
     owner, _ = create_dev_wallet("owner", "default", wallets)
@@ -77,23 +78,14 @@ def node_args(tmp_path, block_time: float, store_url: str):
     chain.register(owner)
     chain.register(miner)
     chain.commit(owner, run_commitment(load_run_config(CPU)))
-    return build_parser("miner", "test").parse_args(
-        [
-            "--run.config",
-            str(CPU),
-            "--wallet.name",
-            "miner",
-            "--wallet.path",
-            wallets,
-            "--subtensor.network",
-            "embedded",
-            "--chain.path",
-            str(chain.path),
-            "--store.url",
-            store_url,
-            "--work.dir",
-            str(tmp_path / "work"),
-        ]
+    return NodeSettings(
+        run_config=str(CPU),
+        wallet_name="miner",
+        wallet_path=wallets,
+        subtensor_network="embedded",
+        chain_path=str(chain.path),
+        store_url=store_url,
+        work_dir=str(tmp_path / "work"),
     )
 
 

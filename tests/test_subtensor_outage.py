@@ -7,7 +7,6 @@ on the clock except the patience test, which is about the clock."""
 
 from __future__ import annotations
 
-import argparse
 import logging
 import threading
 import time
@@ -23,6 +22,7 @@ from distrai.chain.base import ChainError
 from distrai.chain.local import LocalChain
 from distrai.chain.subtensor import READ_PATIENCE_S, SubtensorChain
 from distrai.node.build import open_chain
+from distrai.node.settings import ChainSettings
 from distrai.node.stopping import chain_lost
 from distrai.protocol.run import load_run_config
 from distrai.protocol.runtime import build_runtime
@@ -231,7 +231,7 @@ def test_a_write_whose_connection_failed_is_not_sent_again(harness):
 
 
 def test_a_node_opens_a_patient_chain_and_a_one_shot_command_does_not():
-    args = argparse.Namespace(**{"subtensor.network": "ws://127.0.0.1:1", "netuid": "3"})
+    args = ChainSettings(subtensor_network="ws://127.0.0.1:1", netuid=3)
     stop = threading.Event()
     node = open_chain(args, stop)
     assert isinstance(node, SubtensorChain)

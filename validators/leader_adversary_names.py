@@ -1,7 +1,7 @@
 """The names of the aggregating leader's adversaries (`validators.leader_adversaries.LEADER_ADVERSARIES`
 holds their classes, in this order) and the check of a choice of one, in a module that imports nothing:
-`neurons/validator.py` offers them as `--validator.adversary` choices, and refuses a bad choice,
-before it loads torch and the model code."""
+`validators.settings` offers them as `--validator.adversary` choices, and refuses a bad choice,
+before the validator loads torch and the model code."""
 
 from __future__ import annotations
 

@@ -24,6 +24,7 @@ from functools import partial
 from pathlib import Path
 
 from distrai.chain.base import Chain, ChainError, Metagraph, WalletLike
+from distrai.node.build import Node
 from distrai.node.metrics import Metrics
 from distrai.node.participant import Participant
 from distrai.protocol.announce import committed_by_deadline
@@ -121,6 +122,21 @@ class Validator(Participant):
         """the miners' stores as a window's passes of reads see them: within one pass (the listing at
         the reveal deadline, the first pass of checks, each pass of asking again), a store on which an
         operation gave up in an outage is not waited on again (`distrai.store.breaker`)"""
+
+    @classmethod
+    def from_node(cls, node: Node, options: ValidatorOptions) -> Validator:
+        """The validator of a node built from its settings (`distrai.node.build.build_node`), leading
+        as `options.behaviour` does (its entry point, `validators.main`, picks it)."""
+        return cls(
+            node.runtime,
+            node.chain,
+            node.wallet,
+            node.store,
+            node.store_url,
+            options,
+            node.metrics,
+            node.stores,
+        )
 
     def run(self, stop: threading.Event, max_windows: int | None = None) -> None:
         done = 0

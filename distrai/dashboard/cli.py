@@ -3,31 +3,50 @@
 from __future__ import annotations
 
 import argparse
-import os
 import socket
 import threading
 from pathlib import Path
 
-from distrai.node.flags import FLAGS
+from distrai.node.settings import ChainSettings, NodeSettings, like
 
 DEFAULT_PORT = 8700
 DEFAULT_WORK = "~/.distrai/dashboard"
-HELP = {
-    "--netuid": None,
-    "--subtensor.network": None,
-    "--chain.path": None,
-    "--run.config": None,
-    "--store.url": "read every validator's documents from this store (a shared bucket, or a mirror) instead "
-    "of the store it announced on chain",
-    "--store.endpoint": "S3 endpoint URL of --store.url, and of announced s3:// stores that name none",
-    "--wallet.path": "show the hotkeys of the wallets in this folder by their wallet names (only public key "
-    "files are read)",
-    "--data.store": "where to read the run's prepared data to evaluate the held-out loss (a mirror: every "
-    "shard is checked against its hash); default: the run config's data.store, else --store.url",
-    "--data.endpoint": None,
-    "--work.dir": f"where the dashboard keeps the data it fetched (default {DEFAULT_WORK})",
-}
-"""The nodes' flags the dashboard takes, with its own help where their meaning differs."""
+
+
+class DashboardSettings(ChainSettings):
+    """The nodes' settings the dashboard takes, with its own help where their meaning differs."""
+
+    run_config: str | None = like(NodeSettings, "run_config")
+    store_url: str | None = like(
+        NodeSettings,
+        "store_url",
+        help="read every validator's documents from this store (a shared bucket, or a mirror) instead of "
+        "the store it announced on chain",
+    )
+    store_endpoint: str | None = like(
+        NodeSettings,
+        "store_endpoint",
+        help="S3 endpoint URL of --store.url, and of announced s3:// stores that name none",
+    )
+    wallet_path: str | None = like(
+        NodeSettings,
+        "wallet_path",
+        help="show the hotkeys of the wallets in this folder by their wallet names (only public key files "
+        "are read)",
+    )
+    data_store: str | None = like(
+        NodeSettings,
+        "data_store",
+        help="where to read the run's prepared data to evaluate the held-out loss (a mirror: every shard is "
+        "checked against its hash); default: the run config's data.store, else --store.url",
+    )
+    data_endpoint: str | None = like(NodeSettings, "data_endpoint")
+    work_dir: str = like(
+        NodeSettings,
+        "work_dir",
+        help=f"where the dashboard keeps the data it fetched (default {DEFAULT_WORK})",
+        default=DEFAULT_WORK,
+    )
 
 
 def add_dashboard_parser(groups) -> argparse.ArgumentParser:
@@ -45,11 +64,7 @@ def add_dashboard_parser(groups) -> argparse.ArgumentParser:
     parser.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"port to serve on (default {DEFAULT_PORT})"
     )
-    for flag, env, default, text in FLAGS:
-        if flag in HELP:
-            parser.add_argument(
-                flag, default=os.environ.get(env, default), help=f"{HELP[flag] or text} [env {env}]"
-            )
+    DashboardSettings.add_flags(parser)
     parser.add_argument(
         "--metrics",
         action="append",
@@ -98,28 +113,26 @@ def run_dashboard(args: argparse.Namespace, console) -> None:
     from distrai.protocol.run import load_run_config, run_id
     from distrai.protocol.sync import StoreCache
 
-    config_path = getattr(args, "run.config")
-    if not config_path:
+    settings = DashboardSettings.from_args(args)
+    if not settings.run_config:
         raise ValueError("no run config: pass --run.config PATH (the subnet owner's TOML)")
     if args.history < 1 or not args.refresh > 0:
         raise ValueError("--history must be at least 1 and --refresh positive")
-    config = load_run_config(config_path)
+    config = load_run_config(settings.run_config)
     check_port_free(args.host, args.port)
     torch.set_num_threads(1)
-    opener = store_opener(getattr(args, "store.endpoint"))
+    opener = store_opener(settings.store_endpoint)
 
     def chain():
-        return open_chain(args)
+        return open_chain(settings)
 
-    reader = RunReader(
-        config, chain, StoreCache(opener), store_url=getattr(args, "store.url"), history=args.history
-    )
+    reader = RunReader(config, chain, StoreCache(opener), store_url=settings.store_url, history=args.history)
     heldout = (
-        HeldoutFollower(config, run_id(config), chain, curve_builder(args, config, opener), args.history)
+        HeldoutFollower(config, run_id(config), chain, curve_builder(settings, config, opener), args.history)
         if args.heldout
         else None
     )
-    wallets = getattr(args, "wallet.path")
+    wallets = settings.wallet_path
     live = Live(
         reader,
         NodeMetrics([Path(p) for p in args.metrics]),
@@ -150,7 +163,7 @@ def run_dashboard(args: argparse.Namespace, console) -> None:
         stop.set()
 
 
-def curve_builder(args: argparse.Namespace, config, opener):
+def curve_builder(settings: DashboardSettings, config, opener):
     """Builds the held-out curve (model, data, a chain of its own) in the thread that follows it."""
 
     def build(chain):
@@ -162,14 +175,13 @@ def curve_builder(args: argparse.Namespace, config, opener):
         if config.data.source == "prepared":
             from distrai.data.access import open_data_access
 
-            work = Path(getattr(args, "work.dir") or DEFAULT_WORK).expanduser()
             access = open_data_access(
                 config.data,
-                work / "data",
-                own_url=getattr(args, "store.url"),
-                own_endpoint=getattr(args, "store.endpoint"),
-                mirror_url=getattr(args, "data.store"),
-                mirror_endpoint=getattr(args, "data.endpoint"),
+                Path(settings.work_dir).expanduser() / "data",
+                own_url=settings.store_url,
+                own_endpoint=settings.store_endpoint,
+                mirror_url=settings.data_store,
+                mirror_endpoint=settings.data_endpoint,
             )
         return HeldoutCurve(build_runtime(config, data_access=access), chain, StoreCache(opener))
 

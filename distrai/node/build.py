@@ -1,31 +1,31 @@
-"""What `neurons/miner.py` and `neurons/validator.py` share: flags in the style Bittensor operators
-know (each with an environment variable), and building a node from them.
+"""What a miner and a validator share: building a node from its typed settings
+(`distrai.node.settings.NodeSettings`, which the role's entry point reads once from its flags and
+environment).
 
 A node refuses to start, saying why, when its work folder cannot be written in, its wallet is missing,
 its hotkey is not registered (naming the command that registers it), or its run config is not the one
 the subnet owner published on chain.
 
-This module imports no torch, transformers or `bittensor` package: the neurons parse their flags
-with it, and `build_node` makes those checks (opening the wallet imports the `bittensor` package; the
-embedded chain does not) before `prepare_runtime` loads torch and the model code, some 3 s of
-imports (`tests/test_startup.py`, docs/startup.md).
+This module imports no torch, transformers or `bittensor` package: `build_node` makes those checks
+(opening the wallet imports the `bittensor` package; the embedded chain does not) before
+`prepare_runtime` loads torch and the model code, some 3 s of imports (`tests/test_startup.py`,
+docs/startup.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from distrai.chain.base import Chain, WalletLike
-from distrai.node.flags import FLAGS
 from distrai.node.folders import writable_folder
 from distrai.node.metrics import Metrics
 from distrai.node.registration import require_registered
+from distrai.node.settings import ChainSettings, NodeSettings
 from distrai.node.wallets import open_wallet
 from distrai.protocol.run import RUN_COMMITMENT_PREFIX, RunConfig, check_run_matches, load_run_config
 from distrai.store import Store, StoreTimeouts, node_store_timeouts, open_store
@@ -39,10 +39,9 @@ if TYPE_CHECKING:
 
 
 def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    for flag, env, default, text in FLAGS:
-        parser.add_argument(flag, default=os.environ.get(env, default), help=f"{text} [env {env}]")
-    return parser
+    """A parser of the flags of `NodeSettings`, for a program that adds its own (bench/_miner_swarm.py)
+    and builds nodes of the namespace it parses (`build_node` reads it with `NodeSettings.from_args`)."""
+    return NodeSettings.parser(prog, description)
 
 
 @dataclass
@@ -61,15 +60,15 @@ class Node:
     store (`distrai.store.timeouts.node_store_timeouts` of the chain's block time)"""
 
 
-def open_chain(args: argparse.Namespace, stop: threading.Event | None = None) -> Chain:
+def open_chain(settings: ChainSettings, stop: threading.Event | None = None) -> Chain:
     """The chain of `--subtensor.network`. With `stop` (a node's stop signal), a read of subtensor
     waits through an outage of the node it reads (`READ_PATIENCE_S`, or until `stop`); without (a
     one-shot command), it fails at once."""
-    network, netuid = getattr(args, "subtensor.network"), int(args.netuid)
+    network, netuid = settings.subtensor_network, settings.netuid
     if network == "embedded":
         from distrai.chain.local import LocalChain
 
-        return LocalChain(Path(getattr(args, "chain.path")), netuid)
+        return LocalChain(Path(settings.chain_path), netuid)
     from distrai.chain.subtensor import READ_PATIENCE_S, SubtensorChain  # imports the bittensor package
 
     if stop is None:
@@ -101,55 +100,53 @@ def configure_logging(level: str) -> None:
 
 
 def build_node(
-    args: argparse.Namespace,
+    settings: NodeSettings | argparse.Namespace,
     role: str,
     launch: Launch | None = None,
     budget: int | None = None,
     stop: threading.Event | None = None,
+    shard: bool = False,
 ) -> Node:
-    """The node of `role` from its flags. With `launch`, rank 0 of a miner on several processes,
-    whose ranks agreed on the memory `budget`; without, the budget is this device's. `stop` is the
-    node's stop signal (its chain's reads wait through an outage until it is set)."""
-    configure_logging(getattr(args, "logging.level"))
-    run_path = getattr(args, "run.config")
-    if not run_path:
+    """The node of `role` from its settings (a namespace of `build_parser`'s flags is read into
+    `NodeSettings` first). With `launch`, rank 0 of a miner on several processes, whose ranks agreed
+    on the memory `budget`; without, the budget is this device's. `stop` is the node's stop signal
+    (its chain's reads wait through an outage until it is set); `shard`: a miner's --miner.shard."""
+    if isinstance(settings, argparse.Namespace):
+        settings = NodeSettings.from_args(settings)
+    configure_logging(settings.logging_level)
+    if not settings.run_config:
         raise ValueError("no run config: pass --run.config PATH (the subnet owner's TOML)")
-    config: RunConfig = load_run_config(run_path)
-    work_dir = node_work_dir(args)
-    chain = open_chain(args, stop)
-    wallet = open_wallet(
-        getattr(args, "wallet.name"), getattr(args, "wallet.hotkey"), getattr(args, "wallet.path")
-    )
-    require_registered(chain, wallet.hotkey.ss58_address, args)
+    config: RunConfig = load_run_config(settings.run_config)
+    work_dir = node_work_dir(settings)
+    chain = open_chain(settings, stop)
+    wallet = open_wallet(settings.wallet_name, settings.wallet_hotkey, settings.wallet_path)
+    require_registered(chain, wallet.hotkey.ss58_address, settings)
     check_run_matches(config, published_run(chain))
-    store_url = getattr(args, "store.url")
-    if not store_url:
+    if not settings.store_url:
         raise ValueError("no store: pass --store.url (file:///path or s3://bucket/prefix)")
-    bandwidth = getattr(args, "store.bandwidth")
     timeouts = node_store_timeouts(chain.block_time())
     store = open_store(
-        store_url,
-        endpoint=getattr(args, "store.endpoint"),
-        bandwidth_bytes_per_s=float(bandwidth) if bandwidth else None,
+        settings.store_url,
+        endpoint=settings.store_endpoint,
+        bandwidth_bytes_per_s=settings.store_bandwidth,
         timeouts=timeouts,
     )
     from distrai.protocol.sync import StoreCache, open_announced
     from distrai.train.determinism import configure_determinism  # the first import of torch
 
-    configure_determinism(args.device)
+    configure_determinism(settings.device)
     if launch is None:
-        budget = memory_budget(args)
-    runtime = prepare_runtime(args, config, role, budget, launch, timeouts)
+        budget = memory_budget(settings)
+    runtime = prepare_runtime(settings, config, role, budget, launch, timeouts, shard)
     metrics = Metrics(
         work_dir / "metrics.jsonl",
         role=role,
         hotkey=wallet.hotkey.ss58_address,
         run_id=runtime.run_id,
-        wandb_project=getattr(args, "wandb.project"),
-        wandb_entity=getattr(args, "wandb.entity"),
+        wandb_project=settings.wandb_project,
+        wandb_entity=settings.wandb_entity,
         config=config.model_dump(mode="json"),
     )
-    max_windows = getattr(args, "max.windows")
     return Node(
         runtime=runtime,
         chain=chain,
@@ -159,22 +156,19 @@ def build_node(
         work_dir=work_dir,
         metrics=metrics,
         stores=StoreCache(lambda url: open_announced(url, timeouts)),
-        max_windows=int(max_windows) if max_windows else None,
+        max_windows=settings.max_windows,
         store_timeouts=timeouts,
     )
 
 
-def node_work_dir(args: argparse.Namespace) -> Path:
+def node_work_dir(settings: NodeSettings) -> Path:
     """This node's folder (made, and checked writable): `--work.dir`, else ~/.distrai/<wallet>-<hotkey>."""
-    work = (
-        getattr(args, "work.dir")
-        or f"~/.distrai/{getattr(args, 'wallet.name')}-{getattr(args, 'wallet.hotkey')}"
-    )
+    work = settings.work_dir or f"~/.distrai/{settings.wallet_name}-{settings.wallet_hotkey}"
     return writable_folder(Path(work).expanduser(), "--work.dir")
 
 
 def data_access(
-    args: argparse.Namespace, config: RunConfig, timeouts: StoreTimeouts | None = None
+    settings: NodeSettings, config: RunConfig, timeouts: StoreTimeouts | None = None
 ) -> DataAccess | None:
     """Where this node reads the run's prepared data (`--data.store`, else the run config's
     `data.store`, else its own store), caching shards in <work dir>/data, an S3 store with `timeouts`;
@@ -183,57 +177,49 @@ def data_access(
         return None
     from distrai.data.access import open_data_access
 
-    bandwidth = getattr(args, "store.bandwidth")
     return open_data_access(
         config.data,
-        node_work_dir(args) / "data",
-        own_url=getattr(args, "store.url"),
-        own_endpoint=getattr(args, "store.endpoint"),
-        mirror_url=getattr(args, "data.store"),
-        mirror_endpoint=getattr(args, "data.endpoint"),
-        bandwidth_bytes_per_s=float(bandwidth) if bandwidth else None,
+        node_work_dir(settings) / "data",
+        own_url=settings.store_url,
+        own_endpoint=settings.store_endpoint,
+        mirror_url=settings.data_store,
+        mirror_endpoint=settings.data_endpoint,
+        bandwidth_bytes_per_s=settings.store_bandwidth,
         timeouts=timeouts,
     )
 
 
 def prepare_runtime(
-    args: argparse.Namespace,
+    settings: NodeSettings,
     config: RunConfig,
     role: str,
     budget: int | None,
     launch: Launch | None = None,
     timeouts: StoreTimeouts | None = None,
+    shard: bool = False,
 ) -> Runtime:
     """The run's runtime on this process's device: on its rank of `launch` when given, its step
-    fitted to `budget` bytes of memory (a miner may split its batch further; a validator replays the
-    miner's split), the plan logged. `timeouts`: its data store's (`data_access`)."""
+    fitted to `budget` bytes of memory (a miner may split its batch further, and `shard` its state
+    over its ranks; a validator replays the miner's split), the plan logged. `timeouts`: its data
+    store's (`data_access`)."""
     from distrai.protocol.runtime import build_runtime, fit_memory, run_on_ranks
 
-    runtime = build_runtime(config, args.device, data_access(args, config, timeouts))
+    runtime = build_runtime(config, settings.device, data_access(settings, config, timeouts))
     if launch is not None:
         run_on_ranks(runtime, launch)
-    plan = fit_memory(
-        runtime, budget, split_further=role == "miner", shard=getattr(args, "miner.shard", False)
-    )
+    plan = fit_memory(runtime, budget, split_further=role == "miner", shard=shard)
     if plan is not None:
         logging.getLogger(f"distrai.{role}").info("memory: %s", plan.describe())
     return runtime
 
 
-def memory_budget(args: argparse.Namespace) -> int | None:
+def memory_budget(settings: NodeSettings) -> int | None:
     """Bytes of device memory to fit the step in: `--device.memory_gib` when given, else 90% of the
     GPU's (`distrai.train.memory.device_budget`), else None (a CPU: nothing is planned)."""
     import torch
 
     from distrai.train.memory import GIB, device_budget
 
-    raw = getattr(args, "device.memory_gib", None)
-    if raw in (None, ""):
-        return device_budget(torch.device(args.device))
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"--device.memory_gib must be a number of GiB, got {raw!r}") from None
-    if not value > 0:
-        raise ValueError(f"--device.memory_gib must be positive, got {raw!r}")
-    return int(value * GIB)
+    if settings.device_memory_gib is None:
+        return device_budget(torch.device(settings.device))
+    return int(settings.device_memory_gib * GIB)

@@ -1,6 +1,6 @@
 """What torchrun told this process (`distrai.train.parallel` runs the ranks), in a module that imports
-no torch: `neurons/miner.py` asks whether it is one of several ranks before it makes the checks that
-need no model (`distrai.node.build`), and imports torch after them."""
+no torch: the miner (`miners.main`) asks whether it is one of several ranks before it makes the
+checks that need no model (`distrai.node.build`), and imports torch after them."""
 
 from __future__ import annotations
 

@@ -48,6 +48,9 @@ class CodecChoice:
     """window w trains from the model before window w − 1's outer step, as pipelined windows do"""
     sweep: bool = False
     """a row of the sweep around the shipped combination (its own table), not of the main table"""
+    keep_adamw: bool = False
+    """each worker keeps one inner AdamW across rounds, its learning rate at the global step (its warm-up
+    once), as torchft's DiLoCo does, instead of the project's `inner_loop` (a fresh AdamW every round)"""
 
 
 SPARSELOCO_OUTER = OuterConfig(lr=4.0, momentum=0.0, nesterov=False)
@@ -155,6 +158,9 @@ class BenchConfig:
     throughput_repeats: int = 3
     peer: str | None = None
     """another implementation to train beside the project's methods (`PEERS`), or None"""
+    ddp: bool = True
+    """train DDP first (the reference row, and the distillation's teacher); False: the DiLoCo rows alone
+    (bench/inner_recipe.py)"""
 
     def __post_init__(self) -> None:
         if self.corpus not in CORPORA:

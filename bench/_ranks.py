@@ -1,11 +1,13 @@
-"""One benchmark worker process: DDP, then each DiLoCo variant, over a gloo process group.
+"""One benchmark worker process: DDP (unless `config.ddp` is off), then each DiLoCo variant, over a
+gloo process group.
 
 Each of the `workers` processes runs with one intra-op thread and trains on its own batches (see
 `_config.worker_schedule`). DDP wraps the model in `DistributedDataParallel`, whose backward pass
 all-reduces (averages) the gradients, and calls the project's `train_step`. DiLoCo runs the
 project's `inner_loop` for H steps from the global model, encodes the pseudo-gradient with the
 codec (error feedback carried per worker), all-gathers the encoded bytes, decodes every peer's
-update and applies the project's `outer_step`; every worker computes the same new global model.
+update and applies the project's `outer_step`; every worker computes the same new global model. A
+row that keeps its AdamW (`keep_adamw`) runs the same steps with one optimizer across rounds.
 Rank 0 times each method between barriers, evaluates the held-out loss and writes the results.
 With a peer (`config.peer`), torchft's DiLoCo trains last (`_peer_torchft`).
 """
@@ -37,7 +39,7 @@ from torch.nn.parallel import DistributedDataParallel
 from distrai.codec import get_codec, ring_allreduce_bytes_per_param, wire_bytes
 from distrai.train.data import TrainingData
 from distrai.train.evaluate import evaluate
-from distrai.train.inner import float_params, inner_loop
+from distrai.train.inner import float_params, inner_loop, pseudo_gradient, run_steps
 from distrai.train.loss import causal_lm_loss
 from distrai.train.model import count_parameters
 from distrai.train.optimizer import make_inner_optimizer, set_lr
@@ -69,11 +71,13 @@ def run_rank(
     try:
         tokenizer, data = load_data(config, prepared, Path(workdir) / f"cache-{rank}")
         schedule = worker_schedule(config, data, rank)
-        model = new_model(config, tokenizer)
-        traffic, seconds = _timed(lambda: _train_ddp(model, config, data, schedule))
-        rows = [_row(rank, "DDP (all-reduce every step)", 1, model, data, traffic, seconds)]
-        if rank == 0:
-            safetensors.torch.save_file(float_params(model), str(Path(workdir) / TEACHER_FILE))
+        rows = []
+        if config.ddp:
+            model = new_model(config, tokenizer)
+            traffic, seconds = _timed(lambda: _train_ddp(model, config, data, schedule))
+            rows.append(_row(rank, "DDP (all-reduce every step)", 1, model, data, traffic, seconds))
+            if rank == 0:
+                safetensors.torch.save_file(float_params(model), str(Path(workdir) / TEACHER_FILE))
         for choice in config.codecs:
             model = new_model(config, tokenizer)
             traffic, seconds = _timed(lambda m=model, c=choice: _train_diloco(m, config, data, schedule, c))
@@ -153,8 +157,11 @@ def _train_diloco(
 ) -> Traffic:
     """Train steps / H outer rounds; the model ends holding the final global parameters. Pipelined
     (`choice.pipelined`), round r trains from the model before round r − 1's outer step and its
-    pseudo-gradient is applied to the model after it, one round late, as pipelined windows do."""
+    pseudo-gradient is applied to the model after it, one round late, as pipelined windows do. With
+    `choice.keep_adamw` the worker's one AdamW runs the same steps (`run_steps`, the core of
+    `inner_loop`) at the global step's learning rate, its state carried from round to round."""
     codec = get_codec(choice.name, **choice.options)
+    kept = make_inner_optimizer(model, config.optimizer_config()) if choice.keep_adamw else None
     shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
     global_params = previous = float_params(model)
     state = OuterState(momentum={})
@@ -165,14 +172,19 @@ def _train_diloco(
         base = previous if choice.pipelined else global_params
         load_params(model, base)
         steps = schedule[window * h : (window + 1) * h]
-        result = inner_loop(
-            model,
-            lambda t, s=steps: data.batch(s[t]),
-            causal_lm_loss,
-            config.inner_config(h),
-            keep_states=False,
-        )
-        encoded = codec.encode(result.pseudo_gradient, residual)
+        if kept is None:
+            delta = inner_loop(
+                model,
+                lambda t, s=steps: data.batch(s[t]),
+                causal_lm_loss,
+                config.inner_config(h),
+                keep_states=False,
+            ).pseudo_gradient
+        else:
+            batches = (data.batch(indices) for indices in steps)
+            run_steps(model, kept, batches, causal_lm_loss, config.inner_config(h), window * h)
+            delta = pseudo_gradient(base, float_params(model))
+        encoded = codec.encode(delta, residual)
         residual = encoded.residual
         payload_bytes += wire_bytes(encoded.payload)
         file_bytes += len(encode_tensors(encoded.payload, encoded.metadata))

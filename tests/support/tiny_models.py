@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 from transformers import LlamaForCausalLM, PreTrainedModel
 
@@ -88,6 +86,9 @@ def write_corpus_files(directory: Path, documents: list[str]) -> dict[str, Path]
     text.write_text("\n\n".join(documents) + "\n", encoding="utf-8")
     jsonl = directory / "corpus.jsonl"
     jsonl.write_text("".join(json.dumps({"text": d}) + "\n" for d in documents), encoding="utf-8")
+    import pyarrow as pa  # the `hub` extra's (datasets'): the suite's conftest loads without it
+    import pyarrow.parquet as pq
+
     parquet = directory / "corpus.parquet"
     pq.write_table(pa.table({"text": documents}), parquet)
     return {"text": text, "json": jsonl, "parquet": parquet}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from rich.console import Console
@@ -11,9 +10,9 @@ from rich.table import Table
 
 from distrai.chain.base import ChainError, Hyperparameters
 from distrai.chain.local import LocalChain
-from distrai.node.wallets import DEFAULT_WALLET_PATH, open_wallet
+from distrai.node.settings import Settings, WalletSettings, setting
+from distrai.node.wallets import open_wallet
 
-DEFAULT_CHAIN = os.environ.get("DISTRAI_CHAIN", "distrai-chain.db")
 COMMIT_REVEAL_FIELDS = ("commit_reveal_weights", "commit_reveal_period")
 """Hyperparameters `chain init` takes as `--commit-reveal` and `--reveal-period`, not by field name."""
 FIELD_HELP = {
@@ -40,30 +39,28 @@ def given(args: argparse.Namespace) -> set[str]:
     return set(getattr(args, "given", ()))
 
 
-def wallet_args(
-    parser: argparse.ArgumentParser, name_default: str | None, name_help: str | None = None
-) -> None:
-    """The wallet flags; `name_default` None leaves --wallet.name unset unless given."""
-    if name_default is not None:
-        name_default = os.environ.get("BT_WALLET_NAME", name_default)
-    parser.add_argument("--wallet.name", dest="wallet_name", default=name_default, help=name_help)
-    parser.add_argument(
-        "--wallet.hotkey", dest="wallet_hotkey", default=os.environ.get("BT_WALLET_HOTKEY", "default")
+class ChainFileSettings(Settings):
+    """The embedded chain's file and subnet, as the `distrai chain` commands take them (the subnet's
+    variable is DISTRAI_NETUID here, the nodes' BT_NETUID)."""
+
+    chain_path: str = setting(
+        "--chain.path", "DISTRAI_CHAIN", "distrai-chain.db", "embedded chain file", aliases=["--chain"]
     )
-    parser.add_argument(
-        "--wallet.path", dest="wallet_path", default=os.environ.get("BT_WALLET_PATH", DEFAULT_WALLET_PATH)
-    )
+    netuid: int = setting("--netuid", "DISTRAI_NETUID", 1, "subnet id")
+
+
+def wallet_args(parser: argparse.ArgumentParser, name_from_env: bool, name_help: str | None = None) -> None:
+    """The wallet flags, their defaults the environment's (`WalletSettings`: BT_WALLET_NAME, …); without
+    `name_from_env`, --wallet.name is unset unless given."""
+    wallet = WalletSettings()
+    name = wallet.wallet_name if name_from_env else None
+    parser.add_argument("--wallet.name", dest="wallet_name", default=name, help=name_help)
+    parser.add_argument("--wallet.hotkey", dest="wallet_hotkey", default=wallet.wallet_hotkey)
+    parser.add_argument("--wallet.path", dest="wallet_path", default=wallet.wallet_path)
 
 
 def chain_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--chain",
-        "--chain.path",
-        dest="chain",
-        default=DEFAULT_CHAIN,
-        help="embedded chain file (env DISTRAI_CHAIN)",
-    )
-    parser.add_argument("--netuid", type=int, default=int(os.environ.get("DISTRAI_NETUID", "1")))
+    ChainFileSettings.add_flags(parser)
 
 
 def add_chain_commands(groups: argparse._SubParsersAction) -> None:
@@ -81,7 +78,7 @@ def add_chain_commands(groups: argparse._SubParsersAction) -> None:
     chain_args(init)
     wallet_args(
         init,
-        name_default=None,
+        name_from_env=False,
         name_help="the subnet owner's wallet: its coldkey owns the subnet, its hotkey is the owner hotkey",
     )
     defaults = Hyperparameters()
@@ -136,10 +133,10 @@ def add_chain_commands(groups: argparse._SubParsersAction) -> None:
         chain_args(chain.add_parser(name, help=text))
     register = chain.add_parser("register", help="register a wallet's hotkey on the subnet")
     chain_args(register)
-    wallet_args(register, name_default="default")
+    wallet_args(register, name_from_env=True)
     stake = chain.add_parser("stake", help="add stake to a wallet's hotkey (signed by its coldkey)")
     chain_args(stake)
-    wallet_args(stake, name_default="default")
+    wallet_args(stake, name_from_env=True)
     stake.add_argument("--amount", type=float, required=True)
 
 
@@ -156,7 +153,8 @@ def owner_keys(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def open_subnet(args: argparse.Namespace) -> LocalChain:
-    return LocalChain(Path(args.chain), args.netuid)
+    subnet = ChainFileSettings.from_args(args)
+    return LocalChain(Path(subnet.chain_path), subnet.netuid)
 
 
 def subnet_exists(path: Path, netuid: int) -> bool:
@@ -169,12 +167,13 @@ def subnet_exists(path: Path, netuid: int) -> bool:
 
 def cmd_chain_init(args: argparse.Namespace, console: Console) -> None:
     coldkey, hotkey = owner_keys(args)
-    existed = subnet_exists(Path(args.chain), args.netuid)
+    subnet = ChainFileSettings.from_args(args)
+    existed = subnet_exists(Path(subnet.chain_path), subnet.netuid)
     hp = Hyperparameters(**{k: getattr(args, k) for k in vars(Hyperparameters())})
     settings = {"block_time", "emission_per_block", "owner_cut", *vars(Hyperparameters())}
     chain = LocalChain.create(
-        Path(args.chain),
-        netuid=args.netuid,
+        Path(subnet.chain_path),
+        netuid=subnet.netuid,
         block_time=args.block_time,
         hyperparameters=hp,
         emission_per_block=args.emission_per_block,

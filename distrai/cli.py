@@ -37,9 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", required=True
     )
     create = wallet.add_parser("create", help="create an unencrypted coldkey and hotkey where missing")
-    wallet_args(create, name_default="default")
+    wallet_args(create, name_from_env=True)
     listing = wallet.add_parser("list", help="every wallet and hotkey under --wallet.path, with addresses")
-    wallet_args(listing, name_default=None)
+    wallet_args(listing, name_from_env=False)
 
     add_chain_commands(groups)
     add_run_commands(groups)

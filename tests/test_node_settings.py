@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from distrai.chain_cmd import ChainFileSettings
 from distrai.dashboard.cli import DashboardSettings
 from distrai.node.build import build_parser
 from distrai.node.settings import ChainSettings, NodeSettings, SettingsError
@@ -16,7 +17,15 @@ from distrai.run_cmd import PublishSettings
 from miners.settings import MinerSettings
 from validators.settings import ValidatorSettings
 
-MODELS = (NodeSettings, MinerSettings, ValidatorSettings, ChainSettings, PublishSettings, DashboardSettings)
+MODELS = (
+    NodeSettings,
+    MinerSettings,
+    ValidatorSettings,
+    ChainSettings,
+    PublishSettings,
+    DashboardSettings,
+    ChainFileSettings,
+)
 
 
 def read(model, *argv: str):
@@ -136,3 +145,11 @@ def test_the_honest_behaviour_loads_no_cheats(pick):
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_chain_commands_read_their_file_by_either_flag_or_its_variable(monkeypatch):
+    monkeypatch.setenv("DISTRAI_CHAIN", "env.db")
+    monkeypatch.setenv("DISTRAI_NETUID", "4")
+    assert (read(ChainFileSettings).chain_path, read(ChainFileSettings).netuid) == ("env.db", 4)
+    assert read(ChainFileSettings, "--chain", "a.db").chain_path == "a.db"
+    assert read(ChainFileSettings, "--chain.path", "b.db").chain_path == "b.db"

@@ -153,11 +153,12 @@ def cmd_data_prepare(args: argparse.Namespace, console: Console) -> tuple[str, s
 
     source = text_source(args)
     given = {
-        name: getattr(args, name)
-        for name in ("shard_tokens", "heldout_fraction", "heldout_max_tokens", "max_tokens")
-        if getattr(args, name) is not None
+        "shard_tokens": args.shard_tokens,
+        "heldout_fraction": args.heldout_fraction,
+        "heldout_max_tokens": args.heldout_max_tokens,
+        "max_tokens": args.max_tokens,
     }
-    options = PrepareOptions(**given)
+    options = PrepareOptions(**{name: value for name, value in given.items() if value is not None})
     tokenizer = load_prepare_tokenizer(args.tokenizer, args.tokenizer_revision)
     name = (
         args.tokenizer if args.tokenizer_revision is None else f"{args.tokenizer}@{args.tokenizer_revision}"

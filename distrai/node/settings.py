@@ -34,7 +34,8 @@ from distrai.node.wallets import DEFAULT_WALLET_PATH
 
 def setting(flag: str, env: str, default: Any, help: str, **argparse_options: Any) -> Any:
     """A field of a settings model: its `flag`, environment variable `env`, `default` and `help`, and
-    what else argparse should know of the flag (`choices`, `action`, `metavar`)."""
+    what else argparse should know of the flag (`choices`, `action`, `metavar`; `aliases`, its other
+    names)."""
     return Field(
         default, validation_alias=env, description=help, json_schema_extra={"flag": flag, **argparse_options}
     )
@@ -106,8 +107,14 @@ class Settings(BaseSettings):
     def add_flags(cls, parser: argparse.ArgumentParser) -> None:
         """The model's flags, each with its variable in its help and no default (unset unless given)."""
         for flag in cls.flags():
+            options = dict(flag.options)
+            names = [*options.pop("aliases", ()), flag.flag]
             parser.add_argument(
-                flag.flag, default=argparse.SUPPRESS, help=f"{flag.help} [env {flag.env}]", **flag.options
+                *names,
+                dest=flag.dest,
+                default=argparse.SUPPRESS,
+                help=f"{flag.help} [env {flag.env}]",
+                **options,
             )
 
     @classmethod

@@ -14,26 +14,26 @@ import sys
 import threading
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from distrai.node.build import build_node, build_parser  # noqa: E402
-from distrai.node.stopping import stop_on_signals  # noqa: E402
-from miners.adversaries import behaviour  # noqa: E402
-from miners.miner import Miner  # noqa: E402
+from distrai.node.build import build_node
+from distrai.node.settings import NodeSettings
+from distrai.node.stopping import stop_on_signals
+from miners.adversaries import behaviour
+from miners.miner import Miner
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser("bench/_miner_swarm.py", __doc__)
+    parser = NodeSettings.parser("bench/_miner_swarm.py", __doc__)
     parser.add_argument("miners", nargs="+", help="wallet names, each optionally =ADVERSARY")
     parser.add_argument("--work.root", required=True, help="each miner works in DIR/<wallet name>")
     args = parser.parse_args(argv)
+    shared = NodeSettings.from_args(args)
+    root = Path(vars(args)["work.root"])
     stop = stop_on_signals()
     built = []
     for entry in args.miners:
         name, _, adversary = entry.partition("=")
-        setattr(args, "wallet.name", name)
-        setattr(args, "work.dir", str(Path(getattr(args, "work.root")) / name))
-        node = build_node(args, "miner")
+        settings = shared.model_copy(update={"wallet_name": name, "work_dir": str(root / name)})
+        node = build_node(settings, "miner")
         miner = Miner.from_node(node, behaviour(adversary or "honest"))
         miner.announce()
         built.append((name, miner, node))

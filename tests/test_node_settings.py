@@ -11,7 +11,6 @@ import pytest
 
 from distrai.chain_cmd import ChainFileSettings
 from distrai.dashboard.cli import DashboardSettings
-from distrai.node.build import build_parser
 from distrai.node.settings import ChainSettings, NodeSettings, SettingsError
 from distrai.run_cmd import PublishSettings
 from miners.settings import MinerSettings
@@ -120,14 +119,13 @@ def test_every_setting_has_one_flag_and_one_variable():
     assert dashboard["work_dir"].default == "~/.distrai/dashboard" and "store_bandwidth" not in dashboard
 
 
-def test_a_namespace_of_build_parsers_flags_is_read_with_what_a_program_set_in_it():
+def test_a_program_parses_its_own_flags_beside_the_nodes_and_sets_each_miners_wallet():
     """bench/_miner_swarm.py parses its own flags beside the nodes' and sets each miner's wallet."""
-    parser = build_parser("swarm", "test")
+    parser = NodeSettings.parser("swarm", "test")
     parser.add_argument("--work.root")
     args = parser.parse_args(["--work.root", "/w", "--netuid", "2"])
-    args.__dict__["wallet.name"] = "miner7"
-    settings = NodeSettings.from_args(args)
-    assert (settings.wallet_name, settings.netuid) == ("miner7", 2)
+    settings = NodeSettings.from_args(args).model_copy(update={"wallet_name": "miner7"})
+    assert (settings.wallet_name, settings.netuid, vars(args)["work.root"]) == ("miner7", 2, "/w")
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,6 @@ docs/startup.md).
 
 from __future__ import annotations
 
-import argparse
 import logging
 import threading
 from dataclasses import dataclass
@@ -36,12 +35,6 @@ if TYPE_CHECKING:
     from distrai.data.access import DataAccess
     from distrai.protocol.runtime import Runtime
     from distrai.protocol.sync import StoreCache
-
-
-def build_parser(prog: str, description: str) -> argparse.ArgumentParser:
-    """A parser of the flags of `NodeSettings`, for a program that adds its own (bench/_miner_swarm.py)
-    and builds nodes of the namespace it parses (`build_node` reads it with `NodeSettings.from_args`)."""
-    return NodeSettings.parser(prog, description)
 
 
 @dataclass
@@ -100,19 +93,16 @@ def configure_logging(level: str) -> None:
 
 
 def build_node(
-    settings: NodeSettings | argparse.Namespace,
+    settings: NodeSettings,
     role: str,
     launch: Launch | None = None,
     budget: int | None = None,
     stop: threading.Event | None = None,
     shard: bool = False,
 ) -> Node:
-    """The node of `role` from its settings (a namespace of `build_parser`'s flags is read into
-    `NodeSettings` first). With `launch`, rank 0 of a miner on several processes, whose ranks agreed
+    """The node of `role` from its settings. With `launch`, rank 0 of a miner on several processes, whose ranks agreed
     on the memory `budget`; without, the budget is this device's. `stop` is the node's stop signal
     (its chain's reads wait through an outage until it is set); `shard`: a miner's --miner.shard."""
-    if isinstance(settings, argparse.Namespace):
-        settings = NodeSettings.from_args(settings)
     configure_logging(settings.logging_level)
     if not settings.run_config:
         raise ValueError("no run config: pass --run.config PATH (the subnet owner's TOML)")

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
+from _corpus import Corpus, PreparedText, prepare_corpus
+from rich.console import Console
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from distrai.data.access import DataAccess, open_prepared
@@ -267,6 +269,19 @@ class PreparedSource:
 
     store: str
     manifest: str
+
+
+def prepare_text(config: BenchConfig, corpus: Corpus, folder: Path, console: Console) -> PreparedText:
+    """Train the tokenizer on `corpus` and prepare it into `folder` at the shapes `config` trains on."""
+    console.print(f"training the tokenizer and preparing {len(corpus.files)} files ({corpus.sha256}) …")
+    return prepare_corpus(
+        corpus,
+        folder,
+        config.vocab_size,
+        config.heldout_fraction,
+        shard_tokens=config.shard_sequences * config.seq_len,
+        heldout_max_tokens=config.heldout_sequences * config.seq_len,
+    )
 
 
 def load_data(

@@ -36,8 +36,18 @@ from pathlib import Path
 import _peer_torchft
 import torch
 import torch.multiprocessing as mp
-from _config import CORPORA, PEERS, BenchConfig, PreparedSource, for_corpus, load_data, quick, worker_schedule
-from _corpus import Corpus, installed_corpus, prepare_corpus, stdlib_corpus, token_bytes
+from _config import (
+    CORPORA,
+    PEERS,
+    BenchConfig,
+    PreparedSource,
+    for_corpus,
+    load_data,
+    prepare_text,
+    quick,
+    worker_schedule,
+)
+from _corpus import Corpus, installed_corpus, stdlib_corpus, token_bytes
 from _device import DeviceConfig, quick_device, run_device
 from _device_report import device_section, print_device
 from _distill import compare_distillation
@@ -109,17 +119,7 @@ def run_corpus(config: BenchConfig, corpus: Corpus | None, command: str, console
     text = source = None
     with tempfile.TemporaryDirectory() as workdir:
         if corpus is not None:
-            console.print(
-                f"training the tokenizer and preparing {len(corpus.files)} files ({corpus.sha256}) …"
-            )
-            text = prepare_corpus(
-                corpus,
-                Path(workdir),
-                config.vocab_size,
-                config.heldout_fraction,
-                shard_tokens=config.shard_sequences * config.seq_len,
-                heldout_max_tokens=config.heldout_sequences * config.seq_len,
-            )
+            text = prepare_text(config, corpus, Path(workdir), console)
             source = PreparedSource(text.store, text.manifest_sha256)
         prepare_seconds = time.perf_counter() - started
         methods = len(config.codecs) + 1 + (config.peer is not None)

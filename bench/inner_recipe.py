@@ -45,10 +45,11 @@ from _config import (
     for_corpus,
     load_data,
     new_model,
+    prepare_text,
     quick,
     shipped_choice,
 )
-from _corpus import Corpus, PreparedText, prepare_corpus, stdlib_corpus
+from _corpus import Corpus, PreparedText, stdlib_corpus
 from _ranks import RESULTS_FILE, run_rank
 from _report import NOTES_MARKER, Machine, kept_notes
 from convergence import free_port
@@ -159,15 +160,7 @@ def run(config: BenchConfig, corpus: Corpus, console: Console) -> RecipeRun:
     started = time.perf_counter()
     date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     with tempfile.TemporaryDirectory() as workdir:
-        console.print(f"training the tokenizer and preparing {len(corpus.files)} files ({corpus.sha256}) …")
-        prepared = prepare_corpus(
-            corpus,
-            Path(workdir),
-            config.vocab_size,
-            config.heldout_fraction,
-            shard_tokens=config.shard_sequences * config.seq_len,
-            heldout_max_tokens=config.heldout_sequences * config.seq_len,
-        )
+        prepared = prepare_text(config, corpus, Path(workdir), console)
         source = PreparedSource(prepared.store, prepared.manifest_sha256)
         prepare_seconds = time.perf_counter() - started
         console.print(

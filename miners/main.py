@@ -25,9 +25,9 @@ import threading
 from typing import TYPE_CHECKING
 
 from distrai.chain.base import ChainError
-from distrai.node.build import build_node, configure_logging, memory_budget, prepare_runtime
+from distrai.node.build import build_node, configure_logging, memory_budget, prepare_runtime, run_node
 from distrai.node.settings import SettingsError
-from distrai.node.stopping import chain_lost, stop_on_signals
+from distrai.node.stopping import stop_on_signals
 from distrai.protocol.run import load_run_config
 from distrai.train.launch import Launch, launched
 from miners.settings import MinerSettings
@@ -105,7 +105,6 @@ def run_miner(
         print("miner cannot start: another of its ranks could not (its error is above)", file=sys.stderr)
         node.metrics.close()
         return 2
-    from distrai.data.cache import ShardError
     from miners.miner import Miner
 
     miner = Miner.from_node(node, miner_behaviour(adversary), settings.miner_kept_states)
@@ -116,18 +115,7 @@ def run_miner(
         adversary,
         node.runtime.run_id[:12],
     )
-    try:
-        miner.run(stop, node.max_windows)
-    except ShardError as exc:
-        print(f"miner stopped: the run's data cannot be read: {exc}", file=sys.stderr)
-        return 1
-    except ChainError as exc:
-        return chain_lost("miner", exc, stop)
-    finally:
-        node.metrics.close()
-        if node.runtime.parallel is not None:
-            node.runtime.parallel.shutdown()
-    return 0
+    return run_node("miner", node, lambda: miner.run(stop, node.max_windows), stop)
 
 
 def run_other_rank(settings: MinerSettings, launch: Launch, budget: int | None) -> int:

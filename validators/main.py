@@ -18,8 +18,8 @@ import threading
 from typing import TYPE_CHECKING
 
 from distrai.chain.base import ChainError
-from distrai.node.build import build_node
-from distrai.node.stopping import chain_lost, stop_on_signals
+from distrai.node.build import build_node, run_node
+from distrai.node.stopping import stop_on_signals
 from validators.settings import ValidatorSettings
 
 if TYPE_CHECKING:
@@ -39,7 +39,6 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
     if stop.is_set():
         node.metrics.close()
         return 0
-    from distrai.data.cache import ShardError
     from validators.validator import Validator, ValidatorOptions
 
     options = ValidatorOptions(work_dir=node.work_dir, behaviour=leader_behaviour(settings))
@@ -53,16 +52,7 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
         if validator.state.window >= 0
         else "no window checked yet",
     )
-    try:
-        validator.run(stop, node.max_windows)
-    except ShardError as exc:
-        print(f"validator stopped: the run's data cannot be read: {exc}", file=sys.stderr)
-        return 1
-    except ChainError as exc:
-        return chain_lost("validator", exc, stop)
-    finally:
-        node.metrics.close()
-    return 0
+    return run_node("validator", node, lambda: validator.run(stop, node.max_windows), stop)
 
 
 def leader_behaviour(settings: ValidatorSettings) -> LeaderBehaviour:

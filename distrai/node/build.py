@@ -15,7 +15,9 @@ docs/startup.md).
 from __future__ import annotations
 
 import logging
+import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +27,7 @@ from distrai.node.folders import writable_folder
 from distrai.node.metrics import Metrics
 from distrai.node.registration import require_registered
 from distrai.node.settings import ChainSettings, NodeSettings
+from distrai.node.stopping import chain_lost
 from distrai.node.wallets import open_wallet
 from distrai.protocol.run import RUN_COMMITMENT_PREFIX, RunConfig, check_run_matches, load_run_config
 from distrai.store import Store, StoreTimeouts, node_store_timeouts, open_store
@@ -213,3 +216,25 @@ def memory_budget(settings: NodeSettings) -> int | None:
     if settings.device_memory_gib is None:
         return device_budget(torch.device(settings.device))
     return int(settings.device_memory_gib * GIB)
+
+
+def run_node(role: str, node: Node, loop: Callable[[], None], stop: threading.Event) -> int:
+    """Run a started node's `loop` (a miner's or a validator's `run`) to its end and return the exit
+    status: 0 when it ended or was stopped, 1 when the run's data cannot be read or the chain was
+    lost while the node was not stopping (`chain_lost`). Its metrics and any parallel ranks are
+    closed whatever happens."""
+    from distrai.chain.base import ChainError
+    from distrai.data.cache import ShardError
+
+    try:
+        loop()
+    except ShardError as exc:
+        print(f"{role} stopped: the run's data cannot be read: {exc}", file=sys.stderr)
+        return 1
+    except ChainError as exc:
+        return chain_lost(role, exc, stop)
+    finally:
+        node.metrics.close()
+        if node.runtime.parallel is not None:
+            node.runtime.parallel.shutdown()
+    return 0

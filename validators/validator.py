@@ -24,7 +24,6 @@ from functools import partial
 from pathlib import Path
 
 from distrai.chain.base import Chain, ChainError, Metagraph, WalletLike
-from distrai.node.build import Node
 from distrai.node.metrics import Metrics
 from distrai.node.participant import Participant
 from distrai.protocol.announce import committed_by_deadline
@@ -46,9 +45,7 @@ from distrai.store.breaker import PassBreaker
 from distrai.store.outage import OutageLog
 from distrai.train.inner import window_start_state
 from distrai.train.train_state import state_hash
-from distrai.wire.window_documents import (
-    Recheck,
-)
+from distrai.wire.window_documents import Recheck
 from validators.aggregating import leader_agreement
 from validators.checks import MinerVerdict
 from validators.findings import ADOPTED, barred_by_findings, recheck_published
@@ -122,21 +119,6 @@ class Validator(Participant):
         """the miners' stores as a window's passes of reads see them: within one pass (the listing at
         the reveal deadline, the first pass of checks, each pass of asking again), a store on which an
         operation gave up in an outage is not waited on again (`distrai.store.breaker`)"""
-
-    @classmethod
-    def from_node(cls, node: Node, options: ValidatorOptions) -> Validator:
-        """The validator of a node built from its settings (`distrai.node.build.build_node`), leading
-        as `options.behaviour` does (its entry point, `validators.main`, picks it)."""
-        return cls(
-            node.runtime,
-            node.chain,
-            node.wallet,
-            node.store,
-            node.store_url,
-            options,
-            node.metrics,
-            node.stores,
-        )
 
     def run(self, stop: threading.Event, max_windows: int | None = None) -> None:
         done = 0

@@ -24,6 +24,7 @@ from support.bench_jobs import (
     start_data_memory_bench,
     start_gpu_bench,
     start_incentives_bench,
+    start_inner_recipe_bench,
     start_outer_delay_bench,
     start_reveal_size_bench,
     start_verification_scale_bench,
@@ -52,6 +53,7 @@ NETWORKS = {
     "calibrate_replay_bench": start_calibrate_replay_bench,
     "readme_net": start_readme_net,
     "boundaries_bench": start_boundaries_bench,
+    "inner_recipe_bench": start_inner_recipe_bench,
 }
 """The background jobs, by the name of the fixture that gives each, in the order their readers run
 (about the order in which they end)."""
@@ -75,13 +77,15 @@ LANES = (
         "outer_delay_bench",
         "data_memory_bench",
         "readme_net",
+        "inner_recipe_bench",
     ),
 )
 """The order in which the jobs run, one at a time in each lane: in the first the local networks,
 paced by the chain's blocks, the last of them the verification-scale benchmark's, then the replay
 calibration's and the boundary bench's quick runs; in the second the
 light smoke run beside the leader network, whose timing is tightest, then the chaos run, the
-benchmarks' quick runs, which take a core each, and the README's walk beside the other networks.
+benchmarks' quick runs, which take a core each, the README's walk beside the other networks, and the
+inner-recipe bench's quick run.
 The two lanes take about the same time (docs/testing.md has a timeline). The benchmarks' runs were
 tests of the foreground, which waited on each process in turn; there they come out of the
 foreground's time."""
@@ -202,6 +206,12 @@ def readme_net(networks) -> FinishedNet:
 def chaos_run(networks) -> ChaosJob:
     """The chaos run of `support.chaos_run`, run to its end."""
     return networks.result("chaos_run").net
+
+
+@pytest.fixture(scope="session")
+def inner_recipe_bench(networks) -> CommandJob:
+    """`bench/inner_recipe.py --quick` (`support.bench_jobs`), run to its end."""
+    return networks.result("inner_recipe_bench").net
 
 
 @pytest.fixture(scope="session")

@@ -9,17 +9,12 @@ carries), the ratio following from the losses, the notes below the marker kept.
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from support.bench_jobs import KEPT, MARKER
 from test_bench_smoke import bench_module, table_after
 
 from distrai.protocol.run import load_run_config, shipped_config_path
-
-ROOT = Path(__file__).resolve().parent.parent
-MARKER = "<!-- Notes below this line are kept when the benchmark rewrites this file. -->"
 
 
 def test_the_config_is_the_gpu_configs_recipe_with_two_rows_per_h():
@@ -46,22 +41,14 @@ def test_the_config_is_the_gpu_configs_recipe_with_two_rows_per_h():
         recipe.recipe_config((1840, 200), 3, 2, quick_run=False)
 
 
-@pytest.mark.e2e
-def test_a_quick_run_trains_both_recipes_and_writes_its_page(tmp_path):
-    output = tmp_path / "inner-recipe.md"
-    output.write_text(f"# old page\n{MARKER}\nkept notes\n")
-    run = subprocess.run(
-        [sys.executable, "bench/inner_recipe.py", "--quick", "--output", str(output)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def test_a_quick_run_trains_both_recipes_and_writes_its_page(inner_recipe_bench):
+    run = inner_recipe_bench.completed()
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    output = inner_recipe_bench.report
     text = output.read_text()
-    assert text.startswith("# The inner recipe at long windows\n") and "# old page" not in text
-    assert text.endswith(f"{MARKER}\nkept notes\n")
-    assert "```\npython bench/inner_recipe.py --quick --output " in text
+    assert text.startswith("# The inner recipe at long windows\n") and "# old report" not in text
+    assert text.endswith(f"{MARKER}\n{KEPT}")
+    assert f"```\npython bench/inner_recipe.py --quick --output {output}" in text
     header, *rows = table_after(text, "# The inner recipe at long windows")
     assert header[0] == "H × windows" and header[3] == "fresh / kept"
     assert [row[0] for row in rows] == ["8 × 1", "4 × 2"]

@@ -1,8 +1,8 @@
 """The benchmarks' quick runs as background jobs (`support.background`): each is one process that
 writes a report, and its tests only read the report and the process's output once it has ended, so it
 runs beside the other tests (tests/test_bench_gpu.py, tests/test_bench_smoke.py, tests/test_calibrate_replay.py,
-tests/test_bench_reveal_size.py, tests/test_bench_verification_scale.py and
-tests/test_bench_boundaries.py read them).
+tests/test_bench_reveal_size.py, tests/test_bench_verification_scale.py, tests/test_bench_boundaries.py
+and tests/test_bench_inner_recipe.py read them).
 
 Each report file starts with an old report and hand-written notes after the marker, which the run
 must keep."""
@@ -81,6 +81,10 @@ def start_verification_scale_bench(work: Path, env: Mapping[str, str]) -> Comman
 
 def start_boundaries_bench(work: Path, env: Mapping[str, str]) -> CommandJob:
     return bench_job(work, env, "boundaries.py", "boundaries.md", "--quick")
+
+
+def start_inner_recipe_bench(work: Path, env: Mapping[str, str]) -> CommandJob:
+    return bench_job(work, env, "inner_recipe.py", "inner-recipe.md", "--quick")
 
 
 def start_outer_delay_bench(work: Path, env: Mapping[str, str]) -> CommandJob:

@@ -32,7 +32,7 @@ from validators.shared_scoring import (
     signed_measurements,
 )
 from validators.usefulness import measure_updates
-from validators.window_view import WindowView
+from validators.window import WindowBasis
 
 log = logging.getLogger("distrai.validator")
 
@@ -65,14 +65,14 @@ class Measurer:
 
 
 class WindowMeasuring:
-    """The measuring of window `view.basis.number` by one validator, whose share is `shares[its hotkey]`."""
+    """The measuring of window `basis.number` by one validator, whose share is `shares[its hotkey]`."""
 
-    def __init__(self, validator: Measurer, view: WindowView, shares: dict[str, list[str]]):
+    def __init__(self, validator: Measurer, basis: WindowBasis, shares: dict[str, list[str]]):
         self.validator = validator
         self.rt = validator.runtime
-        self.view = view
+        self.basis = basis
         self.shares = shares
-        self.seed = reveal_seed(view.basis.inputs.block_hash, view.basis.inputs.run_id, view.basis.number)
+        self.seed = reveal_seed(basis.inputs.block_hash, basis.inputs.run_id, basis.number)
         self.own: dict[str, Measurement] = {}
 
     def measure_share(self, verdicts: list[MinerVerdict]) -> None:
@@ -80,7 +80,7 @@ class WindowMeasuring:
         their checks so far and are not yet measured, and publish every measurement of the share, so
         the other validators can take them early (outside the sharing validators, with no permit
         yet, it measures every passed update itself and publishes nothing)."""
-        me, w = self.validator.hotkey, self.view.basis.number
+        me, w = self.validator.hotkey, self.basis.number
         passed = {v.hotkey: v for v in verdicts if v.passed}
         share = [hk for hk in self.shares.get(me, passed) if hk in passed and hk not in self.own]
         if self.own and not share:
@@ -94,7 +94,7 @@ class WindowMeasuring:
     def pool(self, verdicts: list[MinerVerdict], stop: threading.Event) -> Pooled:
         """Take the other validators' measurements as they come until the score patience runs out,
         re-check a drawn few, and pool them with this validator's own (`shared_scoring.pool`)."""
-        me, w, scoring = self.validator.hotkey, self.view.basis.number, self.rt.config.scoring
+        me, w, scoring = self.validator.hotkey, self.basis.number, self.rt.config.scoring
         passed = {v.hotkey: v for v in verdicts if v.passed}
         published = self.collect([v for v in self.shares if v != me], stop)
         distrusted = self.validator.distrusted
@@ -139,7 +139,7 @@ class WindowMeasuring:
         down, late or refuted), while the first half of what the score patience leaves before the
         aggregate deadline lasts (`rest_limit`); what is left then is not scored. Nothing of it is
         published, and it makes no worker of anyone: the absent validator's share is still not done."""
-        v, w = self.validator, self.view.basis.number
+        v, w = self.validator, self.basis.number
         limit = rest_limit(v.windows, w)
         if v.block_now() >= limit:
             return {}
@@ -159,13 +159,13 @@ class WindowMeasuring:
         for hk, v in verdicts.items():
             assert v.manifest is not None and v.update is not None, "only passed updates are measured"
             updates[hk] = (v.manifest.steps, v.update)
-        measured = measure_updates(self.view.basis, self.seed, updates, keep_going)
+        measured = measure_updates(self.basis, self.seed, updates, keep_going)
         return {hk: as_measurement(result) for hk, result in measured.items()}
 
     def collect(self, validators: list[str], stop: threading.Event) -> dict[str, Measurements]:
         """The other validators' measurements of the window, read until all are there or the score
         patience (`windows.score_patience`) runs out."""
-        v, w = self.validator, self.view.basis.number
+        v, w = self.validator, self.basis.number
         found: dict[str, Measurements] = {}
         patience = score_patience(v.windows, w)
         while not stop.is_set():

@@ -12,13 +12,10 @@ window's scores are folded into the saved state.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from distrai.chain.base import Commitment
-from distrai.protocol.announce import Announcement
 from distrai.protocol.windows import WindowConfig, aggregate_deadline, reveal_deadline, window_of
 from validators.inventory import Inventory
 
@@ -59,27 +56,6 @@ class PendingWindow(BaseModel):
                 "late": dict(inventory.late),
             }
         )
-
-
-@dataclass(frozen=True)
-class ListedWindow:
-    """A window as it stands when its checks begin, every part fixed at its own moment: its miners
-    (noted at its start), the manifests anchored in time and every commitment as of the commit
-    deadline, and what the miners' stores held at the reveal deadline."""
-
-    pending: PendingWindow
-    in_time: dict[str, Announcement]
-    """miner hotkey → its announcement anchoring a manifest of the window before the commit deadline"""
-    commitments: dict[str, Commitment]
-    inventory: Inventory
-
-    @property
-    def number(self) -> int:
-        return self.pending.window
-
-    @property
-    def miners(self) -> list[str]:
-        return self.pending.miners
 
 
 class PendingWindows:

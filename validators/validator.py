@@ -55,13 +55,14 @@ from validators.leader_behaviour import LeaderBehaviour
 from validators.listing import listing
 from validators.measuring import Measurer
 from validators.own_store import OwnStore
-from validators.pending import ListedWindow, PendingWindow, PendingWindows, next_to_check
+from validators.pending import PendingWindow, PendingWindows, next_to_check
 from validators.publishing import WindowPublication
 from validators.receipts import NOT_JUDGED, ReplayAudit, audit_published
 from validators.reveal_probe import RevealProbes
 from validators.scoring import state_weights
 from validators.shared_scoring import Pooled
 from validators.validator_state import ValidatorState, load_state, save_state, write_saved_record
+from validators.validator_window import ValidatorWindow
 from validators.window_check import MinerReads, check_pass, frame_window
 from validators.window_record import LastWindow, Published, Took, time_spent, window_record
 from validators.window_report import Found
@@ -198,8 +199,8 @@ class Validator(Participant):
         count towards `max_windows`)."""
         started = time.monotonic()
         idle = 0.0 if self.last_end is None else started - self.last_end
-        listed = self.listed_window(w)
-        urls = ", ".join(sorted({a.store_url for a in listed.in_time.values()})) or "none"
+        window = self.listed_window(w)
+        urls = ", ".join(sorted({a.store_url for a in window.in_time.values()})) or "none"
         parts = [(f"listing the miners' stores ({urls})", time.monotonic() - started)]
         mark = time.monotonic()
         if not self.reach_models(w, stop):
@@ -213,14 +214,14 @@ class Validator(Participant):
         self.start_hash = state_hash(window_start_state(self.rt.model))
         if is_checkpoint_window(self.windows, w):
             self.publish(checkpoint_key(self.rt.run_id, w, self.hotkey), encode_checkpoint(self.model))
-        verdicts, pooled = self.check_window(listed, mg, stop)
+        verdicts, pooled = self.check_window(window, mg, stop)
         self.options.behaviour.judge(self, w, verdicts)
         adopted = [r.miner for r in before.rechecks if r.outcome == ADOPTED]
         self.fold_scores(w, mg, verdicts, adopted, pooled, before.audit)
         parts.append((f"checking the miners (reading their stores: {urls})", time.monotonic() - mark))
         mark = time.monotonic()
         found = Found(verdicts, before.refused, before.rechecks, pooled, before.audit)
-        published = self.publish_window(w, found, listed.inventory.block, stop)
+        published = self.publish_window(w, found, window.inventory.block, stop)
         parts.append((f"publishing to {self.store.url}", time.monotonic() - mark))
         seconds = time.monotonic() - started
         if self.chain.block() >= aggregate_deadline(self.windows, w):
@@ -250,9 +251,9 @@ class Validator(Participant):
             self.metrics.log(w, record)
         return True
 
-    def listed_window(self, w: int) -> ListedWindow:
-        """Window w's miners, its commitments and what their stores held at the reveal deadline:
-        listed now, or as listed before a restart (`validators.listing`)."""
+    def listed_window(self, w: int) -> ValidatorWindow:
+        """Window w as listed at its reveal deadline: its miners, its commitments and what their stores
+        held then, listed now or as listed before a restart (`validators.listing`)."""
         pending = self.note_miners(w)
         in_time, commitments = committed_by_deadline(self.chain, self.windows, w)
         inventory, now = listing(
@@ -261,7 +262,9 @@ class Validator(Participant):
         if not now and self.listing_said != w:
             log.info("window %d: resuming with the listing taken at block %d", w, inventory.block)
         self.listing_said = w
-        return ListedWindow(pending, in_time, commitments, inventory)
+        return ValidatorWindow(
+            pending, in_time, commitments, inventory, self.hotkey, reveal_deadline(self.windows, w)
+        )
 
     def reach_models(self, w: int, stop: threading.Event) -> bool:
         """Catch the window's base and the model its aggregate applies to up with the network; False,
@@ -305,7 +308,7 @@ class Validator(Participant):
         return published
 
     def check_window(
-        self, listed: ListedWindow, mg: Metagraph, stop: threading.Event
+        self, listed: ValidatorWindow, mg: Metagraph, stop: threading.Event
     ) -> tuple[list[MinerVerdict], Pooled]:
         """Every miner's verdicts, and the window's measurements as pooled here
         (`validators.window_check.check_pass`). Keeps what the next window needs to re-check the
@@ -316,9 +319,8 @@ class Validator(Participant):
             self.rt, self.chain, self.state, self.miner_stores, self.breaker, self.pending, self.block_now
         )
         reads.start(w)
-        behind = self.syncer.behind()
-        framed = frame_window(
-            self.rt, self.chain, self.windows, listed, mg, self.base, self.hotkey, self.start_hash, behind
+        window = frame_window(
+            self.rt, self.chain, listed, mg, self.base, self.start_hash, self.syncer.behind()
         )
         measurer = Measurer(
             self.rt,
@@ -332,7 +334,7 @@ class Validator(Participant):
             self.state.distrusted(w),
             partial(self.options.behaviour.measured, self, w),
         )
-        verdicts, pooled, self.held = check_pass(reads, framed, measurer, listed, stop)
+        verdicts, pooled, self.held = check_pass(reads, window, measurer, stop)
         return verdicts, pooled
 
     def audit_replays(self, w: int, mg: Metagraph, rechecks: list[Recheck]) -> ReplayAudit:

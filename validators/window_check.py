@@ -1,4 +1,4 @@
-"""A window's check pass: the window as this validator checks it (`frame_window`), its miners read
+"""A window's check pass: the listed window framed against its base model (`frame_window`), its miners read
 (`MinerReads`: a barred miner not read, a store that did not answer asked again until the read
 patience, the verdicts then settled, and every miner's codec residual chain followed), its share
 replayed and measured, copies flagged, the measurements pooled and every miner scored
@@ -6,11 +6,9 @@ replayed and measured, copies flagged, the measurements pooled and every miner s
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from distrai.chain.base import Chain, Metagraph
 from distrai.protocol.announce import claims, sharing_validators
@@ -19,12 +17,10 @@ from distrai.protocol.run import challenge_inputs
 from distrai.protocol.runtime import Runtime
 from distrai.protocol.sync import StoreCache
 from distrai.protocol.windows import (
-    WindowConfig,
     challenged,
     commit_deadline,
     read_patience,
     replay_shares,
-    reveal_deadline,
     score_shares,
 )
 from distrai.store.breaker import PassBreaker
@@ -33,12 +29,12 @@ from validators.checks import MinerVerdict, flag_copies
 from validators.held_window import HeldWindow, held_window
 from validators.inventory import AtDeadline, Reader, take_inventory
 from validators.measuring import Measurer, WindowMeasuring
-from validators.pending import ListedWindow, PendingWindow, PendingWindows
+from validators.pending import PendingWindows
 from validators.shared_scoring import Pooled
 from validators.validator_state import ValidatorState
+from validators.validator_window import ValidatorWindow, check_one, replay_challenge
 from validators.window import WindowBasis
 from validators.window_scoring import score_window
-from validators.window_view import WindowView, check_one, replay_challenge
 from validators.withheld import own_outage, settle
 
 log = logging.getLogger("distrai.validator")
@@ -47,36 +43,24 @@ Checked = dict[str, tuple[MinerVerdict, AtDeadline | None]]
 """miner → its verdict and its store as it stood at the deadline (None: not read)"""
 
 
-@dataclass(frozen=True)
-class Framed:
-    """The window as this validator checks it, the validators sharing its work, and the uid of each
-    miner with a manifest in time (those registered now)."""
-
-    view: WindowView
-    sharing: list[str]
-    uids: dict[str, int]
-
-
 def frame_window(
     runtime: Runtime,
     chain: Chain,
-    windows: WindowConfig,
-    listed: ListedWindow,
+    window: ValidatorWindow,
     mg: Metagraph,
     base: GlobalModel,
-    me: str,
     start_hash: str | None,
     behind: bool,
-) -> Framed:
-    """Window `listed.number` as `me` checks it: its challenge drawn from the block at the commit
-    deadline, the replays shared among the validators taking part, and what the miners' stores held
-    at the reveal deadline."""
-    w, in_time = listed.number, listed.in_time
-    deadline_hash = chain.block_hash(commit_deadline(windows, w))
+) -> ValidatorWindow:
+    """The listed `window` framed against its base model: its challenge drawn from the block at the
+    commit deadline, the replays shared among the validators taking part, and the uid of each miner
+    with a manifest in time (those registered now)."""
+    w, in_time = window.number, window.in_time
+    deadline_hash = chain.block_hash(commit_deadline(runtime.config.windows, w))
     registered = {n.hotkey: n.registered_at for n in mg.neurons}
     inputs = challenge_inputs(runtime.config, deadline_hash, w, in_time, claims(in_time), registered)
     permitted = [n.hotkey for n in mg.neurons if n.validator_permit and n.stake > 0]
-    sharing = sharing_validators(permitted, listed.commitments, w)
+    sharing = sharing_validators(permitted, window.commitments, w)
     shares = replay_shares(inputs, sharing)
     if not shares:
         log.warning("window %d: no validator holds a permit, so nobody replays", w)
@@ -85,16 +69,15 @@ def frame_window(
         w,
         base,
         inputs,
-        tuple(listed.miners),
+        tuple(window.miners),
         shares,
         in_time,
         lambda hk: mg.uid_of(hk) is not None,
         start_hash,
         behind=behind,
     )
-    view = WindowView(basis, frozenset(challenged(inputs)), me, listed.inventory, reveal_deadline(windows, w))
     uids = {hk: uid for hk in sorted(in_time) if (uid := mg.uid_of(hk)) is not None}
-    return Framed(view, sharing, uids)
+    return window.framed(basis, frozenset(challenged(inputs)), sharing, uids)
 
 
 class MinerReads:
@@ -129,51 +112,46 @@ class MinerReads:
             self.state.residuals.clear()
 
     def check(
-        self, view: WindowView, hotkey: str, uid: int, replay: bool = True
+        self, window: ValidatorWindow, hotkey: str, uid: int, replay: bool = True
     ) -> tuple[MinerVerdict, AtDeadline | None]:
-        """One miner's verdict and its store as it stood at the deadline (`window_view.check_one`);
+        """One miner's verdict and its store as it stood at the deadline (`validator_window.check_one`);
         a barred miner is not read."""
-        if self.state.is_banned(hotkey, view.basis.number):
+        if self.state.is_banned(hotkey, window.number):
             until = self.state.banned_until[hotkey]
             self.state.residuals.pop(hotkey, None)
             return MinerVerdict(hotkey, uid).fail(
                 Check.BANNED, f"barred until window {until}", fraud=False
             ), None
-        return check_one(self.stores, view, hotkey, uid, replay=replay)
+        return check_one(self.stores, window, hotkey, uid, replay=replay)
 
-    def list_again(self, view: WindowView, pending: PendingWindow) -> WindowView:
-        """The view with the stores that could not be listed at the deadline listed again now."""
-        after = view.inventory.unreachable | set(view.inventory.late)
+    def list_again(self, window: ValidatorWindow) -> ValidatorWindow:
+        """The window with the stores that could not be listed at the deadline listed again now."""
+        w, listed = window.number, window.inventory
+        after = listed.unreachable | set(listed.late)
         again = take_inventory(
             self.stores,
             self.rt.run_id,
-            view.basis.number,
-            {hk: a for hk, a in view.basis.announcements.items() if a.store_url in after},
+            w,
+            {hk: a for hk, a in window.in_time.items() if a.store_url in after},
             self.rt.config.limits.max_manifest_bytes,
             self.chain.block,
         )
-        inventory = view.inventory.merged(again)
-        for url in sorted(view.inventory.unreachable - inventory.unreachable):
-            log.info("window %d: the store %s answered at block %d", view.basis.number, url, again.block)
-        self.pending.save(pending.with_inventory(inventory))
-        return dataclasses.replace(view, inventory=inventory)
+        inventory = listed.merged(again)
+        for url in sorted(listed.unreachable - inventory.unreachable):
+            log.info("window %d: the store %s answered at block %d", w, url, again.block)
+        self.pending.save(window.noted.with_inventory(inventory))
+        return window.listed_again(inventory)
 
     def ask_again(
-        self,
-        view: WindowView,
-        pending: PendingWindow,
-        checked: Checked,
-        uids: dict[str, int],
-        stop: threading.Event,
-        windows: WindowConfig,
-    ) -> tuple[WindowView, list[MinerVerdict]]:
+        self, window: ValidatorWindow, checked: Checked, stop: threading.Event
+    ) -> tuple[ValidatorWindow, list[MinerVerdict]]:
         """Ask the miners whose store did not answer the first pass again, every block until the read
         patience and at least once more in any case (a validator whose first pass ended after the
         patience, late or slowed, would otherwise settle a store that came back meanwhile as withheld;
         a withholding miner gains one more read, which it fails like the first); then settle every
         verdict (`validators.withheld.settle`) and follow its residual chain. `checked` is updated."""
-        w = view.basis.number
-        patience = read_patience(windows, w)
+        w = window.number
+        patience = read_patience(self.rt.config.windows, w)
         unread = sorted(hk for hk, (v, _) in checked.items() if v.unread)
         last_asked = self.block_now()
         if unread:
@@ -193,12 +171,12 @@ class MinerReads:
             last_asked = self.chain.block()
             asked_again += 1
             with self.breaker.one_pass():  # each store is asked afresh
-                if view.inventory.unreachable or view.inventory.late:
-                    view = self.list_again(view, pending)
+                if window.inventory.unreachable or window.inventory.late:
+                    window = self.list_again(window)
                 for hk in unread:
-                    checked[hk] = self.check(view, hk, uids[hk])
+                    checked[hk] = self.check(window, hk, window.uids[hk])
             unread = [hk for hk in unread if checked[hk][0].unread]
-        outage = own_outage(len(unread), len(uids))
+        outage = own_outage(len(unread), len(window.uids))
         if unread:
             log.warning(
                 "window %d: %d miners' stores still did not answer at block %d%s",
@@ -213,12 +191,12 @@ class MinerReads:
         for v in verdicts:
             settle(
                 v,
-                challenged=v.hotkey in view.challenged,
+                challenged=v.hotkey in window.challenged,
                 outage=outage,
                 patience_block=max(patience, last_asked),
             )
             self.follow_residual(v)
-        return view, verdicts
+        return window, verdicts
 
     def follow_residual(self, verdict: MinerVerdict) -> None:
         """The residual a miner carries into this window must be the one it committed leaving its
@@ -245,27 +223,27 @@ class MinerReads:
 
 
 def check_pass(
-    reads: MinerReads, framed: Framed, measurer: Measurer, listed: ListedWindow, stop: threading.Event
+    reads: MinerReads, window: ValidatorWindow, measurer: Measurer, stop: threading.Event
 ) -> tuple[list[MinerVerdict], Pooled, HeldWindow]:
-    """Every miner's verdict, the window's measurements as pooled here, and what the next window
-    re-checks the others' findings and receipts against: a first pass of reads, measuring this
-    validator's share of what passed and replaying its share of the challenged, then the stores that
-    did not answer asked again (`MinerReads.ask_again`), copies flagged (`checks.flag_copies`), the
-    rest of the share measured, the others' measurements pooled (`validators.measuring`) and every
-    miner scored (`validators.window_scoring`)."""
-    view = framed.view
+    """Every miner's verdict in the framed `window`, the window's measurements as pooled here, and
+    what the next window re-checks the others' findings and receipts against: a first pass of reads,
+    measuring this validator's share of what passed and replaying its share of the challenged, then
+    the stores that did not answer asked again (`MinerReads.ask_again`), copies flagged
+    (`checks.flag_copies`), the rest of the share measured, the others' measurements pooled
+    (`validators.measuring`) and every miner scored (`validators.window_scoring`)."""
     replicas = reads.rt.config.scoring.score_replicas
-    measuring = WindowMeasuring(measurer, view, score_shares(view.basis.inputs, framed.sharing, replicas))
+    shares = score_shares(window.basis.inputs, list(window.sharing), replicas)
+    measuring = WindowMeasuring(measurer, window.basis, shares)
     with reads.breaker.one_pass():  # the first pass of reads
-        checked = {hk: reads.check(view, hk, uid, replay=False) for hk, uid in framed.uids.items()}
+        checked = {hk: reads.check(window, hk, uid, replay=False) for hk, uid in window.uids.items()}
         measuring.measure_share([v for v, _ in checked.values()])
         for verdict, reader in checked.values():
-            replay_challenge(view, verdict, reader)
-    view, verdicts = reads.ask_again(view, listed.pending, checked, framed.uids, stop, measurer.windows)
-    commit_blocks = {hk: listed.commitments[hk].block for hk in listed.in_time}
+            replay_challenge(window, verdict, reader)
+    window, verdicts = reads.ask_again(window, checked, stop)
+    commit_blocks = {hk: window.commitments[hk].block for hk in window.in_time}
     flag_copies(verdicts, commit_blocks)
     measuring.measure_share(verdicts)
     pooled = measuring.pool(verdicts, stop)
     score_window(reads.rt, verdicts, pooled.measurements, commit_blocks)
     readers: dict[str, Reader] = {hk: reader for hk, (_, reader) in checked.items() if reader is not None}
-    return verdicts, pooled, held_window(view.basis, verdicts, readers)
+    return verdicts, pooled, held_window(window.basis, verdicts, readers)

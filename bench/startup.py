@@ -2,7 +2,7 @@
 commands below, the median of `--runs` runs each; writes docs/startup.md.
 
     python bench/startup.py                                   # this checkout, 5 runs each
-    python bench/startup.py --quick                           # 1 run each
+    python bench/startup.py --quick                           # 1 run each, none unrecorded before it
     python bench/startup.py --repo /tmp/wt-before --repo .    # two checkouts side by side (before, after)
 
 Each command runs in a fresh interpreter (this one's `sys.executable`) from the checkout's root, with
@@ -88,9 +88,9 @@ def run_once(repo: Path, args: tuple[str, ...]) -> Timing:
     return Timing(cpu, wall)
 
 
-def measure_warm(repo: Path, runs: int) -> Timing | None:
+def measure_warm(repo: Path, runs: int, warm_up: bool) -> Timing | None:
     """`WARM_SCRIPT` forked by a warm server of `repo` (started once, not counted), the medians over
-    `runs` runs after one unrecorded; None for a checkout without one."""
+    `runs` runs, after one unrecorded if `warm_up`; None for a checkout without one."""
     if not (repo / "distrai" / "localnet" / "warm_start.py").exists():
         return None
     from distrai.localnet.warm_start import WarmStarter
@@ -102,7 +102,7 @@ def measure_warm(repo: Path, runs: int) -> Timing | None:
         server = WarmStarter(env, repo, Path(folder) / "server.log")
         timings = []
         try:
-            for _ in range(runs + 1):
+            for _ in range(runs + int(warm_up)):
                 log.unlink(missing_ok=True)
                 start = time.perf_counter()
                 code = server.start([str(script)], env, repo, log).wait()
@@ -112,13 +112,14 @@ def measure_warm(repo: Path, runs: int) -> Timing | None:
                 timings.append(Timing(float(log.read_text().split()[-1]), wall))
         finally:
             server.stop()
-    timings = timings[1:]
+    timings = timings[int(warm_up) :]
     return Timing(statistics.median(t.cpu_s for t in timings), statistics.median(t.wall_s for t in timings))
 
 
-def measure(repo: Path, args: tuple[str, ...], runs: int) -> Timing:
-    """The medians over `runs` runs (after one unrecorded run that warms the file cache)."""
-    run_once(repo, args)
+def measure(repo: Path, args: tuple[str, ...], runs: int, warm_up: bool) -> Timing:
+    """The medians over `runs` runs (after one unrecorded run that warms the file cache, if `warm_up`)."""
+    if warm_up:
+        run_once(repo, args)
     timings = [run_once(repo, args) for _ in range(runs)]
     return Timing(statistics.median(t.cpu_s for t in timings), statistics.median(t.wall_s for t in timings))
 
@@ -142,7 +143,11 @@ def row_names() -> list[str]:
 
 
 def markdown(
-    repos: list[Path], results: dict[tuple[Path, str], Timing | None], runs: int, command: str
+    repos: list[Path],
+    results: dict[tuple[Path, str], Timing | None],
+    runs: int,
+    warm_up: bool,
+    command: str,
 ) -> str:
     names = [label(r) for r in repos]
     header = ["command"] + [f"{n}: {part}" for n in names for part in ("CPU s", "wall s")]
@@ -156,7 +161,8 @@ def markdown(
         "# Node start-up\n\n"
         "Written by `bench/startup.py` (its docstring says what it runs):\n\n"
         f"    {command}\n\n"
-        f"Medians of {runs} run(s) per command, each in a fresh interpreter (Python {platform.python_version()}, "
+        f"Medians of {runs} run(s) per command{'' if warm_up else ' (no unrecorded run before them)'}, "
+        f"each in a fresh interpreter (Python {platform.python_version()}, "
         f"{cpu}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end); CPU is the "
         "child's user + sys seconds, wall the time until it exited. On a shared machine the wall times "
         "vary with its load, the CPU seconds much less.\n\n" + "\n".join(lines) + "\n"
@@ -181,18 +187,20 @@ def main(argv: list[str]) -> None:
         help="a checkout to measure (repeat for a side-by-side table; default: this one)",
     )
     parser.add_argument("--runs", type=int, default=5, help="runs per command (the median is reported)")
-    parser.add_argument("--quick", action="store_true", help="one run per command")
+    parser.add_argument(
+        "--quick", action="store_true", help="one run per command, and no unrecorded run before it"
+    )
     parser.add_argument("--output", type=Path, default=OUTPUT)
     args = parser.parse_args(argv)
     repos = [r.resolve() for r in (args.repo or [ROOT])]
-    runs = 1 if args.quick else args.runs
+    runs, warm_up = (1, False) if args.quick else (args.runs, True)
     results: dict[tuple[Path, str], Timing | None] = {}
     for name, command in COMMANDS:
         for repo in repos:
-            results[(repo, name)] = measure(repo, command, runs)
+            results[(repo, name)] = measure(repo, command, runs, warm_up)
             print(f"{label(repo)}: {name}: {results[(repo, name)]}", flush=True)
     for repo in repos:
-        results[(repo, WARM_ROW)] = measure_warm(repo, runs)
+        results[(repo, WARM_ROW)] = measure_warm(repo, runs, warm_up)
         print(f"{label(repo)}: {WARM_ROW}: {results[(repo, WARM_ROW)]}", flush=True)
     table = Table(title=f"Node start-up (medians of {runs} runs; seconds)")
     table.add_column("command")
@@ -203,7 +211,7 @@ def main(argv: list[str]) -> None:
         table.add_row(name, *(c for r in repos for c in cells(results[(r, name)])))
     Console().print(table)
     shown = ["python", "bench/startup.py", *argv]
-    text = markdown(repos, results, runs, shlex.join(shown))
+    text = markdown(repos, results, runs, warm_up, shlex.join(shown))
     notes = kept_notes(args.output)
     args.output.write_text(text + "\n" + NOTES_MARKER + "\n" + notes)
     print(f"wrote {args.output}")

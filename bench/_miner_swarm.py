@@ -18,7 +18,7 @@ from distrai.node.build import build_node
 from distrai.node.settings import NodeSettings
 from distrai.node.stopping import stop_on_signals
 from miners.adversaries import behaviour
-from miners.miner import Miner
+from miners.miner import Miner, MinerOptions
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         name, _, adversary = entry.partition("=")
         settings = shared.model_copy(update={"wallet_name": name, "work_dir": str(root / name)})
         node = build_node(settings, "miner")
-        miner = Miner.from_node(node, behaviour(adversary or "honest"))
+        miner = Miner(node, MinerOptions(node.work_dir, behaviour(adversary or "honest")))
         miner.announce()
         built.append((name, miner, node))
     threads = [

@@ -105,9 +105,10 @@ def run_miner(
         print("miner cannot start: another of its ranks could not (its error is above)", file=sys.stderr)
         node.metrics.close()
         return 2
-    from miners.miner import Miner
+    from miners.miner import Miner, MinerOptions
 
-    miner = Miner.from_node(node, miner_behaviour(adversary), settings.miner_kept_states)
+    options = MinerOptions(node.work_dir, miner_behaviour(adversary), settings.miner_kept_states)
+    miner = Miner(node, options)
     miner.announce()
     logging.getLogger("distrai.miner").info(
         "miner %s (%s) started on run %s…",

@@ -37,19 +37,17 @@ from pathlib import Path
 
 import torch
 
-from distrai.chain.base import Chain, ChainError, WalletLike
+from distrai.chain.base import Chain, ChainError
 from distrai.codec import Encoded
 from distrai.data.cache import ShardDeadline
-from distrai.node.build import Node
 from distrai.node.linkcheck import LinkVerdict, format_rate, measure_upload_rate, reveal_bytes, reveal_seconds
-from distrai.node.metrics import LOST, Metrics
+from distrai.node.metrics import LOST
 from distrai.node.participant import Participant
+from distrai.node.seat import Seat
 from distrai.protocol.announce import Announcement, committed_updates
 from distrai.protocol.globalmodel import SyncUnavailable
 from distrai.protocol.layout import manifest_key
-from distrai.protocol.runtime import Runtime
 from distrai.protocol.standing import standing_lines
-from distrai.protocol.sync import StoreCache
 from distrai.protocol.update import encode_update, residual_hash
 from distrai.protocol.windows import (
     commit_deadline,
@@ -60,7 +58,7 @@ from distrai.protocol.windows import (
     window_of,
     window_start,
 )
-from distrai.store import Store, StoreError
+from distrai.store import StoreError
 from distrai.store.outage import OutageLog
 from distrai.train.boundaries import BoundaryState
 from distrai.train.inner import TimeUp, inner_loop, window_start_state
@@ -145,18 +143,8 @@ class Trained:
 
 
 class Miner(Participant):
-    def __init__(
-        self,
-        runtime: Runtime,
-        chain: Chain,
-        wallet: WalletLike,
-        store: Store,
-        store_url: str,
-        options: MinerOptions,
-        metrics: Metrics | None = None,
-        stores: StoreCache | None = None,
-    ):
-        super().__init__(runtime, chain, wallet, store, store_url, metrics, stores)
+    def __init__(self, seat: Seat, options: MinerOptions):
+        super().__init__(seat)
         self.options = options
         self.behaviour = options.behaviour
         self.residual: dict[str, torch.Tensor] | None = self._load_residual()
@@ -177,25 +165,6 @@ class Miner(Participant):
         """the window last set aside because its base model was out of reach, until it is trained or skipped"""
         self.off_roster: int | None = None
         """the window last passed over because its roster did not hold this hotkey (said once)"""
-
-    @classmethod
-    def from_node(
-        cls, node: Node, behaviour: Behaviour | None = None, kept_states: int = DEFAULT_MAX_KEPT
-    ) -> Miner:
-        """The miner of a node built from its settings (`distrai.node.build.build_node`), honest or
-        cheating as `behaviour` does (its entry point, `miners.main`, picks it: the honest `Behaviour`,
-        or one of `miners.adversaries`), keeping at most `kept_states` boundary states of a window on
-        disk (`miners.kept_states`)."""
-        return cls(
-            node.runtime,
-            node.chain,
-            node.wallet,
-            node.store,
-            node.store_url,
-            MinerOptions(work_dir=node.work_dir, behaviour=behaviour or Behaviour(), kept_states=kept_states),
-            node.metrics,
-            node.stores,
-        )
 
     # -- the loop -------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ import json
 from support.local_harness import make_local_harness
 from test_miner_reveals import CONFIG, WINDOW
 
+from distrai.node.seat import Seat
 from distrai.protocol.layout import manifest_key
 from distrai.protocol.run import load_run_config
 from distrai.protocol.runtime import build_runtime
@@ -34,7 +35,8 @@ def test_the_copycat_copies_an_update_the_run_would_read_not_an_oversized_one(tm
     def miner(wallet, behaviour) -> Miner:
         work = tmp_path / wallet.hotkey.ss58_address
         node = Miner(
-            build_runtime(config), harness.chain, wallet, store, store.url, MinerOptions(work, behaviour)
+            Seat(build_runtime(config), harness.chain, wallet, store, store.url),
+            MinerOptions(work, behaviour),
         )
         node.uploader = Uploader(node, harness.chain.connect_again())
         return node

@@ -18,6 +18,7 @@ from support.local_harness import make_local_harness
 
 from distrai.chain.local import LocalChain
 from distrai.node.metrics import Metrics, read_metrics
+from distrai.node.seat import Seat
 from distrai.protocol.layout import manifest_key, state_key, trajectory_key
 from distrai.protocol.run import load_run_config
 from distrai.protocol.runtime import build_runtime
@@ -59,7 +60,9 @@ def net(tmp_path, config):
 def new_miner(net, config, metrics: Metrics | None = None) -> Miner:
     """A miner process as it starts: its state comes only from its work dir and the chain."""
     harness, wallet, store, work = net
-    miner = Miner(build_runtime(config), harness.chain, wallet, store, store.url, MinerOptions(work), metrics)
+    miner = Miner(
+        Seat(build_runtime(config), harness.chain, wallet, store, store.url, metrics), MinerOptions(work)
+    )
     miner.uploader = Uploader(miner, harness.chain.connect_again())
     return miner
 
@@ -156,7 +159,7 @@ def test_the_link_check_says_when_the_store_is_too_slow_for_the_run(tmp_path, co
     store = FileStore(tmp_path / "store", bandwidth_bytes_per_s=bandwidth)
     metrics = Metrics(tmp_path / "metrics.jsonl", role="miner", hotkey="5miner", run_id="r")
     miner = Miner(
-        build_runtime(config), chain, wallet, store, store.url, MinerOptions(tmp_path / "m"), metrics
+        Seat(build_runtime(config), chain, wallet, store, store.url, metrics), MinerOptions(tmp_path / "m")
     )
     with caplog.at_level(logging.INFO, logger="distrai.miner"):
         verdict = miner.check_link()

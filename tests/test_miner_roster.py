@@ -14,6 +14,7 @@ import pytest
 from support.local_harness import make_local_harness
 from test_validator_outage import CONFIG
 
+from distrai.node.seat import Seat
 from distrai.protocol.run import load_run_config
 from distrai.protocol.runtime import build_runtime
 from distrai.protocol.windows import roster_block, window_start
@@ -35,7 +36,7 @@ def miner_registered_at(tmp_path, offset: int) -> tuple[Miner, object]:
     harness.advance(max(start + 1, harness.local.block() + 1) - harness.local.block())
     store = FileStore(tmp_path / "store")
     miner = Miner(
-        build_runtime(config), harness.chain, wallet, store, store.url, MinerOptions(tmp_path / "m")
+        Seat(build_runtime(config), harness.chain, wallet, store, store.url), MinerOptions(tmp_path / "m")
     )
     return miner, harness
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 from test_validator_outage import CONFIG, WINDOW, Ticking, train
 
+from distrai.node.seat import Seat
 from distrai.protocol.layout import receipts_key, report_key
 from distrai.protocol.run import load_run_config
 from distrai.protocol.runtime import build_runtime
@@ -38,7 +39,7 @@ def validators(tmp_path_factory):
             ValidatorOptions(root / name) if behaviour is None else ValidatorOptions(root / name, behaviour)
         )
         made[name] = Validator(
-            build_runtime(config), harness.chain, harness.new_wallet(name), store, store.url, options
+            Seat(build_runtime(config), harness.chain, harness.new_wallet(name), store, store.url), options
         )
         assert made[name].run_window(WINDOW, Ticking(harness))
     return harness, made["validator"], made["skipper"]

@@ -22,6 +22,7 @@ from distrai.chain.base import ChainError
 from distrai.chain.local import LocalChain
 from distrai.chain.subtensor import READ_PATIENCE_S, SubtensorChain
 from distrai.node.build import open_chain
+from distrai.node.seat import Seat
 from distrai.node.settings import ChainSettings
 from distrai.node.stopping import chain_lost
 from distrai.protocol.run import load_run_config
@@ -262,7 +263,9 @@ def test_a_miner_trains_commits_and_reveals_its_window_through_an_outage_of_its_
     chain.block()
     node.go_down(15)
     store = FileStore(tmp_path / "store")
-    miner = Miner(build_runtime(config), chain, wallet, store, store.url, MinerOptions(tmp_path / "miner"))
+    miner = Miner(
+        Seat(build_runtime(config), chain, wallet, store, store.url), MinerOptions(tmp_path / "miner")
+    )
     miner.uploader = Uploader(miner, chain.connect_again())
     caplog.set_level(logging.WARNING, logger="distrai.chain")
 
@@ -294,7 +297,7 @@ def test_a_node_stopped_in_an_outage_exits_cleanly_and_one_past_its_patience_say
     codes: list[int] = []
 
     def miner_on(chain: SubtensorChain, stop: threading.Event) -> None:
-        miner = Miner(runtime, chain, wallet, store, store.url, MinerOptions(tmp_path / "miner"))
+        miner = Miner(Seat(runtime, chain, wallet, store, store.url), MinerOptions(tmp_path / "miner"))
         try:
             miner.run(stop, max_windows=1)
         except ChainError as exc:

@@ -27,6 +27,7 @@ from support.io_errors import serve_again, serve_io_errors
 from support.local_harness import LocalHarness, make_local_harness
 
 from distrai.chain.local import LocalChain
+from distrai.node.seat import Seat
 from distrai.protocol.announce import anchored_aggregates
 from distrai.protocol.layout import aggregate_key, report_key, window_prefix
 from distrai.protocol.run import load_run_config
@@ -107,11 +108,7 @@ def train(
         folder = store_of[wallet.name]
         store = opened.setdefault(folder, FileStore(root / f"store-{folder}"))
         miner = Miner(
-            build_runtime(config),
-            harness.chain,
-            wallet,
-            store,
-            store.url,
+            Seat(build_runtime(config), harness.chain, wallet, store, store.url),
             MinerOptions(root / f"miner-{wallet.name}"),
         )
         miner.uploader = Uploader(miner, harness.chain.connect_again())
@@ -146,13 +143,15 @@ def at_the_reveal_deadline(tmp_path, config, trained, stores: StoreCache | None 
     harness = LocalHarness(chain, chain, original.wallet_path, original.owner_coldkey, original.owner_hotkey)
     validator_store = FileStore(tmp_path / "store-validator")
     validator = Validator(
-        build_runtime(config),
-        harness.chain,
-        harness.new_wallet("validator"),
-        validator_store,
-        validator_store.url,
+        Seat(
+            build_runtime(config),
+            harness.chain,
+            harness.new_wallet("validator"),
+            validator_store,
+            validator_store.url,
+            stores=stores,
+        ),
         ValidatorOptions(tmp_path / "validator"),
-        stores=stores,
     )
     return harness, validator, validator_store
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 from test_validator_outage import CONFIG, WINDOW, Ticking, train
 
+from distrai.node.seat import Seat
 from distrai.protocol.layout import report_key
 from distrai.protocol.run import load_run_config
 from distrai.protocol.runtime import build_runtime
@@ -38,11 +39,7 @@ def checked(tmp_path_factory):
     harness, _ = train(root, config, {"alpha": "alpha"})
     store = FileStore(root / "store-validator")
     validator = Validator(
-        build_runtime(config),
-        harness.chain,
-        harness.new_wallet("validator"),
-        store,
-        store.url,
+        Seat(build_runtime(config), harness.chain, harness.new_wallet("validator"), store, store.url),
         ValidatorOptions(root / "validator"),
     )
     assert validator.run_window(WINDOW, Ticking(harness))

@@ -20,6 +20,7 @@ import pytest
 from test_validator_outage import CONFIG, WINDOW, Ticking, train
 
 from distrai.node.metrics import Metrics, last_record, read_metrics
+from distrai.node.seat import Seat
 from distrai.protocol.run import load_run_config
 from distrai.protocol.runtime import build_runtime
 from distrai.store import FileStore
@@ -34,7 +35,7 @@ def start_validator(harness, work: Path) -> Validator:
     store = FileStore(work.parent / "store-validator")
     metrics = Metrics(work / "metrics.jsonl", role="validator", hotkey=wallet.hotkey.ss58_address, run_id="r")
     return Validator(
-        build_runtime(config), harness.chain, wallet, store, store.url, ValidatorOptions(work), metrics
+        Seat(build_runtime(config), harness.chain, wallet, store, store.url, metrics), ValidatorOptions(work)
     )
 
 

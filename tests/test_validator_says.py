@@ -8,6 +8,7 @@ from pathlib import Path
 
 from support.local_harness import make_local_harness
 
+from distrai.node.seat import Seat
 from distrai.protocol.run import load_run_config
 from distrai.protocol.runtime import build_runtime
 from distrai.store import FileStore
@@ -29,7 +30,7 @@ def validator_at(tmp_path: Path, saved_window: int | None) -> Validator:
         work.mkdir()
         save_state(ValidatorState(run_id=runtime.run_id, window=saved_window), work / "validator_state.json")
     store = FileStore(tmp_path / "store")
-    return Validator(runtime, harness.chain, wallet, store, store.url, ValidatorOptions(work))
+    return Validator(Seat(runtime, harness.chain, wallet, store, store.url), ValidatorOptions(work))
 
 
 def said_while(action, caplog) -> list[str]:

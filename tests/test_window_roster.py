@@ -7,6 +7,7 @@ from pathlib import Path
 
 from support.local_harness import make_local_harness
 
+from distrai.node.seat import Seat
 from distrai.protocol.run import load_run_config
 from distrai.protocol.runtime import build_runtime
 from distrai.protocol.windows import reveal_deadline, roster_block, window_start
@@ -33,9 +34,9 @@ def test_a_registration_in_a_windows_first_block_leaves_every_nodes_assignment_a
         h.chain.register(wallets[name])
     store = FileStore(tmp_path / "store")
     runtime = build_runtime(config)
-    miner = Miner(runtime, h.chain, wallets["miner"], store, store.url, MinerOptions(tmp_path / "m"))
+    miner = Miner(Seat(runtime, h.chain, wallets["miner"], store, store.url), MinerOptions(tmp_path / "m"))
     validator = Validator(
-        runtime, h.chain, wallets["validator"], store, store.url, ValidatorOptions(tmp_path / "v")
+        Seat(runtime, h.chain, wallets["validator"], store, store.url), ValidatorOptions(tmp_path / "v")
     )
     h.advance(window_start(config.windows, WINDOW) - h.local.block())
 

@@ -42,9 +42,7 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
     from validators.validator import Validator, ValidatorOptions
 
     options = ValidatorOptions(work_dir=node.work_dir, behaviour=leader_behaviour(settings))
-    validator = Validator(
-        node.runtime, node.chain, node.wallet, node.store, node.store_url, options, node.metrics, node.stores
-    )
+    validator = Validator(node, options)
     validator.announce()
     logging.getLogger("distrai.validator").info(
         "validator %s started on run %s…, %s",

@@ -23,13 +23,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from distrai.chain.base import Chain, ChainError, Metagraph, WalletLike
-from distrai.node.metrics import Metrics
+from distrai.chain.base import ChainError, Metagraph
 from distrai.node.participant import Participant
+from distrai.node.seat import Seat
 from distrai.protocol.announce import committed_by_deadline
 from distrai.protocol.globalmodel import GlobalModel, SyncUnavailable, encode_checkpoint
 from distrai.protocol.layout import checkpoint_key
-from distrai.protocol.runtime import Runtime
 from distrai.protocol.sync import StoreCache
 from distrai.protocol.windows import (
     aggregate_deadline,
@@ -40,7 +39,6 @@ from distrai.protocol.windows import (
     window_of,
     window_start,
 )
-from distrai.store import Store
 from distrai.store.breaker import PassBreaker
 from distrai.store.outage import OutageLog
 from distrai.train.inner import window_start_state
@@ -83,23 +81,13 @@ MODELS = "the models to check a window against (the validators' aggregates)"
 
 
 class Validator(Participant):
-    def __init__(
-        self,
-        runtime: Runtime,
-        chain: Chain,
-        wallet: WalletLike,
-        store: Store,
-        store_url: str,
-        options: ValidatorOptions,
-        metrics: Metrics | None = None,
-        stores: StoreCache | None = None,
-    ):
-        super().__init__(runtime, chain, wallet, store, store_url, metrics, stores)
+    def __init__(self, seat: Seat, options: ValidatorOptions):
+        super().__init__(seat)
         self.options = options
         self.state_path = options.work_dir / "validator_state.json"
-        self.state: ValidatorState = load_state(self.state_path, runtime.run_id)
-        if metrics is not None:
-            write_saved_record(self.state, metrics)
+        self.state: ValidatorState = load_state(self.state_path, self.rt.run_id)
+        if self.metrics is not None:
+            write_saved_record(self.state, self.metrics)
         self.pending = PendingWindows(options.work_dir / "pending")
         self.base: GlobalModel | None = None
         """the model window w's miners trained from (on pipelined windows, the one before `model`)"""
@@ -107,14 +95,14 @@ class Validator(Participant):
         self.held: HeldWindow | None = None
         """what the last window checked leaves for re-checking the other validators' findings of it"""
         self.outages = OutageLog(log)
-        self.own_store = OwnStore(store, chain, self.outages)
+        self.own_store = OwnStore(self.store, self.chain, self.outages)
         self.listing_said: int | None = None
         """the last window whose listing this process took or said it resumes (said once a window)"""
         self.last_tried: int | None = None
         """the last window this process set out to check (None before the first)"""
         self.unreached: int | None = None
         """the window last put off because the models to check it were out of reach"""
-        self.probes = RevealProbes(runtime.run_id, self.stores)
+        self.probes = RevealProbes(self.rt.run_id, self.stores)
         self.breaker = PassBreaker()
         self.miner_stores = StoreCache(lambda url: self.breaker.guard(self.stores.get(url)))
         """the miners' stores as a window's passes of reads see them: within one pass (the listing at

@@ -22,15 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from distrai.chain.base import Chain, WalletLike
+from distrai.chain.base import Chain
 from distrai.node.folders import writable_folder
 from distrai.node.metrics import Metrics
 from distrai.node.registration import require_registered
+from distrai.node.seat import Seat
 from distrai.node.settings import ChainSettings, NodeSettings
 from distrai.node.stopping import chain_lost
 from distrai.node.wallets import open_wallet
 from distrai.protocol.run import RUN_COMMITMENT_PREFIX, RunConfig, check_run_matches, load_run_config
-from distrai.store import Store, StoreTimeouts, node_store_timeouts, open_store
+from distrai.store import StoreTimeouts, node_store_timeouts, open_store
 from distrai.store.outage import OutageLog
 from distrai.train.launch import Launch
 
@@ -40,16 +41,14 @@ if TYPE_CHECKING:
     from distrai.protocol.sync import StoreCache
 
 
-@dataclass
-class Node:
-    runtime: Runtime
-    chain: Chain
-    wallet: WalletLike
-    store: Store
-    store_url: str
-    work_dir: Path
+@dataclass(frozen=True, kw_only=True)
+class Node(Seat):
+    """A node built from its settings: the seat its role is built from (`Miner(node, …)`,
+    `Validator(node, …)`), with its own metrics and stores, and what its entry point runs it with."""
+
     metrics: Metrics
     stores: StoreCache
+    work_dir: Path
     max_windows: int | None
     store_timeouts: StoreTimeouts
     """the S3 timeouts of every store this node opens: its own, the other nodes' (`stores`), its data

@@ -7,14 +7,11 @@ import logging
 import threading
 import time
 
-from distrai.chain.base import Chain, WalletLike
-from distrai.node.metrics import Metrics
+from distrai.node.seat import Seat
 from distrai.protocol.announce import Announcement, parse_announcement
 from distrai.protocol.globalmodel import GlobalModel
-from distrai.protocol.runtime import Runtime
 from distrai.protocol.sync import StoreCache, Syncer
 from distrai.protocol.windows import base_index, roster_block
-from distrai.store import Store
 
 log = logging.getLogger("distrai.node")
 
@@ -22,26 +19,17 @@ SLOW_CHAIN_SECONDS = 2.0
 
 
 class Participant:
-    def __init__(
-        self,
-        runtime: Runtime,
-        chain: Chain,
-        wallet: WalletLike,
-        store: Store,
-        store_url: str,
-        metrics: Metrics | None = None,
-        stores: StoreCache | None = None,
-    ):
-        self.rt = runtime
-        self.chain = chain
-        self.wallet = wallet
-        self.hotkey = wallet.hotkey.ss58_address
-        self.store = store
-        self.store_url = store_url
-        self.metrics = metrics
-        self.stores = stores or StoreCache()
-        self.syncer = Syncer(runtime, chain, self.stores, me=self.hotkey)
-        self.windows = runtime.config.windows
+    def __init__(self, seat: Seat):
+        self.rt = seat.runtime
+        self.chain = seat.chain
+        self.wallet = seat.wallet
+        self.hotkey = seat.wallet.hotkey.ss58_address
+        self.store = seat.store
+        self.store_url = seat.store_url
+        self.metrics = seat.metrics
+        self.stores = seat.stores or StoreCache()
+        self.syncer = Syncer(self.rt, self.chain, self.stores, me=self.hotkey)
+        self.windows = self.rt.config.windows
         self.model: GlobalModel | None = None
 
     def announce(self) -> None:
@@ -52,7 +40,7 @@ class Participant:
         standing = None if current is None else parse_announcement(current.data)
         if standing is not None and standing.store_url == self.store_url:
             return
-        self.chain.commit(self.wallet, Announcement(self.store_url).encode())
+        self.chain.commit(self.wallet, Announcement(store_url=self.store_url).encode())
 
     def base_index(self, window: int) -> int:
         """Which global model `window` trains from (`distrai.protocol.windows.base_index`)."""

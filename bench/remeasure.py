@@ -15,6 +15,11 @@ section per device it ran on (a run rewrites its own section and keeps the other
 
     python bench/remeasure.py                   # CPU, about 5 minutes on 2 shared cores
     python bench/remeasure.py --device cuda     # on a GPU machine: the 150m rows on the GPU and its CPU
+    python bench/remeasure.py --quick --output /tmp/remeasure.md   # seconds; every code path, meaningless numbers
+
+`--quick` trains one segment (H = 15) instead of the run's H, evaluates the first 64 held-out sequences
+and 200 windows' samples, and measures the tiny preset at a 512-token vocabulary and 64-token
+sequences instead of the 150m shape.
 
 The node's own modules are imported inside the CPU run's functions: the GPU rows need only torch,
 tokenizers and transformers, which a GPU machine's image may hold without the node's dependencies.
@@ -23,6 +28,7 @@ tokenizers and transformers, which a GPU machine's image may hold without the no
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import re
@@ -43,11 +49,30 @@ from distrai.train.model import ModelSpec, load_model
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "docs" / "remeasure.md"
-SAMPLES = 2000
-"""Windows' samples drawn to see how an aggregate's rise spreads."""
 MINERS = ("5miner0" + "x" * 40, "5miner1" + "x" * 40, "5miner2" + "x" * 40)
 GPU_VOCAB, GPU_SEQ_LEN, GPU_SEQUENCES = 50257, 2048, 16
 SECTION = re.compile(r"<!-- section: (\w+) -->")
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    inner_steps: int | None = None
+    """H of the CPU run's miners; None: the run config's"""
+    heldout: int | None = None
+    """the CPU run's held-out sequences evaluated, the first ones; None: the whole split"""
+    samples: int = 2000
+    """windows' samples drawn to see how an aggregate's rise spreads"""
+    preset: str = "150m"
+    vocab: int = GPU_VOCAB
+    seq_len: int = GPU_SEQ_LEN
+    """the evaluated model's preset, vocabulary and sequence length (the GPU config's shape)"""
+
+    @property
+    def gpu_shape(self) -> bool:
+        return (self.preset, self.vocab, self.seq_len) == ("150m", GPU_VOCAB, GPU_SEQ_LEN)
+
+
+QUICK = Plan(inner_steps=15, heldout=64, samples=200, preset="tiny", vocab=512, seq_len=64)
 
 
 def per_sequence_losses(model: torch.nn.Module, sequences: torch.Tensor, threads: int, dtype=torch.float32):
@@ -98,11 +123,11 @@ def honest_and_poisoned(rt):
     return base, aggregate(decoded), aggregate({MINERS[0]: poisoned(decoded[MINERS[0]])})
 
 
-def rises(before: list[float], after: list[float], count: int) -> list[float]:
+def rises(before: list[float], after: list[float], count: int, samples: int) -> list[float]:
     from distrai.protocol.remeasure import heldout_sample, sample_seed
 
     out = []
-    for window in range(SAMPLES):
+    for window in range(samples):
         block_hash = f"0x{window:064x}"
         idx = heldout_sample(sample_seed(block_hash, "ab" * 32, window), len(before), count)
         b, a = statistics.fmean(before[i] for i in idx), statistics.fmean(after[i] for i in idx)
@@ -118,26 +143,32 @@ def timed(fn, repeats: int = 3) -> float:
     return (time.perf_counter() - started) / repeats
 
 
-def cpu_run_rows(lines: list[str]) -> None:
+def cpu_run_rows(lines: list[str], plan: Plan) -> None:
     from distrai.localnet.network import local_runtime
     from distrai.protocol.remeasure import heldout_sample, sample_seed
     from distrai.protocol.run import load_run_config, shipped_config_path
 
     config = load_run_config(shipped_config_path("cpu-localnet"))
+    run_h = config.train.inner_steps
+    if plan.inner_steps is not None:
+        config = config.model_copy(
+            update={"train": config.train.model_copy(update={"inner_steps": plan.inner_steps})}
+        )
     folder = tempfile.TemporaryDirectory(prefix="remeasure-")
     rt = local_runtime(config, Path(folder.name))
     count, tolerance = config.follow.heldout_sequences, config.follow.heldout_tolerance
-    threads = config.train.cpu_threads
+    threads, samples = config.train.cpu_threads, plan.samples
     started = time.perf_counter()
     base, honest, poison = honest_and_poisoned(rt)
     trained_s = time.perf_counter() - started
-    heldout = rt.data.heldout
+    split = rt.data.heldout.shape[0]
+    heldout = rt.data.heldout[: plan.heldout]
     losses = {}
     for name, params in (("base", base), ("honest", honest), ("poisoned", poison)):
         rt.load_params(params)
         losses[name] = per_sequence_losses(rt.model, heldout, threads)
-    honest_rises = rises(losses["base"], losses["honest"], count)
-    poison_rises = rises(losses["base"], losses["poisoned"], count)
+    honest_rises = rises(losses["base"], losses["honest"], count, samples)
+    poison_rises = rises(losses["base"], losses["poisoned"], count, samples)
     sigma = statistics.pstdev(honest_rises)
     idx = heldout_sample(sample_seed("0x" + "00" * 32, "ab" * 32, 0), heldout.shape[0], count)
     sample = heldout[idx]
@@ -154,14 +185,24 @@ def cpu_run_rows(lines: list[str]) -> None:
         deltas[name] = (abs(one - ref) / ref, abs(two - one) / one)
     delta = max(max(d) for d in deltas.values())
     print(
-        f"trained the honest miners in {trained_s:.0f} s; rises over {SAMPLES} samples measured", flush=True
+        f"trained the honest miners in {trained_s:.0f} s; rises over {samples} samples measured", flush=True
+    )
+    evaluated = (
+        "the whole held-out split" if heldout.shape[0] == split else f"{heldout.shape[0]} held-out sequences"
     )
     lines += [
         f"- the run: `distrai/configs/cpu-localnet.toml` ({sum(p.numel() for p in base.values()):,} parameters, "
-        f"{heldout.shape[0]} held-out sequences of {heldout.shape[1]} tokens); `follow.heldout_sequences` = {count}, "
-        f"`follow.heldout_tolerance` = {tolerance}; {SAMPLES} windows' samples (block hashes 0x0…0 to 0x0…{SAMPLES - 1:x})",
+        f"{split} held-out sequences of {heldout.shape[1]} tokens); `follow.heldout_sequences` = {count}, "
+        f"`follow.heldout_tolerance` = {tolerance}; {samples} windows' samples (block hashes 0x0…0 to 0x0…{samples - 1:x})",
+    ]
+    if config.train.inner_steps != run_h or heldout.shape[0] != split:
+        lines.append(
+            f"- `--quick`: the miners train H = {config.train.inner_steps} steps (the run's H is {run_h}); "
+            f"the losses are of the first {heldout.shape[0]} held-out sequences"
+        )
+    lines += [
         "",
-        "| aggregate | loss on the whole held-out split: base → result | rise over the base, over the samples: min / median / max | standard deviation σ | samples refused |",
+        f"| aggregate | loss on {evaluated}: base → result | rise over the base, over the samples: min / median / max | standard deviation σ | samples refused |",
         "|---|---|---|---|---|",
     ]
     for name, values in (
@@ -173,7 +214,7 @@ def cpu_run_rows(lines: list[str]) -> None:
         lines.append(
             f"| {name} | {statistics.fmean(losses['base']):.4f} → {statistics.fmean(losses[key]):.4f} | "
             f"{min(values):+.2%} / {statistics.median(values):+.2%} / {max(values):+.2%} | "
-            f"{statistics.pstdev(values):.4f} | {refused} / {SAMPLES} |"
+            f"{statistics.pstdev(values):.4f} | {refused} / {samples} |"
         )
     lines += [
         "",
@@ -194,17 +235,26 @@ def cpu_run_rows(lines: list[str]) -> None:
     ]
 
 
-def gpu_shape_rows(lines: list[str], device: torch.device, cpu_threads: list[int], sequences: int) -> None:
-    tokenizer = word_tokenizer(GPU_VOCAB)
-    spec = ModelSpec(preset="150m", dtype="float32", attention="sdpa")
+def gpu_shape_rows(
+    lines: list[str], device: torch.device, cpu_threads: list[int], sequences: int, plan: Plan
+) -> None:
+    vocab, seq_len = plan.vocab, plan.seq_len
+    tokenizer = word_tokenizer(vocab)
+    spec = ModelSpec(preset=plan.preset, dtype="float32", attention="sdpa")
     generator = torch.Generator().manual_seed(0)
-    batch = torch.randint(3, GPU_VOCAB, (sequences, GPU_SEQ_LEN), generator=generator)
+    batch = torch.randint(3, vocab, (sequences, seq_len), generator=generator)
     model = load_model(spec, tokenizer=tokenizer, device="cpu")
     n = sum(p.numel() for p in model.parameters())
-    flops = 2 * n * sequences * GPU_SEQ_LEN
+    flops = 2 * n * sequences * seq_len
+    shape = (
+        f"preset 150m with the GPU config's vocabulary ({GPU_VOCAB:,} tokens)"
+        if plan.gpu_shape
+        else f"`--quick`: preset {plan.preset} with a vocabulary of {vocab:,} tokens (the GPU config's shape is "
+        f"preset 150m, {GPU_VOCAB:,} tokens, sequences of {GPU_SEQ_LEN:,})"
+    )
     lines += [
-        f"- the model: preset 150m with the GPU config's vocabulary ({GPU_VOCAB:,} tokens): {n:,} parameters, "
-        f"SDPA attention, float32; {sequences} random sequences of {GPU_SEQ_LEN} tokens, {COMPARED_BATCH} per forward",
+        f"- the model: {shape}: {n:,} parameters, "
+        f"SDPA attention, float32; {sequences} random sequences of {seq_len} tokens, {COMPARED_BATCH} per forward",
         "",
         "| device | threads | seconds per evaluation | seconds for 16 sequences | tokens / s | FLOP/s (2 · params · tokens) |",
         "|---|---|---|---|---|---|",
@@ -217,13 +267,13 @@ def gpu_shape_rows(lines: list[str], device: torch.device, cpu_threads: list[int
         losses[f"cpu{threads}"] = evaluate(model, batch, batch_size=COMPARED_BATCH, cpu_threads=threads)
         per16 = seconds * GPU_SEQUENCES / sequences
         lines.append(
-            f"| CPU | {threads} | {seconds:.1f} | {per16:.1f} | {sequences * GPU_SEQ_LEN / seconds:,.0f} | "
+            f"| CPU | {threads} | {seconds:.1f} | {per16:.1f} | {sequences * seq_len / seconds:,.0f} | "
             f"{flops / seconds:.2e} |"
         )
         print(lines[-1], flush=True)
     if device.type == "cuda":
         on_gpu = model.to(device)
-        full = torch.randint(3, GPU_VOCAB, (GPU_SEQUENCES, GPU_SEQ_LEN), generator=generator).to(device)
+        full = torch.randint(3, vocab, (GPU_SEQUENCES, seq_len), generator=generator).to(device)
 
         def run():
             value = evaluate(on_gpu, full, batch_size=COMPARED_BATCH)
@@ -232,10 +282,10 @@ def gpu_shape_rows(lines: list[str], device: torch.device, cpu_threads: list[int
 
         seconds = timed(run)
         again = [run() for _ in range(2)]
-        flops16 = 2 * n * GPU_SEQUENCES * GPU_SEQ_LEN
+        flops16 = 2 * n * GPU_SEQUENCES * seq_len
         lines.append(
             f"| {torch.cuda.get_device_name(device)} | — | {seconds:.2f} | {seconds:.2f} | "
-            f"{GPU_SEQUENCES * GPU_SEQ_LEN / seconds:,.0f} | {flops16 / seconds:.2e} |"
+            f"{GPU_SEQUENCES * seq_len / seconds:,.0f} | {flops16 / seconds:.2e} |"
         )
         gpu_loss = evaluate(on_gpu, batch.to(device), batch_size=COMPARED_BATCH)
         lines += [
@@ -278,7 +328,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sequences", type=int, default=1, help="sequences of the 150m shape evaluated on the CPU"
     )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny sizes (H = 15, the tiny preset): every code path, in seconds",
+    )
     args = parser.parse_args(argv)
+    plan = QUICK if args.quick else Plan()
     device = torch.device(args.device)
     configure_determinism(device)
     cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
@@ -296,9 +352,10 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if device.type == "cpu":
         lines += ["", "### The shipped CPU run: honest and poisoned aggregates", ""]
-        cpu_run_rows(lines)
-    lines += ["", "### The GPU config's shape: cost of one evaluation", ""]
-    gpu_shape_rows(lines, device, args.cpu_threads, args.sequences)
+        cpu_run_rows(lines, plan)
+    shape = "The GPU config's shape" if plan.gpu_shape else "A tiny shape (`--quick`)"
+    lines += ["", f"### {shape}: cost of one evaluation", ""]
+    gpu_shape_rows(lines, device, args.cpu_threads, args.sequences, plan)
     write_section(args.output, device.type, lines)
     print("\n".join(lines))
     return 0

@@ -649,7 +649,10 @@ class Miner(Participant):
             return False
         try:
             announcement = Announcement(
-                self.store_url, w, hashlib.sha256(manifest).hexdigest(), segments=segments
+                store_url=self.store_url,
+                window=w,
+                manifest_sha256=hashlib.sha256(manifest).hexdigest(),
+                segments=segments,
             )
             self.chain.commit(self.wallet, announcement.encode())
         except ChainError as exc:

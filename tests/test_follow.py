@@ -86,9 +86,9 @@ class Network:
         self.harness.chain.commit(
             wallet,
             Announcement(
-                self.store.url,
-                WINDOW,
-                hashlib.sha256(manifest).hexdigest(),
+                store_url=self.store.url,
+                window=WINDOW,
+                manifest_sha256=hashlib.sha256(manifest).hexdigest(),
                 segments=rt.config.train.n_segments,
             ).encode(),
         )
@@ -166,7 +166,9 @@ class Network:
         self.harness.chain.commit(
             self.validators[validator],
             Announcement(
-                self.store.url, WINDOW, aggregate_sha256=hashlib.sha256(aggregate).hexdigest()
+                store_url=self.store.url,
+                window=WINDOW,
+                aggregate_sha256=hashlib.sha256(aggregate).hexdigest(),
             ).encode(),
         )
 
@@ -202,7 +204,7 @@ def build_network(runtime, tmp_path, stakes=(3000.0, 2000.0), updates=None) -> N
         wallet = harness.new_wallet(f"validator{i}")
         harness.chain.register(wallet)
         harness.add_stake(wallet, stake)
-        harness.chain.commit(wallet, Announcement(store.url).encode())
+        harness.chain.commit(wallet, Announcement(store_url=store.url).encode())
         network.validators[f"validator{i}"] = wallet
     for i in range(3):
         wallet = harness.new_wallet(f"miner{i}")

@@ -60,7 +60,9 @@ def publish_empty_aggregate(net: Network, validator: str, window: int, base: Glo
     net.store.put(aggregate_key(rt.run_id, window, hotkey), aggregate)
     net.harness.chain.commit(
         wallet,
-        Announcement(net.store.url, window, aggregate_sha256=hashlib.sha256(aggregate).hexdigest()).encode(),
+        Announcement(
+            store_url=net.store.url, window=window, aggregate_sha256=hashlib.sha256(aggregate).hexdigest()
+        ).encode(),
     )
     return GlobalModel(window + 1, result.params, result.state)
 

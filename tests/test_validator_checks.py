@@ -87,7 +87,12 @@ def publish(
     if blob is not None:
         store.put_blob(blob)
     claimed = segments or claimed_segments(manifest)
-    return Announcement(store.url, WINDOW, hashlib.sha256(manifest).hexdigest(), segments=claimed)
+    return Announcement(
+        store_url=store.url,
+        window=WINDOW,
+        manifest_sha256=hashlib.sha256(manifest).hexdigest(),
+        segments=claimed,
+    )
 
 
 def claimed_segments(manifest: bytes) -> int:

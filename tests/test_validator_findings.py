@@ -63,8 +63,8 @@ def signed_manifest(verdict: MinerVerdict) -> MinerVerdict:
 def basis_of(runtime, model, store, verdict, shares=None):
     """The window as the checks read it, the miner's manifest committed from `store`."""
     announcement = Announcement(
-        store.url,
-        WINDOW,
+        store_url=store.url,
+        window=WINDOW,
         manifest_sha256=sha256_hex(verdict.manifest_bytes),
         segments=verdict.manifest.n_segments,
     )
@@ -206,16 +206,18 @@ def test_findings_are_read_from_every_validator_with_a_permit_anchored_in_time_o
     def neuron(uid: int, hotkey: str, permit: bool) -> Neuron:
         return Neuron(uid, hotkey, "cold", 10.0, permit, 0, 0)
 
-    late = Announcement("file:///late", window=WINDOW, aggregate_sha256="a" * 64)
+    late = Announcement(store_url="file:///late", window=WINDOW, aggregate_sha256="a" * 64)
     commitments = {
         "in-time": Commitment(
-            "in-time", Announcement("file:///a", window=WINDOW, aggregate_sha256="b" * 64).encode(), 50
+            "in-time",
+            Announcement(store_url="file:///a", window=WINDOW, aggregate_sha256="b" * 64).encode(),
+            50,
         ),
         "late": Commitment("late", late.encode(), 400),
-        "no-aggregate": Commitment("no-aggregate", Announcement("file:///c").encode(), 3),
+        "no-aggregate": Commitment("no-aggregate", Announcement(store_url="file:///c").encode(), 3),
         "miner": Commitment(
             "miner",
-            Announcement("file:///m", window=WINDOW, manifest_sha256="c" * 64, segments=1).encode(),
+            Announcement(store_url="file:///m", window=WINDOW, manifest_sha256="c" * 64, segments=1).encode(),
             40,
         ),
         "garbled": Commitment("garbled", "not an announcement", 5),

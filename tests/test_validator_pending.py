@@ -43,8 +43,8 @@ def test_a_store_that_cannot_be_listed_at_the_deadline_is_named_unreachable_and_
     loop.symlink_to(loop)
     reachable = FileStore(tmp_path / "store")
     miners = {
-        "5a": Announcement(loop.as_uri(), 7, "ab" * 32, segments=1),
-        "5b": Announcement(reachable.url, 7, "cd" * 32, segments=1),
+        "5a": Announcement(store_url=loop.as_uri(), window=7, manifest_sha256="ab" * 32, segments=1),
+        "5b": Announcement(store_url=reachable.url, window=7, manifest_sha256="cd" * 32, segments=1),
     }
     listing = take_inventory(StoreCache(), "r" * 16, 7, miners, 1 << 20, lambda: 250)
     assert listing.unreachable == frozenset({loop.as_uri()})
@@ -60,7 +60,7 @@ def test_a_store_listed_again_after_the_deadline_keeps_the_block_it_answered_at(
     up = FileStore(tmp_path / "up")
     late = tmp_path / "late"
     late_url = late.as_uri()
-    miners = {"5a": Announcement(up.url), "5b": Announcement(late_url)}
+    miners = {"5a": Announcement(store_url=up.url), "5b": Announcement(store_url=late_url)}
     up.put(manifest_key(RUN, 7, "5a"), b"{}")
     first = take_inventory(StoreCache(), RUN, 7, miners, 1 << 20, lambda: 256)
     assert first.unreachable == frozenset({late_url})  # its folder does not exist: not listed as empty

@@ -75,7 +75,10 @@ def published(runtime, model, store, window: Window) -> Announcement:
     store.put(manifest_key(runtime.run_id, WINDOW, MINER), manifest)
     store.put_blob(verdict.blob)
     return Announcement(
-        store.url, WINDOW, manifest_sha256=sha256_hex(manifest), segments=verdict.manifest.n_segments
+        store_url=store.url,
+        window=WINDOW,
+        manifest_sha256=sha256_hex(manifest),
+        segments=verdict.manifest.n_segments,
     )
 
 

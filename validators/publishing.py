@@ -103,9 +103,8 @@ class WindowPublication:
         if not self.put(aggregate_key(self.runtime.run_id, w, me), document):
             return [], None
         try:
-            self.chain.commit(
-                self.wallet, Announcement(self.store_url, w, aggregate_sha256=sha256_hex(document)).encode()
-            )
+            anchor = Announcement(store_url=self.store_url, window=w, aggregate_sha256=sha256_hex(document))
+            self.chain.commit(self.wallet, anchor.encode())
         except ChainError as exc:
             log.error("window %d: could not anchor the aggregate on chain: %s", w, exc)
         own = OwnAggregate(

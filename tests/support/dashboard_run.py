@@ -106,7 +106,7 @@ def make_tiny_run(
             h.chain.register(wallet)
             if role == "validator":
                 h.add_stake(wallet, 1000.0 * (validators - i))
-            h.chain.commit(wallet, Announcement(url).encode())
+            h.chain.commit(wallet, Announcement(store_url=url).encode())
             made[role].append(wallet)
     h.advance(h.chain.hyperparameters().tempo + 2)
     return TinyRun(h, config, url, made["validator"], made["miner"])

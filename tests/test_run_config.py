@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from distrai.protocol.run import (
     MAX_COMMITMENT_BYTES,
     SHIPPED_CONFIGS,
+    RunCommitment,
     RunConfig,
     RunConfigError,
     RunMismatch,
@@ -490,10 +491,31 @@ def test_a_node_refuses_when_nothing_is_published(published):
         check_run_matches(parse_run_config(minimal()), published)
 
 
-@pytest.mark.parametrize("published", ["hello", "distrai-run:1234", "distrai-run:" + "A" * 64, "s3://bucket"])
-def test_a_node_refuses_a_commitment_that_is_not_a_run(published):
-    with pytest.raises(RunMismatch, match="not a run commitment"):
+@pytest.mark.parametrize(
+    ("published", "wrong"),
+    [
+        ("hello", "does not start with 'distrai-run:'"),
+        ("s3://bucket", "does not start with 'distrai-run:'"),
+        ("distrai-run:1234", "is not a run id"),
+        ("distrai-run:" + "A" * 64, "is not a run id"),
+        ("distrai-run:" + "a" * 64 + "0", "is not a run id"),
+        ("distrai-run: " + "a" * 64, "is not a run id"),
+    ],
+)
+def test_a_node_refuses_a_commitment_that_is_not_a_run_saying_what_is_wrong(published, wrong):
+    with pytest.raises(RunMismatch, match="not a run commitment") as refused:
         check_run_matches(parse_run_config(minimal()), published)
+    assert wrong in str(refused.value)
+
+
+@given(st.text("0123456789abcdef", min_size=64, max_size=64))
+@settings(max_examples=50, deadline=None)
+def test_a_run_commitment_round_trips_through_its_string_on_chain(run):
+    commitment = RunCommitment(run_id=run)
+    assert commitment.encode() == f"distrai-run:{run}"
+    assert parse_run_commitment(commitment.encode()) == run
+    with pytest.raises(ValidationError, match="run_id"):
+        RunCommitment(run_id=run.upper() + "G")
 
 
 # --- challenge inputs ---------------------------------------------------------------------------

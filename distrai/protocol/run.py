@@ -39,7 +39,6 @@ RUN_COMMITMENT_PREFIX = "distrai-run:"
 MAX_COMMITMENT_BYTES = 128
 SHIPPED_CONFIGS = ("cpu-localnet", "gpu-subnet")
 _CONFIG_DIR = Path(__file__).parents[1] / "configs"
-_RUN_ID = re.compile(r"[0-9a-f]{64}")
 _OPTION_NAME = re.compile(r"[a-z][a-z0-9_]*")
 _RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _MIB = 1 << 20
@@ -678,21 +677,36 @@ def run_id(config: RunConfig) -> str:
     return hashlib.sha256(canonical_config_json(config)).hexdigest()
 
 
+class RunCommitment(BaseModel):
+    """The subnet owner's chain commitment, `distrai-run:<run id>` on chain (`encode`; read by
+    `parse_run_commitment`). The other commitments are nodes' announcements (`distrai.protocol.announce`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    run_id: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+    def encode(self) -> str:
+        return RUN_COMMITMENT_PREFIX + self.run_id
+
+
 def run_commitment(config: RunConfig) -> str:
     """What the subnet owner publishes as its chain commitment: `distrai-run:<run id>`."""
-    return RUN_COMMITMENT_PREFIX + run_id(config)
+    return RunCommitment(run_id=run_id(config)).encode()
 
 
 def parse_run_commitment(commitment_data: str) -> str:
-    """The run id in an owner's commitment; `RunMismatch` if it is not a run commitment."""
+    """The run id in an owner's commitment (surrounding whitespace aside); `RunMismatch`, saying what
+    is wrong, if it is not a run commitment."""
     data = commitment_data.strip()
-    found = data.removeprefix(RUN_COMMITMENT_PREFIX)
-    if not data.startswith(RUN_COMMITMENT_PREFIX) or not _RUN_ID.fullmatch(found):
+    refused = f"the subnet owner's commitment {data[:80]!r} is not a run commitment"
+    if not data.startswith(RUN_COMMITMENT_PREFIX):
+        raise RunMismatch(f"{refused}: it does not start with '{RUN_COMMITMENT_PREFIX}'")
+    try:
+        return RunCommitment(run_id=data.removeprefix(RUN_COMMITMENT_PREFIX)).run_id
+    except ValidationError:
         raise RunMismatch(
-            f"the subnet owner's commitment {data[:80]!r} is not a run commitment "
-            f"('{RUN_COMMITMENT_PREFIX}' and 64 lowercase hex digits)"
-        )
-    return found
+            f"{refused}: what follows '{RUN_COMMITMENT_PREFIX}' is not a run id (64 lowercase hex digits)"
+        ) from None
 
 
 def check_run_matches(config: RunConfig, commitment_data: str | None) -> None:

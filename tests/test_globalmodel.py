@@ -7,19 +7,8 @@ import hashlib
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from distrai.chain.base import Commitment
 from distrai.codec import get_codec
-from distrai.protocol.announce import (
-    Announcement,
-    anchored_aggregates,
-    claims,
-    committed_updates,
-    parse_announcement,
-    sharing_validators,
-)
 from distrai.protocol.globalmodel import (
     GlobalModel,
     SyncError,
@@ -138,70 +127,3 @@ def test_checkpoint_of_another_model_is_refused():
 def test_checkpoint_keys_name_their_window():
     assert checkpoint_window(checkpoint_key("ab" * 32, 42, "5Validator")) == 42
     assert checkpoint_window("runs/x/checkpoints/readme.txt") is None
-
-
-def test_announcements_round_trip_and_filter_by_window_and_time():
-    miner = Announcement("file:///s", 4, "ab" * 32, segments=46)
-    assert parse_announcement(miner.encode()) == miner
-    assert parse_announcement(Announcement("s3://b/p").encode()) == Announcement("s3://b/p")
-    commitments = {
-        "m1": Commitment("m1", miner.encode(), 10),
-        "m2": Commitment("m2", Announcement("file:///t", 3, "cd" * 32, segments=1).encode(), 10),
-        "m3": Commitment("m3", Announcement("file:///u", 4, "ef" * 32, segments=2).encode(), 99),
-        "owner": Commitment("owner", "distrai-run:" + "0" * 64, 1),
-        "v1": Commitment("v1", Announcement("file:///v", 4, aggregate_sha256="12" * 32).encode(), 40),
-        "v2": Commitment("v2", Announcement("file:///w", 3, aggregate_sha256="34" * 32).encode(), 40),
-    }
-    assert set(committed_updates(commitments, 4, lambda block: block < 50)) == {"m1"}
-    assert set(anchored_aggregates(commitments, 4, lambda block: block < 50)) == {"v1"}
-    assert parse_announcement(commitments["v1"].data).aggregate_sha256 == "12" * 32
-    assert parse_announcement('{"s":"x","w":1,"m":"' + "a" * 64 + '","a":"' + "b" * 64 + '"}') is None
-    with pytest.raises(ValueError, match="one manifest or one aggregate"):
-        Announcement("file:///v", 4, "ab" * 32, "cd" * 32)
-    assert claims(committed_updates(commitments, 4, lambda block: block < 100)) == {"m1": 46, "m3": 2}
-
-
-def test_a_manifest_anchor_names_the_segments_it_claims_and_nothing_else_does():
-    """The claim is on chain, so every node draws the same challenge from it (`windows.extra_runs`)."""
-    sha = "ab" * 32
-    assert parse_announcement(f'{{"s":"x","w":1,"m":"{sha}","n":3}}') == Announcement("x", 1, sha, segments=3)
-    for bad in ("", ',"n":0', ',"n":true', ',"n":"3"', ',"n":-1'):
-        assert parse_announcement(f'{{"s":"x","w":1,"m":"{sha}"{bad}}}') is None, bad
-    assert parse_announcement(f'{{"s":"x","w":1,"a":"{sha}","n":3}}') is None
-    with pytest.raises(ValueError, match="names the segments it claims"):
-        Announcement("x", 1, sha)
-    with pytest.raises(ValueError, match="names the segments it claims"):
-        Announcement("x", 1, aggregate_sha256=sha, segments=2)
-    with pytest.raises(ValueError, match="at least one segment"):
-        Announcement("x", 1, sha, segments=0)
-
-
-def test_the_replays_are_shared_by_the_permitted_validators_that_aggregate():
-    def aggregated(window):
-        return Announcement("file:///v", window, aggregate_sha256="12" * 32).encode()
-
-    commitments = {
-        "v1": Commitment("v1", aggregated(9), 40),
-        "v2": Commitment("v2", aggregated(8), 30),
-        "v3": Commitment("v3", aggregated(7), 20),  # silent for three windows: out
-        "v4": Commitment("v4", aggregated(10), 45),  # an anchor for a window not yet checked: out
-        "copier": Commitment("copier", "hello", 45),
-        "m1": Commitment(
-            "m1", Announcement("file:///m", 10, manifest_sha256="34" * 32, segments=1).encode(), 41
-        ),
-    }
-    permitted = ["v1", "v2", "v3", "v4", "copier", "v1"]
-    assert sharing_validators(permitted, commitments, 10) == ["v1", "v2"]
-    assert sharing_validators(["v2", "m1"], commitments, 10) == ["v2"]
-    # a permitted hotkey that aggregates but lost its permit takes no share
-    assert sharing_validators(["v2"], commitments, 10) == ["v2"]
-    # nobody has aggregated yet (a run's first windows): every permitted validator shares
-    assert sharing_validators(["copier", "v3"], commitments, 10) == ["copier", "v3"]
-    assert sharing_validators([], commitments, 10) == []
-
-
-@given(st.text(max_size=200))
-@settings(max_examples=200, deadline=None)
-def test_any_commitment_text_parses_or_is_ignored(text):
-    parsed = parse_announcement(text)
-    assert parsed is None or parse_announcement(parsed.encode()) == parsed

@@ -1,41 +1,83 @@
-"""A neuron's chain commitment: where it publishes, and what it anchors for a window.
+"""A node's chain commitment: where it publishes, and what it anchors for a window.
 
-Compact JSON, one letter per key so it fits the chain's commitment limit:
-- `{"s": store_url}`: where the neuron publishes;
+`Announcement` is the one place that says the wire format: compact JSON, one letter per key
+(`WIRE_KEYS`) so it fits the chain's commitment limit (`Hyperparameters.commitment_max_bytes`, which
+the chain enforces on every write: on subtensor as many 128-byte `Raw` fields as the Commitments
+pallet's `MaxFields`). It is written with `Announcement.encode` and read with `Announcement.read`:
+- `{"s": store_url}`: where the node publishes;
 - `{"s": store_url, "w": window, "m": manifest_sha256, "n": segments}`: a miner's update manifest of
   window `w` and the segments it claims to have trained (the manifest must say the same);
 - `{"s": store_url, "w": window, "a": aggregate_sha256}`: a validator's aggregate of window `w`.
+The subnet owner's commitment names the run instead (`distrai.protocol.run.RunCommitment`).
 A manifest counts for a window only if the chain holds its hash before the commit deadline, an
 aggregate only if the chain holds its hash before the aggregate deadline: nodes read the
 commitments as of the block before each deadline (`Chain.commitments(block=…)`). The claim is on
 chain so that the challenge draw, which grows with it (`windows.extra_runs`), is the same for every
-node, whether or not it could read the manifest.
+node, whether or not it could read the manifest. A commitment that is no announcement (garbage, a
+run commitment) counts for nothing: its node is simply not in the window.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+
+from pydantic import (
+    AliasGenerator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
 
 from distrai.chain.base import Chain, Commitment
 from distrai.protocol.windows import WindowConfig, commit_deadline, committed_in_time
+from distrai.wire.errors import Reason, WireError
+from distrai.wire.window_documents import Sha256
 
-_SHA = re.compile(r"[0-9a-f]{64}")
-_ANCHOR_KEYS = {"m": "manifest_sha256", "a": "aggregate_sha256"}
+WIRE_KEYS = {
+    "store_url": "s",
+    "window": "w",
+    "manifest_sha256": "m",
+    "aggregate_sha256": "a",
+    "segments": "n",
+}
+"""`Announcement`'s fields by the key each has on chain."""
+_FIELDS = {key: name for name, key in WIRE_KEYS.items()}
+_NAMED_KEY = 66
+"""the longest key a refusal quotes whole: an unknown key is the publisher's to choose"""
 
 
-@dataclass(frozen=True)
-class Announcement:
-    store_url: str
-    window: int | None = None
-    manifest_sha256: str | None = None
-    aggregate_sha256: str | None = None
-    segments: int | None = None
+class Announcement(BaseModel):
+    """A node's announcement, built by field name; on chain each field has its key in `WIRE_KEYS`,
+    and nothing else is read (no field name, no other key)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        strict=True,
+        validate_by_name=True,
+        validate_by_alias=False,
+        alias_generator=AliasGenerator(
+            validation_alias=WIRE_KEYS.__getitem__, serialization_alias=WIRE_KEYS.__getitem__
+        ),
+    )
+
+    store_url: str = Field(min_length=1)
+    """where the node publishes (a `distrai.store` URL)"""
+    window: int | None = Field(default=None, ge=0)
+    """the window of the anchor (an anchor only)"""
+    manifest_sha256: Sha256 | None = None
+    """a miner's anchor: the sha256 of its signed update manifest"""
+    aggregate_sha256: Sha256 | None = None
+    """a validator's anchor: the sha256 of its signed aggregate"""
+    segments: int | None = Field(default=None, ge=1)
     """the segments the anchored manifest claims (a manifest anchor only)"""
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _one_anchor(self) -> Announcement:
         anchors = [a for a in (self.manifest_sha256, self.aggregate_sha256) if a is not None]
         if (self.window is None) != (not anchors) or len(anchors) > 1:
             raise ValueError("an announcement anchors one manifest or one aggregate, with its window")
@@ -43,51 +85,50 @@ class Announcement:
             raise ValueError(
                 "a manifest anchor names the segments it claims, and only a manifest anchor does"
             )
-        if self.segments is not None and self.segments < 1:
-            raise ValueError(f"a manifest claims at least one segment, not {self.segments}")
+        return self
 
     def encode(self) -> str:
-        body: dict[str, object] = {"s": self.store_url}
-        if self.window is not None:
-            body["w"] = self.window
-            if self.manifest_sha256 is not None:
-                body["m"] = self.manifest_sha256
-                body["n"] = self.segments
-            else:
-                body["a"] = self.aggregate_sha256
+        """The commitment on chain: the fields set, by their keys, sorted, without spaces."""
+        body = self.model_dump(by_alias=True, exclude_none=True)
         return json.dumps(body, separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def read(cls, data: str) -> Announcement:
+        """The announcement commitment `data` holds; `WireError` naming each thing wrong with it."""
+        try:
+            return cls.model_validate_json(data, by_alias=True, by_name=False)
+        except ValidationError as exc:
+            errors = exc.errors()
+            raise WireError(_reason(errors), _problems(errors)) from None
+
+
+def _reason(errors: list[ErrorDetails]) -> Reason:
+    kind = errors[0]["type"]
+    if kind in ("json_invalid", "model_type"):
+        return Reason.MALFORMED_JSON
+    return Reason.MISSING_FIELD if kind == "missing" else Reason.BAD_FIELD
+
+
+def _problems(errors: list[ErrorDetails]) -> str:
+    """`errors` as one line, each at the key it is about and that key's field."""
+    said = []
+    for error in errors:
+        where = "announcement"
+        if error["loc"]:
+            key = str(error["loc"][0])
+            quoted = repr(key if len(key) <= _NAMED_KEY else key[: _NAMED_KEY - 1] + "…")
+            where = f"key {quoted} ({_FIELDS[key]})" if key in _FIELDS else f"key {quoted}"
+        said.append(f"{where}: {error['msg']}")
+    return "; ".join(said)
 
 
 def parse_announcement(data: str) -> Announcement | None:
-    """The announcement in a commitment, or None for anything else (a run commitment, garbage)."""
+    """The announcement in a commitment, or None for anything else (a run commitment, garbage): a
+    node's unreadable commitment is that node's loss, never its reader's failure."""
     try:
-        body = json.loads(data)
-    except (json.JSONDecodeError, TypeError):
+        return Announcement.read(data)
+    except WireError:
         return None
-    if not isinstance(body, dict) or not isinstance(body.get("s"), str) or not body["s"]:
-        return None
-    if set(body) == {"s"}:
-        return Announcement(body["s"])
-    anchor = set(body) - {"s", "w", "n"}
-    if not ({"s", "w"} <= set(body) and len(anchor) == 1 and anchor <= _ANCHOR_KEYS.keys()):
-        return None
-    window, (key,) = body["w"], anchor
-    if not _count(window, 0):
-        return None
-    if not (isinstance(body[key], str) and _SHA.fullmatch(body[key])):
-        return None
-    if key == "m":
-        segments = body.get("n")
-        if not _count(segments, 1):
-            return None
-        return Announcement(body["s"], window, manifest_sha256=body[key], segments=segments)
-    if "n" in body:
-        return None
-    return Announcement(body["s"], window, aggregate_sha256=body[key])
-
-
-def _count(value: object, least: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def _anchoring(

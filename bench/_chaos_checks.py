@@ -16,7 +16,8 @@ from _chaos_run import LOCK_SAMPLE_S, Harness
 from distrai.chain.local_db import SLOW_LOCK_SECONDS
 from distrai.localnet.s3server import FAKE_ACCESS_KEY_ID, FAKE_SECRET_ACCESS_KEY
 from distrai.localnet.view import signed_reports
-from distrai.node.metrics import read_metrics
+from distrai.node.metrics import node_records, read_metrics
+from distrai.node.metrics_records import MetricsLine, RevealRecord, TrainRecord, ValidatorWindowRecord
 from distrai.protocol.announce import committed_updates
 from distrai.protocol.layout import aggregate_key, manifest_key, window_prefix
 from distrai.protocol.trajectory import decode_trajectory
@@ -28,6 +29,7 @@ from distrai.train.tensorfile import blob_format
 from distrai.train.tensorfile import decode_tensors as decode_record_tensors
 from distrai.train.train_state import decode_state
 from distrai.wire.blob_records import CheckpointRecord, CodedStateRecord
+from distrai.wire.window_documents import WindowReport
 from validators.pay import Pending, add_window, forfeit, mature
 from validators.validator_state import ValidatorState
 
@@ -35,8 +37,11 @@ LOG_SLACK_S = 8.0
 """Log records up to this long after a disruption ends still count as the node's account of it."""
 
 
-def validator_records(path: Path) -> list[dict]:
-    return [r for r in read_metrics(path) if "event" not in r] if path.exists() else []
+def validator_records(path: Path) -> list[tuple[MetricsLine, ValidatorWindowRecord]]:
+    """A validator's window records, each with its line (the window and the time it was written)."""
+    return [
+        (line, line.record) for line in node_records(path) if isinstance(line.record, ValidatorWindowRecord)
+    ]
 
 
 @dataclass(frozen=True)
@@ -87,7 +92,11 @@ def logged_bars(path: Path, hotkeys: list[str]) -> list[LoggedBar]:
 
 
 def ema_from_records(
-    records: list[dict], n: int, alpha: float, maturity: int, bars: list[LoggedBar] = ()
+    records: list[tuple[int, ValidatorWindowRecord]],
+    n: int,
+    alpha: float,
+    maturity: int,
+    bars: list[LoggedBar] = (),
 ) -> tuple[list[float], list[int]]:
     """The moving average the validator's metrics imply (first record of each window), as
     tests/test_localnet_e2e.py recomputes it: each window's scores entering it `maturity` windows late
@@ -95,8 +104,8 @@ def ema_from_records(
     forfeited and its average reset to 0 as `fold_scores` does, a uid held for a withheld reveal
     left waiting until the next window the validator checks, which lifts the hold (the scores mature
     again) or forfeits them (`validators.withheld.after_reread`), and a uid no validator measured
-    (`unmeasured/uid`) left as it was."""
-    windows = sorted({r["window"] for r in records})
+    (`unmeasured/uid`) left as it was. `records`: (window, record) in the order written."""
+    windows = sorted({w for w, _ in records})
     averages: dict[str, float] = {str(uid): 0.0 for uid in range(n)}
     pending: Pending = {}
     held: dict[str, LoggedBar] = {}
@@ -107,10 +116,9 @@ def ema_from_records(
                 if not bar.lifted:
                     pending, _ = forfeit(pending, uid)
                     averages[uid] = 0.0
-        record = next(r for r in records if r["window"] == w)
+        record = next(r for window, r in records if window == w)
         scores = {
-            str(uid): None if f"unmeasured/{uid}" in record else record.get(f"score/{uid}", 0.0)
-            for uid in range(n)
+            str(uid): None if uid in record.unmeasured else record.scores.get(uid, 0.0) for uid in range(n)
         }
         pending = add_window(pending, w, scores)
         for bar in (b for b in bars if b.window == w):
@@ -158,9 +166,9 @@ def check_run_completed(h: Harness) -> Check:
                 )
         else:
             trained = [
-                r["window"]
+                r.window
                 for r in read_metrics(neuron.work_dir / "metrics.jsonl")
-                if r.get("event") == "train"
+                if isinstance(r.record, TrainRecord)
             ]
             kills = [k.block for k in h.kills if k.node == neuron.name]
             last_kill = max(kills, default=-1)
@@ -216,11 +224,11 @@ def check_validator_state(h: Harness) -> Check:
             )
         records = validator_records(h.net.neuron(k.node).work_dir / "metrics.jsonl")
         nxt = after.window + 1
-        redone = [r for r in records if r["window"] == nxt and r["time"] > k.wall]
+        redone = [line for line, _ in records if line.window == nxt and line.time > k.wall]
         k.outcome = f"resumed at w{started[0] if started else '?'} (saved w{before.window}); " + (
             f"w{nxt} checked after the restart" if redone else f"w{nxt} skipped"
         )
-        folded = {r["window"] for r in records}
+        folded = {line.window for line, _ in records}
         if after.window >= 0 and after.window not in folded:
             details.append(
                 f"kill {k.index} ({k.node}): w{after.window} was folded into the saved state but has no "
@@ -231,7 +239,7 @@ def check_validator_state(h: Harness) -> Check:
         final = h.saved_state(neuron.name)
         records = validator_records(neuron.work_dir / "metrics.jsonl")
         averages, windows = ema_from_records(
-            records,
+            [(line.window, record) for line, record in records],
             n,
             scoring.ema_alpha,
             scoring.maturity_windows,
@@ -245,7 +253,7 @@ def check_validator_state(h: Harness) -> Check:
         else:
             notes.append(f"{neuron.name}: state at w{final.window}, averages = EMA over windows {windows}")
         duplicated = sorted(
-            {r["window"] for r in records if sum(x["window"] == r["window"] for x in records) > 1}
+            {line.window for line, _ in records if sum(x.window == line.window for x, _ in records) > 1}
         )
         if duplicated:
             details.append(f"{neuron.name}: windows folded twice in its metrics: {duplicated}")
@@ -295,21 +303,21 @@ def check_miner_reveals(h: Harness, manifests: dict[str, dict[int, dict]]) -> li
         neuron = h.net.neuron(k.node)
         after = log_records(neuron.log_path, k.log_offset)
         reveals = [
-            r
-            for r in read_metrics(neuron.work_dir / "metrics.jsonl")
-            if r.get("event") == "reveal" and r["time"] > k.wall
+            (line.window, line.record)
+            for line in read_metrics(neuron.work_dir / "metrics.jsonl")
+            if isinstance(line.record, RevealRecord) and line.time > k.wall
         ]
         outcomes = []
         for w in k.in_flight:
             resumed = any(f"window {w}: resuming its reveal" in r.message for r in after)
             unanchored = any(f"window {w}: its manifest was never anchored" in r.message for r in after)
-            done = [r for r in reveals if r["window"] == w]
+            done = [r for window, r in reveals if window == w]
             if unanchored:
                 outcomes.append(f"w{w} never anchored (killed before its commitment)")
             elif down_over_deadline(after, w):
                 outcomes.append(f"w{w} due while the miner was down, and said so after the restart")
-            elif resumed and done and not done[0]["reveal_late"]:
-                outcomes.append(f"w{w} resumed after the restart, done in {done[0]['upload_seconds']:.1f} s")
+            elif resumed and done and not done[0].reveal_late:
+                outcomes.append(f"w{w} resumed after the restart, done in {done[0].upload_seconds:.1f} s")
             elif resumed and done:
                 outcomes.append(f"w{w} resumed but late")
                 details.append(
@@ -369,7 +377,9 @@ def check_miner_reveals(h: Harness, manifests: dict[str, dict[int, dict]]) -> li
     return [resumed, chain]
 
 
-def check_residual_reports(h: Harness, reports: list[dict], manifests: dict[str, dict[int, dict]]) -> Check:
+def check_residual_reports(
+    h: Harness, reports: list[WindowReport], manifests: dict[str, dict[int, dict]]
+) -> Check:
     """No validator reports a miner's window as failing `trajectory` with "residual_in_hash does
     not continue" — after a miner restart or otherwise. Each report is explained against the
     miners' anchored manifests: when they show an intact chain, the break is the validator's
@@ -377,15 +387,15 @@ def check_residual_reports(h: Harness, reports: list[dict], manifests: dict[str,
     was unreachable), not the miner's."""
     names = {h.hotkey(n.name): n.name for n in h.net.neurons}
     seen = {
-        (body["validator"], body["window"], hotkey): entry
-        for body in reports
-        for hotkey, entry in body["miners"].items()
+        (report.validator, report.window, hotkey): entry
+        for report in reports
+        for hotkey, entry in report.miners.items()
     }
     details, after_restart = [], 0
-    for body in reports:
-        validator, w = body["validator"], body["window"]
-        for hotkey, entry in body["miners"].items():
-            if "residual_in_hash does not continue" not in (entry.get("reason") or ""):
+    for report in reports:
+        validator, w = report.validator, report.window
+        for hotkey, entry in report.miners.items():
+            if "residual_in_hash does not continue" not in (entry.reason or ""):
                 continue
             miner = names.get(hotkey, hotkey[:10])
             anchored = manifests.get(miner, {})
@@ -403,10 +413,8 @@ def check_residual_reports(h: Harness, reports: list[dict], manifests: dict[str,
                 and window_start(h.cfg, last) <= k.block < window_start(h.cfg, w)
             ]
             after_restart += bool(restarted)
-            read_last = (
-                last is not None
-                and seen.get((validator, last, hotkey), {}).get("verdicts", {}).get("manifest") == "pass"
-            )
+            before = seen.get((validator, last, hotkey)) if last is not None else None
+            read_last = before is not None and before.verdicts.get("manifest") == "pass"
             if intact and not read_last:
                 cause = f"the miner's manifests chain correctly from w{last}; the validator never read its w{last} manifest"
             elif intact:
@@ -476,7 +484,7 @@ def excused_ban(bars: list[tuple[str, int, int]], miner: str, w: int) -> bool:
     return any(m == miner and barred < w < until for m, barred, until in bars)
 
 
-def check_fraud(h: Harness, reports: list[dict]) -> Check:
+def check_fraud(h: Harness, reports: list[WindowReport]) -> Check:
     """Every miner here is honest: none may be barred, in a report or a validator's state or log,
     except for a window whose reveal fell due while a kill kept the miner down (`down_at_reveal`): to
     a validator that challenged it, that miner hid its reveal, and the protocol bars it for a bounded
@@ -503,17 +511,16 @@ def check_fraud(h: Harness, reports: list[dict]) -> Check:
                 f"{neuron.name} w{bar.window}: {miner} barred until w{bar.until} — "
                 f"{fraud_cause(bar.reason, h, bar.window, miner)} ({bar.reason[:160]})"
             )
-    for body in reports:
-        for hotkey, entry in body["miners"].items():
+    for report in reports:
+        for hotkey, entry in report.miners.items():
             miner = names.get(hotkey, hotkey)
             if (
-                "banned" in entry["verdicts"]
-                and down_at_reveal(h, body["window"], miner) is None
-                and not excused_ban(excused_bars, miner, body["window"])
+                "banned" in entry.verdicts
+                and down_at_reveal(h, report.window, miner) is None
+                and not excused_ban(excused_bars, miner, report.window)
             ):
                 details.append(
-                    f"{names.get(body['validator'], '?')} w{body['window']}: {miner} "
-                    f"reported banned ({entry['reason']})"
+                    f"{names.get(report.validator, '?')} w{report.window}: {miner} reported banned ({entry.reason})"
                 )
     ok = not details
     excused = (
@@ -537,7 +544,7 @@ def check_fraud(h: Harness, reports: list[dict]) -> Check:
     )
 
 
-def check_global_model(h: Harness, reports: list[dict]) -> Check:
+def check_global_model(h: Harness, reports: list[WindowReport]) -> Check:
     """Every node follows the same global model: per window, every node that synced it applied an
     aggregate with the same result (or all kept the model); a 'not following' line must name why,
     and the node must then have followed another validator; and no miner's update is refused for
@@ -611,11 +618,11 @@ def check_global_model(h: Harness, reports: list[dict]) -> Check:
                 f"{node}: {', '.join(sorted(x[:12] for x in s))}" for node, s in sorted(outcomes[w].items())
             )
             details.append(f"w{w}: nodes reached different models ({by})")
-    for body in reports:
-        for hotkey, entry in body["miners"].items():
-            if "another base model" in (entry.get("reason") or ""):
+    for report in reports:
+        for hotkey, entry in report.miners.items():
+            if "another base model" in (entry.reason or ""):
                 details.append(
-                    f"{names.get(body['validator'][:10], '?')} w{body['window']}: "
+                    f"{names.get(report.validator[:10], '?')} w{report.window}: "
                     f"{names.get(hotkey[:10], hotkey[:10])} trained from another base model"
                 )
     ok = not details
@@ -841,8 +848,8 @@ def accepted_updates(h: Harness) -> dict[int, int]:
     """Window → the most updates any validator accepted in it (its metrics record of the window)."""
     most: dict[int, int] = {}
     for neuron in (n for n in h.net.neurons if n.role == "validator"):
-        for r in validator_records(neuron.work_dir / "metrics.jsonl"):
-            most[r["window"]] = max(most.get(r["window"], 0), int(r.get("accepted", 0)))
+        for line, record in validator_records(neuron.work_dir / "metrics.jsonl"):
+            most[line.window] = max(most.get(line.window, 0), record.accepted)
     return most
 
 

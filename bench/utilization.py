@@ -44,6 +44,7 @@ from rich.table import Table
 from distrai.localnet.network import Localnet, LocalnetOptions
 from distrai.localnet.view import heldout_curve, node_records, utilization
 from distrai.node import linkcheck
+from distrai.node.metrics_records import MetricsLine, RevealRecord, TrainRecord, ValidatorWindowRecord
 from distrai.protocol.run import RunConfig, load_run_config, shipped_config_path
 from distrai.protocol.windows import WindowConfig
 
@@ -327,28 +328,28 @@ class MinerStats:
     rate_needed: list[float]
 
 
-def miner_stats(name: str, records: list[dict], log_text: str = "") -> MinerStats:
-    """A miner's windows from its metrics: every `train` record is a window whose commitment landed in
+def miner_stats(name: str, records: list[MetricsLine], log_text: str = "") -> MinerStats:
+    """A miner's windows from its metrics: every `TrainRecord` is a window whose commitment landed in
     time; the first is left out of the times (it has no idle time: nothing before it is a window)."""
-    trains = [r for r in records if r.get("event") == "train"]
-    reveals = [r for r in records if r.get("event") == "reveal"]
-    measured = trains[1:]
+    trains = [(r.window, r.record) for r in records if isinstance(r.record, TrainRecord)]
+    reveals = [r.record for r in records if isinstance(r.record, RevealRecord)]
+    measured = [t for _, t in trains[1:]]
     return MinerStats(
         name=name,
         committed=len(trains),
         dropped=sum(log_text.count(marker) for marker in DROPPED),
-        utilization=utilization(trains),
-        steps={r["window"]: r["steps_trained"] for r in trains},
-        train_s=[r["train_seconds"] for r in measured],
-        step_s=[r["train_seconds"] / r["steps_trained"] for r in measured if r["steps_trained"]],
-        wall_s=[r["wall_seconds"] for r in measured],
-        other_s=[r["other_seconds"] for r in measured],
+        utilization=utilization(records),
+        steps={w: t.steps_trained for w, t in trains},
+        train_s=[t.train_seconds for t in measured],
+        step_s=[t.train_seconds / t.steps_trained for t in measured if t.steps_trained],
+        wall_s=[t.wall_seconds for t in measured],
+        other_s=[t.other_seconds for t in measured],
         reveals=len(reveals),
-        late=sum(1 for r in reveals if r["reveal_late"]),
-        upload_s=[r["upload_seconds"] for r in reveals if r["revealed_bytes"]],
-        revealed_bytes=[r["revealed_bytes"] for r in reveals if r["revealed_bytes"]],
-        upload_rate=[r["upload_rate"] for r in reveals if r.get("upload_rate")],
-        rate_needed=[r["upload_rate_needed"] for r in reveals if r.get("upload_rate_needed")],
+        late=sum(1 for r in reveals if r.reveal_late),
+        upload_s=[r.upload_seconds for r in reveals if r.revealed_bytes],
+        revealed_bytes=[r.revealed_bytes for r in reveals if r.revealed_bytes],
+        upload_rate=[r.upload_rate for r in reveals if r.upload_rate],
+        rate_needed=[r.upload_rate_needed for r in reveals if r.upload_rate_needed],
     )
 
 
@@ -363,16 +364,16 @@ class ValidatorStats:
     refused: int
 
 
-def validator_stats(name: str, records: list[dict], log_text: str = "") -> ValidatorStats:
-    windows = [r for r in records if "validate_seconds" in r]
+def validator_stats(name: str, records: list[MetricsLine], log_text: str = "") -> ValidatorStats:
+    windows = [(r.window, r.record) for r in records if isinstance(r.record, ValidatorWindowRecord)]
     return ValidatorStats(
         name=name,
-        windows=[r["window"] for r in windows],
-        validate_s=[r["validate_seconds"] for r in windows],
-        updates={r["window"]: r["updates"] for r in windows},
-        accepted={r["window"]: r["accepted"] for r in windows},
+        windows=[w for w, _ in windows],
+        validate_s=[r.validate_seconds for _, r in windows],
+        updates={w: r.updates for w, r in windows},
+        accepted={w: r.accepted for w, r in windows},
         late_aggregates=log_text.count(AGGREGATE_LATE),
-        refused=sum(r.get("aggregates_refused", 0) for r in windows),
+        refused=sum(r.aggregates_refused for _, r in windows),
     )
 
 
@@ -430,19 +431,19 @@ def _logs(net: Localnet, name: str) -> str:
 
 def _trained_windows(net: Localnet) -> set[int]:
     return {
-        r["window"]
+        r.window
         for n in net.neurons
         if n.role == "miner"
         for r in node_records(n.work_dir / "metrics.jsonl")
-        if r.get("event") == "train"
+        if isinstance(r.record, TrainRecord)
     }
 
 
 def _validated(net: Localnet, name: str) -> set[int]:
     return {
-        r["window"]
+        r.window
         for r in node_records(net.neuron(name).work_dir / "metrics.jsonl")
-        if "validate_seconds" in r
+        if isinstance(r.record, ValidatorWindowRecord)
     }
 
 

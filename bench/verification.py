@@ -39,9 +39,11 @@ from rich.table import Table
 from distrai.localnet.network import Localnet, LocalnetOptions
 from distrai.localnet.view import heldout_curve, processed_windows, signed_reports
 from distrai.node.metrics import read_metrics
+from distrai.node.metrics_records import MetricsLine, RevealRecord, TrainRecord
 from distrai.node.wallets import open_wallet
 from distrai.protocol.run import load_run_config, shipped_config_path
 from distrai.protocol.windows import ChallengeInputs, challenge_count, challenged, miner_segments
+from distrai.wire.window_documents import MinerEntry, WindowReport
 from miners.adversaries import ADVERSARIES, EXPECTED_CHECK
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,11 +71,11 @@ QUICK = Plan(honest=2, windows=2, loss_honest=2, loss_windows=2, catch_trials=50
 class RunResult:
     name: str
     windows: list[int]
-    reports: list[dict]
+    reports: list[WindowReport]
     hotkeys: dict[str, str]
     """neuron name → hotkey"""
     emission: dict[str, float]
-    miner_metrics: dict[str, list[dict]]
+    miner_metrics: dict[str, list[MetricsLine]]
     heldout: list[float]
     """held-out loss of G at the first window's start, then after each validated window"""
     seconds: float
@@ -136,11 +138,9 @@ def run_network(name: str, work: Path, config: Path, honest: int, adversaries: t
 # -- the adversary run's tables -------------------------------------------------------------------
 
 
-def verdict_entries(run: RunResult) -> list[tuple[int, str, str, dict]]:
+def verdict_entries(run: RunResult) -> list[tuple[int, str, str, MinerEntry]]:
     """(window, validator, miner hotkey, report entry) for every window-verification."""
-    return [
-        (r["window"], r["validator"], hk, entry) for r in run.reports for hk, entry in r["miners"].items()
-    ]
+    return [(r.window, r.validator, hk, entry) for r in run.reports for hk, entry in r.miners.items()]
 
 
 def adversary_rows(run: RunResult) -> list[list[str]]:
@@ -153,17 +153,15 @@ def adversary_rows(run: RunResult) -> list[list[str]]:
         if hk is None:
             continue
         entries = [e for _, _, miner, e in verdict_entries(run) if miner == hk]
-        rejected = [e for e in entries if e["reason"] is not None]
-        first_checks = Counter(
-            e["reason"].split(":", 1)[0] for e in rejected if not e["reason"].startswith("banned")
-        )
+        reasons = [e.reason for e in entries if e.reason is not None]
+        first_checks = Counter(r.split(":", 1)[0] for r in reasons if not r.startswith("banned"))
         rows.append(
             [
                 kind,
                 EXPECTED_CHECK[kind],
                 ", ".join(f"{c} ×{n}" for c, n in first_checks.most_common()) or "—",
-                f"{len(rejected)}/{len(entries)}",
-                f"{100 * len(rejected) / len(entries):.0f}%" if entries else "—",
+                f"{len(reasons)}/{len(entries)}",
+                f"{100 * len(reasons) / len(entries):.0f}%" if entries else "—",
                 f"{100 * run.emission[hk] / total:.2f}%",
                 f"{100 * run.emission[hk] / honest_mean:.2f}%" if honest_mean else "—",
             ]
@@ -175,8 +173,8 @@ def honest_counts(runs: list[RunResult]) -> list[list[str]]:
     rows = []
     for run in runs:
         entries = [e for _, _, hk, e in verdict_entries(run) if run.behaviour.get(hk) == "honest"]
-        false = [e["reason"] for e in entries if e["reason"] is not None]
-        replayed = sum(1 for e in entries if "replay" in e["verdicts"])
+        false = [e.reason for e in entries if e.reason is not None]
+        replayed = sum(1 for e in entries if "replay" in e.verdicts)
         rows.append(
             [run.name, str(len(entries)), str(replayed), str(len(false)), "; ".join(false[:3]) or "—"]
         )
@@ -186,23 +184,19 @@ def honest_counts(runs: list[RunResult]) -> list[list[str]]:
 def cost_rows(run: RunResult) -> tuple[list[list[str]], dict[str, float]]:
     """Per validator: verification seconds over the miners' training seconds, same windows."""
     windows = set(run.windows)
-    train_seconds = sum(
-        r.get("train_seconds", 0.0)
+    trains = [
+        r.record
         for records in run.miner_metrics.values()
         for r in records
-        if r["window"] in windows
-    )
-    train_steps = sum(
-        r.get("steps_trained", 0)
-        for records in run.miner_metrics.values()
-        for r in records
-        if r["window"] in windows
-    )
+        if r.window in windows and isinstance(r.record, TrainRecord)
+    ]
+    train_seconds = sum(t.train_seconds for t in trains)
+    train_steps = sum(t.steps_trained for t in trains)
     rows, fractions = [], {}
-    for validator in sorted({r["validator"] for r in run.reports}):
-        mine = [r for r in run.reports if r["validator"] == validator]
-        seconds = sum(e["numbers"].get("replay_seconds", 0.0) for r in mine for e in r["miners"].values())
-        steps = sum(e["numbers"].get("replay_steps", 0.0) for r in mine for e in r["miners"].values())
+    for validator in sorted({r.validator for r in run.reports}):
+        mine = [r for r in run.reports if r.validator == validator]
+        seconds = sum(e.numbers.get("replay_seconds", 0.0) for r in mine for e in r.miners.values())
+        steps = sum(e.numbers.get("replay_steps", 0.0) for r in mine for e in r.miners.values())
         name = next(n for n, hk in run.hotkeys.items() if hk == validator)
         fractions[name] = seconds / train_seconds if train_seconds else math.nan
         rows.append(
@@ -220,9 +214,11 @@ def cost_rows(run: RunResult) -> tuple[list[list[str]], dict[str, float]]:
 def revealed_bytes(run: RunResult) -> tuple[float, float]:
     """Median bytes an honest miner revealed per window beyond its update, and its median update."""
     honest = [hk for hk, b in run.behaviour.items() if b == "honest"]
-    records = [r for hk in honest for r in run.miner_metrics.get(hk, []) if r["window"] in set(run.windows)]
-    revealed = [r["revealed_bytes"] for r in records if r.get("event") == "reveal"]
-    update = [r["bytes_sent"] for r in records if r.get("event") == "train"]
+    records = [
+        r.record for hk in honest for r in run.miner_metrics.get(hk, []) if r.window in set(run.windows)
+    ]
+    revealed = [r.revealed_bytes for r in records if isinstance(r, RevealRecord)]
+    update = [r.bytes_sent for r in records if isinstance(r, TrainRecord)]
     return (statistics.median(revealed) if revealed else 0.0, statistics.median(update) if update else 0.0)
 
 
@@ -233,7 +229,7 @@ def loss_table(with_adversaries: RunResult, without: RunResult) -> str:
         a, b = with_adversaries.heldout[j], without.heldout[j]
         rows.append([str(j), f"{a:.4f}", f"{b:.4f}", f"{a / b:.4f}"])
     entries = [(hk, e) for _, _, hk, e in verdict_entries(with_adversaries)]
-    accepted = Counter(with_adversaries.behaviour[hk] for hk, e in entries if e["reason"] is None)
+    accepted = Counter(with_adversaries.behaviour[hk] for hk, e in entries if e.reason is None)
     checked = Counter(with_adversaries.behaviour[hk] for hk, _ in entries)
     summary = ", ".join(f"{kind} {accepted[kind]}/{checked[kind]}" for kind in DAMAGING)
     return (

@@ -43,8 +43,10 @@ from distrai.localnet.network import REPO, Localnet, LocalnetOptions
 from distrai.localnet.view import processed_windows, signed_reports
 from distrai.node import linkcheck
 from distrai.node.metrics import read_metrics
+from distrai.node.metrics_records import MetricsLine, TrainRecord, ValidatorWindowRecord
 from distrai.node.wallets import open_wallet
 from distrai.protocol.run import load_run_config, shipped_config_path
+from distrai.wire.window_documents import MinerEntry, WindowReport
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = ROOT / "docs" / "verification-scale.md"
@@ -115,8 +117,8 @@ class SwarmLocalnet(Localnet):
 @dataclass
 class Run:
     windows: list[int]
-    reports: list[dict]
-    validator_metrics: dict[str, list[dict]]
+    reports: list[WindowReport]
+    validator_metrics: dict[str, list[MetricsLine]]
     """validator hotkey → its metrics records"""
     miner_steps: dict[int, list[int]]
     """window → every miner's steps trained"""
@@ -174,9 +176,9 @@ def run_network(plan: Plan, work: Path, console: Console, warm_start: bool = Fal
     }
     miner_steps: dict[int, list[int]] = defaultdict(list)
     for path in (work / "nodes").glob("*/metrics.jsonl"):
-        for record in read_metrics(path):
-            if record.get("event") == "train":
-                miner_steps[record["window"]].append(int(record["steps_trained"]))
+        for line in read_metrics(path):
+            if isinstance(line.record, TrainRecord):
+                miner_steps[line.window].append(line.record.steps_trained)
     return Run(
         windows=windows,
         reports=signed_reports(net, windows),
@@ -190,39 +192,39 @@ def run_network(plan: Plan, work: Path, console: Console, warm_start: bool = Fal
 # -- what the run measured ------------------------------------------------------------------------
 
 
-def replayed(entry: dict) -> bool:
-    return entry["numbers"].get("replay_steps", 0.0) > 0 or "replay_seconds" in entry["numbers"]
+def replayed(entry: MinerEntry) -> bool:
+    return entry.numbers.get("replay_steps", 0.0) > 0 or "replay_seconds" in entry.numbers
 
 
 def validator_rows(run: Run) -> list[dict]:
     """One row per validator and window."""
     rows = []
     metrics = {
-        (hk, r["window"]): r
+        (hk, r.window): r.record
         for hk, records in run.validator_metrics.items()
         for r in records
-        if "updates" in r
+        if isinstance(r.record, ValidatorWindowRecord)
     }
-    for report in sorted(run.reports, key=lambda r: (r["window"], r["validator"])):
-        entries = report["miners"].values()
+    for report in sorted(run.reports, key=lambda r: (r.window, r.validator)):
+        entries = report.miners.values()
         mine = [e for e in entries if replayed(e)]
-        record = metrics.get((report["validator"], report["window"]), {})
-        revealed = sum(e["numbers"].get("revealed_bytes", 0.0) for e in mine)
-        updates = sum(e["numbers"].get("update_bytes", 0.0) for e in entries)
-        steps = run.miner_steps.get(report["window"], [])
+        record = metrics.get((report.validator, report.window))
+        revealed = sum(e.numbers.get("revealed_bytes", 0.0) for e in mine)
+        updates = sum(e.numbers.get("update_bytes", 0.0) for e in entries)
+        steps = run.miner_steps.get(report.window, [])
         rows.append(
             {
-                "window": report["window"],
-                "validator": report["validator"],
-                "miners": len(report["miners"]),
+                "window": report.window,
+                "validator": report.validator,
+                "miners": len(report.miners),
                 "replays": len(mine),
-                "replayed_steps": sum(e["numbers"].get("replay_steps", 0.0) for e in mine),
-                "replay_seconds": sum(e["numbers"].get("replay_seconds", 0.0) for e in mine),
+                "replayed_steps": sum(e.numbers.get("replay_steps", 0.0) for e in mine),
+                "replay_seconds": sum(e.numbers.get("replay_seconds", 0.0) for e in mine),
                 "revealed_bytes": revealed,
                 "update_bytes": updates,
-                "validate_seconds": record.get("validate_seconds", float("nan")),
-                "published": int(record.get("findings_published", 0)),
-                "rechecks": report.get("rechecks", []),
+                "validate_seconds": float("nan") if record is None else record.validate_seconds,
+                "published": 0 if record is None else record.findings_published,
+                "rechecks": report.rechecks,
                 "median_miner_steps": statistics.median(steps) if steps else float("nan"),
             }
         )
@@ -233,11 +235,9 @@ def coverage(run: Run) -> dict[int, tuple[int, int]]:
     """Window → (miners replayed by any validator, miners whose update reached the checks)."""
     out = {}
     for w in run.windows:
-        reports = [r for r in run.reports if r["window"] == w]
-        checked = {
-            hk for r in reports for hk, e in r["miners"].items() if e["verdicts"].get("update") == "pass"
-        }
-        replays = {hk for r in reports for hk, e in r["miners"].items() if replayed(e)}
+        reports = [r for r in run.reports if r.window == w]
+        checked = {hk for r in reports for hk, e in r.miners.items() if e.verdicts.get("update") == "pass"}
+        replays = {hk for r in reports for hk, e in r.miners.items() if replayed(e)}
         out[w] = (len(replays & checked), len(checked))
     return out
 
@@ -249,20 +249,20 @@ def cheater_rows(run: Run) -> list[list[str]]:
             continue
         caught = sorted(
             (
-                r["window"],
-                r["validator"][:8],
-                next(c for c, v in r["miners"][hk]["verdicts"].items() if v != "pass"),
+                r.window,
+                r.validator[:8],
+                next(c for c, v in r.miners[hk].verdicts.items() if v != "pass"),
             )
             for r in run.reports
-            if hk in r["miners"] and replayed(r["miners"][hk]) and r["miners"][hk]["reason"]
+            if hk in r.miners and replayed(r.miners[hk]) and r.miners[hk].reason
         )
         adopted = sorted(
-            (r["window"], r["validator"][:8])
+            (r.window, r.validator[:8])
             for r in run.reports
-            for c in r.get("rechecks", [])
-            if c["miner"] == hk and c["outcome"] == "adopted"
+            for c in r.rechecks
+            if c.miner == hk and c.outcome == "adopted"
         )
-        scored = sum(1 for r in run.reports if r["miners"].get(hk, {}).get("score", 0.0) > 0)
+        scored = sum(1 for r in run.reports if hk in r.miners and r.miners[hk].score > 0)
         rows.append(
             [
                 name,
@@ -277,10 +277,10 @@ def cheater_rows(run: Run) -> list[list[str]]:
 def honest_false_rejections(run: Run) -> tuple[int, int]:
     verified = rejected = 0
     for r in run.reports:
-        for hk, e in r["miners"].items():
+        for hk, e in r.miners.items():
             if run.behaviour.get(hk) == "honest":
                 verified += 1
-                rejected += e["reason"] is not None
+                rejected += e.reason is not None
     return rejected, verified
 
 
@@ -311,7 +311,7 @@ VALIDATOR_HEADERS = [
 def validator_table(rows: list[dict]) -> list[list[str]]:
     out = []
     for row in rows:
-        outcomes = [c["outcome"] for c in row["rechecks"]]
+        outcomes = [c.outcome for c in row["rechecks"]]
         out.append(
             [
                 str(row["window"]),

@@ -41,7 +41,7 @@ from distrai.chain.base import Chain, ChainError
 from distrai.codec import Encoded
 from distrai.data.cache import ShardDeadline
 from distrai.node.linkcheck import LinkVerdict, format_rate, measure_upload_rate, reveal_bytes, reveal_seconds
-from distrai.node.metrics import LOST
+from distrai.node.metrics_records import LinkRecord, LostRecord, TrainRecord
 from distrai.node.participant import Participant
 from distrai.node.seat import Seat
 from distrai.protocol.announce import Announcement, committed_updates
@@ -241,7 +241,7 @@ class Miner(Participant):
         """Write in the metrics file that window w was lost and why (the dashboard's miner page lists
         the windows no validator's report covers from these, `distrai.dashboard.nodes`)."""
         if self.metrics:
-            self.metrics.log(w, {"event": LOST, "why": why})
+            self.metrics.log(w, LostRecord(why=why))
 
     def say_skipped(self, w: int) -> None:
         """Say which windows before `w`, the next one to train, this process passes over, and why."""
@@ -289,12 +289,11 @@ class Miner(Participant):
         if self.metrics:
             self.metrics.log(
                 self.last_window,
-                {
-                    "event": "link",
-                    "upload_rate_measured": measured,
-                    "upload_rate_needed": verdict.required_rate,
-                    "link_margin": verdict.margin,
-                },
+                LinkRecord(
+                    upload_rate_measured=measured,
+                    upload_rate_needed=verdict.required_rate,
+                    link_margin=verdict.margin,
+                ),
             )
         return verdict
 
@@ -427,7 +426,7 @@ class Miner(Participant):
         blob: int,
         manifest: int,
     ) -> None:
-        """Log a committed window, and write its metrics record (`"event": "train"`)."""
+        """Log a committed window, and write its metrics record (`TrainRecord`)."""
         assert self.uploader is not None, "run() starts the uploader first"
         log.info(
             "window %d: trained %d of %d steps (loss %.3f → %.3f) in %.1fs; update %d bytes; "
@@ -444,24 +443,23 @@ class Miner(Participant):
         )
         if not self.metrics:
             return
-        record = {
-            "event": "train",
-            "loss_first": trained.losses[0],
-            "loss_last": trained.losses[-1],
-            "tokens_per_s": trained.tokens / max(train_seconds, 1e-9),
-            "bytes_sent": blob + manifest,
-            "bytes_received": self.syncer.bytes_received,
-            "emission": self.own_emission(),
-            "train_seconds": train_seconds,
-            "idle_seconds": idle,
-            "other_seconds": wall - idle - train_seconds,
-            "wall_seconds": wall,
-            "utilization": train_seconds / wall,
-            "uploads_pending": self.uploader.pending,
-            "steps_trained": trained.steps,
-            "aggregates_refused": len(self.syncer.take_refusals()),
-            "behaviour": self.behaviour.name,
-        }
+        record = TrainRecord(
+            loss_first=trained.losses[0],
+            loss_last=trained.losses[-1],
+            tokens_per_s=trained.tokens / max(train_seconds, 1e-9),
+            bytes_sent=blob + manifest,
+            bytes_received=self.syncer.bytes_received,
+            emission=self.own_emission(),
+            train_seconds=train_seconds,
+            idle_seconds=idle,
+            other_seconds=wall - idle - train_seconds,
+            wall_seconds=wall,
+            utilization=train_seconds / wall,
+            uploads_pending=self.uploader.pending,
+            steps_trained=trained.steps,
+            aggregates_refused=len(self.syncer.take_refusals()),
+            behaviour=self.behaviour.name,
+        )
         self.metrics.log(w, record)
 
     def stop_time(self, w: int, now: float) -> float:

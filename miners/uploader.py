@@ -12,8 +12,8 @@ deadline. A store that does not answer is tried again every half second (a quart
 until `give_up_block`: the reveal deadline, or one window later for an outage under way at the
 deadline; the outage is logged once when it starts and once when it ends (`distrai.store.outage`). While
 uploading, the uploader projects its finish from the rate it achieves and says, before the
-deadline, when the reveal will not make it. Every job ends with one metrics record (`"event":
-"reveal"`): seconds, bytes, rate, the rate that was needed, and whether it was late. Revealed states stay in the store for the run's
+deadline, when the reveal will not make it. Every job ends with one metrics record (`RevealRecord`,
+`"event": "reveal"`): seconds, bytes, rate, the rate that was needed, and whether it was late. Revealed states stay in the store for the run's
 `verification.retention_windows` windows, then the uploader deletes them. The thread has its own
 chain connection.
 """
@@ -32,6 +32,7 @@ import torch
 
 from distrai.chain.base import Chain, ChainError
 from distrai.node.metrics import Metrics
+from distrai.node.metrics_records import RevealRecord
 from distrai.protocol.announce import claims, committed_by_deadline
 from distrai.protocol.layout import state_key, states_prefix, trajectory_key
 from distrai.protocol.run import challenge_inputs
@@ -446,14 +447,13 @@ class Uploader:
             return
         self.miner.metrics.log(
             w,
-            {
-                "event": "reveal",
-                "upload_seconds": result.seconds,
-                "uploaded_bytes": result.bytes_sent,
-                "revealed_bytes": result.bytes_sent - result.update_bytes,
-                "states_revealed": result.states,
-                "upload_rate": result.bytes_sent / result.seconds if result.seconds > 0 else None,
-                "upload_rate_needed": needed,
-                "reveal_late": result.late,
-            },
+            RevealRecord(
+                upload_seconds=result.seconds,
+                uploaded_bytes=result.bytes_sent,
+                revealed_bytes=result.bytes_sent - result.update_bytes,
+                states_revealed=result.states,
+                upload_rate=result.bytes_sent / result.seconds if result.seconds > 0 else None,
+                upload_rate_needed=needed,
+                reveal_late=result.late,
+            ),
         )

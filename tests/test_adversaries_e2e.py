@@ -16,10 +16,11 @@ from test_localnet_e2e import hotkey
 from distrai.localnet.network import Localnet
 from distrai.localnet.view import signed_reports
 from distrai.wire.verdicts import Number
+from distrai.wire.window_documents import WindowReport
 from miners.adversaries import ADVERSARIES, EXPECTED_CHECK
 
 
-def reports(net: Localnet) -> list[dict]:
+def reports(net: Localnet) -> list[WindowReport]:
     first = net.started_block // net.config.windows.blocks_per_window
     return signed_reports(net, list(range(first, first + 3 * WINDOWS)))
 
@@ -38,16 +39,16 @@ def test_every_adversary_is_rejected_for_its_cheat_and_earns_nothing(adversary_n
     signed = reports(net)
     assert len(signed) >= 2, signed
     for report in signed:
-        for hk, entry in report["miners"].items():
+        for hk, entry in report.miners.items():
             if hk in honest:
-                assert entry["reason"] is None, (report["window"], entry)
+                assert entry.reason is None, (report.window, entry)
                 # scored, or (by the shared scoring's rule) left unscored when nobody measured its
                 # update in time: no mark measured, the average left as it was
-                assert entry["score"] > 0 or Number.MARK not in entry["numbers"], (report["window"], entry)
-                scored[hk] += entry["score"] > 0
+                assert entry.score > 0 or Number.MARK not in entry.numbers, (report.window, entry)
+                scored[hk] += entry.score > 0
             elif hk in adversaries:
-                assert entry["score"] == 0.0, (adversaries[hk], report["window"], entry)
-                failed = [check for check, verdict in entry["verdicts"].items() if verdict != "pass"]
+                assert entry.score == 0.0, (adversaries[hk], report.window, entry)
+                failed = [check for check, verdict in entry.verdicts.items() if verdict != "pass"]
                 seen_rejected[adversaries[hk]].update(failed)
 
     assert all(scored.values()), f"an honest miner scored in no report: {scored}"

@@ -11,8 +11,11 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from support.metrics_lines import line as metrics_line
+from support.metrics_lines import reveal_record, train_record, validator_record
 
 from distrai.node.linkcheck import CODED_STATE_BYTES_PER_PARAM
+from distrai.node.metrics_records import MetricsLine
 from distrai.protocol.run import load_run_config, parse_run_config, shipped_config_path
 from distrai.protocol.windows import WindowConfig
 
@@ -125,30 +128,25 @@ def test_with_windows_replaces_only_the_windows():
         U.with_windows("name = 'x'\n", stretched)
 
 
-def train(window: int, train_s: float, idle_s: float, other_s: float = 1.0, steps: int = 480) -> dict:
-    wall = train_s + idle_s + other_s
-    return {
-        "event": "train",
-        "window": window,
-        "steps_trained": steps,
-        "train_seconds": train_s,
-        "idle_seconds": idle_s,
-        "other_seconds": other_s,
-        "wall_seconds": wall,
-        "utilization": train_s / wall,
-    }
+def train(window: int, train_s: float, idle_s: float, other_s: float = 1.0, steps: int = 480) -> MetricsLine:
+    record = train_record(
+        steps_trained=steps,
+        train_seconds=train_s,
+        idle_seconds=idle_s,
+        wall_seconds=train_s + idle_s + other_s,
+    )
+    return metrics_line(window, record)
 
 
-def reveal(window: int, seconds: float, late: bool = False, n_bytes: int = 110_000_000) -> dict:
-    return {
-        "event": "reveal",
-        "window": window,
-        "upload_seconds": seconds,
-        "revealed_bytes": n_bytes,
-        "upload_rate": n_bytes / seconds,
-        "upload_rate_needed": n_bytes / 20,
-        "reveal_late": late,
-    }
+def reveal(window: int, seconds: float, late: bool = False, n_bytes: int = 110_000_000) -> MetricsLine:
+    record = reveal_record(
+        upload_seconds=seconds,
+        revealed_bytes=n_bytes,
+        upload_rate=n_bytes / seconds,
+        upload_rate_needed=n_bytes / 20,
+        reveal_late=late,
+    )
+    return metrics_line(window, record)
 
 
 def test_miner_stats_leave_out_the_first_window():
@@ -179,7 +177,7 @@ def run_result(
     records += [reveal(w, 17.0) for w in range(2, 9)]
     miners = [U.miner_stats(f"miner{i}", records) for i in range(U.MINERS)]
     validator = [
-        {"window": w, "validate_seconds": 8.0, "updates": 3, "accepted": 3, "aggregates_refused": 0}
+        metrics_line(w, validator_record(validate_seconds=8.0, updates=3, accepted=3, aggregates_refused=0))
         for w in range(1, 9)
     ]
     validators = [U.validator_stats(f"validator{i}", validator) for i in range(U.VALIDATORS)]

@@ -61,7 +61,7 @@ def test_a_quick_run_writes_every_section_from_the_validators_reports(verificati
     header, *rows = table_after(text, "## Per validator and window (measured)")
     assert header[:3] == ["window", "validator", "miners checked"]
     assert sorted((int(r[0]), r[1], int(r[2])) for r in rows) == sorted(
-        (r["window"], r["validator"][:8], len(r["miners"])) for r in reports
+        (r.window, r.validator[:8], len(r.miners)) for r in reports
     )
     assert any(int(r[2]) > 0 for r in rows), "no validator checked a miner"
 
@@ -73,7 +73,7 @@ def test_a_quick_run_writes_every_section_from_the_validators_reports(verificati
         open_wallet(f"miner{i}", "default", str(net.wallet_path)).hotkey.ss58_address
         for i in range(QUICK.honest)
     }
-    honest = sum(1 for r in reports for hk in r["miners"] if hk in honest_miners)
+    honest = sum(1 for r in reports for hk in r.miners if hk in honest_miners)
     assert re.search(rf"Honest false rejections: \d+ of {honest} honest window-verifications", text)
     assert "## The GPU config at 256 miners and 16 validators (computed)" in text
     assert re.search(r"- Reveals ≤ 8 B/param: [\d.]+ \((met|MISSED)\)", text)

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 from support.chaos_run import KILLS, OUTAGES, SEED, WINDOWS, chaos_options
+from support.metrics_lines import validator_record
 
 from distrai.protocol.run import load_run_config, shipped_config_path
 from distrai.protocol.windows import activities
@@ -328,7 +329,7 @@ def test_the_checks_average_holds_a_withheld_score_and_matures_it_once_the_hold_
     then, 0.5 then 0.25, and w3, w4 as ever: 0.625, 0.8125, as if it had never been held. Not lifted:
     w1 and w2 forfeited and the average zeroed in window 3, then w3 and w4: 0.5, 0.75, as for a bar for
     fraud in window 2 (its scores forfeited at once)."""
-    records = [{"window": w, "score/0": 0.0 if w == 2 else 1.0, "score/1": 1.0} for w in range(1, 6)]
+    records = [(w, validator_record(scores={0: 0.0 if w == 2 else 1.0, 1: 1.0})) for w in range(1, 6)]
     held = [
         BAR_FOR_WITHHOLDING,
         "window 2: 5Honest000's withheld reveal is there now and passes: bar lifted, only the window is lost",

@@ -115,7 +115,7 @@ def test_the_dashboard_of_a_local_network_shows_the_loss_every_miner_and_the_che
         names = [n.name for n in net.neurons if n.role == "miner"]
         first = net.started_block // net.config.windows.blocks_per_window
         reports = signed_reports(net, list(range(first, first + 3 * WINDOWS)))
-        windows = len({r["window"] for r in reports})
+        windows = len({r.window for r in reports})
 
         def ready() -> bool:
             view = get_json(f"{url}/api/run")
@@ -147,7 +147,7 @@ def test_the_dashboard_of_a_local_network_shows_the_loss_every_miner_and_the_che
         page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
 
         cheater = open_wallet(f"adversary-{ADVERSARY}", "default", str(net.wallet_path)).hotkey.ss58_address
-        reasons = [r["miners"][cheater]["reason"] for r in reports if cheater in r["miners"]]
+        reasons = [r.miners[cheater].reason for r in reports if cheater in r.miners]
         reason = next(r for r in reasons if r and r.startswith("replay"))
         page.get_by_role("link", name=f"adversary-{ADVERSARY}").click()
         page.wait_for_url(f"{url}/miner/{cheater}")

@@ -3,10 +3,11 @@ what it reads of the operator's own machine (metrics files, public wallet keys).
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 import pytest
+from support.metrics_lines import line as metrics_line
+from support.metrics_lines import train_record, write_lines
 
 from distrai.chain.base import Metagraph, Neuron
 from distrai.dashboard.nodes import NodeMetrics, wallet_labels
@@ -384,13 +385,13 @@ def test_node_metrics_give_each_hotkeys_utilization_and_skip_a_torn_line(tmp_pat
     node = tmp_path / "nodes" / "miner0"
     metrics = Metrics(node / "metrics.jsonl", role="miner", hotkey=M0, run_id="r")
     for w in range(3):
-        metrics.log(w, {"event": "train", "utilization": 0.5, "train_seconds": 5.0 + w, "wall_seconds": 10.0})
+        metrics.log(w, train_record(train_seconds=5.0 + w, wall_seconds=10.0))
     metrics.close()
     with (node / "metrics.jsonl").open("a") as f:
         f.write('{"torn')
     reader = NodeMetrics([tmp_path / "nodes", tmp_path / "missing"])
     assert reader.utilization() == {M0: (6.0 + 7.0) / 20.0}
-    (node / "metrics.jsonl").write_text(json.dumps({"hotkey": M1, "event": "train"}) + "\n")
+    write_lines(node / "metrics.jsonl", [metrics_line(0, train_record(), hotkey=M1)])
     assert reader.utilization() == {M1: None}
 
 

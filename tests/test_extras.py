@@ -46,11 +46,12 @@ sys.modules["wandb"] = None
 from pathlib import Path
 from distrai.data.texts import TextSource, read_texts
 from distrai.node.metrics import Metrics
+from distrai.node.metrics_records import LostRecord
 import neurons.miner, neurons.validator, miners.main, validators.main, distrai.localnet.network
 texts = list(read_texts(TextSource("files", paths=({str(tmp_path / "a.txt")!r},), sample_by="document")))
 assert len(texts) == 1, texts
 metrics = Metrics(Path({str(tmp_path / "m.jsonl")!r}), role="miner", hotkey="5hot", run_id="run")
-metrics.log(0, {{"loss": 1.0}})
+metrics.log(0, LostRecord(why="written without wandb"))
 metrics.close()
 print("ok")
 """

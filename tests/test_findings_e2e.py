@@ -16,6 +16,7 @@ from distrai.localnet.view import signed_reports
 from distrai.protocol.layout import finding_key
 from distrai.protocol.run import run_id
 from distrai.store import open_store
+from distrai.wire.window_documents import MinerEntry
 
 
 def test_one_validators_catch_is_re_checked_and_adopted_by_the_other(findings_net):
@@ -31,9 +32,9 @@ def test_one_validators_catch_is_re_checked_and_adopted_by_the_other(findings_ne
     honest = {hotkey(net, f"miner{i}") for i in range(2)}
     validators = {hotkey(net, f"validator{i}") for i in range(2)}
     caught = [
-        (r["validator"], r["window"])
+        (r.validator, r.window)
         for r in reports
-        if r["miners"].get(cheater, {}).get("verdicts", {}).get("replay", "pass") != "pass"
+        if cheater in r.miners and r.miners[cheater].verdicts.get("replay", "pass") != "pass"
     ]
     assert caught, "nobody caught the cheater by replay"
     store = open_store(net.store_url)
@@ -42,30 +43,26 @@ def test_one_validators_catch_is_re_checked_and_adopted_by_the_other(findings_ne
         assert store.exists(finding_key(run_id(net.config), w, catcher, cheater)), (catcher, w)
         (other,) = validators - {catcher}
         for r in reports:
-            if r["validator"] == other and r["window"] == w + 1:
-                rechecks = [c for c in r["rechecks"] if c["miner"] == cheater and c["window"] == w]
-                if rechecks and rechecks[0]["outcome"] == "adopted":
+            if r.validator == other and r.window == w + 1:
+                rechecks = [c for c in r.rechecks if c.miner == cheater and c.window == w]
+                if rechecks and rechecks[0].outcome == "adopted":
                     adopted.append((other, w))
-                    assert rechecks[0]["validator"] == catcher
-                    assert r["miners"][cheater]["verdicts"]["banned"] != "pass"
-    assert adopted, f"no finding adopted; caught {caught}, rechecks {[r['rechecks'] for r in reports]}"
+                    assert rechecks[0].validator == catcher
+                    assert r.miners[cheater].verdicts["banned"] != "pass"
+    assert adopted, f"no finding adopted; caught {caught}, rechecks {[r.rechecks for r in reports]}"
     for r in reports:
-        assert all(c["outcome"] != "refuted" for c in r["rechecks"]), r["rechecks"]
+        assert all(c.outcome != "refuted" for c in r.rechecks), r.rechecks
         for hk in honest:
-            if hk in r["miners"]:
-                assert fair_to_honest(r["miners"][hk], cheater), (
-                    r["window"],
-                    r["validator"],
-                    r["miners"][hk],
-                )
+            if hk in r.miners:
+                assert fair_to_honest(r.miners[hk], cheater), (r.window, r.validator, r.miners[hk])
 
 
-def fair_to_honest(entry: dict, cheater: str) -> bool:
+def fair_to_honest(entry: MinerEntry, cheater: str) -> bool:
     """An honest miner's entry passed every check, or failed `duplicate` alone because the cheater,
     training on its data, published its update, and the validator replayed neither of them, so that
     it could not tell who trained it (`validators/duplicates.py`): the cheater never keeps the work."""
-    if entry["reason"] is None:
+    if entry.reason is None:
         return True
-    failed = {check: why for check, why in entry["verdicts"].items() if why != "pass"}
+    failed = {check: why for check, why in entry.verdicts.items() if why != "pass"}
     why = failed.get("duplicate", "")
     return list(failed) == ["duplicate"] and cheater in why and "cannot be told" in why

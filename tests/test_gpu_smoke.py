@@ -25,6 +25,7 @@ from distrai.localnet.local_data import (
 from distrai.localnet.network import RUN_CONFIG, Localnet, LocalnetOptions
 from distrai.localnet.report import REPORT, replay_verdict
 from distrai.protocol.run import load_run_config, shipped_config_path
+from distrai.wire.window_documents import MinerEntry
 
 pytestmark = pytest.mark.e2e  # runs the GPU smoke network's nodes as processes
 
@@ -167,7 +168,7 @@ def test_a_template_needs_local_files_and_a_named_dataset_refuses_them(tmp_path)
 
 def test_a_replay_is_called_bit_exact_only_when_it_passed_within_the_same_class():
     def entry(verdicts, numbers, reason=None):
-        return {"verdicts": verdicts, "numbers": numbers, "reason": reason}
+        return MinerEntry(uid=1, verdicts=verdicts, numbers=numbers, score=0.0, reason=reason)
 
     assert replay_verdict(entry({"replay": "pass"}, {"replay_tolerance": 0.0})) == "yes"
     across = replay_verdict(entry({"replay": "pass"}, {"replay_tolerance": 0.02, "replay_distance": 0.004}))

@@ -14,6 +14,8 @@ import time
 import urllib.request
 
 import pytest
+from support.metrics_lines import line as metrics_line
+from support.metrics_lines import reveal_record, train_record, validator_record, write_lines
 
 from distrai.cli import main as distrai_main
 from distrai.localnet.network import Localnet, LocalnetOptions, Neuron
@@ -283,11 +285,14 @@ def test_the_results_say_why_windows_accepted_falls_short_of_windows(tmp_path):
     # could train it, and stop after window 4, before checking the miners' last window, 5
     net = Localnet(LocalnetOptions(work=tmp_path))
     for name, role, records in (
-        ("validator0", "validator", [{"window": w, "accepted": 1} for w in range(5)]),
-        ("miner0", "miner", [{"window": w, "event": e} for w in range(1, 6) for e in ("train", "reveal")]),
+        ("validator0", "validator", [metrics_line(w, validator_record()) for w in range(5)]),
+        (
+            "miner0",
+            "miner",
+            [metrics_line(w, r) for w in range(1, 6) for r in (train_record(), reveal_record())],
+        ),
     ):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        write_lines(tmp_path / name / "metrics.jsonl", records)
         net.neurons.append(Neuron(name, role, name, tmp_path / name, tmp_path / f"{name}.log", []))
     assert (processed_windows(net), trained_windows(net)) == ([0, 1, 2, 3, 4], [1, 2, 3, 4, 5])
     note = accepted_note(processed_windows(net), trained_windows(net), 5)

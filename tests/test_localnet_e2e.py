@@ -13,6 +13,7 @@ from support.restart_net import BEFORE, DRIVER_LOG, RESTARTED
 from distrai.localnet.network import Localnet
 from distrai.localnet.view import heldout_losses, processed_windows
 from distrai.node.metrics import read_metrics
+from distrai.node.metrics_records import ValidatorWindowRecord
 from distrai.node.wallets import open_wallet
 from distrai.protocol.run import load_run_config, run_id
 from validators.pay import add_window, mature
@@ -57,31 +58,32 @@ def test_localnet_trains_pays_honest_miners_and_survives_a_validator_restart(res
 
     final = load_state(state_path, run_id(net.config))
     assert final.window > before.window
-    records = read_metrics(net.neuron(RESTARTED).work_dir / "metrics.jsonl")
-    windows = sorted({r["window"] for r in records})
+    records = [
+        (r.window, r.record)
+        for r in read_metrics(net.neuron(RESTARTED).work_dir / "metrics.jsonl")
+        if isinstance(r.record, ValidatorWindowRecord)
+    ]
+    windows = sorted({w for w, _ in records})
     assert before.window in windows and final.window in windows
     # the averages are the metrics' scores, each window's entering `maturity_windows` windows late
     averages, pending = {str(uid): 0.0 for uid in range(mg.n)}, {}
     scoring = net.config.scoring
     for w in windows:
-        record = next(r for r in records if r["window"] == w)
+        record = next(r for window, r in records if window == w)
         scores = {
-            str(uid): None if f"unmeasured/{uid}" in record else record.get(f"score/{uid}", 0.0)
-            for uid in range(mg.n)
+            str(uid): None if uid in record.unmeasured else record.scores.get(uid, 0.0) for uid in range(mg.n)
         }
         pending = add_window(pending, w, scores)
         averages, pending = mature(averages, pending, w - scoring.maturity_windows, scoring.ema_alpha)
     assert final.averages == pytest.approx([averages[str(uid)] for uid in range(mg.n)], abs=1e-12)
 
-    agreement = [
-        r["leader_agreed_last_window"] for r in records if r.get("leader_agreed_last_window") is not None
-    ]
+    agreement = [r.leader_agreed_last_window for _, r in records if r.leader_agreed_last_window is not None]
     assert agreement and all(a == 1.0 for a in agreement), agreement
     # its own aggregate of the window it was killed in is kept with its state, so the window after
     # compares it with the followed one although the process that published it is gone
     if before.own_aggregate is not None:
-        after = [r for r in records if r["window"] == before.own_aggregate.window + 1]
-        assert all(r.get("leader_agreed_last_window") is not None for r in after), after
+        after = [r for w, r in records if w == before.own_aggregate.window + 1]
+        assert all(r.leader_agreed_last_window is not None for r in after), after
 
     done = processed_windows(net)
     first, last = heldout_losses(net, done[0], done[-1])

@@ -37,17 +37,15 @@ def test_steering_leaders_are_refused_named_and_the_honest_validator_followed(le
     colluder, poisoner, reweighter, honest = (hotkey(net, f"validator{i}") for i in range(4))
     assert net.neuron("validator0").args[-2:] == ["--validator.colluder", hotkey(net, "adversary-poison")]
     windows = processed_windows(net)
-    reports = [r for r in signed_reports(net, windows + [windows[-1] + 1]) if r["validator"] == honest]
-    refused = [r for report in reports for r in report["refused"]]
-    assert any(r["validator"] == colluder and any(w in r["reason"] for w in OVERRULED) for r in refused), (
-        refused
-    )
+    reports = [r for r in signed_reports(net, windows + [windows[-1] + 1]) if r.validator == honest]
+    refused = [r for report in reports for r in report.refused]
+    assert any(r.validator == colluder and any(w in r.reason for w in OVERRULED) for r in refused), refused
     assert any(
-        r["validator"] == poisoner and "that the miner's signed manifest does not name" in r["reason"]
+        r.validator == poisoner and "that the miner's signed manifest does not name" in r.reason
         for r in refused
     ), refused
     assert any(
-        r["validator"] == reweighter and "but its signed report's scores give" in r["reason"] for r in refused
+        r.validator == reweighter and "but its signed report's scores give" in r.reason for r in refused
     ), refused
 
     for neuron in net.neurons:
@@ -58,7 +56,7 @@ def test_steering_leaders_are_refused_named_and_the_honest_validator_followed(le
 
     miners = {hotkey(net, f"miner{i}") for i in range(3)}
     for report in reports:
-        for hk in miners & report["miners"].keys():
-            assert report["miners"][hk]["reason"] is None, (report["window"], report["miners"][hk])
+        for hk in miners & report.miners.keys():
+            assert report.miners[hk].reason is None, (report.window, report.miners[hk])
     first, last = heldout_losses(net, windows[0], windows[-1])
     assert last < first - 0.3, (first, last)

@@ -2,23 +2,30 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
+from support.metrics_lines import reveal_record, train_record, validator_record
+
 from distrai.node.metrics import Metrics, read_metrics
+from distrai.node.metrics_records import RevealRecord, TrainRecord
 
 
 def test_records_append_and_survive_a_torn_last_line(tmp_path):
     path = tmp_path / "m" / "metrics.jsonl"
     metrics = Metrics(path, role="miner", hotkey="5abc", run_id="r")
-    metrics.log(3, {"loss": 2.5, "tokens_per_s": 100.0, "bad": math.nan})
-    metrics.log(4, {"loss": 2.0})
+    metrics.log(3, train_record(loss_first=2.5, loss_last=math.nan))
+    metrics.log(4, train_record(loss_first=2.0))
     metrics.close()
     with path.open("a") as f:
         f.write('{"window": 5, "lo')
     records = read_metrics(path)
-    assert [r["window"] for r in records] == [3, 4]
-    assert records[0]["loss"] == 2.5 and records[0]["bad"] is None and records[0]["role"] == "miner"
+    assert [r.window for r in records] == [3, 4]
+    first = records[0].record
+    assert isinstance(first, TrainRecord) and records[0].role == "miner"
+    assert first.loss_first == 2.5 and first.loss_last is None, "a loss that is not finite is written as null"
+    assert json.loads(path.read_text().splitlines()[0])["loss_last"] is None
 
 
 def test_a_restarted_node_keeps_its_first_record_after_a_torn_line(tmp_path):
@@ -26,18 +33,18 @@ def test_a_restarted_node_keeps_its_first_record_after_a_torn_line(tmp_path):
     (a miner's resumed reveal, say) must not be glued to it."""
     path = tmp_path / "metrics.jsonl"
     first = Metrics(path, role="miner", hotkey="5abc", run_id="r")
-    first.log(3, {"event": "train"})
+    first.log(3, train_record())
     first.close()
     with path.open("a") as f:
         f.write('{"window": 4, "event": "rev')
     again = Metrics(path, role="miner", hotkey="5abc", run_id="r")
-    again.log(4, {"event": "reveal"})
-    again.log(5, {"event": "train"})
+    again.log(4, reveal_record())
+    again.log(5, train_record())
     again.close()
-    assert [(r["window"], r["event"]) for r in read_metrics(path)] == [
-        (3, "train"),
-        (4, "reveal"),
-        (5, "train"),
+    assert [(r.window, type(r.record)) for r in read_metrics(path)] == [
+        (3, TrainRecord),
+        (4, RevealRecord),
+        (5, TrainRecord),
     ]
     assert path.read_text().count("\n") == 4, "one newline ends the torn line, none is added when whole"
     Metrics(path, role="miner", hotkey="5abc", run_id="r").close()
@@ -50,11 +57,11 @@ def test_wandb_runs_offline_without_an_api_key(tmp_path, monkeypatch):
     metrics = Metrics(
         tmp_path / "metrics.jsonl", role="validator", hotkey="5xyz", run_id="r", wandb_project="distrai"
     )
-    metrics.log(1, {"score/0": 0.5, "note": "text is kept locally only"})
+    metrics.log(1, validator_record(scores={0: 0.5}))
     metrics.close()
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and any(runs[0].rglob("*.wandb"))
-    assert read_metrics(tmp_path / "metrics.jsonl")[0]["score/0"] == 0.5
+    assert json.loads((tmp_path / "metrics.jsonl").read_text())["score/0"] == 0.5
 
 
 def high_water_bytes() -> int:
@@ -67,10 +74,11 @@ def test_every_record_carries_the_process_peak_memory(tmp_path):
     path = tmp_path / "metrics.jsonl"
     metrics = Metrics(path, role="miner", hotkey="5abc", run_id="r")
     before = high_water_bytes()
-    metrics.log(1, {"loss": 2.0})
+    metrics.log(1, train_record())
     after = high_water_bytes()
     metrics.close()
     (record,) = read_metrics(path)
     # getrusage and /proc count pages at slightly different moments: within 1% of each other
-    assert 0.99 * before <= record["peak_rss_bytes"] <= 1.01 * after
-    assert "cuda_peak_bytes" not in record, "a process that used no GPU records no GPU peak"
+    assert 0.99 * before <= record.peak_rss_bytes <= 1.01 * after
+    assert record.cuda_peak_bytes is None, "a process that used no GPU records no GPU peak"
+    assert "cuda_peak_bytes" not in json.loads(path.read_text())

@@ -1,20 +1,23 @@
 """Each kind of metrics record is one model, written as one flat JSON line and read back through it;
-a line that is not a record is refused by name."""
+a line that is not a record is refused by name, and a reader skips it and says where it was."""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 
 import pytest
-from support.metrics_lines import line, reveal_record, train_record, validator_record
+from support.metrics_lines import line, reveal_record, train_record, validator_record, write_lines
 
+from distrai.node.metrics import Metrics, last_record, read_metrics
 from distrai.node.metrics_records import (
     LinkRecord,
     LostRecord,
     MetricsError,
     MetricsRecord,
     TornLine,
+    ValidatorWindowRecord,
     parse_line,
 )
 
@@ -112,3 +115,42 @@ def test_a_line_that_is_not_a_record_is_refused_by_name(text, said):
 def test_a_line_cut_short_is_torn():
     with pytest.raises(TornLine, match="a write cut short"):
         parse_line(GOOD[: len(GOOD) // 2])
+
+
+def test_a_reader_skips_a_torn_line_quietly_and_any_other_line_with_a_warning(tmp_path, caplog):
+    path = tmp_path / "metrics.jsonl"
+    write_lines(path, [line(1, train_record()), line(2, reveal_record())])
+    with path.open("a") as f:
+        f.write(GOOD[:40] + "\n" + GOOD.replace('"window": 4', '"window": "four"') + "\n")
+    write_lines(tmp_path / "tail", [line(3, train_record())])
+    with path.open("a") as f:
+        f.write((tmp_path / "tail").read_text())
+    with caplog.at_level(logging.WARNING, logger="distrai.node.metrics"):
+        assert [r.window for r in read_metrics(path)] == [1, 2, 3]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}, line 4: skipped, not a metrics record: window: Input should be a valid integer"
+    ]
+
+
+def test_the_last_record_passes_over_what_is_not_one(tmp_path, caplog):
+    path = tmp_path / "metrics.jsonl"
+    write_lines(path, [line(5, train_record()), line(6, validator_record())])
+    with path.open("a") as f:
+        f.write('{"window": 7, "event": "lost"}\n' + GOOD[:30])
+    with caplog.at_level(logging.WARNING, logger="distrai.node.metrics"):
+        last = last_record(path)
+    assert last is not None and last.window == 6 and isinstance(last.record, ValidatorWindowRecord)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}, line 2 from the end: skipped, not a metrics record: time: Field required"
+    ]
+
+
+def test_a_node_writes_each_record_kind_as_read_back(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    metrics = Metrics(path, role="miner", hotkey="5abc", run_id="r")
+    for window, record in enumerate(RECORDS.values()):
+        metrics.log(window, record)
+    metrics.close()
+    lines = read_metrics(path)
+    assert [x.record for x in lines] == list(RECORDS.values())
+    assert [(x.window, x.hotkey, x.run_id) for x in lines] == [(w, "5abc", "r") for w in range(len(RECORDS))]

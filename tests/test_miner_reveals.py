@@ -18,6 +18,7 @@ from support.local_harness import make_local_harness
 
 from distrai.chain.local import LocalChain
 from distrai.node.metrics import Metrics, read_metrics
+from distrai.node.metrics_records import LinkRecord, RevealRecord, TrainRecord
 from distrai.node.seat import Seat
 from distrai.protocol.layout import manifest_key, state_key, trajectory_key
 from distrai.protocol.run import load_run_config
@@ -75,6 +76,23 @@ def committed_window(net, config) -> tuple[Miner, dict]:
     jobs, _ = sealed_jobs(net[3])
     assert [j.window for j in jobs] == [WINDOW]
     return miner, {"job": jobs[0], "residual_before": residual_before}
+
+
+def test_a_miners_train_and_reveal_records_are_written_through_their_models(net, config, tmp_path):
+    harness = net[0]
+    path = tmp_path / "metrics.jsonl"
+    miner = new_miner(net, config, Metrics(path, role="miner", hotkey=net[1].hotkey.ss58_address, run_id="r"))
+    miner.run_window(WINDOW, stop=None)
+    harness.advance(commit_deadline(config.windows, WINDOW) + 1 - harness.local.block())
+    result = miner.uploader.upload(miner.uploader.jobs.get())
+    assert miner.metrics is not None
+    miner.metrics.close()
+    trained, revealed = read_metrics(path)
+    assert (trained.window, revealed.window) == (WINDOW, WINDOW)
+    assert isinstance(trained.record, TrainRecord) and isinstance(revealed.record, RevealRecord)
+    assert trained.record.steps_trained == config.train.inner_steps and trained.record.behaviour == "honest"
+    assert result is not None and revealed.record.uploaded_bytes == result.bytes_sent > 0
+    assert not revealed.record.reveal_late
 
 
 def test_a_restarted_miner_resumes_a_reveal_still_due_and_uploads_it_in_time(net, config):
@@ -163,9 +181,9 @@ def test_the_link_check_says_when_the_store_is_too_slow_for_the_run(tmp_path, co
     )
     with caplog.at_level(logging.INFO, logger="distrai.miner"):
         verdict = miner.check_link()
-    record = read_metrics(tmp_path / "metrics.jsonl")[-1]
-    assert record["event"] == "link"
-    assert record["link_margin"] == pytest.approx(verdict.margin)
+    record = read_metrics(tmp_path / "metrics.jsonl")[-1].record
+    assert isinstance(record, LinkRecord)
+    assert record.link_margin == pytest.approx(verdict.margin)
     # 0.05 s blocks leave (46 - 20 - 1) x 0.05 = 1.25 s for a reveal of ~13 MB (one fp32 state and a sample)
     if bandwidth is not None:
         assert not verdict.ok and verdict.margin < 0.2
@@ -174,8 +192,8 @@ def test_the_link_check_says_when_the_store_is_too_slow_for_the_run(tmp_path, co
     else:
         # an unthrottled store's rate depends on the machine: the record and the log follow the verdict
         assert 0 < verdict.measured_rate < math.inf
-        assert record["upload_rate_measured"] == pytest.approx(verdict.measured_rate)
-        assert record["upload_rate_needed"] == pytest.approx(verdict.required_rate)
+        assert record.upload_rate_measured == pytest.approx(verdict.measured_rate)
+        assert record.upload_rate_needed == pytest.approx(verdict.required_rate)
         level = logging.INFO if verdict.ok else logging.WARNING
         assert [r.levelno for r in caplog.records if "link check" in r.getMessage()] == [level]
     assert store.list("linkcheck/") == []

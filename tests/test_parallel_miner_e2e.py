@@ -39,7 +39,7 @@ def test_two_rank_miners_are_replayed_bit_for_bit_by_a_one_process_validator(lea
     windows = list(range(first, first + 3 * WINDOWS))
     colluder = hotkey(net, "validator0")
     assert net.neuron("validator0").args[-4:-2] == ["--validator.adversary", "collude"]
-    reports = [r for r in signed_reports(net, windows) if r["validator"] != colluder]
+    reports = [r for r in signed_reports(net, windows) if r.validator != colluder]
     parallel, sharded, single = (hotkey(net, name) for name in ("miner0", "miner1", "miner2"))
     store = open_store(net.store_url)
     limit = net.config.limits.max_manifest_bytes
@@ -61,15 +61,11 @@ def test_two_rank_miners_are_replayed_bit_for_bit_by_a_one_process_validator(lea
             assert m["sharded"] is is_sharded and m["replay_class"]["sharded"] is is_sharded
             assert m["replay_class"]["adamw"] == "fused" and m["replay_class"]["attention"] == "sdpa"
     replayed = {
-        hk: [
-            r["window"]
-            for r in reports
-            if r["miners"].get(hk, {}).get("verdicts", {}).get("replay") == "pass"
-        ]
+        hk: [r.window for r in reports if hk in r.miners and r.miners[hk].verdicts.get("replay") == "pass"]
         for hk in (parallel, sharded, single)
     }
     assert all(replayed.values()), (replayed, reports)
     for r in reports:
         for hk in (parallel, sharded, single):
-            if hk in r["miners"]:
-                assert r["miners"][hk]["reason"] is None, (r["window"], r["miners"][hk])
+            if hk in r.miners:
+                assert r.miners[hk].reason is None, (r.window, r.miners[hk])

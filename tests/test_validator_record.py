@@ -17,9 +17,11 @@ import logging
 from pathlib import Path
 
 import pytest
+from support.metrics_lines import line, train_record, validator_record, write_lines
 from test_validator_outage import CONFIG, WINDOW, Ticking, train
 
 from distrai.node.metrics import Metrics, last_record, read_metrics
+from distrai.node.metrics_records import MetricsLine, ValidatorWindowRecord
 from distrai.node.seat import Seat
 from distrai.protocol.run import load_run_config
 from distrai.protocol.runtime import build_runtime
@@ -52,12 +54,12 @@ def checked(tmp_path_factory):
     return harness, work, read_metrics(work / "metrics.jsonl")[-1]
 
 
-def numbers(record: dict) -> dict:
+def numbers(record: MetricsLine) -> MetricsLine:
     """A record less what each write adds: its time and the process's memory peaks."""
-    return {k: v for k, v in record.items() if k not in ("time", "peak_rss_bytes", "cuda_peak_bytes")}
+    return record.model_copy(update={"time": 0.0, "peak_rss_bytes": 0, "cuda_peak_bytes": None})
 
 
-def restart(harness, work: Path, caplog) -> tuple[list[dict], list[str]]:
+def restart(harness, work: Path, caplog) -> tuple[list[MetricsLine], list[str]]:
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="distrai.validator"):
         validator = start_validator(harness, work)
@@ -69,10 +71,12 @@ def restart(harness, work: Path, caplog) -> tuple[list[dict], list[str]]:
 def test_the_saved_state_holds_the_windows_record(checked):
     harness, work, record = checked
     state = load_state(work / "validator_state.json", build_runtime(load_run_config(CONFIG)).run_id)
-    assert record["window"] == state.window == WINDOW
-    assert state.record is not None and state.record["updates"] == 1
-    assert {k: v for k, v in numbers(record).items() if k in state.record} == state.record
-    assert any(k.startswith("average/") for k in state.record), "the averages are in the record"
+    assert record.window == state.window == WINDOW
+    assert isinstance(state.record, ValidatorWindowRecord) and state.record.updates == 1
+    assert record.record == state.record
+    assert state.record.averages, "the averages are in the record"
+    saved = json.loads((work / "validator_state.json").read_text())["record"]
+    assert "average/0" in saved, "saved with the per-uid keys of the metrics file, as before"
 
 
 @pytest.mark.parametrize("left", ["nothing", "a torn line"])
@@ -89,7 +93,7 @@ def test_a_record_the_stop_kept_out_of_the_file_is_written_once_at_the_next_star
     assert last_record(work / "metrics.jsonl") is None
 
     records, said = restart(harness, work, caplog)
-    assert [r["window"] for r in records] == [WINDOW]
+    assert [r.window for r in records] == [WINDOW]
     assert numbers(records[-1]) == numbers(record)
     assert said == [
         f"window {WINDOW}: its metrics record was saved with the state but not written (the validator "
@@ -97,7 +101,7 @@ def test_a_record_the_stop_kept_out_of_the_file_is_written_once_at_the_next_star
     ]
 
     records, said = restart(harness, work, caplog)
-    assert [r["window"] for r in records] == [WINDOW], "written twice"
+    assert [r.window for r in records] == [WINDOW], "written twice"
     assert said == []
 
 
@@ -108,7 +112,7 @@ def test_a_record_already_in_the_file_is_not_written_again(checked, tmp_path, ca
     for name in ("validator_state.json", "metrics.jsonl"):
         (work / name).write_bytes((checked_work / name).read_bytes())
     records, said = restart(harness, work, caplog)
-    assert [r["window"] for r in records] == [WINDOW] and said == []
+    assert [r.window for r in records] == [WINDOW] and said == []
 
 
 def test_the_last_record_is_read_back_from_the_end_past_torn_and_long_lines(tmp_path):
@@ -116,8 +120,10 @@ def test_the_last_record_is_read_back_from_the_end_past_torn_and_long_lines(tmp_
     assert last_record(path) is None
     path.write_text("")
     assert last_record(path) is None
-    long = {"window": 7, "values": list(range(5000))}
-    path.write_text(json.dumps({"window": 6}) + "\n" + json.dumps(long) + "\n" + '{"window": 8, "va\n')
+    long = line(7, validator_record(weights=[0.0] * 5000, averages=[float(uid) for uid in range(5000)]))
+    write_lines(path, [line(6, train_record()), long])
+    with path.open("a") as f:
+        f.write('{"window": 8, "va\n')
     assert last_record(path, chunk=64) == long
     assert last_record(path, chunk=1 << 16) == long
     path.write_text('{"window": 8, "va\n\n')

@@ -7,11 +7,11 @@ import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from distrai.node.metrics import Metrics, last_record
+from distrai.node.metrics_records import ValidatorWindowRecord
 from validators.pay import Pending
 
 log = logging.getLogger("distrai.validator")
@@ -70,7 +70,7 @@ class ValidatorState(BaseModel):
     worker, again here after one was refuted (`validators.shared_scoring`)."""
     own_aggregate: OwnAggregate | None = None
     """The last aggregate this validator published (`validators.aggregating.leader_agreement`)."""
-    record: dict[str, Any] | None = None
+    record: ValidatorWindowRecord | None = None
     """The metrics record of `window`, saved with the scores it describes: a validator stopped after
     the save and before the record reached its metrics file writes it there when it starts again."""
 
@@ -138,7 +138,7 @@ def write_saved_record(state: ValidatorState, metrics: Metrics) -> None:
     if record is None:
         return
     last = last_record(metrics.path)
-    if last is not None and last.get("window", -1) >= state.window:
+    if last is not None and last.window >= state.window:
         return
     metrics.log(state.window, record)
     log.warning(

@@ -1,12 +1,13 @@
-"""A validator's metrics record of a window (`distrai.node.metrics`): what it checked, accepted and
-published, what it settled of the window before, how long it took, its weights, scores and moving
-averages. Pure; the validator saves it with its state and writes it to its metrics file."""
+"""A validator's metrics record of a window (`distrai.node.metrics_records.ValidatorWindowRecord`):
+what it checked, accepted and published, what it settled of the window before, how long it took,
+its weights, scores and moving averages. Pure; the validator saves it with its state and writes it
+to its metrics file."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from distrai.node.metrics_records import ValidatorWindowRecord
 from distrai.wire.verdicts import Number
 from distrai.wire.window_documents import Recheck, Refusal
 from validators.checks import MinerVerdict
@@ -51,30 +52,29 @@ class Took:
 
 def window_record(
     found: Found, agreement: float | None, published: Published, took: Took, averages: list[float]
-) -> dict[str, Any]:
+) -> ValidatorWindowRecord:
     """The record of the window `found` describes, with the moving `averages` after it."""
     verdicts, rechecks = found.verdicts, found.rechecks
-    return {
-        "updates": len(verdicts),
-        "accepted": len(published.accepted),
-        "validate_seconds": took.seconds,
-        "idle_seconds": took.idle,
-        "utilization": took.seconds / max(took.seconds + took.idle, 1e-9),
-        "leader_agreed_last_window": agreement,
-        "aggregates_refused": len(found.refused),
-        "findings_published": published.findings,
-        "findings_adopted": sum(r.outcome == ADOPTED for r in rechecks),
-        "findings_refuted": sum(r.outcome == REFUTED for r in rechecks),
-        "receipts_published": published.receipts,
-        "receipts_refuted": len(found.audit.refuted),
-        "bytes_received": took.bytes_synced
-        + sum(int(v.numbers.get(Number.UPDATE_BYTES, 0)) for v in verdicts),
-        "emission": took.emission,
-        **{f"weight/{uid}": x for uid, x in enumerate(took.weights)},
-        **{f"score/{v.uid}": v.score for v in verdicts if not v.unmeasured},
-        **{f"unmeasured/{v.uid}": 1 for v in verdicts if v.unmeasured},
-        **{f"average/{uid}": a for uid, a in enumerate(averages)},
-    }
+    return ValidatorWindowRecord(
+        updates=len(verdicts),
+        accepted=len(published.accepted),
+        validate_seconds=took.seconds,
+        idle_seconds=took.idle,
+        utilization=took.seconds / max(took.seconds + took.idle, 1e-9),
+        leader_agreed_last_window=agreement,
+        aggregates_refused=len(found.refused),
+        findings_published=published.findings,
+        findings_adopted=sum(r.outcome == ADOPTED for r in rechecks),
+        findings_refuted=sum(r.outcome == REFUTED for r in rechecks),
+        receipts_published=published.receipts,
+        receipts_refuted=len(found.audit.refuted),
+        bytes_received=took.bytes_synced + sum(int(v.numbers.get(Number.UPDATE_BYTES, 0)) for v in verdicts),
+        emission=took.emission,
+        weights=list(took.weights),
+        scores={v.uid: v.score for v in verdicts if not v.unmeasured},
+        unmeasured=sorted(v.uid for v in verdicts if v.unmeasured),
+        averages=list(averages),
+    )
 
 
 def time_spent(parts: list[tuple[str, float]]) -> str:

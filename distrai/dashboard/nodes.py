@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from distrai.node.metrics import LOST, read_metrics, utilization
+from distrai.node.metrics import read_metrics, utilization
+from distrai.node.metrics_records import LostRecord, MetricsLine, TrainRecord
 from distrai.node.wallets import public_hotkeys
 
 METRICS_FILE = "metrics.jsonl"
@@ -33,11 +34,11 @@ class NodeMetrics:
 
     def __init__(self, paths: list[Path]):
         self.paths = paths
-        self._read: dict[Path, tuple[tuple[int, int], dict[str, list[dict]]]] = {}
+        self._read: dict[Path, tuple[tuple[int, int], dict[str, list[MetricsLine]]]] = {}
 
-    def records(self) -> dict[str, list[dict]]:
+    def records(self) -> dict[str, list[MetricsLine]]:
         """Every record of the metrics files, by hotkey."""
-        by_hotkey: dict[str, list[dict]] = {}
+        by_hotkey: dict[str, list[MetricsLine]] = {}
         for path in metrics_files(self.paths):
             try:
                 stat = path.stat()
@@ -58,30 +59,23 @@ class NodeMetrics:
         return {hotkey: own_windows(records) for hotkey, records in self.records().items()}
 
 
-def own_windows(records: list[dict]) -> dict[int, str]:
-    """Window → what a miner's own metrics records say of it: trained and committed (its `train`
-    record, written once the commitment landed), or lost and why (`LOST`, the later word when both
-    are there: a reveal lost to a restart follows its window's train record)."""
+def own_windows(lines: list[MetricsLine]) -> dict[int, str]:
+    """Window → what a miner's own metrics records say of it: trained and committed (its
+    `TrainRecord`, written once the commitment landed), or lost and why (`LostRecord`, the later word
+    when both are there: a reveal lost to a restart follows its window's train record)."""
     said: dict[int, str] = {}
-    for r in records:
-        window = r.get("window")
-        if not isinstance(window, int):
-            continue
-        if r.get("event") == "train":
-            steps = r.get("steps_trained")
-            said[window] = (
-                f"trained {steps} steps and committed" if isinstance(steps, int) else "trained and committed"
-            )
-        elif r.get("event") == LOST:
-            said[window] = f"lost: {r.get('why') or 'no reason recorded'}"
+    for line in lines:
+        if isinstance(line.record, TrainRecord):
+            said[line.window] = f"trained {line.record.steps_trained} steps and committed"
+        elif isinstance(line.record, LostRecord):
+            said[line.window] = f"lost: {line.record.why or 'no reason recorded'}"
     return said
 
 
-def _by_hotkey(records: list[dict]) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
-    for record in records:
-        if isinstance(record, dict) and isinstance(record.get("hotkey"), str):
-            out.setdefault(record["hotkey"], []).append(record)
+def _by_hotkey(lines: list[MetricsLine]) -> dict[str, list[MetricsLine]]:
+    out: dict[str, list[MetricsLine]] = {}
+    for line in lines:
+        out.setdefault(line.hotkey, []).append(line)
     return out
 
 

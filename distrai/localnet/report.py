@@ -2,8 +2,8 @@
 `report.md` in the network's folder at the end of every run): for docs/gpu.md's smoke window.
 
 What it reads: each node's metrics (`metrics.jsonl`: the miners' train and reveal records, the
-validators' window records, every record's peak memory, `distrai.node.metrics`), the validators' signed
-window reports in the network's store (each challenged miner's replay: seconds, steps, distance and
+validators' window records, every record's peak memory, `distrai.node.metrics_records`), the
+validators' signed window reports in the network's store (`WindowReport`) (each challenged miner's replay: seconds, steps, distance and
 tolerance), and what the run measured at its end (`summary.json`: the held-out losses, the device,
 the model's size).
 
@@ -24,14 +24,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from distrai.node.metrics import node_records
+from distrai.node.metrics_records import MetricsLine, RevealRecord, TrainRecord, ValidatorWindowRecord
 from distrai.wire.verdicts import PASS, Check, Number
+from distrai.wire.window_documents import MinerEntry, WindowReport
 
 SUMMARY = "summary.json"
 REPORT = "report.md"
 GIB = 1 << 30
+
+R = TypeVar("R", TrainRecord, RevealRecord, ValidatorWindowRecord)
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,7 @@ class NodeRecords:
     name: str
     role: str
     hotkey: str | None
-    records: list[dict[str, Any]]
+    records: list[MetricsLine]
 
 
 def node_metrics(neurons) -> list[NodeRecords]:
@@ -47,22 +51,22 @@ def node_metrics(neurons) -> list[NodeRecords]:
     found = []
     for neuron in neurons:
         records = node_records(neuron.work_dir / "metrics.jsonl")
-        hotkey = next((r["hotkey"] for r in records if "hotkey" in r), None)
+        hotkey = records[0].hotkey if records else None
         found.append(NodeRecords(neuron.name, neuron.role, hotkey, records))
     return found
 
 
-def _events(node: NodeRecords, event: str | None) -> dict[int, dict[str, Any]]:
-    """The node's last record of `event` (None: a validator's window record) by window."""
-    return {r["window"]: r for r in node.records if r.get("event") == event}
+def _events(node: NodeRecords, kind: type[R]) -> dict[int, R]:
+    """The node's last record of `kind` by window."""
+    return {line.window: line.record for line in node.records if isinstance(line.record, kind)}
 
 
-def replay_verdict(entry: dict[str, Any]) -> str:
+def replay_verdict(entry: MinerEntry) -> str:
     """Whether a report's line for a miner says its replay was bit-exact."""
-    verdict = entry["verdicts"].get(Check.REPLAY)
-    numbers = entry["numbers"]
+    verdict = entry.verdicts.get(Check.REPLAY)
+    numbers = entry.numbers
     if verdict is None:
-        return entry.get("reason") or "not replayed"
+        return entry.reason or "not replayed"
     if verdict != PASS:
         return f"failed: {verdict[:80]}"
     if numbers.get(Number.REPLAY_TOLERANCE, 0.0) == 0.0:
@@ -89,43 +93,43 @@ def miners_table(nodes: list[NodeRecords]) -> list[str]:
         "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for node in (n for n in nodes if n.role == "miner"):
-        reveals = _events(node, "reveal")
-        for w, t in sorted(_events(node, "train").items()):
+        reveals = _events(node, RevealRecord)
+        for w, t in sorted(_events(node, TrainRecord).items()):
             reveal = reveals.get(w)
-            update = None if reveal is None else reveal["uploaded_bytes"] - reveal["revealed_bytes"]
+            update = None if reveal is None else reveal.uploaded_bytes - reveal.revealed_bytes
             lines.append(
-                f"| {w} | {node.name} | {t['steps_trained']} | {_s(t['train_seconds'])} | "
-                f"{t['tokens_per_s']:,.0f} | {_s(t.get('other_seconds'))} | {_bytes(update)} | "
-                f"{_s(None if reveal is None else reveal['upload_seconds'])} | "
-                f"{_bytes(None if reveal is None else reveal['revealed_bytes'])} |"
+                f"| {w} | {node.name} | {t.steps_trained} | {_s(t.train_seconds)} | "
+                f"{t.tokens_per_s:,.0f} | {_s(t.other_seconds)} | {_bytes(update)} | "
+                f"{_s(None if reveal is None else reveal.upload_seconds)} | "
+                f"{_bytes(None if reveal is None else reveal.revealed_bytes)} |"
             )
     return lines
 
 
-def replays_table(nodes: list[NodeRecords], reports: list[dict[str, Any]]) -> list[str]:
+def replays_table(nodes: list[NodeRecords], reports: list[WindowReport]) -> list[str]:
     lines = [
         "| window | validator | miner | replayed steps | replay s | replay s/step ÷ train s/step | bit-exact |",
         "|---:|---|---|---:|---:|---:|---|",
     ]
     names = {n.hotkey: n.name for n in nodes if n.hotkey}
     trained = {
-        (w, n.hotkey): t["train_seconds"] / t["steps_trained"]
+        (w, n.hotkey): t.train_seconds / t.steps_trained
         for n in nodes
         if n.role == "miner"
-        for w, t in _events(n, "train").items()
-        if t.get("steps_trained")
+        for w, t in _events(n, TrainRecord).items()
+        if t.steps_trained
     }
-    for report in sorted(reports, key=lambda r: (r["window"], names.get(r["validator"], ""))):
-        w = report["window"]
-        for hotkey, entry in sorted(report["miners"].items(), key=lambda kv: names.get(kv[0], kv[0])):
-            numbers = entry["numbers"]
+    for report in sorted(reports, key=lambda r: (r.window, names.get(r.validator, ""))):
+        w = report.window
+        for hotkey, entry in sorted(report.miners.items(), key=lambda kv: names.get(kv[0], kv[0])):
+            numbers = entry.numbers
             steps = numbers.get(Number.REPLAY_STEPS)
             if not steps:
                 continue
             per_step = numbers[Number.REPLAY_SECONDS] / steps
             ratio = per_step / trained[(w, hotkey)] if (w, hotkey) in trained else None
             lines.append(
-                f"| {w} | {names.get(report['validator'], report['validator'][:8])} | "
+                f"| {w} | {names.get(report.validator, report.validator[:8])} | "
                 f"{names.get(hotkey, hotkey[:8])} | {steps:.0f} | {_s(numbers[Number.REPLAY_SECONDS])} | "
                 f"{'–' if ratio is None else f'{ratio:.2f}'} | {replay_verdict(entry)} |"
             )
@@ -135,19 +139,16 @@ def replays_table(nodes: list[NodeRecords], reports: list[dict[str, Any]]) -> li
 def validators_table(nodes: list[NodeRecords]) -> list[str]:
     lines = ["| window | validator | validate s | updates accepted |", "|---:|---|---:|---:|"]
     for node in (n for n in nodes if n.role == "validator"):
-        for w, r in sorted(_events(node, None).items()):
-            if "validate_seconds" in r:
-                lines.append(
-                    f"| {w} | {node.name} | {_s(r['validate_seconds'])} | {r['accepted']}/{r['updates']} |"
-                )
+        for w, r in sorted(_events(node, ValidatorWindowRecord).items()):
+            lines.append(f"| {w} | {node.name} | {_s(r.validate_seconds)} | {r.accepted}/{r.updates} |")
     return lines
 
 
 def memory_table(nodes: list[NodeRecords]) -> list[str]:
     lines = ["| process | peak GPU memory | peak resident memory |", "|---|---:|---:|"]
     for node in nodes:
-        gpu = max((r["cuda_peak_bytes"] for r in node.records if "cuda_peak_bytes" in r), default=None)
-        rss = max((r["peak_rss_bytes"] for r in node.records if "peak_rss_bytes" in r), default=None)
+        gpu = max((r.cuda_peak_bytes for r in node.records if r.cuda_peak_bytes is not None), default=None)
+        rss = max((r.peak_rss_bytes for r in node.records), default=None)
         lines.append(f"| {node.name} | {_gib(gpu) if gpu is not None else 'no GPU used'} | {_gib(rss)} |")
     return lines
 
@@ -164,7 +165,7 @@ def heldout_line(summary: dict[str, Any] | None) -> str:
 
 
 def report_markdown(
-    title: str, nodes: list[NodeRecords], reports: list[dict[str, Any]], summary: dict[str, Any] | None
+    title: str, nodes: list[NodeRecords], reports: list[WindowReport], summary: dict[str, Any] | None
 ) -> str:
     sections = [
         f"## {title}",

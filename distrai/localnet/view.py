@@ -11,6 +11,7 @@ from distrai.chain.base import Metagraph
 from distrai.localnet.network import Localnet
 from distrai.localnet.report import REPORT, node_metrics, read_summary, report_markdown, write_summary
 from distrai.node.metrics import node_records, read_metrics, utilization
+from distrai.node.metrics_records import RevealRecord, TrainRecord, ValidatorWindowRecord
 from distrai.node.wallets import open_wallet
 from distrai.protocol.heldout import HeldoutCurve
 from distrai.protocol.layout import report_key
@@ -22,6 +23,7 @@ from distrai.store import StoreError
 from distrai.train.model import count_parameters
 from distrai.train.replay_class import device_name
 from distrai.wire import WireError, open_document
+from distrai.wire.window_documents import WindowReport, parse_body
 
 
 def live_table(net: Localnet) -> Table:
@@ -36,21 +38,20 @@ def live_table(net: Localnet) -> Table:
         table.add_column(col)
     for neuron in net.neurons:
         records = node_records(neuron.work_dir / "metrics.jsonl")
-        windows = [r for r in records if r.get("event") in (None, "train")]
+        windows = [r for r in records if isinstance(r.record, TrainRecord | ValidatorWindowRecord)]
         last = windows[-1] if windows else None
         uid = mg.uid_of(_hotkey(net, neuron.name))
-        if neuron.role == "miner" and last:
-            latest = (
-                f"loss {last['loss_first']:.3f} → {last['loss_last']:.3f}, {last['tokens_per_s']:.0f} tok/s"
-            )
-            reveals = [r for r in records if r.get("event") == "reveal"]
+        if last and isinstance(last.record, TrainRecord):
+            trained = last.record
+            latest = f"loss {_loss(trained.loss_first)} → {_loss(trained.loss_last)}, {trained.tokens_per_s:.0f} tok/s"
+            reveals = [r.record for r in records if isinstance(r.record, RevealRecord)]
             if reveals:
-                latest += f"; reveal {reveals[-1]['upload_seconds']:.1f} s"
-                latest += " (late)" if reveals[-1]["reveal_late"] else ""
-            if last.get("behaviour", "honest") != "honest":
-                latest = f"adversary {last['behaviour']}; {latest}"
-        elif last:
-            latest = f"{last['accepted']}/{last['updates']} updates accepted"
+                latest += f"; reveal {reveals[-1].upload_seconds:.1f} s"
+                latest += " (late)" if reveals[-1].reveal_late else ""
+            if trained.behaviour != "honest":
+                latest = f"adversary {trained.behaviour}; {latest}"
+        elif last and isinstance(last.record, ValidatorWindowRecord):
+            latest = f"{last.record.accepted}/{last.record.updates} updates accepted"
         else:
             latest = "starting"
         state = (
@@ -65,11 +66,15 @@ def live_table(net: Localnet) -> Table:
             neuron.name,
             str(uid),
             state,
-            str(last["window"]) if last else "—",
+            str(last.window) if last else "—",
             "—" if share is None else f"{share:.0%}",
             latest,
         )
     return table
+
+
+def _loss(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
 
 
 def _hotkey(net: Localnet, name: str) -> str:
@@ -99,7 +104,7 @@ def miner_results(net: Localnet, windows: list[int], mg: Metagraph) -> list[Mine
     chain = net.chain
     assert chain is not None, "the localnet made or opened its chain"
     leader = _hotkey(net, f"validator{len(net.options.leader_adversaries)}")
-    reports = [r["miners"] for r in signed_reports(net, windows) if r["validator"] == leader]
+    reports = [r.miners for r in signed_reports(net, windows) if r.validator == leader]
     leader_uid = mg.uid_of(leader)
     weights = chain.weights().get(leader_uid, {}) if leader_uid is not None else {}
     results = []
@@ -109,8 +114,8 @@ def miner_results(net: Localnet, windows: list[int], mg: Metagraph) -> list[Mine
         hotkey = _hotkey(net, neuron.name)
         uid = mg.uid_of(hotkey)
         assert uid is not None, "the localnet registered every miner"
-        scores = [r[hotkey]["score"] for r in reports if hotkey in r]
-        reasons = [r[hotkey]["reason"] for r in reports if hotkey in r and r[hotkey]["reason"]]
+        scores = [r[hotkey].score for r in reports if hotkey in r]
+        reasons = [reason for r in reports if hotkey in r and (reason := r[hotkey].reason)]
         n = mg.neurons[uid]
         records = node_records(neuron.work_dir / "metrics.jsonl")
         results.append(
@@ -123,7 +128,9 @@ def miner_results(net: Localnet, windows: list[int], mg: Metagraph) -> list[Mine
                 incentive=n.incentive,
                 emission=n.total_emission,
                 utilization=utilization(records),
-                late_reveals=sum(1 for r in records if r.get("event") == "reveal" and r["reveal_late"]),
+                late_reveals=sum(
+                    1 for r in records if isinstance(r.record, RevealRecord) and r.record.reveal_late
+                ),
                 last_rejection=reasons[-1] if reasons else "",
             )
         )
@@ -170,7 +177,7 @@ def trained_windows(net: Localnet) -> list[int]:
     for neuron in net.neurons:
         if neuron.role == "miner":
             records = node_records(neuron.work_dir / "metrics.jsonl")
-            windows.update(r["window"] for r in records if r.get("event") == "train")
+            windows.update(r.window for r in records if isinstance(r.record, TrainRecord))
     return sorted(windows)
 
 
@@ -205,13 +212,14 @@ def accepted_note(checked: list[int], trained: list[int], windows: int) -> str:
     return "\n".join(lines)
 
 
-def signed_reports(net: Localnet, windows: list[int]) -> list[dict]:
-    """Every validator's report of each of `windows`, signature checked, as report bodies."""
+def signed_reports(net: Localnet, windows: list[int]) -> list[WindowReport]:
+    """Every validator's report of each of `windows` that it signed and that reads as a report; one
+    that is missing or does not is left out."""
     store = net.open_store(create=False)
     assert net.chain is not None, "the localnet made or opened its chain"
     mg = net.chain.metagraph()
     max_bytes = net.config.limits.max_report_bytes
-    bodies = []
+    reports = []
     for w in windows:
         for neuron in net.neurons:
             if neuron.role != "validator":
@@ -224,10 +232,10 @@ def signed_reports(net: Localnet, windows: list[int]) -> list[dict]:
                     is_registered=lambda hk: mg.uid_of(hk) is not None,
                     signer=validator,
                 )
+                reports.append(parse_body(WindowReport, doc.body))
             except (StoreError, WireError):
                 continue
-            bodies.append(doc.body)
-    return bodies
+    return reports
 
 
 def heldout_curve(net: Localnet, windows: list[int]) -> list[float]:
@@ -294,5 +302,5 @@ def processed_windows(net: Localnet) -> list[int]:
     for neuron in net.neurons:
         path = neuron.work_dir / "metrics.jsonl"
         if neuron.role == "validator" and path.exists():
-            windows.update(r["window"] for r in read_metrics(path))
+            windows.update(r.window for r in read_metrics(path))
     return sorted(windows)

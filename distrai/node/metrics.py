@@ -1,12 +1,17 @@
 """Metrics of a node: one JSON line per record in a local file (the dashboard's source), and the
-same numbers to wandb (offline unless an API key is set). Every record carries the process's peak
-memory so far: its resident set (`peak_rss_bytes`) and, once the process uses a GPU, the most
-device memory torch has held at once (`cuda_peak_bytes`, `torch.cuda.max_memory_allocated`)."""
+same numbers to wandb (offline unless an API key is set). Each kind of record is a model
+(`distrai.node.metrics_records`), through which a line is written and read back. Every line carries
+the process's peak memory so far: its resident set (`peak_rss_bytes`) and, once the process uses a
+GPU, the most device memory torch has held at once (`cuda_peak_bytes`,
+`torch.cuda.max_memory_allocated`).
+
+A reader skips a line cut short by a node killed mid-write, as every node's file may hold one, and
+skips with a warning naming the file, the line and what is wrong a whole line that is not a record
+of any kind (a file written by another version, or by hand)."""
 
 from __future__ import annotations
 
-import json
-import math
+import logging
 import os
 import resource
 import sys
@@ -15,8 +20,17 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-LOST = "lost"
-"""The event of a miner's record of a window it set out to train and lost, with `why`."""
+from distrai.node.metrics_records import (
+    MetricsError,
+    MetricsLine,
+    MetricsRecord,
+    TornLine,
+    TrainRecord,
+    ValidatorWindowRecord,
+    parse_line,
+)
+
+log = logging.getLogger(__name__)
 
 
 class Metrics:
@@ -32,7 +46,7 @@ class Metrics:
         config: dict[str, Any] | None = None,
     ):
         self.path = path
-        self.base = {"role": role, "hotkey": hotkey, "run_id": run_id}
+        self.role, self.hotkey, self.run_id = role, hotkey, run_id
         path.parent.mkdir(parents=True, exist_ok=True)
         torn = _ends_in_a_torn_line(path)
         self._file = path.open("a", encoding="utf-8")
@@ -59,14 +73,24 @@ class Metrics:
                 reinit="create_new",
             )
 
-    def log(self, window: int, values: dict[str, Any]) -> None:
-        """Append one record; non-finite numbers are written as null (JSON has no NaN). Safe to call
-        from several threads (a miner logs its uploads from the uploading thread)."""
-        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in values.items()}
-        record = {"time": time.time(), "window": window, **self.base, **process_peaks(), **clean}
-        numbers = {k: v for k, v in clean.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    def log(self, window: int, record: MetricsRecord) -> None:
+        """Append one record of `window`; wandb gets its numbers. Safe to call from several threads (a
+        miner logs its uploads from the uploading thread)."""
+        rss, cuda = process_peaks()
+        line = MetricsLine(
+            time=time.time(),
+            window=window,
+            role=self.role,
+            hotkey=self.hotkey,
+            run_id=self.run_id,
+            peak_rss_bytes=rss,
+            cuda_peak_bytes=cuda,
+            record=record,
+        )
+        values = record.model_dump(mode="json")
+        numbers = {k: v for k, v in values.items() if isinstance(v, int | float) and not isinstance(v, bool)}
         with self._lock:
-            self._file.write(json.dumps(record, sort_keys=True) + "\n")
+            self._file.write(line.to_json() + "\n")
             self._file.flush()
             if self._wandb is not None:
                 self._wandb.log({"window": window, **numbers})
@@ -92,63 +116,72 @@ def _ends_in_a_torn_line(path: Path) -> bool:
         return False
 
 
-def process_peaks() -> dict[str, int]:
-    """This process's peak memory so far: resident set, and GPU memory once CUDA is in use (torch
-    is not imported for it: a process that never imported torch used no GPU)."""
-    peaks = {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+def process_peaks() -> tuple[int, int | None]:
+    """This process's peak memory so far, in bytes: resident set, and GPU memory once CUDA is in use
+    (None before; torch is not imported for it: a process that never imported torch used no GPU)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
-        peaks["cuda_peak_bytes"] = int(torch.cuda.max_memory_allocated())
-    return peaks
+        return rss, int(torch.cuda.max_memory_allocated())
+    return rss, None
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Every record of a metrics file; a torn last line (a node killed mid-write) is skipped."""
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
+def _read(path: Path, number: int | str, text: str | bytes) -> MetricsLine | None:
+    """Line `number` of `path` as its model, or None, said in a warning unless the line was torn."""
+    try:
+        return parse_line(text if isinstance(text, str) else text.decode("utf-8"))
+    except TornLine:
+        return None
+    except (MetricsError, UnicodeDecodeError) as exc:
+        log.warning("%s, line %s: skipped, not a metrics record: %s", path, number, exc)
+        return None
 
 
-def last_record(path: Path, chunk: int = 1 << 16) -> dict[str, Any] | None:
-    """The file's last whole record, read back from its end in `chunk`-byte steps; a torn line is
-    passed over; None when the file has no record or does not exist. A validator's file grows by a
-    record a window for the life of a run: at 256 uids (a weight, a score and an average each) one
-    record is 26.7 kB as `Metrics.log` writes it, so 72 windows a day of 1,200 s add 1.9 MB a day."""
+def read_metrics(path: Path) -> list[MetricsLine]:
+    """Every record of a metrics file, in order (`_read`: torn lines and other lines skipped)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [line for n, text in enumerate(lines, 1) if (line := _read(path, n, text)) is not None]
+
+
+def last_record(path: Path, chunk: int = 1 << 16) -> MetricsLine | None:
+    """The file's last record, read back from its end in `chunk`-byte steps, passing over lines
+    that are not records (`_read`, which names such a line by its place from the end); None when the
+    file has no record or does not exist. A validator's file grows by a record a window for the life
+    of a run: at 256 uids (a weight, a score and an average each) one record is 26.7 kB as
+    `Metrics.log` writes it, so 72 windows a day of 1,200 s add 1.9 MB a day."""
     try:
         f = path.open("rb")
     except FileNotFoundError:
         return None
     with f:
-        end, carry = f.seek(0, os.SEEK_END), b""
+        end, carry, back = f.seek(0, os.SEEK_END), b"", 0
         while end > 0:
             start = max(0, end - chunk)
             f.seek(start)
             lines = (f.read(end - start) + carry).split(b"\n")
             carry = lines.pop(0) if start > 0 else b""
-            for line in reversed(lines):
-                try:
-                    return json.loads(line)
-                except ValueError:
+            for text in reversed(lines):
+                if not text.strip():
                     continue
+                back += 1
+                if (line := _read(path, f"{back} from the end", text)) is not None:
+                    return line
             end = start
     return None
 
 
-def node_records(path: Path) -> list[dict]:
+def node_records(path: Path) -> list[MetricsLine]:
     return read_metrics(path) if path.exists() else []
 
 
-def utilization(records: list[dict]) -> float | None:
+def utilization(lines: list[MetricsLine]) -> float | None:
     """Busy seconds over wall seconds across a node's windows, the first one left out (its idle
     time is the wait for the network to start): train seconds for a miner, validate seconds for a
     validator."""
-    windows = [r for r in records if r.get("event") in (None, "train") and "utilization" in r][1:]
-    busy = sum(r.get("train_seconds", r.get("validate_seconds", 0.0)) for r in windows)
+    windows = [line.record for line in lines if isinstance(line.record, TrainRecord | ValidatorWindowRecord)]
+    busy = sum(r.train_seconds if isinstance(r, TrainRecord) else r.validate_seconds for r in windows[1:])
     wall = sum(
-        r.get("wall_seconds", r.get("validate_seconds", 0.0) + r.get("idle_seconds", 0.0)) for r in windows
+        r.wall_seconds if isinstance(r, TrainRecord) else r.validate_seconds + r.idle_seconds
+        for r in windows[1:]
     )
     return busy / wall if wall > 0 else None

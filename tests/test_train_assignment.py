@@ -141,6 +141,57 @@ def test_the_scored_sample_is_drawn_by_the_seed_from_the_steps_asked():
         trained_sample("run", 1, b"\x01" * 32, "a", 16, range(5, 5), batch, n, miners, 32)
 
 
+def reference_trained_sample(run_id, window, seed, hotkey, count, steps, batch_size, n, miners, unit=1):
+    """`trained_sample` as it first read: each draw's whole batch, then its drawn position."""
+    from distrai.train.assignment import _digest
+
+    picked: list[int] = []
+    for draw in range(4 * count):
+        digest = _digest("scored", run_id, window, seed.hex(), hotkey, draw)
+        step = steps[int.from_bytes(digest[:8], "little") % len(steps)]
+        position = int.from_bytes(digest[8:16], "little") % batch_size
+        index = batch_indices(run_id, window, hotkey, step, batch_size, n, miners, unit)[position]
+        if index not in picked:
+            picked.append(index)
+            if len(picked) == count:
+                break
+    return picked
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    miners=hotkeys,
+    window=st.integers(0, 10**6),
+    seed=st.binary(min_size=1, max_size=32),
+    count=st.integers(1, 80),
+    first=st.integers(0, 50),
+    length=st.integers(1, 20),
+    batch=st.integers(1, 9),
+    unit=st.sampled_from([1, 4, 32]),
+)
+def test_the_scored_sample_reads_each_drawn_sequence_as_its_batch_holds_it(
+    miners, window, seed, count, first, length, batch, unit
+):
+    """Each draw reads one sequence of its step's batch, not the whole batch: the same sample, in
+    the same order, as drawing from `batch_indices`."""
+    n = (len(miners) + 1) * batch * unit * 3 + unit
+    hotkey, steps = miners[0], range(first, first + length)
+    got = trained_sample("run", window, seed, hotkey, count, steps, batch, n, miners, unit)
+    assert got == reference_trained_sample("run", window, seed, hotkey, count, steps, batch, n, miners, unit)
+
+
+def test_the_scored_sample_refuses_what_batch_indices_refuses():
+    miners = ["a", "b", "c"]
+    with pytest.raises(ValueError, match="smaller than a batch of 8"):
+        trained_sample("run", 1, b"\x01", "a", 4, range(3), 8, 20, miners)
+    with pytest.raises(ValueError, match="batch_size must be at least 1"):
+        trained_sample("run", 1, b"\x01", "a", 4, range(3), 0, 400, miners)
+    with pytest.raises(ValueError, match="not among the window's 3 miners"):
+        trained_sample("run", 1, b"\x01", "z", 4, range(3), 8, 400, miners)
+    with pytest.raises(ValueError, match="step must be non-negative"):
+        trained_sample("run", 1, b"\x01", "a", 4, range(2, -3, -1), 8, 400, miners)
+
+
 def test_slots_rotate_between_windows():
     miners = [f"miner{i}" for i in range(8)]
     slots = {miner_slot("run", window, "miner0", miners) for window in range(40)}

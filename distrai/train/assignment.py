@@ -113,24 +113,58 @@ def batch_indices(
     unit: int = 1,
 ) -> list[int]:
     """Training-sequence indices of `hotkey`'s batch at inner `step` of `window`."""
-    if step < 0:
-        raise ValueError(f"step must be non-negative, got {step}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    slot = miner_slot(run_id, window, hotkey, miners)
-    n_units = _units(n_sequences, unit)
-    share_units = n_units // (len(miners) + 1)
-    size = share_units * unit
-    if size < batch_size:
-        raise ValueError(
-            f"{n_sequences} training sequences in units of {unit} give {len(miners)} miners shares of {size}, "
-            f"smaller than a batch of {batch_size}"
+    share = _Share.of(run_id, window, hotkey, batch_size, n_sequences, miners, unit)
+    return [share.sequence(step, j) for j in range(batch_size)]
+
+
+class _Share:
+    """One hotkey's share of a window (its slot among the window's miners, checked once), which
+    `batch_indices` and `trained_sample` read sequence by sequence."""
+
+    def __init__(
+        self, run_id: str, window: int, slot: int, batch_size: int, share_units: int, unit: int, n_units: int
+    ):
+        self.run_id, self.window, self.slot, self.batch_size = run_id, window, slot, batch_size
+        self.share_units, self.unit, self.n_units = share_units, unit, n_units
+
+    @classmethod
+    def of(
+        cls,
+        run_id: str,
+        window: int,
+        hotkey: str,
+        batch_size: int,
+        n_sequences: int,
+        miners: Sequence[str],
+        unit: int,
+    ) -> _Share:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        slot = miner_slot(run_id, window, hotkey, miners)
+        n_units = _units(n_sequences, unit)
+        share_units = n_units // (len(miners) + 1)
+        size = share_units * unit
+        if size < batch_size:
+            raise ValueError(
+                f"{n_sequences} training sequences in units of {unit} give {len(miners)} miners shares of "
+                f"{size}, smaller than a batch of {batch_size}"
+            )
+        return cls(run_id, window, slot, batch_size, share_units, unit, n_units)
+
+    def sequence(self, step: int, position: int) -> int:
+        """The training sequence at `position` of the batch of inner `step`."""
+        if step < 0:
+            raise ValueError(f"step must be non-negative, got {step}")
+        size = self.share_units * self.unit
+        return _share_sequence(
+            self.run_id,
+            self.window,
+            self.slot,
+            (step * self.batch_size + position) % size,
+            self.share_units,
+            self.unit,
+            self.n_units,
         )
-    first = step * batch_size
-    return [
-        _share_sequence(run_id, window, slot, (first + j) % size, share_units, unit, n_units)
-        for j in range(batch_size)
-    ]
 
 
 def assigned_indices(
@@ -203,14 +237,14 @@ def trained_sample(
         raise ValueError(
             f"steps must be a non-empty range from 0 up and count at least 1, got {steps} and {count}"
         )
-    picked: list[int] = []
+    share = _Share.of(run_id, window, hotkey, batch_size, n_sequences, miners, unit)
+    picked: dict[int, None] = {}
     for draw in range(4 * count):
         digest = _digest("scored", run_id, window, seed.hex(), hotkey, draw)
         step = steps[int.from_bytes(digest[:8], "little") % len(steps)]
         position = int.from_bytes(digest[8:16], "little") % batch_size
-        index = batch_indices(run_id, window, hotkey, step, batch_size, n_sequences, miners, unit)[position]
-        if index not in picked:
-            picked.append(index)
-            if len(picked) == count:
-                break
-    return picked
+        # the one sequence drawn, not its whole batch: a validator draws hundreds per update
+        picked.setdefault(share.sequence(step, position))
+        if len(picked) == count:
+            break
+    return list(picked)

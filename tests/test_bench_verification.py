@@ -1,0 +1,181 @@
+"""The tables of bench/verification.py (docs/verification.md) from a tiny adversary run of the real
+record types: validators' signed report bodies (`WindowReport`) and miners' metrics lines
+(`MetricsLine`), as the bench reads them from its networks. Each table follows from those records:
+an adversary's rejections by first failed check (a ban counts as a rejection, not as a check), its
+share of the emission against the honest miners', the honest miners' false rejections, each
+validator's replay seconds over the miners' training seconds of the same windows, the bytes an honest
+miner reveals, and the held-out loss with and without the damaging adversaries. The odds of catching
+a quarter-faker are the closed form of docs/verification.md, and the rate measured over the
+project's own challenge draws agrees with it.
+
+The bench itself is not run here: its `--quick` run is three local networks (17 adversaries, two
+honest miners, two validators, 120-s windows), minutes and far more CPU than a test of the suite may
+take. Its `--help` is parsed in this process.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from support.metrics_lines import line, reveal_record, train_record
+from test_bench_smoke import bench_module
+
+from distrai.protocol.run import load_run_config
+from distrai.wire.window_documents import MinerEntry, WindowReport
+
+V = bench_module("verification")
+RUN = "ab" * 32
+WINDOWS = [1, 2]
+
+
+def hotkey(name: str) -> str:
+    return f"5{name}".ljust(48, "x")
+
+
+HOTKEYS = {
+    name: hotkey(name) for name in ("validator0", "validator1", "miner0", "miner1", "adversary-lazy")
+} | {"adversary-badsig": hotkey("adversary-badsig")}
+BEHAVIOUR = {
+    HOTKEYS["miner0"]: "honest",
+    HOTKEYS["miner1"]: "honest",
+    HOTKEYS["adversary-lazy"]: "lazy",
+    HOTKEYS["adversary-badsig"]: "badsig",
+}
+
+
+def entry(reason: str | None, replayed: bool, seconds: float = 0.0, steps: float = 0.0) -> MinerEntry:
+    verdicts = {"manifest": "pass", "update": "pass"} | ({"replay": "pass"} if replayed else {})
+    if reason is not None:
+        verdicts[reason.split(":", 1)[0]] = reason
+    numbers = {"replay_seconds": seconds, "replay_steps": steps} if replayed else {}
+    return MinerEntry(
+        uid=1, verdicts=verdicts, numbers=numbers, score=0.0 if reason else 640.0, reason=reason
+    )
+
+
+def report(window: int, validator: str, false_rejection: str | None = None) -> WindowReport:
+    """A validator's report: both honest miners replayed (1.5 s and 5 steps each), `lazy` passing its
+    first window (not challenged) and caught replaying its second, `badsig` refused its manifest and
+    then barred."""
+    lazy = entry(None, False) if window == 1 else entry("replay: segment 3 ends elsewhere", True, 0.5, 5)
+    badsig = entry("manifest: bad signature" if window == 1 else "banned: barred until window 11", False)
+    return WindowReport(
+        run_id=RUN,
+        window=window,
+        validator=HOTKEYS[validator],
+        observed_block=120 * window + 95,
+        miners={
+            HOTKEYS["miner0"]: entry(None, True, 1.5, 5),
+            HOTKEYS["miner1"]: entry(false_rejection, True, 1.5, 5),
+            HOTKEYS["adversary-lazy"]: lazy,
+            HOTKEYS["adversary-badsig"]: badsig,
+        },
+        refused=[],
+    )
+
+
+def run_result(name: str, heldout: list[float], false_rejection: str | None = None):
+    """Windows 1 and 2 checked by both validators; window 0's training lies outside them."""
+    metrics = {
+        HOTKEYS[miner]: [line(0, train_record(train_seconds=99.0, steps_trained=999), HOTKEYS[miner])]
+        + [
+            line(w, train_record(train_seconds=50.0, steps_trained=160, bytes_sent=160_000), HOTKEYS[miner])
+            for w in WINDOWS
+        ]
+        + [
+            line(w, reveal_record(revealed_bytes=size), HOTKEYS[miner])
+            for w, size in zip(WINDOWS, sizes, strict=True)
+        ]
+        for miner, sizes in (("miner0", (10_000_000, 11_000_000)), ("miner1", (12_000_000, 13_000_000)))
+    }
+    return V.RunResult(
+        name=name,
+        windows=WINDOWS,
+        reports=[
+            report(w, v, false_rejection if w == 2 and v == "validator0" else None)
+            for w in WINDOWS
+            for v in ("validator0", "validator1")
+        ],
+        hotkeys=HOTKEYS,
+        emission={
+            HOTKEYS["miner0"]: 0.4,
+            HOTKEYS["miner1"]: 0.4,
+            HOTKEYS["adversary-lazy"]: 0.1,
+            HOTKEYS["adversary-badsig"]: 0.0,
+        },
+        miner_metrics=metrics,
+        heldout=heldout,
+        seconds=100.0,
+        behaviour=BEHAVIOUR,
+    )
+
+
+def test_each_adversary_row_counts_its_rejections_by_first_failed_check():
+    rows = V.adversary_rows(run_result("adversary run", [5.6, 5.0, 4.5]))
+    assert [row[0] for row in rows] == ["lazy", "badsig"]  # in the order of `ADVERSARIES`, present only
+    lazy, badsig = rows
+    # caught by, rejections by check, rejected, share rejected, share of all emission, vs mean honest
+    assert lazy[1:] == ["replay", "replay ×2", "2/4", "50%", f"{100 * 0.1 / 0.9:.2f}%", "25.00%"]
+    assert badsig[1:] == ["manifest", "manifest ×2", "4/4", "100%", "0.00%", "0.00%"]
+    assert len(V.ADVERSARY_HEADERS) == len(lazy)
+
+
+def test_honest_rows_count_false_rejections_and_replays():
+    clean = run_result("no adversaries", [5.6, 5.0, 4.5])
+    wronged = run_result("adversary run", [5.6, 5.0, 4.5], false_rejection="replay: 1.2e-07 from the end")
+    assert V.honest_counts([wronged, clean]) == [
+        ["adversary run", "8", "8", "1", "replay: 1.2e-07 from the end"],
+        ["no adversaries", "8", "8", "0", "—"],
+    ]
+    assert len(V.HONEST_HEADERS) == 5
+
+
+def test_the_cost_is_each_validators_replay_over_the_training_of_the_same_windows():
+    rows, fractions = V.cost_rows(run_result("adversary run", [5.6, 5.0, 4.5]))
+    # per validator and window: two honest replays of 1.5 s and lazy's of 0.5 s in window 2;
+    # training: 2 miners × 2 windows × 50 s and 160 steps (window 0's 99 s lie outside)
+    seconds, steps = 2 * 2 * 1.5 + 0.5, 2 * 2 * 5 + 5
+    assert fractions == {
+        "validator0": pytest.approx(seconds / 200.0),
+        "validator1": pytest.approx(seconds / 200.0),
+    }
+    row = ["6.5", "200.0", f"{100 * seconds / 200:.2f}%", f"{steps} / 640 = {100 * steps / 640:.2f}%"]
+    assert rows == [["validator0", *row], ["validator1", *row]]
+    assert len(V.COST_HEADERS) == len(rows[0])
+
+
+def test_revealed_bytes_are_the_honest_miners_medians():
+    assert V.revealed_bytes(run_result("adversary run", [5.6])) == (11_500_000, 160_000)
+
+
+def test_the_loss_table_compares_the_same_windows_and_counts_what_the_damaging_passed():
+    with_30 = run_result("30% adversarial", [5.6, 5.0, 4.6])
+    honest_only = run_result("no adversaries", [5.6, 5.0, 4.5, 4.1])
+    text = V.loss_table(with_30, honest_only)
+    rows = [line.split(" | ") for line in text.splitlines() if line[:3] in ("| 0", "| 1", "| 2", "| 3")]
+    assert [row[0].strip("| ") for row in rows] == ["0", "1", "2"]  # the shorter curve's windows
+    assert rows[2][3].strip(" |") == f"{4.6 / 4.5:.4f}"
+    assert text.endswith("that passed (not challenged, and useful enough): scaled 0/0, noise 0/0, lazy 2/4.")
+
+
+def test_the_odds_of_catching_a_quarter_faker():
+    config = load_run_config(V.BENCH_CONFIG)
+    n = config.train.inner_steps // config.train.segment_steps
+    faked = round(V.FAKED_SHARE * n)
+    for per_miner, share in ((1, 1.0), (2, 1.0), (3, 0.5)):
+        p = share * (faked + per_miner - 1) / n  # docs/verification.md's p = q · (m + s − 1) / n
+        expected = 1 - (1 - p) ** V.CATCH_WINDOWS
+        assert V.catch_probability(n, faked, per_miner, share, V.CATCH_WINDOWS) == pytest.approx(expected)
+    miners, trials = 2 + len(V.ADVERSARIES), 2000
+    predicted = V.catch_probability(n, faked, config.verification.challenge_segments, 1.0, V.CATCH_WINDOWS)
+    measured = V.measured_catch_rate(config, miners, trials)
+    assert abs(measured - predicted) < 5 * math.sqrt(predicted * (1 - predicted) / trials)
+
+
+def test_help_names_the_quick_run_and_the_output(capsys):
+    with pytest.raises(SystemExit) as done:
+        V.main(["--help"])
+    assert done.value.code == 0
+    shown = capsys.readouterr().out
+    assert "--quick" in shown and "--output" in shown and "python bench/verification.py --quick" in shown

@@ -1,6 +1,8 @@
 """The pure parts of bench/utilization.py: the two bench run configs, the link arithmetic, the window
-plan, the per-miner accounting and the report. The benchmark itself runs two localnets for half an
-hour; nothing here starts a process or times anything."""
+plan, the per-miner and per-validator accounting, the report and its calibration section, and the
+command's refusals before it starts anything. The benchmark itself runs three localnets (calibration,
+sequential, pipelined) for half an hour, and no smaller run of it fits a test's CPU: nothing here
+starts a process or times anything."""
 
 from __future__ import annotations
 
@@ -231,3 +233,83 @@ def test_losses_are_compared_at_the_tokens_the_shorter_run_reached():
     assert U.loss_at_tokens([0, 10, 30], [4.0, 3.0, 1.0], 20) == pytest.approx(2.0)
     with pytest.raises(ValueError, match="outside"):
         U.loss_at_tokens([0, 10], [4.0, 3.0], 11)
+
+
+def measured_calibration() -> object:
+    return U.Calibration(
+        windows=U.calibration_windows(load_run_config(U.PIPELINED_CONFIG).windows),
+        bandwidth=2.5e6,
+        train_s=[60.0, 62.0, 64.0],
+        step_s=[0.09, 0.1, 0.11],
+        other_s=[1.0, 1.5, 2.0],
+        validate_s=[9.0, 11.0],
+        validate_idle_s=[4.0],
+        upload_s=[12.0, 14.0],
+        seconds=300.0,
+    )
+
+
+def test_the_calibration_section_follows_from_its_measurements():
+    seq = run_result("sequential", False, 0.30, 48.0)
+    pipe = run_result("pipelined", True, 0.29, 48.0)
+    calibration = measured_calibration()
+    w = U.train_blocks(U.TARGET_STEPS * calibration.step_median, max(calibration.other_s))
+    assert w == math.ceil(480 * 0.1 + 2.0 + 0.5)
+    template = load_run_config(U.PIPELINED_CONFIG).windows
+    plan = U.plan_windows(template, train=w, reveal_s=14.0, validate_s=11.0, validate_idle_s=4.0)
+    link = U.link_for(
+        load_run_config(shipped_config_path("gpu-subnet")),
+        seq.config,
+        w * U.BLOCK_TIME,
+        gpu_params=GPU_PARAMS,
+    )
+    report = U.Report(
+        "python bench/utilization.py", "now", "test CPU", link, calibration, plan, seq, pipe, 9.0
+    )
+    section = U.markdown(report).split("## Calibration\n", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in row.strip("|").split("|")] for row in section.splitlines() if row[:2] == "| "]
+    assert rows[1:] == [
+        ["miner: train a window (3 miners side by side), s", "3", "62.0", "64.0"],
+        ["miner: a step, ms", "3", "100.0", "110.0"],
+        ["miner: other (sync, encode, stage, commit), s", "3", "1.5", "2.0"],
+        ["validator: validate a window while the miners train, s", "2", "10.0", "11.0"],
+        ["validator: validate a window with the miners idle (the last), s", "1", "4.0", "4.0"],
+        ["miner: upload a reveal, s", "2", "13.0", "14.0"],
+    ]
+    assert f"⌈480 × 0.1000 + 2.0 + 0.5⌉ = **{w} blocks**" in section
+    assert f"⌈14.0 s × 1.3⌉ + 1 = **{plan.reveal_blocks} blocks**" in section
+    assert f"pipelined window = W = **{w} blocks**" in section
+    assert f"for weights = **{plan.sequential.blocks_per_window} blocks**" in section
+    # `--calibrate-only` prints the measurements before any plan; `--no-calibrate` has none
+    assert U.calibration_lines(calibration, None) == U.calibration_lines(calibration, plan)[:3]
+    assert "`--no-calibrate`" in U.calibration_lines(None, None)[0]
+
+
+def test_validator_rows_count_late_and_refused_aggregates():
+    records = [
+        metrics_line(w, validator_record(validate_seconds=s, aggregates_refused=refused))
+        for w, s, refused in ((2, 8.0, 0), (3, 12.0, 1), (4, 10.0, 2))
+    ]
+    log = f"window 3: {U.AGGREGATE_LATE} (block 380)\nwindow 4: aggregate published\n"
+    stats = U.validator_stats("validator0", records, log)
+    assert (stats.windows, stats.late_aggregates, stats.refused) == ([2, 3, 4], 1, 3)
+    run = run_result("sequential", False, 0.30, 48.0)
+    run.validators = [stats]
+    phase = (run.config.windows.aggregate_offset - run.config.windows.reveal_offset) * U.BLOCK_TIME
+    assert U.validator_rows([run]) == [
+        ["sequential", "validator0", "2–4", "10.0", "12.0", f"{phase:.0f}", "1", "3"]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--calibrate-only", "--no-calibrate"], "exclude each other"),
+        (["--windows", "1"], "must be at least 2"),
+        (["--calibration-windows", "1"], "must be at least 2"),
+    ],
+)
+def test_the_command_refuses_what_cannot_run_before_it_starts_a_network(argv, says, capsys):
+    with pytest.raises(SystemExit) as done:
+        U.main(argv)
+    assert done.value.code == 2 and says in capsys.readouterr().err

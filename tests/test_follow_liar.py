@@ -17,7 +17,7 @@ from test_follow import CONFIG, WINDOW, build_network
 
 from distrai.protocol.globalmodel import SyncUnavailable
 from distrai.protocol.run import load_run_config
-from distrai.protocol.runtime import build_runtime, model_spec
+from distrai.protocol.runtime import build_runtime, model_spec, params_hash
 from distrai.protocol.sync import StoreCache, Syncer, peer_view
 from distrai.protocol.windows import aggregate_deadline
 from distrai.store import FileStore
@@ -65,9 +65,17 @@ def hotkey(net, name: str) -> str:
     return net.validators[name].hotkey.ss58_address
 
 
+HELDOUT_LOSSES: dict[tuple[str, str], float] = {}
+"""Held-out losses by run and parameters' hash: every test compares with the initial model's, and
+most follow the same honest aggregate (an evaluation of the held-out split takes about a CPU-second)."""
+
+
 def heldout_loss(runtime, params) -> float:
-    runtime.load_params(params)
-    return evaluate(runtime.model, runtime.data.heldout, loss_fn=runtime.loss_fn)
+    key = (runtime.run_id, params_hash(params))
+    if key not in HELDOUT_LOSSES:
+        runtime.load_params(params)
+        HELDOUT_LOSSES[key] = evaluate(runtime.model, runtime.data.heldout, loss_fn=runtime.loss_fn)
+    return HELDOUT_LOSSES[key]
 
 
 def leader_against_two_honest(runtime, updates, tmp_path, leader_scores):

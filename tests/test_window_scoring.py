@@ -137,17 +137,24 @@ def passed(
 
 
 @pytest.fixture(scope="module")
-def honest(runtime, model):
-    """What each honest miner publishes from the window's base."""
-    return {hk: published(runtime, model, trained(runtime, model.params, hk)) for hk in HONEST}
+def own_work(runtime, model):
+    """Each honest miner's pseudo-gradient from the window's base, trained once for the module (what
+    it publishes, the disguised copy and the unmeasured update start from it; none changes it)."""
+    return {hk: trained(runtime, model.params, hk) for hk in HONEST}
 
 
 @pytest.fixture(scope="module")
-def window(runtime, model, honest):
+def honest(runtime, model, own_work):
+    """What each honest miner publishes from the window's base."""
+    return {hk: published(runtime, model, own_work[hk]) for hk in HONEST}
+
+
+@pytest.fixture(scope="module")
+def window(runtime, model, own_work, honest):
     """Every miner's verdict after scoring."""
     base = model.params
     split = {hk: published(runtime, model, trained(runtime, base, hk, steps=QUARTER)) for hk in SPLIT}
-    original = trained(runtime, base, HONEST[0])
+    original = own_work[HONEST[0]]
     generator = torch.Generator().manual_seed(0)
     noisy = {n: t + 0.3 * t.std() * torch.randn(t.shape, generator=generator) for n, t in original.items()}
     other_residual = {
@@ -267,8 +274,8 @@ def test_the_aggregate_takes_each_piece_of_work_once(window):
     assert max(taken[hk] for hk in SPLIT) < min(taken[hk] for hk in HONEST)
 
 
-def test_an_update_nobody_measured_is_not_scored(runtime, model):
-    verdict = passed(runtime, HONEST[3], trained(runtime, model.params, HONEST[3]))
+def test_an_update_nobody_measured_is_not_scored(runtime, own_work):
+    verdict = passed(runtime, HONEST[3], {n: t.clone() for n, t in own_work[HONEST[3]].items()})
     score_window(runtime, [verdict], {}, {HONEST[3]: 10})
     assert verdict.unmeasured and verdict.passed and verdict.score == 0.0 and "useful" not in verdict.verdicts
 
@@ -285,31 +292,44 @@ def first_updates(runtime):
     return model, update, other
 
 
-def first_window(runtime, first_updates, honest_replayed: bool) -> dict[str, MinerVerdict]:
-    """Window 1 from the initial model: HONEST[0] trained on its own assignment, WRONGDATA on
-    HONEST[0]'s (the same steps on the same data from the same base: the same update), committed
-    first; HONEST[1] trained on its own. Nobody replayed, or HONEST[0]'s replay passed."""
-    model, update, other = first_updates
-    verdicts = [
+def first_verdicts(runtime, first_updates) -> list[MinerVerdict]:
+    """HONEST[0] trained on its own assignment, WRONGDATA on HONEST[0]'s (the same steps on the same
+    data from the same base: the same update); HONEST[1] trained on its own."""
+    _, update, other = first_updates
+    return [
         passed(runtime, HONEST[0], update, miners=FIRST_MINERS),
         passed(runtime, WRONGDATA, {n: t.clone() for n, t in update.items()}, miners=FIRST_MINERS),
         passed(runtime, HONEST[1], other, miners=FIRST_MINERS),
     ]
-    if honest_replayed:
-        verdicts[0].verdicts["replay"] = PASS
+
+
+@pytest.fixture(scope="module")
+def first_measured(runtime, first_updates):
+    """What window 1's three updates measured (once for the module: a replay's verdict does not
+    change what an update measures, only how it is scored)."""
+    model = first_updates[0]
     basis = WindowBasis.measured_outside(runtime, model, "0x" + "5d" * 32, FIRST_MINERS)
     seed = reveal_seed("0x" + "5d" * 32, runtime.run_id, 1)
-    measured = measure_updates(basis, seed, {v.hotkey: (FULL, v.update) for v in verdicts})
+    updates = {v.hotkey: (FULL, v.update) for v in first_verdicts(runtime, first_updates)}
+    return measure_updates(basis, seed, updates)
+
+
+def first_window(runtime, first_updates, first_measured, honest_replayed: bool) -> dict[str, MinerVerdict]:
+    """Window 1 from the initial model (`first_verdicts`), WRONGDATA committed first. Nobody
+    replayed, or HONEST[0]'s replay passed."""
+    verdicts = first_verdicts(runtime, first_updates)
+    if honest_replayed:
+        verdicts[0].verdicts["replay"] = PASS
     blocks = {HONEST[0]: 10, WRONGDATA: 9, HONEST[1]: 10}
-    score_window(runtime, verdicts, {hk: as_measurement(r) for hk, r in measured.items()}, blocks)
+    score_window(runtime, verdicts, {hk: as_measurement(r) for hk, r in first_measured.items()}, blocks)
     return {v.hotkey: v for v in verdicts}
 
 
 @pytest.mark.parametrize("honest_replayed", [False, True], ids=["nobody-replayed", "honest-replayed"])
 def test_training_on_another_miners_data_takes_nothing_from_it_in_a_first_window(
-    runtime, first_updates, honest_replayed
+    runtime, first_updates, first_measured, honest_replayed
 ):
-    got = first_window(runtime, first_updates, honest_replayed)
+    got = first_window(runtime, first_updates, first_measured, honest_replayed)
     assert got[HONEST[1]].score == full_pay(runtime), got[HONEST[1]].verdicts
     copier, honest = got[WRONGDATA], got[HONEST[0]]
     assert copier.score == 0.0 and not copier.fraud and "duplicate" in copier.verdicts, copier.verdicts

@@ -9,9 +9,9 @@
   land before the aggregate deadline (`publish_until`), the outage logged once when it starts and
   once when it ends.
 
-Two miners train, commit and reveal a window of the adversary config (every miner challenged), each
-into its own real file store; the validator's clock moves only when the test moves it, one block per
-wait and a few blocks per miner read in the first pass."""
+Two miners train, commit and reveal a window of the adversary config (every miner challenged; its
+window here 4 one-step segments), each into its own real file store; the validator's clock moves
+only when the test moves it, one block per wait and a few blocks per miner read in the first pass."""
 
 from __future__ import annotations
 
@@ -54,7 +54,12 @@ SLOW_READ_BLOCKS = 6  # blocks one miner's reads take in the first pass: two min
 
 @pytest.fixture(scope="module")
 def config():
-    return load_run_config(CONFIG)
+    """The adversary config with windows of 4 one-step segments, not 4 of three steps (every segment
+    still challenged and replayed): what is under test is how the validator reads through outages."""
+    run = load_run_config(CONFIG)
+    return run.model_copy(
+        update={"train": run.train.model_copy(update={"inner_steps": 4, "segment_steps": 1})}
+    )
 
 
 class Ticking(threading.Event):

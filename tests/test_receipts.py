@@ -12,6 +12,7 @@ import math
 
 import pytest
 import torch
+from support.short_windows import short_windows
 from test_validator_findings import CATCHER, CHECKER, basis_of, fresh, signed_manifest
 from test_validator_replay import CONFIG, MINER, WINDOW, publish, train
 
@@ -46,7 +47,8 @@ CATCHER_HK, CHECKER_HK = CATCHER.ss58_address, CHECKER.ss58_address
 
 @pytest.fixture(scope="module")
 def runtime():
-    return build_runtime(load_run_config(CONFIG))
+    """The adversary config's run, its windows 4 one-step segments (`short_windows`)."""
+    return build_runtime(short_windows(load_run_config(CONFIG)))
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ only when the test moves it."""
 from __future__ import annotations
 
 import pytest
+from support.short_windows import short_windows
 from test_validator_outage import CONFIG, WINDOW, Ticking, train
 
 from distrai.node.seat import Seat
@@ -30,7 +31,7 @@ from validators.validator import Validator, ValidatorOptions
 @pytest.fixture(scope="module")
 def validators(tmp_path_factory):
     root = tmp_path_factory.mktemp("receipts")
-    config = load_run_config(CONFIG)
+    config = short_windows(load_run_config(CONFIG))
     harness, _ = train(root, config, {"alpha": "alpha"}, absent=("skipper",))
     made = {}
     for name, behaviour in (("skipper", Skipper()), ("validator", None)):

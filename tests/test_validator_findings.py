@@ -10,6 +10,7 @@ import dataclasses
 
 import pytest
 from bittensor.keyfiles import Keypair
+from support.short_windows import short_windows
 from test_validator_replay import CONFIG, MINER, OTHER, WINDOW, publish, train, verify, window_basis
 
 from distrai.chain.base import Commitment, Metagraph, Neuron
@@ -44,7 +45,8 @@ BLOCK_HASH = "0x" + "5e" * 32
 
 @pytest.fixture(scope="module")
 def runtime():
-    return build_runtime(load_run_config(CONFIG))
+    """The adversary config's run, its windows 4 one-step segments (`short_windows`)."""
+    return build_runtime(short_windows(load_run_config(CONFIG)))
 
 
 @pytest.fixture(scope="module")

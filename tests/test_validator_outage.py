@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from support.io_errors import serve_again, serve_io_errors
 from support.local_harness import LocalHarness, make_local_harness
+from support.short_windows import short_windows
 
 from distrai.chain.local import LocalChain
 from distrai.node.seat import Seat
@@ -54,12 +55,9 @@ SLOW_READ_BLOCKS = 6  # blocks one miner's reads take in the first pass: two min
 
 @pytest.fixture(scope="module")
 def config():
-    """The adversary config with windows of 4 one-step segments, not 4 of three steps (every segment
-    still challenged and replayed): what is under test is how the validator reads through outages."""
-    run = load_run_config(CONFIG)
-    return run.model_copy(
-        update={"train": run.train.model_copy(update={"inner_steps": 4, "segment_steps": 1})}
-    )
+    """The adversary config with windows of 4 one-step segments (`short_windows`): what is under test
+    is how the validator reads through outages."""
+    return short_windows(load_run_config(CONFIG))
 
 
 class Ticking(threading.Event):

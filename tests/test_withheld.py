@@ -16,6 +16,7 @@ import dataclasses
 
 import pytest
 from bittensor.keyfiles import Keypair
+from support.short_windows import short_windows
 from test_validator_replay import CONFIG, MINER, OTHER, WINDOW, Window, publish, train, window_basis
 
 from distrai.protocol.announce import Announcement
@@ -58,7 +59,8 @@ class RefusingStore(FileStore):
 
 @pytest.fixture(scope="module")
 def runtime():
-    return build_runtime(load_run_config(CONFIG))
+    """The adversary config's run, its windows 4 one-step segments (`short_windows`)."""
+    return build_runtime(short_windows(load_run_config(CONFIG)))
 
 
 @pytest.fixture(scope="module")

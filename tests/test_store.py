@@ -678,6 +678,40 @@ def test_open_store_reads_s3_urls_and_round_trips_them() -> None:
     assert open_store("s3://bucket", region="eu-west-1").config.prefix == ""
 
 
+def signing_key(store: S3Store) -> str:
+    """The access key id the store's client signs its requests with."""
+    return store._client._request_signer._credentials.get_frozen_credentials().access_key
+
+
+def test_s3_stores_of_the_same_keys_share_a_session_and_never_a_stale_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A store's client comes from the process's boto3 session for its keys, region and AWS
+    environment (a new session loads botocore's models again): two stores of the same keys share one,
+    each with its own client; other keys, or the chain's keys changed in the environment, get another."""
+    from distrai.store.s3 import _boto3_session
+
+    endpoint = {"endpoint": "http://127.0.0.1:9", "path_style": True}
+    keys = {"access_key_id": "KEY-A", "secret_access_key": "secret-a"}
+    first, second = (open_store(f"s3://bucket/{name}", **endpoint, **keys) for name in ("one", "two"))
+    assert isinstance(first, S3Store) and isinstance(second, S3Store)
+    assert _boto3_session(first.config) is _boto3_session(second.config)
+    assert first._client is not second._client
+    assert signing_key(first) == signing_key(second) == "KEY-A"
+    other = open_store("s3://bucket/one", **endpoint, access_key_id="KEY-B", secret_access_key="secret-b")
+    assert isinstance(other, S3Store) and signing_key(other) == "KEY-B"
+    assert _boto3_session(other.config) is not _boto3_session(first.config)
+    # no keys given: boto3's chain, here the environment, read again once it has changed
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "ENV-1")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
+    chained = open_store("s3://bucket/one", **endpoint)
+    assert isinstance(chained, S3Store) and signing_key(chained) == "ENV-1"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "ENV-2")
+    changed = open_store("s3://bucket/one", **endpoint)
+    assert isinstance(changed, S3Store) and signing_key(changed) == "ENV-2"
+    assert signing_key(chained) == "ENV-1"
+
+
 @pytest.mark.parametrize(
     ("url", "options", "complaint"),
     [

@@ -90,7 +90,7 @@ def configure_logging(level: str) -> None:
     logging.basicConfig(
         level=level.upper(), format="%(message)s", handlers=[RichHandler(show_path=False, markup=False)]
     )
-    # boto3 says where it found the S3 keys once per client (a node opens one per store) at INFO
+    # boto3 says where it found the S3 keys once per session (distrai.store.s3: one per set of keys) at INFO
     logging.getLogger("botocore.credentials").setLevel(max(logging.WARNING, logging.getLogger().level))
 
 

@@ -32,6 +32,7 @@ import io
 import logging
 import os
 import re
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -234,26 +235,50 @@ def is_transient_s3_error(error: BaseException) -> bool:
     )
 
 
+_SESSIONS: dict[tuple[object, ...], boto3.session.Session] = {}
+_SESSIONS_LOCK = threading.Lock()
+
+
+def _boto3_session(config: S3Config) -> boto3.session.Session:
+    """The process's boto3 session for `config`'s keys and region in the present AWS environment (the
+    `AWS_*` variables and HOME, where boto3's chain looks): a new session loads botocore's service
+    models again, about 0.1 CPU-s, and a node opens a client per store it reads (a validator one per
+    miner's store). Call it under `_SESSIONS_LOCK`: a boto3 session is not thread-safe."""
+    environment = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    key = (
+        config.access_key_id,
+        config.secret_access_key,
+        config.session_token,
+        config.signing_region,
+        environment,
+        os.environ.get("HOME"),
+    )
+    session = _SESSIONS.get(key)
+    if session is None:
+        session = _SESSIONS[key] = boto3.session.Session(
+            aws_access_key_id=config.access_key_id,
+            aws_secret_access_key=config.secret_access_key,
+            aws_session_token=config.session_token,
+            region_name=config.signing_region,
+        )
+    return session
+
+
 def make_client(config: S3Config) -> Any:
     """A boto3 S3 client for `config`, with botocore's retries off and checksums only where required."""
-    session = boto3.session.Session(
-        aws_access_key_id=config.access_key_id,
-        aws_secret_access_key=config.secret_access_key,
-        aws_session_token=config.session_token,
-        region_name=config.signing_region,
-    )
-    return session.client(
-        "s3",
-        endpoint_url=config.endpoint_url,
-        config=Config(
-            s3={"addressing_style": "path" if config.path_style else "auto"},
-            retries={"mode": "standard", "total_max_attempts": 1},
-            connect_timeout=config.connect_timeout_s,
-            read_timeout=config.read_timeout_s,
-            request_checksum_calculation="when_required",
-            response_checksum_validation="when_required",
-        ),
-    )
+    with _SESSIONS_LOCK:
+        return _boto3_session(config).client(
+            "s3",
+            endpoint_url=config.endpoint_url,
+            config=Config(
+                s3={"addressing_style": "path" if config.path_style else "auto"},
+                retries={"mode": "standard", "total_max_attempts": 1},
+                connect_timeout=config.connect_timeout_s,
+                read_timeout=config.read_timeout_s,
+                request_checksum_calculation="when_required",
+                response_checksum_validation="when_required",
+            ),
+        )
 
 
 class S3Store(Store):

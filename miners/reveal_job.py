@@ -21,14 +21,25 @@ nor the codec residual it committed to:
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from miners.kept_states import state_file, steps_on_disk
 
 JOB_FILE = "job.json"
+
+
+class JobRecord(BaseModel):
+    """What `job.json` holds: the window and what its commitment anchored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    window: int = Field(ge=0)
+    manifest_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    residual_out_hash: str | None
 
 
 @dataclass(frozen=True)
@@ -70,13 +81,11 @@ class RevealJob:
 
     def seal(self) -> None:
         """Write `job.json` atomically: from here the folder is a complete job."""
-        record = {
-            "window": self.window,
-            "manifest_sha256": self.manifest_sha256,
-            "residual_out_hash": self.residual_out_hash,
-        }
+        record = JobRecord(
+            window=self.window, manifest_sha256=self.manifest_sha256, residual_out_hash=self.residual_out_hash
+        )
         tmp = self.folder / (JOB_FILE + ".tmp")
-        tmp.write_text(json.dumps(record, sort_keys=True))
+        tmp.write_text(record.model_dump_json())
         tmp.replace(self.folder / JOB_FILE)
 
     def prune(self, keep: list[int]) -> int:
@@ -107,15 +116,9 @@ def sealed_jobs(work_dir: Path) -> tuple[list[RevealJob], list[Path]]:
     jobs, unsealed = [], []
     for folder in sorted(root.iterdir()) if root.exists() else []:
         try:
-            record = json.loads((folder / JOB_FILE).read_text())
-            job = RevealJob(
-                window=int(record["window"]),
-                folder=folder,
-                manifest_sha256=str(record["manifest_sha256"]),
-                residual_out_hash=record["residual_out_hash"],
-            )
-        except (OSError, ValueError, KeyError, TypeError):
+            record = JobRecord.model_validate_json((folder / JOB_FILE).read_text())
+        except (OSError, ValidationError):
             unsealed.append(folder)
             continue
-        jobs.append(job)
+        jobs.append(RevealJob(record.window, folder, record.manifest_sha256, record.residual_out_hash))
     return sorted(jobs, key=lambda j: j.window), unsealed

@@ -3,9 +3,12 @@ validators' signed reports, each read through its model."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
 from support.metrics_lines import line, reveal_record, train_record, validator_record
 
-from distrai.localnet.report import NodeRecords, report_markdown
+from distrai.localnet.report import NodeRecords, RunSummary, read_summary, report_markdown, write_summary
 from distrai.wire.window_documents import MinerEntry, WindowReport
 
 VALIDATOR, MINER = "5V0" + "a" * 45, "5M0" + "c" * 45
@@ -47,3 +50,30 @@ def test_the_report_reads_each_table_from_the_records_and_the_signed_reports():
     assert "| 3 | validator0 | miner0 | 20 | 4.00 | 2.00 | yes |" in text
     assert "| 3 | validator0 | 4.50 | 1/2 |" in text
     assert "| miner0 | 3.00 GiB | 0.00 GiB |" in text and "| validator0 | no GPU used | 0.00 GiB |" in text
+
+
+SUMMARY = RunSummary(windows=[3, 4], losses=[5.5, 5.25, 5.0], sequences=16, device="cpu", parameters=985_536)
+
+
+def test_the_run_summary_reads_back_equal_and_the_report_quotes_it(tmp_path):
+    write_summary(tmp_path, SUMMARY)
+    assert read_summary(tmp_path) == SUMMARY
+    text = report_markdown("a run", [], [], read_summary(tmp_path))
+    assert "(16 held-out sequences): 5.500 → 5.250 → 5.000" in text
+    assert "after each of windows 3, 4" in text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{",
+        json.dumps({**SUMMARY.model_dump(), "losses": "low"}),
+        json.dumps({k: v for k, v in SUMMARY.model_dump().items() if k != "windows"}),
+        json.dumps({**SUMMARY.model_dump(), "extra": 1}),
+    ],
+    ids=["torn", "losses not a list", "windows missing", "unknown key"],
+)
+def test_a_summary_that_is_not_one_reads_as_none_and_the_report_says_not_measured(tmp_path, text):
+    (tmp_path / "summary.json").write_text(text)
+    assert read_summary(tmp_path) is None
+    assert "Held-out loss: not measured" in report_markdown("a run", [], [], read_summary(tmp_path))

@@ -104,7 +104,7 @@ def watch(net: Localnet, options: LocalnetOptions, console: Console, timeout: fl
         return True
     note = accepted_note(windows, trained_windows(net), options.windows)
     console.print(results_table(miner_results(net, windows, stopped), stopped.block, note))
-    losses = summarize(net, windows)["losses"]
+    losses = summarize(net, windows).losses
     console.print(
         f"held-out loss of the global model: {losses[0]:.3f} at window {windows[0]} → {losses[-1]:.3f} after "
         f"window {windows[-1]}"

@@ -21,10 +21,11 @@ the model's size).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from distrai.node.metrics import node_records
 from distrai.node.metrics_records import MetricsLine, RevealRecord, TrainRecord, ValidatorWindowRecord
@@ -153,19 +154,35 @@ def memory_table(nodes: list[NodeRecords]) -> list[str]:
     return lines
 
 
-def heldout_line(summary: dict[str, Any] | None) -> str:
-    if not summary or not summary.get("losses"):
+class RunSummary(BaseModel):
+    """What a local network's run measured at its end (`summary.json`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    windows: list[int]
+    """the windows validated"""
+    losses: list[float]
+    """the global model's held-out loss at the first window's start, then after each window"""
+    sequences: int
+    """held-out sequences evaluated"""
+    device: str
+    parameters: int
+    """the model's parameters"""
+
+
+def heldout_line(summary: RunSummary | None) -> str:
+    if summary is None or not summary.losses:
         return "Held-out loss: not measured (no window was validated)."
-    windows, losses = summary["windows"], summary["losses"]
+    windows, losses = summary.windows, summary.losses
     steps = " → ".join(f"{loss:.3f}" for loss in losses)
     return (
-        f"Held-out loss of the global model ({summary['sequences']} held-out sequences): {steps} "
+        f"Held-out loss of the global model ({summary.sequences} held-out sequences): {steps} "
         f"(at the start of window {windows[0]}, then after each of windows {', '.join(map(str, windows))})."
     )
 
 
 def report_markdown(
-    title: str, nodes: list[NodeRecords], reports: list[WindowReport], summary: dict[str, Any] | None
+    title: str, nodes: list[NodeRecords], reports: list[WindowReport], summary: RunSummary | None
 ) -> str:
     sections = [
         f"## {title}",
@@ -183,10 +200,14 @@ def report_markdown(
     return "\n\n".join(sections) + "\n"
 
 
-def read_summary(work: Path) -> dict[str, Any] | None:
-    path = work / SUMMARY
-    return json.loads(path.read_text()) if path.exists() else None
+def read_summary(work: Path) -> RunSummary | None:
+    """The run's summary in `work`; None when there is none (or it is not one: the report then says
+    the loss was not measured)."""
+    try:
+        return RunSummary.model_validate_json((work / SUMMARY).read_text())
+    except (OSError, ValidationError):
+        return None
 
 
-def write_summary(work: Path, summary: dict[str, Any]) -> None:
-    (work / SUMMARY).write_text(json.dumps(summary, indent=1))
+def write_summary(work: Path, summary: RunSummary) -> None:
+    (work / SUMMARY).write_text(summary.model_dump_json(indent=1))

@@ -9,7 +9,14 @@ from rich.table import Table
 
 from distrai.chain.base import Metagraph
 from distrai.localnet.network import Localnet
-from distrai.localnet.report import REPORT, node_metrics, read_summary, report_markdown, write_summary
+from distrai.localnet.report import (
+    REPORT,
+    RunSummary,
+    node_metrics,
+    read_summary,
+    report_markdown,
+    write_summary,
+)
 from distrai.node.metrics import node_records, read_metrics, utilization
 from distrai.node.metrics_records import RevealRecord, TrainRecord, ValidatorWindowRecord
 from distrai.node.wallets import open_wallet
@@ -263,30 +270,30 @@ def _heldout(net: Localnet, windows: list[int]) -> tuple[list[float], Runtime]:
     return [curve.loss(target) for target in [windows[0], *(w + 1 for w in windows)]], runtime
 
 
-def summarize(net: Localnet, windows: list[int]) -> dict:
+def summarize(net: Localnet, windows: list[int]) -> RunSummary:
     """What the run's end measures for its report (`report.py`): the held-out curve over
     `windows`, the device and the model's size; written to the network's folder."""
     losses, runtime = _heldout(net, windows)
-    summary = {
-        "windows": windows,
-        "losses": losses,
-        "sequences": int(runtime.data.heldout.shape[0]),
-        "device": device_name(runtime.device),
-        "parameters": count_parameters(runtime.model),
-    }
+    summary = RunSummary(
+        windows=windows,
+        losses=losses,
+        sequences=int(runtime.data.heldout.shape[0]),
+        device=device_name(runtime.device),
+        parameters=count_parameters(runtime.model),
+    )
     write_summary(net.work, summary)
     return summary
 
 
 def network_report(net: Localnet) -> str:
     """The network's report (`report.py`) from its folder, written there as report.md."""
-    summary = read_summary(net.work) or {}
+    summary = read_summary(net.work)
     cfg = net.config
     miners = sum(n.role == "miner" for n in net.neurons)
     validators = sum(n.role == "validator" for n in net.neurons)
-    size = f", {summary['parameters']:,} parameters" if "parameters" in summary else ""
+    size = f", {summary.parameters:,} parameters" if summary else ""
     title = (
-        f"Smoke window: {miners} miners and {validators} validator(s) on {summary.get('device', 'a device not recorded')}, "
+        f"Smoke window: {miners} miners and {validators} validator(s) on {summary.device if summary else 'a device not recorded'}, "
         f"run config {cfg.name} (preset {cfg.model.preset}{size}, vocabulary {cfg.data.vocab_size or 'of the tokenizer'}, "
         f"{cfg.train.batch_size} × {cfg.data.seq_len} tokens a step)"
     )

@@ -111,13 +111,20 @@ def run_network(name: str, work: Path, config: Path, honest: int, adversaries: t
     failed = [n.name for n in net.neurons if n.process.returncode != 0]
     if failed:
         raise SystemExit(f"{name}: {failed} exited with an error; logs in {work / 'logs'}")
+    return network_result(name, net, time.perf_counter() - started)
+
+
+def network_result(name: str, net: Localnet, seconds: float) -> RunResult:
+    """What the tables read of a finished network: its validators' signed reports of the windows they
+    processed, the emission of every miner (`miner{i}` honest, `adversary-{type}` the adversaries), the
+    miners' metrics and the held-out loss of each window's global model."""
     done = processed_windows(net)
     hotkeys = {
         n.name: open_wallet(n.name, "default", str(net.wallet_path)).hotkey.ss58_address for n in net.neurons
     }
     mg = net.chain.metagraph()
-    behaviour = {hotkeys[f"miner{i}"]: "honest" for i in range(honest)}
-    behaviour.update({hotkeys[f"adversary-{a}"]: a for a in adversaries})
+    behaviour = {hotkeys[f"miner{i}"]: "honest" for i in range(net.options.miners)}
+    behaviour.update({hotkeys[f"adversary-{a}"]: a for a in net.options.adversaries})
     return RunResult(
         name=name,
         windows=done,
@@ -130,7 +137,7 @@ def run_network(name: str, work: Path, config: Path, honest: int, adversaries: t
             if n.role == "miner" and (n.work_dir / "metrics.jsonl").exists()
         },
         heldout=heldout_curve(net, done),
-        seconds=time.perf_counter() - started,
+        seconds=seconds,
         behaviour=behaviour,
     )
 
@@ -182,7 +189,8 @@ def honest_counts(runs: list[RunResult]) -> list[list[str]]:
 
 
 def cost_rows(run: RunResult) -> tuple[list[list[str]], dict[str, float]]:
-    """Per validator: verification seconds over the miners' training seconds, same windows."""
+    """Per validator: verification seconds over the miners' training seconds, same windows (NaN where
+    it replayed no step or the miners trained none: nothing was measured)."""
     windows = set(run.windows)
     trains = [
         r.record
@@ -198,7 +206,7 @@ def cost_rows(run: RunResult) -> tuple[list[list[str]], dict[str, float]]:
         seconds = sum(e.numbers.get("replay_seconds", 0.0) for r in mine for e in r.miners.values())
         steps = sum(e.numbers.get("replay_steps", 0.0) for r in mine for e in r.miners.values())
         name = next(n for n, hk in run.hotkeys.items() if hk == validator)
-        fractions[name] = seconds / train_seconds if train_seconds else math.nan
+        fractions[name] = seconds / train_seconds if train_seconds and steps else math.nan
         rows.append(
             [
                 name,
@@ -276,6 +284,54 @@ def measured_catch_rate(config, miners: int, trials: int) -> float:
     return caught / trials
 
 
+# -- the targets ---------------------------------------------------------------------------------
+
+HONEST_VERIFICATIONS = 200
+"""Honest window-verifications the false-rejection target needs before it can be judged."""
+COST_TARGET = 0.05
+CATCH_TARGET = 0.99
+
+
+@dataclass(frozen=True)
+class Target:
+    text: str
+    """what was measured and what the target is"""
+    met: bool | None
+    """None: not measured (too few verifications, nothing replayed)"""
+
+    def line(self) -> str:
+        verdict = "not measured" if self.met is None else "met" if self.met else "MISSED"
+        return f"- {self.text}: {verdict}."
+
+
+def targets(
+    honest: list[list[str]], fractions: dict[str, float], predicted: float, measured: float
+) -> list[Target]:
+    """The verdicts of docs/verification.md's Targets from the honest rows (`honest_counts`), each
+    validator's cost fraction (`cost_rows`) and the computed and measured odds of catching a
+    quarter-faker. A target whose measurement is missing or too small to judge is not measured."""
+    verifications = sum(int(row[1]) for row in honest)
+    false = sum(int(row[3]) for row in honest)
+    lines = [
+        Target(
+            f"Honest false rejections: {false} over {verifications} honest window-verifications; "
+            f"target 0 over at least {HONEST_VERIFICATIONS}",
+            False if false else (True if verifications >= HONEST_VERIFICATIONS else None),
+        )
+    ]
+    for name, f in fractions.items():
+        text = f"Verification cost of {name}: {100 * f:.2f}% of the miners' training time; target ≤ {100 * COST_TARGET:.0f}%"
+        lines.append(Target(text, None if math.isnan(f) else f <= COST_TARGET))
+    lines.append(
+        Target(
+            f"Catching a quarter-faker within {CATCH_WINDOWS} windows: {predicted:.4f} computed, "
+            f"{measured:.4f} measured; target ≥ {CATCH_TARGET}",
+            min(predicted, measured) >= CATCH_TARGET,
+        )
+    )
+    return lines
+
+
 # -- the report -----------------------------------------------------------------------------------
 
 
@@ -340,9 +396,10 @@ def main(argv: list[str]) -> None:
     measured = measured_catch_rate(bench_config, miners, plan.catch_trials)
     cost, fractions = cost_rows(adversarial)
     revealed, update = revealed_bytes(adversarial)
+    honest = honest_counts([adversarial, with_30, honest_only])
     sections = {
         "adversaries": md_table(ADVERSARY_HEADERS, adversary_rows(adversarial)),
-        "honest": md_table(HONEST_HEADERS, honest_counts([adversarial, with_30, honest_only])),
+        "honest": md_table(HONEST_HEADERS, honest),
         "cost": md_table(COST_HEADERS, cost),
         "loss": loss_table(with_30, honest_only),
     }
@@ -415,16 +472,7 @@ def main(argv: list[str]) -> None:
         "",
         "## Targets",
         "",
-        f"- Honest false rejections: {sum(int(r[3]) for r in honest_counts([adversarial, with_30, honest_only]))} "
-        f"over {sum(int(r[1]) for r in honest_counts([adversarial, with_30, honest_only]))} honest "
-        "window-verifications; target 0 over at least 200.",
-        *[
-            f"- Verification cost of {name}: {100 * f:.2f}% of the miners' training time; target ≤ 5%: "
-            f"{'met' if f <= 0.05 else 'MISSED'}."
-            for name, f in fractions.items()
-        ],
-        f"- Catching a quarter-faker within {CATCH_WINDOWS} windows: {predicted:.4f} computed, {measured:.4f} "
-        f"measured; target ≥ 0.99: {'met' if min(predicted, measured) >= 0.99 else 'MISSED'}.",
+        *[target.line() for target in targets(honest, fractions, predicted, measured)],
         "",
         NOTES_MARKER,
     ]
@@ -433,7 +481,7 @@ def main(argv: list[str]) -> None:
     args.output.write_text(text)
     for title, headers, rows in (
         ("adversaries", ADVERSARY_HEADERS, adversary_rows(adversarial)),
-        ("honest miners", HONEST_HEADERS, honest_counts([adversarial, with_30, honest_only])),
+        ("honest miners", HONEST_HEADERS, honest),
         ("validator cost", COST_HEADERS, cost),
     ):
         table = Table(title=title)
@@ -442,7 +490,8 @@ def main(argv: list[str]) -> None:
         for row in rows:
             table.add_row(*row)
         console.print(table)
-    console.print(f"catch within {CATCH_WINDOWS} windows: computed {predicted:.4f}, measured {measured:.4f}")
+    for target in targets(honest, fractions, predicted, measured):
+        console.print(target.line())
     console.print(f"wrote {args.output}")
 
 

@@ -8,9 +8,12 @@ miner reveals, and the held-out loss with and without the damaging adversaries. 
 a quarter-faker are the closed form of docs/verification.md, and the rate measured over the
 project's own challenge draws agrees with it.
 
-The bench itself is not run here: its `--quick` run is three local networks (17 adversaries, two
-honest miners, two validators, 120-s windows), minutes and far more CPU than a test of the suite may
-take. Its `--help` is parsed in this process.
+The verdicts of its Targets follow from the same rows: met, MISSED, or not measured where the
+measurement is missing or too small to judge (fewer than 200 honest verifications, a validator that
+replayed nothing). The bench's launch is not run here: its `--quick` run is three local networks (17
+adversaries, two honest miners, two validators, 120-s windows), minutes and far more CPU than a test
+of the suite may take; tests/test_bench_verification_e2e.py runs its reading and tables on the
+suite's adversary network. Its `--help` is parsed in this process.
 """
 
 from __future__ import annotations
@@ -171,6 +174,50 @@ def test_the_odds_of_catching_a_quarter_faker():
     predicted = V.catch_probability(n, faked, config.verification.challenge_segments, 1.0, V.CATCH_WINDOWS)
     measured = V.measured_catch_rate(config, miners, trials)
     assert abs(measured - predicted) < 5 * math.sqrt(predicted * (1 - predicted) / trials)
+
+
+def test_the_cost_of_a_validator_that_replayed_nothing_is_not_measured():
+    run = run_result("adversary run", [5.6])
+    for r in run.reports:
+        for e in r.miners.values():
+            e.numbers.pop("replay_seconds", None)
+            e.numbers.pop("replay_steps", None)
+    _, fractions = V.cost_rows(run)
+    assert fractions.keys() == {"validator0", "validator1"}
+    assert all(math.isnan(f) for f in fractions.values())
+
+
+def verdicts(honest, fractions, predicted=0.995, measured=0.993):
+    return [t.met for t in V.targets(honest, fractions, predicted, measured)]
+
+
+def test_each_target_is_met_missed_or_not_measured():
+    enough = [["adversary run", "150", "150", "0", "—"], ["no adversaries", "60", "60", "0", "—"]]
+    cheap = {"validator0": 0.003, "validator1": 0.049}
+    assert verdicts(enough, cheap) == [True, True, True, True]
+    # one false rejection misses however few verifications there were
+    wronged = [["adversary run", "12", "12", "1", "replay: 1.2e-07 from the end"]]
+    assert verdicts(wronged, cheap)[0] is False
+    # no false rejection over too few verifications judges nothing
+    few = [["adversary run", "199", "199", "0", "—"]]
+    assert verdicts(few, cheap)[0] is None
+    # a validator over 5% misses; one that replayed nothing is not measured (not met by construction)
+    assert verdicts(enough, {"validator0": 0.051, "validator1": math.nan})[1:3] == [False, None]
+    # the catch target takes the lower of the computed and measured odds
+    assert verdicts(enough, cheap, predicted=0.995, measured=0.989)[-1] is False
+    assert verdicts(enough, cheap, predicted=0.989, measured=0.995)[-1] is False
+
+
+def test_the_target_lines_say_the_verdict_after_the_measurement():
+    lines = [
+        t.line() for t in V.targets([["r", "206", "206", "0", "—"]], {"validator1": 0.0027}, 0.9437, 0.9431)
+    ]
+    assert lines == [
+        "- Honest false rejections: 0 over 206 honest window-verifications; target 0 over at least 200: met.",
+        "- Verification cost of validator1: 0.27% of the miners' training time; target ≤ 5%: met.",
+        "- Catching a quarter-faker within 10 windows: 0.9437 computed, 0.9431 measured; target ≥ 0.99: MISSED.",
+    ]
+    assert V.Target("x", None).line() == "- x: not measured."
 
 
 def test_help_names_the_quick_run_and_the_output(capsys):

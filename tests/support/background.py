@@ -66,8 +66,9 @@ class Networks:
     in `env`."""
 
     listeners: list[Callable[..., None]] = []
-    """Called with `job`, `lane`, `ev` ("start" or "end") and, at an end, `finished`, as each job
-    starts and ends (`support.timeline` writes them down)."""
+    """Called with `job`, `lane`, `ev` and, at an end, `finished`, as each job starts ("start", in the
+    thread that then starts its processes), has started them ("launched", the same thread) and ends
+    ("end") (`support.timeline` writes them down)."""
 
     def __init__(
         self,
@@ -165,6 +166,8 @@ class Networks:
         except Exception as exc:
             self._done[name] = exc
             return
+        finally:
+            self._tell(job=name, lane=lane, ev="launched")
         self._running[lane] = _Running(name, net, time.monotonic())
 
     def _end(self, lane: int, finished: bool) -> None:

@@ -1,27 +1,33 @@
 """Where the full suite's time goes: a pytest plugin that writes each test's start, wall time and CPU
-(its own process's and its reaped children's) and each background job's start and end, as JSON
+(its own process's and its reaped children's) and each background job's start, end and CPU, as JSON
 lines, and a summary of such a file.
 
     TIMELINE=/tmp/timeline.jsonl python -m pytest -q -p support.timeline
     python tests/support/timeline.py /tmp/timeline.jsonl
 
 The children's CPU of a test counts every child reaped while it ran, background jobs' included, so
-read it as a hint. docs/testing.md quotes such runs.
+read it as a hint. A job's CPU is exact where the machine lets root make cgroup-v1 `cpuacct` groups
+(`JobCpu`): the thread that starts a job's processes is moved into a group of the job's own while it
+does, so that every process the job starts, and every process those start, is counted there; where
+it cannot, the summary says so. docs/testing.md quotes such runs.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import resource
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 T0 = time.monotonic()
+JOB_CPU = pytest.StashKey[tuple["Timeline", "JobCpu"]]()
 
 
 def _cpu() -> tuple[float, float]:
@@ -52,24 +58,88 @@ class Timeline:
         )
 
 
+class JobCpu:
+    """Each background job's CPU, from a cgroup-v1 `cpuacct` group of its own: the thread that starts
+    the job's processes is in the group from the job's "start" to its "launched", and what it forks
+    meanwhile (and what those fork) stays there."""
+
+    ROOT = Path("/sys/fs/cgroup/cpuacct")
+
+    def __init__(self) -> None:
+        self.prefix = f"distrai-timeline-{os.getpid()}-"
+        self.home: dict[int, Path] = {}
+        self.usable = os.access(self.ROOT, os.W_OK)
+
+    def group(self, job: str) -> Path:
+        return self.ROOT / (self.prefix + job)
+
+    def __call__(self, job: str, ev: str, **_) -> None:
+        if not self.usable:
+            return
+        tid = threading.get_native_id()
+        try:
+            if ev == "start":
+                self.group(job).mkdir(exist_ok=True)
+                self.home[tid] = self._current(tid)
+                (self.group(job) / "tasks").write_text(str(tid))
+            elif ev == "launched" and tid in self.home:
+                (self.home.pop(tid) / "tasks").write_text(str(tid))
+        except OSError:
+            self.usable = False
+
+    def _current(self, tid: int) -> Path:
+        for line in Path(f"/proc/self/task/{tid}/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if "cpuacct" in controllers.split(","):
+                return self.ROOT / path.lstrip("/")
+        return self.ROOT
+
+    def totals(self) -> dict[str, float]:
+        """Seconds of CPU of each job's group, its processes all ended (the groups are removed)."""
+        seconds = {}
+        for group in sorted(self.ROOT.glob(self.prefix + "*")):
+            seconds[group.name.removeprefix(self.prefix)] = int((group / "cpuacct.usage").read_text()) / 1e9
+            with contextlib.suppress(OSError):
+                group.rmdir()
+        return seconds
+
+
 def pytest_configure(config):
     timeline = Timeline(os.environ.get("TIMELINE", "timeline.jsonl"))
     config.pluginmanager.register(timeline, "timeline-writer")
     from support.background import Networks
 
-    Networks.listeners.append(timeline.emit)
+    jobs = JobCpu()
+    config.stash[JOB_CPU] = (timeline, jobs)
+    Networks.listeners.extend([timeline.emit, jobs])
+
+
+def pytest_unconfigure(config):
+    timeline, jobs = config.stash[JOB_CPU]
+    if jobs.usable:
+        for job, seconds in jobs.totals().items():
+            timeline.emit(job_cpu=job, cpu=round(seconds, 1))
+    else:
+        timeline.emit(job_cpu=None)
 
 
 def summary(path: str) -> None:
     rows = [json.loads(line) for line in Path(path).read_text().splitlines()]
-    print("background jobs (lane, name, start → end, seconds):")
+    cpu = {r["job_cpu"]: r["cpu"] for r in rows if r.get("job_cpu")}
+    measured = bool(cpu) or not any("job_cpu" in r for r in rows)
+    print("background jobs (lane, name, start → end, seconds, CPU-s):")
     started = {}
     for r in (r for r in rows if "job" in r):
         if r["ev"] == "start":
             started[r["job"]] = r["t"]
-        else:
+        elif r["ev"] == "end":
             begun = started.get(r["job"], 0.0)
-            print(f"  {r['lane']} {r['job']:24} {begun:7.1f} → {r['t']:7.1f} {r['t'] - begun:7.1f}")
+            used = f"{cpu[r['job']]:7.1f}" if r["job"] in cpu else "      —"
+            print(f"  {r['lane']} {r['job']:24} {begun:7.1f} → {r['t']:7.1f} {r['t'] - begun:7.1f} {used}")
+    if cpu:
+        print(f"  the jobs' CPU: {sum(cpu.values()):.1f} s")
+    elif not measured:
+        print("  (no job's CPU: this machine lets no cgroup-v1 cpuacct group be made)")
     tests = [r for r in rows if "test" in r]
     print(f"{len(tests)} tests, the last ending at {max(r['start'] + r['wall'] for r in tests):.1f} s")
     files: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0])

@@ -10,33 +10,14 @@ from rich.table import Table
 
 from distrai.chain.base import ChainError, Hyperparameters
 from distrai.chain.local import LocalChain
-from distrai.node.settings import Settings, WalletSettings, setting
+from distrai.node.settings import FlagSettings, Settings, WalletSettings, setting
 from distrai.node.wallets import open_wallet
 
-COMMIT_REVEAL_FIELDS = ("commit_reveal_weights", "commit_reveal_period")
-"""Hyperparameters `chain init` takes as `--commit-reveal` and `--reveal-period`, not by field name."""
-FIELD_HELP = {
-    "stake_threshold": "alpha a hotkey needs to set weights and to count in Yuma (default 0)",
-}
 NO_OWNER = (
     "a subnet needs an owner, whose hotkey publishes the run config (`distrai run publish`): pass "
     "--wallet.name NAME (a wallet made with `distrai wallet create`: its coldkey owns the subnet and its "
     "hotkey is the owner hotkey), or --owner-coldkey SS58 (and --owner-hotkey SS58)"
 )
-
-
-class Given(argparse.Action):
-    """Stores a flag's value and notes that the user gave it (`given`), so that a refusal can tell a
-    setting asked for from a default."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
-        namespace.given = {*getattr(namespace, "given", ()), self.dest}
-
-
-def given(args: argparse.Namespace) -> set[str]:
-    """The destinations of the flags the user gave (those stored with `Given`)."""
-    return set(getattr(args, "given", ()))
 
 
 class ChainFileSettings(Settings):
@@ -47,6 +28,104 @@ class ChainFileSettings(Settings):
         "--chain.path", "DISTRAI_CHAIN", "distrai-chain.db", "embedded chain file", aliases=["--chain"]
     )
     netuid: int = setting("--netuid", "DISTRAI_NETUID", 1, "subnet id")
+
+
+def yes(value: str) -> bool:
+    """A BOOL flag's value: 1, true or yes (any case) is true, anything else false."""
+    return value.lower() in ("1", "true", "yes")
+
+
+HP = Hyperparameters()
+"""The hyperparameters' defaults: `chain init`'s flags' defaults."""
+
+
+class ChainInitSettings(FlagSettings):
+    """`distrai chain init`'s settings of the subnet it creates, and its owner's addresses when no
+    --wallet.name names the owner: flags alone, no variables. Which flags were `given` matters: a file
+    that holds the subnet with other settings is refused, each setting that differs named, and one not
+    given named as a default (`LocalChain.create`'s `defaulted`)."""
+
+    block_time: float = setting("--block-time", None, 12.0, "seconds per block (default 12)", type=float)
+    emission_per_block: float = setting("--emission-per-block", None, 1.0, None, type=float)
+    owner_cut: float = setting("--owner-cut", None, 0.18, None, type=float)
+    owner_coldkey: str = setting(
+        "--owner-coldkey", None, "", "ss58 address of the subnet owner's coldkey (without --wallet.name)"
+    )
+    owner_hotkey: str = setting(
+        "--owner-hotkey",
+        None,
+        "",
+        "ss58 address of the subnet owner's hotkey (Yuma's owner uid; without --wallet.name)",
+    )
+    commit_reveal_weights: bool = setting(
+        "--commit-reveal",
+        None,
+        HP.commit_reveal_weights,
+        "validators commit weights sealed; the chain reveals them --reveal-period epochs later",
+        action="store_true",
+    )
+    commit_reveal_period: int = setting(
+        "--reveal-period",
+        None,
+        HP.commit_reveal_period,
+        f"epochs from a weights commit to its reveal (default {HP.commit_reveal_period})",
+        type=int,
+        metavar="EPOCHS",
+    )
+    tempo: int = setting("--tempo", None, HP.tempo, None, type=int)
+    max_uids: int = setting("--max-uids", None, HP.max_uids, None, type=int)
+    max_validators: int = setting("--max-validators", None, HP.max_validators, None, type=int)
+    immunity_period: int = setting("--immunity-period", None, HP.immunity_period, None, type=int)
+    min_allowed_weights: int = setting("--min-allowed-weights", None, HP.min_allowed_weights, None, type=int)
+    max_weight_limit: float = setting("--max-weight-limit", None, HP.max_weight_limit, None, type=float)
+    weights_rate_limit: int = setting("--weights-rate-limit", None, HP.weights_rate_limit, None, type=int)
+    activity_cutoff: int = setting("--activity-cutoff", None, HP.activity_cutoff, None, type=int)
+    kappa: float = setting("--kappa", None, HP.kappa, None, type=float)
+    bonds_moving_avg: float = setting("--bonds-moving-avg", None, HP.bonds_moving_avg, None, type=float)
+    yuma3: bool = setting("--yuma3", None, HP.yuma3, None, type=yes, metavar="BOOL")
+    stake_threshold: float = setting(
+        "--stake-threshold",
+        None,
+        HP.stake_threshold,
+        "alpha a hotkey needs to set weights and to count in Yuma (default 0)",
+        type=float,
+    )
+    commitment_max_bytes: int = setting(
+        "--commitment-max-bytes", None, HP.commitment_max_bytes, None, type=int
+    )
+    commitment_rate_limit: int = setting(
+        "--commitment-rate-limit", None, HP.commitment_rate_limit, None, type=int
+    )
+    max_registrations_per_block: int = setting(
+        "--max-registrations-per-block", None, HP.max_registrations_per_block, None, type=int
+    )
+
+    def hyperparameters(self) -> Hyperparameters:
+        return Hyperparameters(
+            tempo=self.tempo,
+            max_uids=self.max_uids,
+            max_validators=self.max_validators,
+            immunity_period=self.immunity_period,
+            min_allowed_weights=self.min_allowed_weights,
+            max_weight_limit=self.max_weight_limit,
+            weights_rate_limit=self.weights_rate_limit,
+            activity_cutoff=self.activity_cutoff,
+            kappa=self.kappa,
+            bonds_moving_avg=self.bonds_moving_avg,
+            yuma3=self.yuma3,
+            commit_reveal_weights=self.commit_reveal_weights,
+            commit_reveal_period=self.commit_reveal_period,
+            stake_threshold=self.stake_threshold,
+            commitment_max_bytes=self.commitment_max_bytes,
+            commitment_rate_limit=self.commitment_rate_limit,
+            max_registrations_per_block=self.max_registrations_per_block,
+        )
+
+    def defaulted(self) -> frozenset[str]:
+        """The subnet's settings whose flags were not given, by field name (the owner's addresses are
+        no such setting: --wallet.name may name the owner)."""
+        owner = {"owner_coldkey", "owner_hotkey"}
+        return frozenset(type(self).model_fields.keys() - owner - self.given)
 
 
 def wallet_args(parser: argparse.ArgumentParser, name_from_env: bool, name_help: str | None = None) -> None:
@@ -81,54 +160,7 @@ def add_chain_commands(groups: argparse._SubParsersAction) -> None:
         name_from_env=False,
         name_help="the subnet owner's wallet: its coldkey owns the subnet, its hotkey is the owner hotkey",
     )
-    defaults = Hyperparameters()
-    init.add_argument(
-        "--block-time", type=float, default=12.0, action=Given, help="seconds per block (default 12)"
-    )
-    init.add_argument("--emission-per-block", type=float, default=1.0, action=Given)
-    init.add_argument("--owner-cut", type=float, default=0.18, action=Given)
-    init.add_argument(
-        "--owner-coldkey",
-        default="",
-        help="ss58 address of the subnet owner's coldkey (without --wallet.name)",
-    )
-    init.add_argument(
-        "--owner-hotkey",
-        default="",
-        help="ss58 address of the subnet owner's hotkey (Yuma's owner uid; without --wallet.name)",
-    )
-    init.add_argument(
-        "--commit-reveal",
-        dest="commit_reveal_weights",
-        action=Given,
-        nargs=0,
-        const=True,
-        default=False,
-        help="validators commit weights sealed; the chain reveals them --reveal-period epochs later",
-    )
-    init.add_argument(
-        "--reveal-period",
-        dest="commit_reveal_period",
-        type=int,
-        default=defaults.commit_reveal_period,
-        action=Given,
-        metavar="EPOCHS",
-        help=f"epochs from a weights commit to its reveal (default {defaults.commit_reveal_period})",
-    )
-    for field, value in vars(defaults).items():
-        if field in COMMIT_REVEAL_FIELDS:
-            continue
-        flag = "--" + field.replace("_", "-")
-        if isinstance(value, bool):
-            init.add_argument(
-                flag,
-                type=lambda s: s.lower() in ("1", "true", "yes"),
-                default=value,
-                action=Given,
-                metavar="BOOL",
-            )
-        else:
-            init.add_argument(flag, type=type(value), default=value, action=Given, help=FIELD_HELP.get(field))
+    ChainInitSettings.add_flags(init)
     for name, text in (("status", "block, subnet and epoch"), ("metagraph", "every neuron of the subnet")):
         chain_args(chain.add_parser(name, help=text))
     register = chain.add_parser("register", help="register a wallet's hotkey on the subnet")
@@ -140,16 +172,16 @@ def add_chain_commands(groups: argparse._SubParsersAction) -> None:
     stake.add_argument("--amount", type=float, required=True)
 
 
-def owner_keys(args: argparse.Namespace) -> tuple[str, str]:
+def owner_keys(args: argparse.Namespace, init: ChainInitSettings) -> tuple[str, str]:
     """The subnet owner's coldkey and hotkey addresses: from its wallet, or as given."""
     if args.wallet_name is not None:
-        if args.owner_coldkey or args.owner_hotkey:
+        if init.owner_coldkey or init.owner_hotkey:
             raise ValueError("name the owner once: --wallet.name, or --owner-coldkey and --owner-hotkey")
         owner = open_wallet(args.wallet_name, args.wallet_hotkey, args.wallet_path)
         return owner.coldkeypub.ss58_address, owner.hotkey.ss58_address
-    if not args.owner_coldkey:
+    if not init.owner_coldkey:
         raise ValueError(NO_OWNER)
-    return args.owner_coldkey, args.owner_hotkey
+    return init.owner_coldkey, init.owner_hotkey
 
 
 def open_subnet(args: argparse.Namespace) -> LocalChain:
@@ -166,21 +198,20 @@ def subnet_exists(path: Path, netuid: int) -> bool:
 
 
 def cmd_chain_init(args: argparse.Namespace, console: Console) -> None:
-    coldkey, hotkey = owner_keys(args)
+    init = ChainInitSettings.from_args(args)
+    coldkey, hotkey = owner_keys(args, init)
     subnet = ChainFileSettings.from_args(args)
     existed = subnet_exists(Path(subnet.chain_path), subnet.netuid)
-    hp = Hyperparameters(**{k: getattr(args, k) for k in vars(Hyperparameters())})
-    settings = {"block_time", "emission_per_block", "owner_cut", *vars(Hyperparameters())}
     chain = LocalChain.create(
         Path(subnet.chain_path),
         netuid=subnet.netuid,
-        block_time=args.block_time,
-        hyperparameters=hp,
-        emission_per_block=args.emission_per_block,
-        owner_cut=args.owner_cut,
+        block_time=init.block_time,
+        hyperparameters=init.hyperparameters(),
+        emission_per_block=init.emission_per_block,
+        owner_cut=init.owner_cut,
         owner_coldkey=coldkey,
         owner_hotkey=hotkey,
-        defaulted=frozenset(settings - given(args)),
+        defaulted=init.defaulted(),
     )
     if existed:
         console.print(

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from distrai.chain_cmd import ChainFileSettings
+from distrai.chain_cmd import ChainFileSettings, ChainInitSettings
 from distrai.dashboard.cli import DashboardSettings
 from distrai.node.settings import ChainSettings, NodeSettings, SettingsError
 from distrai.run_cmd import PublishSettings
@@ -117,6 +117,26 @@ def test_every_setting_has_one_flag_and_one_variable():
             assert (flag.flag, flag.env) == (node[flag.name].flag, node[flag.name].env)
     dashboard = {f.name: f for f in DashboardSettings.flags()}
     assert dashboard["work_dir"].default == "~/.distrai/dashboard" and "store_bandwidth" not in dashboard
+
+
+def test_chain_inits_subnet_settings_are_flags_alone(monkeypatch):
+    """`distrai chain init`'s subnet settings have no variables: no environment is read, not even by
+    field name; `given` names the flags given, one given at its default too."""
+    for name in ("tempo", "TEMPO", "block_time", "BLOCK_TIME", "yuma3"):
+        monkeypatch.setenv(name, "7")
+    assert all(f.env is None for f in ChainInitSettings.flags())
+    settings = read(ChainInitSettings)
+    assert (settings.tempo, settings.block_time, settings.yuma3, settings.given) == (360, 12.0, True, set())
+    settings = read(ChainInitSettings, "--tempo", "360", "--commit-reveal", "--yuma3", "no")
+    assert settings.given == {"tempo", "commit_reveal_weights", "yuma3"}
+    assert (settings.tempo, settings.commit_reveal_weights, settings.yuma3) == (360, True, False)
+    assert settings.defaulted() == ChainInitSettings.model_fields.keys() - {
+        "tempo",
+        "commit_reveal_weights",
+        "yuma3",
+        "owner_coldkey",
+        "owner_hotkey",
+    }
 
 
 def test_a_program_parses_its_own_flags_beside_the_nodes_and_sets_each_miners_wallet():

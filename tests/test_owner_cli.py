@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import shlex
+from dataclasses import asdict
+from typing import Any
 
 import pytest
 from support.local_harness import make_local_harness
 from support.subtensor_harness import make_subtensor_harness
 
+from distrai.chain.base import Hyperparameters
 from distrai.chain.local import LocalChain
 from distrai.cli import main
 from distrai.node.build import published_run
@@ -23,6 +26,64 @@ CPU = shipped_config_path("cpu-localnet")
 
 def said(capsys) -> str:
     return " ".join(capsys.readouterr().out.split())
+
+
+SUBNET_FLAGS = {
+    "block_time": "--block-time",
+    "emission_per_block": "--emission-per-block",
+    "owner_cut": "--owner-cut",
+    "tempo": "--tempo",
+    "max_uids": "--max-uids",
+    "max_validators": "--max-validators",
+    "immunity_period": "--immunity-period",
+    "min_allowed_weights": "--min-allowed-weights",
+    "max_weight_limit": "--max-weight-limit",
+    "weights_rate_limit": "--weights-rate-limit",
+    "activity_cutoff": "--activity-cutoff",
+    "kappa": "--kappa",
+    "bonds_moving_avg": "--bonds-moving-avg",
+    "yuma3": "--yuma3",
+    "commit_reveal_weights": "--commit-reveal",
+    "commit_reveal_period": "--reveal-period",
+    "stake_threshold": "--stake-threshold",
+    "commitment_max_bytes": "--commitment-max-bytes",
+    "commitment_rate_limit": "--commitment-rate-limit",
+    "max_registrations_per_block": "--max-registrations-per-block",
+}
+"""`chain init`'s flag of each setting of the subnet it creates, written out: the flags operators type."""
+DEFAULTS = {"block_time": 12.0, "emission_per_block": 1.0, "owner_cut": 0.18, **asdict(Hyperparameters())}
+
+
+def subnet_flags(values: dict[str, Any]) -> list[str]:
+    """`chain init`'s flags asking for `values` (commit-reveal's flag only when it is True)."""
+    argv = []
+    for name, value in values.items():
+        if name == "commit_reveal_weights":
+            argv += [SUBNET_FLAGS[name]] if value else []
+        else:
+            argv += [SUBNET_FLAGS[name], str(value).lower() if isinstance(value, bool) else str(value)]
+    return argv
+
+
+def others() -> dict[str, Any]:
+    """A value for every setting of the subnet, none its default and no two numbers alike."""
+    values: dict[str, Any] = {}
+    for i, (name, default) in enumerate(DEFAULTS.items(), start=1):
+        if isinstance(default, bool):
+            values[name] = not default
+        elif isinstance(default, int):
+            values[name] = default + i
+        else:
+            values[name] = i / 32  # exact in binary; in [0, 1] as the fractions must be
+        assert values[name] != default, name
+    numbers = [v for v in values.values() if not isinstance(v, bool)]
+    assert len(set(numbers)) == len(numbers)
+    return values
+
+
+def test_a_flag_is_written_out_here_for_every_hyperparameter():
+    """A hyperparameter added to `Hyperparameters` needs its `chain init` flag, here and in the command."""
+    assert SUBNET_FLAGS.keys() == DEFAULTS.keys()
 
 
 @pytest.fixture
@@ -43,6 +104,54 @@ def test_a_refused_chain_init_names_the_settings_it_was_not_given_as_defaults(tm
     assert "tempo 10 (360 by default, not given)" in out
     assert "commit_reveal_weights True (False by default, not given)" in out
     assert main(first) == 0  # the same flags again: nothing to refuse
+
+
+def test_every_setting_given_to_chain_init_lands_in_the_subnet(tmp_path, wallets):
+    (_, path), db = wallets, str(tmp_path / "chain.db")
+    asked = others()
+    init = ["chain", "init", "--chain", db, "--wallet.name", "owner", "--wallet.path", path]
+    assert main([*init, *subnet_flags(asked)]) == 0
+    chain = LocalChain(db)
+    hp = {name: asked[name] for name in asdict(Hyperparameters())}
+    assert asdict(chain.hyperparameters()) == hp
+    info = chain.subnet_info()
+    assert (chain.block_time(), info["emission_per_block"], info["owner_cut"]) == (
+        asked["block_time"],
+        asked["emission_per_block"],
+        asked["owner_cut"],
+    )
+    plain_db = str(tmp_path / "plain.db")
+    assert main(["chain", "init", "--chain", plain_db, "--wallet.name", "owner", "--wallet.path", path]) == 0
+    plain = LocalChain(plain_db)
+    assert asdict(plain.hyperparameters()) == asdict(Hyperparameters()) and plain.block_time() == 12.0
+
+
+def test_a_refusal_tells_each_setting_given_from_each_left_at_its_default(tmp_path, capsys, wallets):
+    """Given at its default value, a setting is asked for; not given, it is a default: told apart by
+    the flag given, not by the value."""
+    (_, path), db = wallets, str(tmp_path / "chain.db")
+    init = ["chain", "init", "--chain", db, "--wallet.name", "owner", "--wallet.path", path]
+    held = others()
+    assert main([*init, *subnet_flags(held)]) == 0
+    said(capsys)
+
+    assert main(init) == 1
+    out = said(capsys)
+    for name, default in DEFAULTS.items():
+        assert f"{name} {held[name]!r} ({default!r} by default, not given)" in out, name
+
+    assert main([*init, *subnet_flags(DEFAULTS)]) == 1
+    out = said(capsys)
+    for name, default in DEFAULTS.items():
+        # --commit-reveal gives True or nothing: its False can only be a default
+        asked = (
+            f"{default!r} by default, not given" if name == "commit_reveal_weights" else f"asked {default!r}"
+        )
+        assert f"{name} {held[name]!r} ({asked})" in out, name
+
+    assert asdict(LocalChain(db).hyperparameters()) == {n: held[n] for n in asdict(Hyperparameters())}
+    assert main([*init, *subnet_flags(held)]) == 0
+    assert "with these settings; nothing changed" in said(capsys)
 
 
 def test_chain_init_needs_an_owner_and_refuses_other_settings_for_a_subnet_it_holds(

@@ -15,8 +15,10 @@ and a group at once), and argparse's `--help`, which lists each flag with its va
 refusals of a flag stay as operators know them.
 
 `Settings.from_args` is the one reader of an argparse namespace by flag name; everything after it
-reads typed fields. This module imports no torch, transformers or `bittensor` package: `--help` and
-the refusals of bad settings come before any of them (`tests/test_startup.py`).
+reads typed fields. A `FlagSettings` model is one of flags alone, without variables (`distrai chain
+init`'s subnet settings); its `given` names the flags given on the command line. This module imports
+no torch, transformers or `bittensor` package: `--help` and the refusals of bad settings come before
+any of them (`tests/test_startup.py`).
 """
 
 from __future__ import annotations
@@ -24,18 +26,19 @@ from __future__ import annotations
 import argparse
 import copy
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from distrai.node.wallets import DEFAULT_WALLET_PATH
 
 
-def setting(flag: str, env: str, default: Any, help: str, **argparse_options: Any) -> Any:
-    """A field of a settings model: its `flag`, environment variable `env`, `default` and `help`, and
-    what else argparse should know of the flag (`choices`, `action`, `metavar`; `aliases`, its other
-    names)."""
+def setting(flag: str, env: str | None, default: Any, help: str | None, **argparse_options: Any) -> Any:
+    """A field of a settings model: its `flag`, environment variable `env` (None in a `FlagSettings`,
+    which reads no environment), `default` and `help` (None: the flag is listed without one), and
+    what else argparse should know of the flag (`choices`, `action`, `metavar`, `type`; `aliases`, its
+    other names)."""
     return Field(
         default, validation_alias=env, description=help, json_schema_extra={"flag": flag, **argparse_options}
     )
@@ -59,7 +62,8 @@ class Flag:
     name: str
     """the model's field"""
     flag: str
-    env: str
+    env: str | None
+    """its environment variable; None in a `FlagSettings`"""
     default: Any
     help: str
     options: dict[str, Any]
@@ -79,6 +83,8 @@ class Settings(BaseSettings):
     """Read from the environment (each field's variable its alias) and the flags given (`from_args`)."""
 
     model_config = SettingsConfigDict(case_sensitive=True, env_ignore_empty=True, frozen=True, extra="forbid")
+    reads_environment: ClassVar[bool] = True
+    """Each field has its variable; False in a `FlagSettings`, whose fields have none."""
 
     def __init__(self, **values: Any) -> None:
         """Settings given by field name (`netuid=3`). pydantic-settings reads the environment by each
@@ -97,15 +103,18 @@ class Settings(BaseSettings):
         for name, field in cls.model_fields.items():
             extra = dict(field.json_schema_extra or {})  # type: ignore[arg-type]
             flag = str(extra.pop("flag"))
-            assert isinstance(field.validation_alias, str), f"{cls.__name__}.{name} names no variable"
-            found.append(
-                Flag(name, flag, field.validation_alias, field.default, field.description or "", extra)
-            )
+            env = field.validation_alias
+            if cls.reads_environment:
+                assert isinstance(env, str), f"{cls.__name__}.{name} names no variable"
+            else:
+                assert env is None, f"{cls.__name__}.{name} names a variable that it does not read"
+            found.append(Flag(name, flag, env, field.default, field.description or "", extra))
         return found
 
     @classmethod
     def add_flags(cls, parser: argparse.ArgumentParser) -> None:
-        """The model's flags, each with its variable in its help and no default (unset unless given)."""
+        """The model's flags, each with its variable (if it has one) in its help and no default (unset
+        unless given)."""
         for flag in cls.flags():
             options = dict(flag.options)
             names = [*options.pop("aliases", ()), flag.flag]
@@ -113,7 +122,7 @@ class Settings(BaseSettings):
                 *names,
                 dest=flag.dest,
                 default=argparse.SUPPRESS,
-                help=f"{flag.help} [env {flag.env}]",
+                help=f"{flag.help} [env {flag.env}]" if flag.env else flag.help or None,
                 **options,
             )
 
@@ -144,9 +153,35 @@ def refusal(model: type[Settings], error: ValidationError) -> str:
             said.append(str(problem["ctx"]["error"]))
             continue
         flag = flags.get(str(problem["loc"][0])) if problem["loc"] else None
-        where = f"{flag.flag} [env {flag.env}]" if flag else "settings"
+        where = "settings" if flag is None else flag.flag
+        if flag is not None and flag.env:
+            where += f" [env {flag.env}]"
         said.append(f"{where}: {problem['msg']}, got {problem['input']!r}")
     return "; ".join(said)
+
+
+class FlagSettings(Settings):
+    """Settings of flags alone, each `setting(flag, None, …)`: no environment variable is read. A
+    flag left out is left at its default; `given` tells the two apart."""
+
+    reads_environment: ClassVar[bool] = False
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+    @property
+    def given(self) -> frozenset[str]:
+        """The fields whose flags were given (by `from_args`, or by name), whatever their values; the
+        others hold their defaults."""
+        return frozenset(self.model_fields_set)
 
 
 class ChainSettings(Settings):

@@ -503,6 +503,18 @@ def run_network(
             time.sleep(1.0)
     finally:
         net.stop()
+    result = network_result(label, net, bandwidth, curve)
+    result.seconds = time.perf_counter() - started
+    console.print(f"{label}: done in {result.seconds:.0f} s")
+    return result
+
+
+def network_result(label: str, net: Localnet, bandwidth: float, curve: bool = True) -> RunResult:
+    """The bench's numbers of a finished localnet, read from its folder: each miner's and validator's
+    metrics.jsonl and log, the windows the miners trained (first to last committed) and, with
+    `curve`, the global model's held-out loss over them (`heldout_curve`, which evaluates the model
+    after each window). `bandwidth` is the miners' store's rate, kept with the numbers; `seconds` is
+    left at 0 (`run_network` times the run)."""
     trained = sorted(_trained_windows(net))
     if not trained:
         raise SystemExit(f"{label}: no miner committed a window; logs in {net.work / 'logs'}")
@@ -512,18 +524,18 @@ def run_network(
         bandwidth=bandwidth,
         miners=[
             miner_stats(n.name, node_records(n.work_dir / "metrics.jsonl"), _logs(net, n.name))
-            for n in miners
+            for n in net.neurons
+            if n.role == "miner"
         ],
         validators=[
             validator_stats(n.name, node_records(n.work_dir / "metrics.jsonl"), _logs(net, n.name))
-            for n in validators
+            for n in net.neurons
+            if n.role == "validator"
         ],
         windows=list(range(trained[0], trained[-1] + 1)),
     )
     if curve:
         result.heldout = heldout_curve(net, result.windows)
-    result.seconds = time.perf_counter() - started
-    console.print(f"{label}: done in {result.seconds:.0f} s")
     return result
 
 

@@ -1,8 +1,12 @@
 """The pure parts of bench/utilization.py: the two bench run configs, the link arithmetic, the window
 plan, the per-miner and per-validator accounting, the report and its calibration section, and the
-command's refusals before it starts anything. The benchmark itself runs three localnets (calibration,
-sequential, pipelined) for half an hour, and no smaller run of it fits a test's CPU: nothing here
-starts a process or times anything."""
+command's refusals before it starts anything. Nothing here starts a process or times anything.
+
+The benchmark itself runs three localnets (calibration, sequential, pipelined) for half an hour, and
+no smaller run of it fits a test's CPU. Its reading of a finished network (`network_result`: the
+nodes' metrics and logs, the held-out curve) and its tables run in tests/test_bench_utilization_e2e.py
+on the suite's restart network; the log lines it counts are checked here to be the ones the nodes
+write."""
 
 from __future__ import annotations
 
@@ -283,6 +287,16 @@ def test_the_calibration_section_follows_from_its_measurements():
     # `--calibrate-only` prints the measurements before any plan; `--no-calibrate` has none
     assert U.calibration_lines(calibration, None) == U.calibration_lines(calibration, plan)[:3]
     assert "`--no-calibrate`" in U.calibration_lines(None, None)[0]
+
+
+def test_the_log_lines_counted_are_the_ones_the_nodes_write():
+    """The bench counts dropped updates and late aggregates by their words in the nodes' logs: a
+    reworded log line would count nothing, silently."""
+    miner = (ROOT / "miners" / "miner.py").read_text()
+    validator = (ROOT / "validators" / "validator.py").read_text()
+    for marker in U.DROPPED:
+        assert marker in miner, marker
+    assert U.AGGREGATE_LATE in validator
 
 
 def test_validator_rows_count_late_and_refused_aggregates():

@@ -19,7 +19,7 @@ miner whose store did not answer, until the read patience runs out.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from distrai.chain.base import Commitment
@@ -79,7 +79,7 @@ class ValidatorWindow:
         return frozenset(self.basis.shares.get(self.validator, []))
 
     def framed(
-        self, basis: WindowBasis, challenged: frozenset[str], sharing: list[str], uids: Mapping[str, int]
+        self, basis: WindowBasis, challenged: frozenset[str], sharing: Iterable[str], uids: Mapping[str, int]
     ) -> ValidatorWindow:
         return dataclasses.replace(
             self, frame=basis, challenged=challenged, sharing=tuple(sharing), uids=uids

@@ -232,7 +232,7 @@ def check_pass(
     (`checks.flag_copies`), the rest of the share measured, the others' measurements pooled
     (`validators.measuring`) and every miner scored (`validators.window_scoring`)."""
     replicas = reads.rt.config.scoring.score_replicas
-    shares = score_shares(window.basis.inputs, list(window.sharing), replicas)
+    shares = score_shares(window.basis.inputs, window.sharing, replicas)
     measuring = WindowMeasuring(measurer, window.basis, shares)
     with reads.breaker.one_pass():  # the first pass of reads
         checked = {hk: reads.check(window, hk, uid, replay=False) for hk, uid in window.uids.items()}

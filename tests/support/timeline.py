@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import resource
+import secrets
 import sys
 import threading
 import time
@@ -66,7 +67,8 @@ class JobCpu:
     ROOT = Path("/sys/fs/cgroup/cpuacct")
 
     def __init__(self) -> None:
-        self.prefix = f"distrai-timeline-{os.getpid()}-"
+        self.prefix = f"distrai-timeline-{os.getpid()}-{secrets.token_hex(4)}-"
+        """each instance its own groups: a test of this class beside the session's own counts only its own"""
         self.home: dict[int, Path] = {}
         self.usable = os.access(self.ROOT, os.W_OK)
 

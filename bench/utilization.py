@@ -44,7 +44,13 @@ from rich.table import Table
 from distrai.localnet.network import Localnet, LocalnetOptions
 from distrai.localnet.view import heldout_curve, node_records, utilization
 from distrai.node import linkcheck
-from distrai.node.metrics_records import MetricsLine, RevealRecord, TrainRecord, ValidatorWindowRecord
+from distrai.node.metrics_records import (
+    LostRecord,
+    MetricsLine,
+    RevealRecord,
+    TrainRecord,
+    ValidatorWindowRecord,
+)
 from distrai.protocol.run import RunConfig, load_run_config, shipped_config_path
 from distrai.protocol.windows import WindowConfig
 
@@ -82,7 +88,6 @@ WEIGHTS_BLOCKS = 2
 CALIBRATION_STRETCH = 1.6
 """The calibration run's train phase, as a multiple of the bench TOML's: long enough that no update
 is dropped however far the TOML is off, so every window's training time is logged."""
-DROPPED = ("update dropped", "commitment landed after the deadline", "commit failed")
 AGGREGATE_LATE = "validation finished after the aggregate deadline"
 
 
@@ -328,7 +333,7 @@ class MinerStats:
     rate_needed: list[float]
 
 
-def miner_stats(name: str, records: list[MetricsLine], log_text: str = "") -> MinerStats:
+def miner_stats(name: str, records: list[MetricsLine]) -> MinerStats:
     """A miner's windows from its metrics: every `TrainRecord` is a window whose commitment landed in
     time; the first is left out of the times (it has no idle time: nothing before it is a window)."""
     trains = [(r.window, r.record) for r in records if isinstance(r.record, TrainRecord)]
@@ -337,7 +342,9 @@ def miner_stats(name: str, records: list[MetricsLine], log_text: str = "") -> Mi
     return MinerStats(
         name=name,
         committed=len(trains),
-        dropped=sum(log_text.count(marker) for marker in DROPPED),
+        dropped=sum(
+            1 for r in records if isinstance(r.record, LostRecord) and r.record.why.startswith("dropped")
+        ),
         utilization=utilization(records),
         steps={w: t.steps_trained for w, t in trains},
         train_s=[t.train_seconds for t in measured],
@@ -523,7 +530,7 @@ def network_result(label: str, net: Localnet, bandwidth: float, curve: bool = Tr
         config=net.config,
         bandwidth=bandwidth,
         miners=[
-            miner_stats(n.name, node_records(n.work_dir / "metrics.jsonl"), _logs(net, n.name))
+            miner_stats(n.name, node_records(n.work_dir / "metrics.jsonl"))
             for n in net.neurons
             if n.role == "miner"
         ],
@@ -945,7 +952,8 @@ def markdown(report: Report, kept: str = "") -> str:
         "committing (`other`). The first committed window is left out: it has no previous commit, so its wait "
         "for the network to start is not a window's idle time. A window whose update missed the commit "
         "deadline writes no record; its seconds fall into the next window's idle. **Updates dropped**: the "
-        "miner's log lines saying a commitment missed the deadline or failed. **Reveals late**: `reveal` records "
+        "miner's `lost` records of a window it trained and dropped (no segment in time, training past the commit "
+        "deadline, its manifest or commitment failed or late). **Reveals late**: `reveal` records "
         "with `reveal_late`, of all reveals. **Upload s**: a reveal's seconds through the throttled store.",
         "",
         md_table(MINER_HEADERS, miner_rows([seq, pipe])),

@@ -119,6 +119,15 @@ def test_reveals_are_read_with_their_upload_seconds(restart_net, run):
     assert sum(len(m.upload_s) for m in run.miners) >= len(run.windows)
 
 
+def test_updates_dropped_are_the_miners_lost_records_of_trained_windows(restart_net, run):
+    net = restart_net.net
+    for m in run.miners:
+        lost = [
+            r for r in raw_lines(net.neuron(m.name).work_dir / "metrics.jsonl") if r.get("event") == "lost"
+        ]
+        assert m.dropped == sum(r["why"].startswith("dropped:") for r in lost), (m.name, lost)
+
+
 def test_each_validators_counts_are_read(restart_net, run):
     net = restart_net.net
     w = net.config.windows

@@ -168,7 +168,12 @@ def settings_of(loop: Loop) -> Iterator[None]:
     """Run the body under `loop`'s settings: the fastest turn deterministic algorithms off and TF32
     and cuDNN autotuning on; inductor's turn deterministic algorithms off and inductor's deterministic
     mode on; then every switch goes back. Compiled graphs are dropped on the way in and out, so no loop
-    runs kernels compiled under another's settings."""
+    runs kernels compiled under another's settings.
+
+    Going back includes the matmul's `fp32_precision` (torch 2.9 on): turning TF32 on and off again
+    leaves it "ieee" where it was "none", the same precision under another name, and inductor's graph
+    cache keys on the name, so every later loop would miss the graphs the earlier loops compiled in
+    this process and compile them again (about 10 CPU-s of `--quick`)."""
     if loop.settings == "deterministic":
         yield
         return
@@ -181,6 +186,7 @@ def settings_of(loop: Loop) -> Iterator[None]:
         cudnn.deterministic,
         torch._inductor.config.deterministic,
     )
+    precision = getattr(matmul, "fp32_precision", None)
     torch._dynamo.reset()
     torch.use_deterministic_algorithms(False)
     if loop.settings == "fastest":
@@ -194,6 +200,8 @@ def settings_of(loop: Loop) -> Iterator[None]:
         torch._dynamo.reset()
         torch.use_deterministic_algorithms(saved[0])
         matmul.allow_tf32, cudnn.allow_tf32, cudnn.benchmark, cudnn.deterministic = saved[1:5]
+        if precision is not None:
+            matmul.fp32_precision = precision
         torch._inductor.config.deterministic = saved[5]
 
 

@@ -1,16 +1,20 @@
 """One rank of bench/gpu.py's data-parallel run, started by torchrun: trains the fast config's
-steps on its share of each batch under `DistributedDataParallel` (MODE ddp) or with the model, its
-gradients and AdamW's state sharded over the ranks (MODE fsdp: FSDP2, `FullyShardedParallel`),
+steps on its share of each batch under `DistributedDataParallel` (mode ddp) or with the model, its
+gradients and AdamW's state sharded over the ranks (mode fsdp: FSDP2, `FullyShardedParallel`),
 over NCCL on GPUs or gloo on CPU; times them, and rank 0 writes the end parameters, every step's
-loss, the tokens per second and (on a GPU) its peak memory to OUT.
+loss, the tokens per second and (on a GPU) its peak memory to OUT/<mode>.
 
-    torchrun --standalone --nproc-per-node N bench/_gpu_ranks.py OUT PRESET ROWS SEQ_LEN MICRO_BATCHES STEPS DEVICE MODE VOCAB
+    torchrun --standalone --nproc-per-node N bench/_gpu_ranks.py OUT PRESET ROWS SEQ_LEN MICRO_BATCHES STEPS DEVICE MODES VOCAB
 
-VOCAB 0 is the byte tokenizer's.
+MODES is one mode or several, comma-separated (ddp,fsdp): the same processes and process group run
+each in turn from a model built anew, its objects gone before the next starts, so one launch does
+what one per mode did without starting torchrun and importing torch in every rank again (about 10
+CPU-s of `bench/gpu.py --quick` on a CPU). VOCAB 0 is the byte tokenizer's.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import time
@@ -41,8 +45,12 @@ def train(
     mode: str,
     vocab: int | None,
 ) -> None:
-    """This rank's steps (its objects are gone when it returns, before the process group is)."""
+    """This rank's steps in one mode (its objects are gone when it returns, before the process group
+    is and before the next mode's are made)."""
     device = launch.device(requested)
+    if device.type == "cuda":  # each mode's peak memory its own
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
     model, optimizer = build(FAST, preset, device, vocab)
     sharded = mode == "fsdp"
     parallel = (FullyShardedParallel if sharded else DataParallel)(launch.rank, launch.world, device, model)
@@ -66,6 +74,7 @@ def train(
     seconds = time.perf_counter() - start
     params = {name: whole(p).detach().float().cpu().contiguous() for name, p in model.named_parameters()}
     if parallel.leader:
+        out.mkdir(parents=True, exist_ok=True)
         save_file(params, str(out / "params.safetensors"))
         timed = (steps - 1) * rows * seq_len
         peak = torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None
@@ -86,7 +95,7 @@ def main(
     micro_batches: int,
     steps: int,
     requested: str,
-    mode: str,
+    modes: list[str],
     vocab: int | None,
 ) -> None:
     launch = launched()
@@ -96,11 +105,23 @@ def main(
     configure_determinism(device)
     join(launch, device)
     try:
-        train(launch, out, preset, rows, seq_len, micro_batches, steps, requested, mode, vocab)
+        for mode in modes:
+            train(launch, out / mode, preset, rows, seq_len, micro_batches, steps, requested, mode, vocab)
+            gc.collect()  # a wrapper held in a reference cycle goes now, not beside the next mode's
     finally:
         leave()
 
 
 if __name__ == "__main__":
-    out, preset, rows, seq_len, micro, steps, device, mode, vocab = sys.argv[1:10]
-    main(Path(out), preset, int(rows), int(seq_len), int(micro), int(steps), device, mode, int(vocab) or None)
+    out, preset, rows, seq_len, micro, steps, device, modes, vocab = sys.argv[1:10]
+    main(
+        Path(out),
+        preset,
+        int(rows),
+        int(seq_len),
+        int(micro),
+        int(steps),
+        device,
+        modes.split(","),
+        int(vocab) or None,
+    )

@@ -23,11 +23,12 @@ Four parts, each on the same device in one run:
 2. Which pieces repeat bit for bit: each trains `--replay-steps` steps twice from the same start;
    and whether each gives the reference's bits.
 3. Data-parallel ranks: torchrun runs `_gpu_ranks.py` on W processes (NCCL over W GPUs, gloo on a
-   CPU), under DDP and with the model sharded (FSDP2), and one process replays the same steps with
-   the same split (`ranks` = W, `sharded` for FSDP2); the table gives whether the two agree bit for
-   bit, the relative distance ‖replay − ranks‖ / ‖ranks − start‖ and the largest per-step loss drift
-   |loss_replay − loss_ranks| / |loss_ranks| (as validators compare them), the ranks' tokens per
-   second against W times one process's (scaling efficiency), and on a GPU rank 0's peak memory.
+   CPU), under DDP and with the model sharded (FSDP2), one after the other in one launch per W, and
+   one process replays the same steps with the same split (`ranks` = W, `sharded` for FSDP2); the
+   table gives whether the two agree bit for bit, the relative distance ‖replay − ranks‖ /
+   ‖ranks − start‖ and the largest per-step loss drift |loss_replay − loss_ranks| / |loss_ranks| (as
+   validators compare them), the ranks' tokens per second against W times one process's (scaling
+   efficiency), and on a GPU rank 0's peak memory.
 4. The step table (`--step-table` alone, or at the end of `--quick`; `_gpu_steps.py`): the GPU
    config's step beside its atomic-free forms and the target, each repeated, each compiled one
    compiled again in a fresh process.
@@ -209,11 +210,14 @@ def compile_afresh() -> None:
     torch._functorch.config.enable_autograd_cache = False
 
 
-def ranks_row(world: int, mode: str, preset: str, device: torch.device, args: argparse.Namespace) -> RanksRow:
-    """`world` data-parallel processes (`mode` ddp or fsdp) against one process replaying their split."""
+def ranks_rows(
+    world: int, modes: list[str], preset: str, device: torch.device, args: argparse.Namespace
+) -> list[RanksRow]:
+    """`world` data-parallel processes, one torchrun launch running each of `modes` (ddp, fsdp) in
+    turn (`_gpu_ranks.py`), against one process replaying their split: a row per mode."""
     if device.type == "cuda" and torch.cuda.device_count() < world:
         note = f"not measured: {torch.cuda.device_count()} GPU(s) here"
-        return RanksRow(world, mode, None, None, None, None, None, note)
+        return [RanksRow(world, mode, None, None, None, None, None, note) for mode in modes]
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder)
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}"]
@@ -224,16 +228,35 @@ def ranks_row(world: int, mode: str, preset: str, device: torch.device, args: ar
             str(args.rows),
             str(args.seq_len),
         ]
-        command += [str(args.micro_batches), str(args.replay_steps), device.type, mode, str(args.vocab or 0)]
+        command += [str(args.micro_batches), str(args.replay_steps), device.type, ",".join(modes)]
+        command += [str(args.vocab or 0)]
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")]),
         }
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
-        if done.returncode != 0:
-            return RanksRow(world, mode, None, None, None, None, None, failure(done))
-        ranks = load_file(str(out / "params.safetensors"))
-        result = json.loads((out / "result.json").read_text())
+        rows = []
+        for mode in modes:
+            results = out / mode / "result.json"
+            if not results.exists():  # the launch failed before this mode was done
+                rows.append(RanksRow(world, mode, None, None, None, None, None, failure(done)))
+                continue
+            ranks = load_file(str(out / mode / "params.safetensors"))
+            rows.append(replay_row(world, mode, ranks, json.loads(results.read_text()), preset, device, args))
+    return rows
+
+
+def replay_row(
+    world: int,
+    mode: str,
+    ranks: dict[str, torch.Tensor],
+    result: dict,
+    preset: str,
+    device: torch.device,
+    args: argparse.Namespace,
+) -> RanksRow:
+    """One process replaying the split of `world` ranks in `mode`, against their end parameters
+    `ranks` and their `result` (losses, tokens per second, peak memory)."""
     model, optimizer = build(FAST, preset, device, args.vocab)
     start = {name: p.detach().float().cpu().clone() for name, p in model.named_parameters()}
     split = StepConfig(
@@ -489,7 +512,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.ranks:
             continue
         with console.status(f"data-parallel ranks on preset {preset}"):
-            rows = [ranks_row(w, mode, preset, device, args) for mode in args.modes for w in args.ranks]
+            by_world = [ranks_rows(w, args.modes, preset, device, args) for w in args.ranks]
+            rows = [row for mode in args.modes for rows_of in by_world for row in rows_of if row.mode == mode]
         single = next(s.tokens_per_s for s in speeds if s.loop == FAST)
         add(ranks_section(preset, rows, single, device, args))
     if args.quick and not args.throughput_only:

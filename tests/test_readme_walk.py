@@ -1,7 +1,8 @@
 """The README walks: its embedded-chain walk, run as written (`support.readme_net`) on the embedded
 chain and a moto S3 server, creates the wallets and the chain, registers and stakes, prepares the
-data, publishes the run, checks the miner's link, and runs one miner and one validator for 3
-windows; the miner is paid."""
+data, publishes the run, checks the miner's link, and runs one miner for 2 windows and one validator
+for 4; the miner is paid. (With 3 windows each, a miner that started a window after the validator,
+on a busy machine, was scored in the validator's last window, whose scores no weights took in.)"""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def test_the_readme_walk_holds_every_step_in_order():
     nodes = [argv for argv in argvs if argv[0] == "python"]
     windows = [argv[argv.index("--max.windows") + 1] if "--max.windows" in argv else None for argv in nodes]
     assert [argv[1] for argv in nodes] == ["neurons/miner.py", "neurons/validator.py"]
-    assert windows == ["3", "3"], nodes
+    # the validator outlasts the miner: a miner that joins a window late is still scored and paid
+    assert windows == ["2", "4"], nodes
 
 
 def test_the_readme_walk_pays_its_miner(readme_net):

@@ -10,6 +10,7 @@ import logging
 import pytest
 
 import distrai.data.access as access_module
+from distrai.chain.base import Hyperparameters
 from distrai.chain.local import LocalChain
 from distrai.data.access import open_data_access
 from distrai.localnet.network import publish_builtin_data
@@ -73,7 +74,11 @@ def node_args(tmp_path, block_time: float, store_url: str):
     owner, _ = create_dev_wallet("owner", "default", wallets)
     miner, _ = create_dev_wallet("miner", "default", wallets)
     chain = LocalChain.create(
-        tmp_path / "chain.db", block_time=block_time, owner_coldkey=owner.coldkeypub.ss58_address
+        tmp_path / "chain.db",
+        block_time=block_time,
+        owner_coldkey=owner.coldkeypub.ss58_address,
+        # both in the first block: at one a block the second waits out a 12-s block
+        hyperparameters=Hyperparameters(max_registrations_per_block=2),
     )
     chain.register(owner)
     chain.register(miner)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from rich.console import Console
@@ -101,24 +102,9 @@ class ChainInitSettings(FlagSettings):
     )
 
     def hyperparameters(self) -> Hyperparameters:
+        """The subnet's hyperparameters: this model's fields of the same names."""
         return Hyperparameters(
-            tempo=self.tempo,
-            max_uids=self.max_uids,
-            max_validators=self.max_validators,
-            immunity_period=self.immunity_period,
-            min_allowed_weights=self.min_allowed_weights,
-            max_weight_limit=self.max_weight_limit,
-            weights_rate_limit=self.weights_rate_limit,
-            activity_cutoff=self.activity_cutoff,
-            kappa=self.kappa,
-            bonds_moving_avg=self.bonds_moving_avg,
-            yuma3=self.yuma3,
-            commit_reveal_weights=self.commit_reveal_weights,
-            commit_reveal_period=self.commit_reveal_period,
-            stake_threshold=self.stake_threshold,
-            commitment_max_bytes=self.commitment_max_bytes,
-            commitment_rate_limit=self.commitment_rate_limit,
-            max_registrations_per_block=self.max_registrations_per_block,
+            **self.model_dump(include={f.name for f in dataclasses.fields(Hyperparameters)})
         )
 
     def defaulted(self) -> frozenset[str]:

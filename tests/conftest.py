@@ -15,7 +15,7 @@ import os
 
 import pytest
 from support.adversary_net import start_adversary_net
-from support.background import FinishedNet, Networks
+from support.background import FinishedNet, Networks, last_readers
 from support.bench_jobs import (
     CommandJob,
     start_boundaries_bench,
@@ -141,10 +141,28 @@ def session_temp(tmp_path_factory):
             os.environ[name] = value
 
 
+FAILED_READS = pytest.StashKey[set[str]]()
+"""The background jobs that a failed test of the session reads: their folders are kept for a look."""
+LAST_READERS = pytest.StashKey[dict[str, list[str]]]()
+"""The jobs whose last reader each test is (`support.background.last_readers`)."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    report = yield
+    if report.failed:
+        item.session.stash.setdefault(FAILED_READS, set()).update(
+            n for n in NETWORKS if n in item.fixturenames
+        )
+    return report
+
+
 @pytest.fixture(scope="session")
 def networks(request, tmp_path_factory, session_temp):
-    needed = {name for name in NETWORKS if any(name in item.fixturenames for item in request.session.items)}
+    items = request.session.items
+    needed = {name for name in NETWORKS if any(name in item.fixturenames for item in items)}
     lanes = [[name for name in lane if name in needed] for lane in LANES]
+    request.session.stash[LAST_READERS] = last_readers(items, needed)
     background = Networks(NETWORKS, lanes, tmp_path_factory, os.environ)
     yield background
     background.close()
@@ -154,7 +172,8 @@ def networks(request, tmp_path_factory, session_temp):
 def between_tests(request, networks):
     """Before each test: a lane whose network has ended starts its next; a test that runs a network of
     its own first waits for every background network to end; while a test that patches process-wide
-    state (monkeypatch) runs, no network starts."""
+    state (monkeypatch) runs, no network starts. After the last test that reads a job, the job's
+    folder goes, unless a test that reads it failed (as pytest keeps a failed test's `tmp_path`)."""
     if request.node.get_closest_marker("localnet"):
         networks.drain()
     else:
@@ -164,6 +183,10 @@ def between_tests(request, networks):
     yield
     if patches:
         networks.hold(False)
+    kept = request.session.stash.get(FAILED_READS, set())
+    for name in request.session.stash[LAST_READERS].get(request.node.nodeid, []):
+        if name not in kept:
+            networks.discard(name)
 
 
 @pytest.fixture(scope="session")

@@ -162,7 +162,10 @@ def test_a_step_with_both_repeats_and_lands_where_the_plain_step_does():
         sum(float((first[n][: p.shape[0]] - p.detach()).pow(2).sum()) for n, p in plain.named_parameters())
         ** 0.5
     )
-    assert 0 < gap <= 1e-4 * moved, (gap, moved)
+    # A matmul's embedding backward and a one-hot loss in place of aten's scatter and gather: the two
+    # land apart by rounding on some CPUs and on the very same bits on others (both seen), within
+    # 1e-4 of how far the steps move.
+    assert moved > 0 and gap <= 1e-4 * moved, (gap, moved)
 
 
 def test_the_run_config_turns_them_on_and_the_replay_class_records_it():

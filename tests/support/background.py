@@ -13,9 +13,10 @@ on its own within `TIMEOUT_S` of the start, or was stopped then."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -83,6 +84,7 @@ class Networks:
         self._folders = folders
         self._env = dict(env)
         self._done: dict[str, FinishedNet | Exception] = {}
+        self._homes: dict[str, Path] = {}
         self._lock = threading.Lock()
         self._held = False
         self._closed = threading.Event()
@@ -113,6 +115,17 @@ class Networks:
         if isinstance(done, Exception):
             raise done
         return done
+
+    def discard(self, name: str) -> None:
+        """Remove the folder of `name`, which has ended and which no test reads any more: a network's
+        stores and its miners' states take up to several hundred MB each, and the session's jobs all
+        but 2 GB together if they are kept to its end."""
+        with self._lock:
+            if name not in self._done:
+                raise ValueError(f"{name} has not ended; its folder is still in use")
+            home = self._homes.pop(name, None)
+        if home is not None:
+            shutil.rmtree(home, ignore_errors=True)
 
     def drain(self) -> None:
         """Run every queued network to its end (before a test that runs a network of its own)."""
@@ -162,7 +175,8 @@ class Networks:
     def _start(self, lane: int, name: str) -> None:
         self._tell(job=name, lane=lane, ev="start")
         try:
-            net = self._starters[name](self._folders.mktemp(name) / "net", self._env)
+            self._homes[name] = self._folders.mktemp(name)
+            net = self._starters[name](self._homes[name] / "net", self._env)
         except Exception as exc:
             self._done[name] = exc
             return
@@ -186,3 +200,17 @@ def start(net: Localnet, env: Mapping[str, str]) -> Localnet:
         net.stop()
         raise
     return net
+
+
+def last_readers(items: Iterable[pytest.Item], names: Iterable[str]) -> dict[str, list[str]]:
+    """For each item (by node id) that is the last of `items` to read one of the jobs `names`, those
+    jobs: after it, no test of the session reads them."""
+    last: dict[str, str] = {}
+    for item in items:
+        for name in names:
+            if name in item.fixturenames:
+                last[name] = item.nodeid
+    readers: dict[str, list[str]] = {}
+    for name, nodeid in last.items():
+        readers.setdefault(nodeid, []).append(name)
+    return readers

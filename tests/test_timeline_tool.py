@@ -14,9 +14,33 @@ def test_the_summary_gives_each_jobs_span_and_each_files_totals(tmp_path, capsys
     path = tmp_path / "timeline.jsonl"
     rows = [
         {"job": "leader_net", "lane": 0, "ev": "start", "t": 10.0},
-        {"test": "tests/test_a.py::one", "start": 1.0, "wall": 2.5, "own": 2.0, "kids": 0.0, "t": 3.5},
-        {"test": "tests/test_a.py::two", "start": 3.5, "wall": 1.5, "own": 1.0, "kids": 0.0, "t": 5.0},
-        {"test": "tests/test_b.py::one", "start": 5.0, "wall": 9.0, "own": 0.5, "kids": 4.0, "t": 14.0},
+        {
+            "test": "tests/test_a.py::one",
+            "start": 1.0,
+            "wall": 2.5,
+            "own": 2.0,
+            "kids": 0.0,
+            "disk_mb": 3,
+            "t": 3.5,
+        },
+        {
+            "test": "tests/test_a.py::two",
+            "start": 3.5,
+            "wall": 1.5,
+            "own": 1.0,
+            "kids": 0.0,
+            "disk_mb": 70,
+            "t": 5.0,
+        },
+        {
+            "test": "tests/test_b.py::one",
+            "start": 5.0,
+            "wall": 9.0,
+            "own": 0.5,
+            "kids": 4.0,
+            "disk_mb": -2,
+            "t": 14.0,
+        },
         {"job": "leader_net", "lane": 0, "ev": "launched", "t": 10.5},
         {"job": "leader_net", "lane": 0, "ev": "end", "finished": True, "t": 185.5},
         {"job": "gpu_bench", "lane": 1, "ev": "start", "t": 12.0},
@@ -32,6 +56,7 @@ def test_the_summary_gives_each_jobs_span_and_each_files_totals(tmp_path, capsys
     assert ["1", "gpu_bench", "12.0", "→", "20.0", "8.0", "—"] in [line.split() for line in lines], lines
     assert "  the jobs' CPU: 61.5 s" in lines
     assert "3 tests, the last ending at 14.0 s" in lines
+    assert "disk: at most 70 MB more in use than at the start, at 5.0 s (a test's end)" in lines
     files = [line.split() for line in lines if "tests/test_" in line]
     assert files == [["9.0", "0.5", "1", "tests/test_b.py"], ["4.0", "3.0", "2", "tests/test_a.py"]]
 

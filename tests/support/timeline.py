@@ -1,12 +1,13 @@
 """Where the full suite's time goes: a pytest plugin that writes each test's start, wall time and CPU
-(its own process's and its reaped children's) and each background job's start, end and CPU, as JSON
-lines, and a summary of such a file.
+(its own process's and its reaped children's) and the disk in use then, and each background job's
+start, end and CPU, as JSON lines, and a summary of such a file.
 
     TIMELINE=/tmp/timeline.jsonl python -m pytest -q -p support.timeline
     python tests/support/timeline.py /tmp/timeline.jsonl
 
 The children's CPU of a test counts every child reaped while it ran, background jobs' included, so
-read it as a hint. A job's CPU is exact where the machine lets root make cgroup-v1 `cpuacct` groups
+read it as a hint; so too the disk, which is the whole file system's that holds the temporary folder
+(statvfs), less what it held when the session began. A job's CPU is exact where the machine lets root make cgroup-v1 `cpuacct` groups
 (`JobCpu`): the thread that starts a job's processes is moved into a group of the job's own while it
 does, so that every process the job starts, and every process those start, is counted there; where
 it cannot, the summary says so. docs/testing.md quotes such runs.
@@ -20,7 +21,9 @@ import json
 import os
 import resource
 import secrets
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -29,6 +32,10 @@ import pytest
 
 T0 = time.monotonic()
 JOB_CPU = pytest.StashKey[tuple["Timeline", "JobCpu"]]()
+
+
+def _disk_used() -> int:
+    return shutil.disk_usage(tempfile.gettempdir()).used
 
 
 def _cpu() -> tuple[float, float]:
@@ -40,6 +47,7 @@ def _cpu() -> tuple[float, float]:
 class Timeline:
     def __init__(self, path: str):
         self.out = open(path, "w", buffering=1)  # noqa: SIM115 - open for the whole session
+        self.disk_before = _disk_used()
 
     def emit(self, **record) -> None:
         record["t"] = round(time.monotonic() - T0, 1)
@@ -56,6 +64,7 @@ class Timeline:
             wall=round(time.monotonic() - start, 1),
             own=round(after[0] - before[0], 1),
             kids=round(after[1] - before[1], 1),
+            disk_mb=round((_disk_used() - self.disk_before) / 2**20),
         )
 
 
@@ -144,6 +153,13 @@ def summary(path: str) -> None:
         print("  (no job's CPU: this machine lets no cgroup-v1 cpuacct group be made)")
     tests = [r for r in rows if "test" in r]
     print(f"{len(tests)} tests, the last ending at {max(r['start'] + r['wall'] for r in tests):.1f} s")
+    disk = [r for r in tests if "disk_mb" in r]
+    if disk:
+        top = max(disk, key=lambda r: r["disk_mb"])
+        end = top["start"] + top["wall"]
+        print(
+            f"disk: at most {top['disk_mb']} MB more in use than at the start, at {end:.1f} s (a test's end)"
+        )
     files: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0])
     for r in tests:
         totals = files[r["test"].split("::")[0]]

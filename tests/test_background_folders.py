@@ -59,7 +59,8 @@ def start_writer(folder: Path, env) -> ProcessNet:
     )
 
 
-def test_a_job_folder_goes_once_the_job_has_ended_and_not_before(tmp_path_factory):
+def test_a_job_folder_goes_once_the_job_has_ended_and_not_before(tmp_path_factory, monkeypatch):
+    monkeypatch.setattr(Networks, "listeners", [])  # not one of the session's jobs: no timeline of it
     networks = Networks({"job": start_writer}, [["job"]], tmp_path_factory, {})
     try:
         networks.tick()

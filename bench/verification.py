@@ -83,10 +83,18 @@ class RunResult:
     """hotkey → 'honest' or the adversary type"""
 
 
-def run_network(name: str, work: Path, config: Path, honest: int, adversaries: tuple[str, ...], windows: int):
-    console = Console()
-    started = time.perf_counter()
-    net = Localnet(
+def network(
+    work: Path,
+    config: Path,
+    honest: int,
+    adversaries: tuple[str, ...],
+    windows: int,
+    warm_start: bool = False,
+) -> Localnet:
+    """A network of the bench, not yet set up: `honest` miners and one miner per adversary type in
+    `adversaries`, `VALIDATORS` validators, `windows` windows at 1 s per block (the suite's adversary
+    network is one, `tests/support/adversary_net.py`, its nodes forked from a warm interpreter)."""
+    return Localnet(
         LocalnetOptions(
             work=work,
             miners=honest,
@@ -95,8 +103,15 @@ def run_network(name: str, work: Path, config: Path, honest: int, adversaries: t
             block_time=1.0,
             adversaries=adversaries,
             run_config=config,
+            warm_start=warm_start,
         )
     )
+
+
+def run_network(name: str, work: Path, config: Path, honest: int, adversaries: tuple[str, ...], windows: int):
+    console = Console()
+    started = time.perf_counter()
+    net = network(work, config, honest, adversaries, windows)
     net.setup()
     bpw = net.config.windows.blocks_per_window
     console.print(

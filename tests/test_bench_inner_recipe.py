@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from support.bench_jobs import KEPT, MARKER
-from test_bench_smoke import bench_module, table_after
+from support.bench_jobs import KEPT, MARKER, bench_module
+from test_bench_smoke import table_after
 
 from distrai.protocol.run import load_run_config, shipped_config_path
 

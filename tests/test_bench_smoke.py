@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.bench_jobs import KEPT, MARKER
+from support.bench_jobs import KEPT, MARKER, bench_module
 
 ROOT = Path(__file__).resolve().parent.parent
 HEX64 = r"[0-9a-f]{64}"
@@ -52,13 +52,6 @@ def corpus_section(text: str, corpus: str) -> str:
 
 def number(cell: str) -> float:
     return float(cell.replace(",", "").rstrip("×%"))
-
-
-def bench_module(name: str):
-    """A module of bench/, which imports its siblings by their bare names."""
-    if str(ROOT / "bench") not in sys.path:
-        sys.path.insert(0, str(ROOT / "bench"))
-    return __import__(name)
 
 
 @pytest.fixture(scope="module")

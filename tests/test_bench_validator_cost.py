@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from test_bench_smoke import bench_module
+from support.bench_jobs import bench_module
 
 from distrai.node import linkcheck
 from distrai.protocol.run import load_run_config, shipped_config_path

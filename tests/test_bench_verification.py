@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from support.bench_jobs import bench_module
 from support.metrics_lines import line, reveal_record, train_record
-from test_bench_smoke import bench_module
 
 from distrai.protocol.run import load_run_config
 from distrai.wire.window_documents import MinerEntry, WindowReport

@@ -6,14 +6,15 @@ the miners' metrics, the held-out loss of each window's global model) and its ta
 built from what the nodes really wrote. A reworded report, a renamed metrics field or a reason
 whose first word is no longer its check fails here, not in the next half-hour bench run.
 
-The bench's launch of its three networks is `Localnet`, which the suite's networks run."""
+The adversary network is the bench's own, from its `network` (with the suite's config and windows, its
+nodes forked from a warm interpreter); the bench's wait for a network's end is not run here."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
-from test_bench_smoke import bench_module
+from support.bench_jobs import bench_module
 
 from miners.adversaries import ADVERSARIES, EXPECTED_CHECK
 

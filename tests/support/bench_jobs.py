@@ -21,6 +21,13 @@ KEPT = "Hand-written notes that a rerun must keep.\n"
 OLD_REPORT = f"# old report\n{MARKER}\n{KEPT}"
 
 
+def bench_module(name: str):
+    """A module of bench/, which imports its siblings by their bare names."""
+    if str(ROOT / "bench") not in sys.path:
+        sys.path.insert(0, str(ROOT / "bench"))
+    return __import__(name)
+
+
 class CommandJob:
     """`argv` run from the repository's root in `env`, its output in files of `folder`: running while
     the process is (`neurons`), its `completed()` run after."""

@@ -31,6 +31,7 @@ from support.bench_jobs import (
 )
 from support.chaos_run import ChaosJob, start_chaos_run
 from support.findings_net import start_findings_net
+from support.folders import module_folders  # noqa: F401 - a fixture for every test module
 from support.leader_net import start_leader_net
 from support.readme_net import start_readme_net
 from support.restart_net import start_restart_net

@@ -1,9 +1,11 @@
-"""The session's background jobs give their folders back once no test reads them
-(`support.background`): the last reader of each job is known from the ordered items, and a job's
-folder goes only once the job has ended."""
+"""The suite gives its folders back as it goes: a background job's once no test reads it
+(`support.background`: the last reader of each job is known from the ordered items, and a job's
+folder goes only once the job has ended), a module's fixtures' once the module is done
+(`support.folders`), each unless a test failed."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -80,3 +82,51 @@ def test_a_job_folder_goes_once_the_job_has_ended_and_not_before(tmp_path_factor
         networks.discard("job")
     finally:
         networks.close()
+
+
+MODULE = """
+import pytest
+
+@pytest.fixture(scope="module")
+def data(module_folders):
+    folder = module_folders("data")
+    (folder / "store.bin").write_bytes(bytes(4096))
+    with open("made.txt", "a") as out:
+        out.write(f"{__name__} {folder}\\n")
+    return folder
+
+def test_one(data):
+    assert (data / "store.bin").exists()
+
+def test_two(data):
+    assert {outcome}
+"""
+
+
+def test_a_modules_folders_go_after_its_last_test_unless_one_failed(tmp_path):
+    """A real pytest session of two modules, one passing and one with a failed test."""
+    (tmp_path / "conftest.py").write_text("from support.folders import module_folders  # noqa: F401\n")
+    (tmp_path / "test_passing.py").write_text(MODULE.replace("{outcome}", "True"))
+    (tmp_path / "test_failing.py").write_text(MODULE.replace("{outcome}", "False"))
+    tests = Path(__file__).parent
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--basetemp",
+            str(tmp_path / "base"),
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tests)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "1 failed, 3 passed" in run.stdout, run.stdout + run.stderr
+    made = dict(line.split() for line in (tmp_path / "made.txt").read_text().splitlines())
+    assert not Path(made["test_passing"]).exists()
+    assert (Path(made["test_failing"]) / "store.bin").stat().st_size == 4096

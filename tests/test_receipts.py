@@ -57,10 +57,10 @@ def model(runtime):
 
 
 @pytest.fixture(scope="module")
-def window(runtime, model, tmp_path_factory):
+def window(runtime, model, module_folders):
     """An honest miner's window in its store, replayed by the catcher (receipts kept), and the window
     as the catcher and the checker hold it; both share the miner's replays."""
-    store = FileStore(tmp_path_factory.mktemp("receipts") / "miner")
+    store = FileStore(module_folders("receipts") / "miner")
     trained = train(runtime, model)
     cheap = signed_manifest(publish(runtime, store, trained))
     store.put_blob(cheap.blob)

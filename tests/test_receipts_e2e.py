@@ -29,8 +29,8 @@ from validators.validator import Validator, ValidatorOptions
 
 
 @pytest.fixture(scope="module")
-def validators(tmp_path_factory):
-    root = tmp_path_factory.mktemp("receipts")
+def validators(module_folders):
+    root = module_folders("receipts")
     config = short_windows(load_run_config(CONFIG))
     harness, _ = train(root, config, {"alpha": "alpha"}, absent=("skipper",))
     made = {}

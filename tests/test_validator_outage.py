@@ -127,10 +127,10 @@ def train(
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, config):
+def trained(module_folders, config):
     """Two miners that revealed WINDOW in time, each into its own store (trained once for the
     module: the validators of the tests read these stores and never write to them)."""
-    return train(tmp_path_factory.mktemp("trained"), config, {"alpha": "alpha", "beta": "beta"})
+    return train(module_folders("trained"), config, {"alpha": "alpha", "beta": "beta"})
 
 
 def at_the_reveal_deadline(tmp_path, config, trained, stores: StoreCache | None = None):
@@ -230,13 +230,11 @@ def test_a_store_still_silent_after_the_one_more_pass_is_withheld(revealed, monk
 
 
 @pytest.fixture(scope="module")
-def revealing(tmp_path_factory, config):
+def revealing(module_folders, config):
     """Two miners that committed WINDOW and revealed it, each into its own store, the chain in the
     reveal phase two blocks after the commit deadline."""
     until = commit_deadline(config.windows, WINDOW) + 2
-    return train(
-        tmp_path_factory.mktemp("revealing"), config, {"alpha": "alpha", "beta": "beta"}, until=until
-    )
+    return train(module_folders("revealing"), config, {"alpha": "alpha", "beta": "beta"}, until=until)
 
 
 @pytest.mark.parametrize("lands", [True, False], ids=["honest, held up", "withholder"])
@@ -353,10 +351,10 @@ RETRY_LOGGER = "distrai.store.retry"
 
 
 @pytest.fixture(scope="module")
-def trained_shared(tmp_path_factory, config):
+def trained_shared(module_folders, config):
     """Three miners that revealed WINDOW into one store, and one into its own."""
     folders = {"gamma": "shared", "delta": "shared", "epsilon": "shared", "zeta": "zeta"}
-    return train(tmp_path_factory.mktemp("trained-shared"), config, folders)
+    return train(module_folders("trained-shared"), config, folders)
 
 
 @pytest.fixture
@@ -461,11 +459,11 @@ def test_the_next_pass_reads_a_store_that_gave_up_again_and_it_passes_once_back(
 
 
 @pytest.fixture(scope="module")
-def trained_beside_an_absent_validator(tmp_path_factory, config):
+def trained_beside_an_absent_validator(module_folders, config):
     """Two miners that revealed WINDOW in time, and a second permitted validator that never runs:
     the scoring deals one miner to each of the two validators."""
     folders = {"eta": "eta", "theta": "theta"}
-    return train(tmp_path_factory.mktemp("trained-absent"), config, folders, absent=("absent",))
+    return train(module_folders("trained-absent"), config, folders, absent=("absent",))
 
 
 def test_the_scoring_share_of_a_validator_that_is_down_is_measured_by_the_one_that_is_up(

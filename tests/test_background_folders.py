@@ -103,6 +103,12 @@ def test_two(data):
 """
 
 
+def outer_free(env):
+    """The environment without what sets up this session's pytest (`PYTEST_ADDOPTS`, and the
+    timeline's file, which an inner session given its plugin would write over)."""
+    return {k: v for k, v in env.items() if not k.startswith("PYTEST_") and k != "TIMELINE"}
+
+
 def test_a_modules_folders_go_after_its_last_test_unless_one_failed(tmp_path):
     """A real pytest session of two modules, one passing and one with a failed test."""
     (tmp_path / "conftest.py").write_text("from support.folders import module_folders  # noqa: F401\n")
@@ -121,7 +127,7 @@ def test_a_modules_folders_go_after_its_last_test_unless_one_failed(tmp_path):
             str(tmp_path / "base"),
         ],
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(tests)},
+        env={**outer_free(os.environ), "PYTHONPATH": str(tests)},
         capture_output=True,
         text=True,
         timeout=120,

@@ -118,8 +118,8 @@ class Networks:
 
     def discard(self, name: str) -> None:
         """Remove the folder of `name`, which has ended and which no test reads any more: a network's
-        stores and its miners' states take up to several hundred MB each, and the session's jobs all
-        but 2 GB together if they are kept to its end."""
+        stores and its miners' states take up to several hundred MB each, and kept to the session's
+        end the folders came to about 2 GB together (docs/testing.md, "Disk")."""
         with self._lock:
             if name not in self._done:
                 raise ValueError(f"{name} has not ended; its folder is still in use")

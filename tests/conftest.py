@@ -104,10 +104,15 @@ def pytest_configure(config):
     )
 
 
+def jobs_read(item: pytest.Item) -> list[str]:
+    """The background jobs `item` reads, in the order of `NETWORKS`."""
+    return [name for name in NETWORKS if name in item.fixturenames]
+
+
 def network_rank(item: pytest.Item) -> tuple[int, int]:
     """Other tests first, then the readers of each background network in the order they run, then
     the tests that run a network of their own."""
-    read = [i for i, name in enumerate(NETWORKS) if name in item.fixturenames]
+    read = [list(NETWORKS).index(name) for name in jobs_read(item)]
     if read:
         return 1, max(read)
     if item.get_closest_marker("localnet"):
@@ -152,16 +157,14 @@ LAST_READERS = pytest.StashKey[dict[str, list[str]]]()
 def pytest_runtest_makereport(item: pytest.Item, call):
     report = yield
     if report.failed:
-        item.session.stash.setdefault(FAILED_READS, set()).update(
-            n for n in NETWORKS if n in item.fixturenames
-        )
+        item.session.stash.setdefault(FAILED_READS, set()).update(jobs_read(item))
     return report
 
 
 @pytest.fixture(scope="session")
 def networks(request, tmp_path_factory, session_temp):
     items = request.session.items
-    needed = {name for name in NETWORKS if any(name in item.fixturenames for item in items)}
+    needed = {name for item in items for name in jobs_read(item)}
     lanes = [[name for name in lane if name in needed] for lane in LANES]
     request.session.stash[LAST_READERS] = last_readers(items, needed)
     background = Networks(NETWORKS, lanes, tmp_path_factory, os.environ)

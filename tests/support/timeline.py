@@ -7,10 +7,10 @@ start, end and CPU, as JSON lines, and a summary of such a file.
 
 The children's CPU of a test counts every child reaped while it ran, background jobs' included, so
 read it as a hint; so too the disk, which is the whole file system's that holds the temporary folder
-(statvfs), less what it held when the session began. A job's CPU is exact where the machine lets root make cgroup-v1 `cpuacct` groups
-(`JobCpu`): the thread that starts a job's processes is moved into a group of the job's own while it
-does, so that every process the job starts, and every process those start, is counted there; where
-it cannot, the summary says so. docs/testing.md quotes such runs.
+(statvfs), less what it held when the session began. A job's CPU is exact where the machine lets
+root make cgroup-v1 `cpuacct` groups (`JobCpu`): the thread that starts a job's processes is moved
+into a group of the job's own while it does, so that every process the job starts, and every process
+those start, is counted there; where it cannot, the summary says so. docs/testing.md quotes such runs.
 """
 
 from __future__ import annotations

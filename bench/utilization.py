@@ -436,7 +436,20 @@ def _logs(net: Localnet, name: str) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
-def _trained_windows(net: Localnet) -> set[int]:
+def caught_up(net: Localnet) -> bool:
+    """Whether every miner has exited and each validator has reported the last window a miner
+    committed, or has exited: what the bench waits for before it stops the validators (they may
+    check up to two windows more)."""
+    if any(n.running() for n in net.neurons if n.role == "miner"):
+        return False
+    trained = max(trained_windows(net), default=-1)
+    validators = [n for n in net.neurons if n.role == "validator"]
+    return all(
+        not v.running() or max(validated_windows(net, v.name), default=-1) >= trained for v in validators
+    )
+
+
+def trained_windows(net: Localnet) -> set[int]:
     return {
         r.window
         for n in net.neurons
@@ -446,7 +459,7 @@ def _trained_windows(net: Localnet) -> set[int]:
     }
 
 
-def _validated(net: Localnet, name: str) -> set[int]:
+def validated_windows(net: Localnet, name: str) -> set[int]:
     return {
         r.window
         for r in node_records(net.neuron(name).work_dir / "metrics.jsonl")
@@ -464,8 +477,7 @@ def run_network(
     curve: bool = True,
 ) -> RunResult:
     """One localnet: the miners train `windows` windows; the validators may check up to two more (they
-    may start a window before the miners do) and are stopped once each has reported the last window a
-    miner committed."""
+    may start a window before the miners do) and are stopped once they have `caught_up`."""
     started = time.perf_counter()
     net = Localnet(
         LocalnetOptions(
@@ -488,26 +500,19 @@ def run_network(
         f"{cfg.blocks_per_window} blocks (train phase {cfg.commit_offset}), miners' store at "
         f"{bandwidth / 1e6:.2f} MB/s; logs in {net.work / 'logs'}"
     )
-    miners = [n for n in net.neurons if n.role == "miner"]
-    validators = [n for n in net.neurons if n.role == "validator"]
+
+    def poll() -> None:
+        failed = net.failed()
+        if failed:
+            raise SystemExit(f"{label}: {failed} exited with an error; logs in {net.work / 'logs'}")
+        if caught_up(net):
+            net.stop()
+
     timeout = 240 + (windows + 4) * cfg.blocks_per_window * BLOCK_TIME
     net.start()
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            failed = [n.name for n in net.neurons if not n.running() and n.process.returncode != 0]
-            if failed:
-                raise SystemExit(f"{label}: {failed} exited with an error; logs in {net.work / 'logs'}")
-            if not any(n.running() for n in miners):
-                trained = _trained_windows(net)
-                if all(
-                    max(_validated(net, v.name), default=-1) >= max(trained, default=-1) or not v.running()
-                    for v in validators
-                ):
-                    break
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{label}: not done after {timeout:.0f} s; logs in {net.work / 'logs'}")
-            time.sleep(1.0)
+        if not net.wait(timeout, poll):
+            raise SystemExit(f"{label}: not done after {timeout:.0f} s; logs in {net.work / 'logs'}")
     finally:
         net.stop()
     result = network_result(label, net, bandwidth, curve)
@@ -522,7 +527,7 @@ def network_result(label: str, net: Localnet, bandwidth: float, curve: bool = Tr
     `curve`, the global model's held-out loss over them (`heldout_curve`, which evaluates the model
     after each window). `bandwidth` is the miners' store's rate, kept with the numbers; `seconds` is
     left at 0 (`run_network` times the run)."""
-    trained = sorted(_trained_windows(net))
+    trained = sorted(trained_windows(net))
     if not trained:
         raise SystemExit(f"{label}: no miner committed a window; logs in {net.work / 'logs'}")
     result = RunResult(

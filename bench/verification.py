@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,7 +42,7 @@ from distrai.localnet.view import heldout_curve, processed_windows, signed_repor
 from distrai.node.metrics import read_metrics
 from distrai.node.metrics_records import MetricsLine, RevealRecord, TrainRecord
 from distrai.node.wallets import open_wallet
-from distrai.protocol.run import load_run_config, shipped_config_path
+from distrai.protocol.run import RunConfig, load_run_config, shipped_config_path
 from distrai.protocol.windows import ChallengeInputs, challenge_count, challenged, miner_segments
 from distrai.wire.window_documents import MinerEntry, WindowReport
 from miners.adversaries import ADVERSARIES, EXPECTED_CHECK
@@ -51,6 +52,9 @@ DEFAULT_OUTPUT = ROOT / "docs" / "verification.md"
 BENCH_CONFIG = Path(__file__).resolve().parent / "verification.toml"
 DAMAGING = ("scaled", "noise", "lazy")
 VALIDATORS = 2
+BLOCK_TIME = 1.0
+STARTUP_S = 180.0
+"""How long a network's nodes may take to start, beyond its windows, before it counts as stuck."""
 CATCH_WINDOWS = 10
 FAKED_SHARE = 0.25
 
@@ -100,7 +104,7 @@ def network(
             miners=honest,
             validators=VALIDATORS,
             windows=windows,
-            block_time=1.0,
+            block_time=BLOCK_TIME,
             adversaries=adversaries,
             run_config=config,
             warm_start=warm_start,
@@ -108,25 +112,38 @@ def network(
     )
 
 
-def run_network(name: str, work: Path, config: Path, honest: int, adversaries: tuple[str, ...], windows: int):
-    console = Console()
-    started = time.perf_counter()
-    net = network(work, config, honest, adversaries, windows)
+def launch(name: str, net: Localnet, env: Mapping[str, str] | None = None) -> Localnet:
+    """Set `net` up, say what it runs and start its nodes (in `env`, else this process's environment)."""
     net.setup()
-    bpw = net.config.windows.blocks_per_window
-    console.print(
-        f"[bold]{name}[/]: {honest} honest miners, adversaries {list(adversaries) or 'none'}, {windows} windows"
+    adversaries = list(net.options.adversaries) or "none"
+    Console().print(
+        f"[bold]{name}[/]: {net.options.miners} honest miners, adversaries {adversaries}, "
+        f"{net.options.windows} windows; logs in {net.work / 'logs'}"
     )
-    net.start()
+    net.start(env)
+    return net
+
+
+def finished(name: str, net: Localnet, seconds: float) -> RunResult:
+    """What the tables read of a network that has ended; SystemExit naming every node that exited
+    with an error."""
+    failed = net.failed()
+    if failed:
+        raise SystemExit(f"{name}: {failed} exited with an error; logs in {net.work / 'logs'}")
+    return network_result(name, net, seconds)
+
+
+def run_network(
+    name: str, work: Path, config: Path, honest: int, adversaries: tuple[str, ...], windows: int
+) -> RunResult:
+    started = time.perf_counter()
+    net = launch(name, network(work, config, honest, adversaries, windows))
     try:
-        if not net.wait(180 + (windows + 2) * bpw * 1.0):
+        if not net.wait(STARTUP_S + (windows + 2) * net.config.windows.blocks_per_window * BLOCK_TIME):
             raise SystemExit(f"{name}: the network did not finish its windows; logs in {work / 'logs'}")
     finally:
         net.stop()
-    failed = [n.name for n in net.neurons if n.process.returncode != 0]
-    if failed:
-        raise SystemExit(f"{name}: {failed} exited with an error; logs in {work / 'logs'}")
-    return network_result(name, net, time.perf_counter() - started)
+    return finished(name, net, time.perf_counter() - started)
 
 
 def network_result(name: str, net: Localnet, seconds: float) -> RunResult:
@@ -374,54 +391,82 @@ COST_HEADERS = [
 ]
 
 
-def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    args = parser.parse_args(argv)
-    plan = QUICK if args.quick else Plan()
-    console = Console(width=160)
-    started = time.perf_counter()
-    bench_config = load_run_config(BENCH_CONFIG)
-    cpu_config = shipped_config_path("cpu-localnet")
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        adversarial = run_network(
-            "adversary run", work / "a", BENCH_CONFIG, plan.honest, tuple(ADVERSARIES), plan.windows
-        )
-        with_30 = run_network(
-            "30% adversarial", work / "b", cpu_config, plan.loss_honest, DAMAGING, plan.loss_windows
-        )
-        honest_only = run_network(
-            "no adversaries", work / "c", cpu_config, plan.loss_honest, (), plan.loss_windows
-        )
+@dataclass(frozen=True)
+class Runs:
+    """The bench's three networks."""
 
-    n = bench_config.train.inner_steps // bench_config.train.segment_steps
-    miners = plan.honest + len(ADVERSARIES)
-    share = challenge_count(bench_config.verification.challenge_miners, miners) / miners
-    predicted = catch_probability(
-        n,
-        round(FAKED_SHARE * n),
-        bench_config.verification.challenge_segments,
-        share,
-        CATCH_WINDOWS,
+    adversarial: RunResult
+    with_30: RunResult
+    """the damaging adversaries beside the loss runs' honest miners, 30% of the miners"""
+    honest_only: RunResult
+
+
+def run_all(plan: Plan, work: Path) -> Runs:
+    cpu_config = shipped_config_path("cpu-localnet")
+    return Runs(
+        run_network("adversary run", work / "a", BENCH_CONFIG, plan.honest, tuple(ADVERSARIES), plan.windows),
+        run_network("30% adversarial", work / "b", cpu_config, plan.loss_honest, DAMAGING, plan.loss_windows),
+        run_network("no adversaries", work / "c", cpu_config, plan.loss_honest, (), plan.loss_windows),
     )
-    measured = measured_catch_rate(bench_config, miners, plan.catch_trials)
-    cost, fractions = cost_rows(adversarial)
-    revealed, update = revealed_bytes(adversarial)
-    honest = honest_counts([adversarial, with_30, honest_only])
-    sections = {
-        "adversaries": md_table(ADVERSARY_HEADERS, adversary_rows(adversarial)),
-        "honest": md_table(HONEST_HEADERS, honest),
-        "cost": md_table(COST_HEADERS, cost),
-        "loss": loss_table(with_30, honest_only),
-    }
-    command = "python bench/verification.py" + (" --quick" if args.quick else "")
-    if args.output != DEFAULT_OUTPUT:
-        command += f" --output {shlex.quote(str(args.output))}"
-    machine = Machine.here()
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What the report says of three finished runs, the adversary run's on `config`."""
+
+    config: RunConfig
+    adversaries: list[list[str]]
+    honest: list[list[str]]
+    cost: list[list[str]]
+    fractions: dict[str, float]
+    revealed: float
+    update: float
+    segments: int
+    miners: int
+    share: float
+    predicted: float
+    measured: float
+
+    @property
+    def targets(self) -> list[Target]:
+        return targets(self.honest, self.fractions, self.predicted, self.measured)
+
+    def tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        return [
+            ("adversaries", ADVERSARY_HEADERS, self.adversaries),
+            ("honest miners", HONEST_HEADERS, self.honest),
+            ("validator cost", COST_HEADERS, self.cost),
+        ]
+
+
+def findings(runs: Runs, plan: Plan, config: RunConfig) -> Findings:
+    n = config.train.inner_steps // config.train.segment_steps
+    miners = plan.honest + len(ADVERSARIES)
+    share = challenge_count(config.verification.challenge_miners, miners) / miners
+    cost, fractions = cost_rows(runs.adversarial)
+    revealed, update = revealed_bytes(runs.adversarial)
+    return Findings(
+        config=config,
+        adversaries=adversary_rows(runs.adversarial),
+        honest=honest_counts([runs.adversarial, runs.with_30, runs.honest_only]),
+        cost=cost,
+        fractions=fractions,
+        revealed=revealed,
+        update=update,
+        segments=n,
+        miners=miners,
+        share=share,
+        predicted=catch_probability(
+            n, round(FAKED_SHARE * n), config.verification.challenge_segments, share, CATCH_WINDOWS
+        ),
+        measured=measured_catch_rate(config, miners, plan.catch_trials),
+    )
+
+
+def markdown(found: Findings, runs: Runs, plan: Plan, command: str, seconds: float, machine: Machine) -> str:
+    """docs/verification.md above its kept notes."""
+    bench_config, n, share = found.config, found.segments, found.share
+    adversarial, with_30 = runs.adversarial, runs.with_30
     lines = [
         "# Verification by recomputation",
         "",
@@ -429,7 +474,7 @@ def main(argv: list[str]) -> None:
         "",
         f"```\n{command}\n```",
         "",
-        f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; total wall time: {time.perf_counter() - started:.0f} s",
+        f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; total wall time: {seconds:.0f} s",
         f"- machine: {machine.cpu}, {machine.cores} cores (shared); torch {machine.torch}; Python {machine.python}",
         f"- adversary run: `bench/verification.toml` (H = {bench_config.train.inner_steps}, "
         f"k = {bench_config.train.segment_steps}, challenged in each window: "
@@ -448,11 +493,11 @@ def main(argv: list[str]) -> None:
         "Every window-verification is one validator's verdict on one miner in one window; a barred",
         "miner's windows count as rejected (`banned`).",
         "",
-        sections["adversaries"],
+        md_table(ADVERSARY_HEADERS, found.adversaries),
         "",
         "## Honest miners",
         "",
-        sections["honest"],
+        md_table(HONEST_HEADERS, found.honest),
         "",
         "## Validator cost",
         "",
@@ -460,10 +505,10 @@ def main(argv: list[str]) -> None:
         "replaying the challenged segments, re-encoding the update from the last state) over the",
         "training time of all miners, summed over the same windows of the adversary run.",
         "",
-        sections["cost"],
+        md_table(COST_HEADERS, found.cost),
         "",
-        f"A challenged honest miner reveals a median {revealed / 1e6:.1f} MB per window beyond its "
-        f"{update / 1e3:.0f} kB update and manifest (the start state of its run of challenged segments, "
+        f"A challenged honest miner reveals a median {found.revealed / 1e6:.1f} MB per window beyond its "
+        f"{found.update / 1e3:.0f} kB update and manifest (the start state of its run of challenged segments, "
         "parameters and AdamW moments, unless the run starts at segment 0, and its trajectory reveal).",
         "",
         "## The global model with 30% adversarial miners",
@@ -471,7 +516,7 @@ def main(argv: list[str]) -> None:
         "Held-out loss of the global model after the same number of validated windows (0: the",
         "initial model), with the honest miners alone and with three adversaries beside them.",
         "",
-        sections["loss"],
+        loss_table(with_30, runs.honest_only),
         "",
         "## Catching a miner that fakes a quarter of its segments",
         "",
@@ -481,31 +526,47 @@ def main(argv: list[str]) -> None:
         "consecutive segments from a uniform first one (wrapping round; one draw per window, so the reveal "
         "does not grow with the validators), the faker is caught in one window with probability "
         "p = q · (m + s − 1)/n, and within "
-        f"{CATCH_WINDOWS} windows with probability 1 − (1 − p)^{CATCH_WINDOWS} = **{predicted:.4f}**. "
+        f"{CATCH_WINDOWS} windows with probability 1 − (1 − p)^{CATCH_WINDOWS} = **{found.predicted:.4f}**. "
         f"Measured over {plan.catch_trials:,} trials of the project's challenge draws "
-        f"(`distrai.protocol.windows.challenged` and `miner_segments`, random block hashes, {miners} miners): **{measured:.4f}**.",
+        f"(`distrai.protocol.windows.challenged` and `miner_segments`, random block hashes, {found.miners} miners): **{found.measured:.4f}**.",
         "",
         "## Targets",
         "",
-        *[target.line() for target in targets(honest, fractions, predicted, measured)],
+        *[target.line() for target in found.targets],
         "",
         NOTES_MARKER,
     ]
-    text = "\n".join(lines) + "\n" + kept_notes(args.output)
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else Plan()
+    console = Console(width=160)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = run_all(plan, Path(tmp))
+    found = findings(runs, plan, load_run_config(BENCH_CONFIG))
+    command = "python bench/verification.py" + (" --quick" if args.quick else "")
+    if args.output != DEFAULT_OUTPUT:
+        command += f" --output {shlex.quote(str(args.output))}"
+    text = markdown(found, runs, plan, command, time.perf_counter() - started, Machine.here())
+    text += kept_notes(args.output)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text)
-    for title, headers, rows in (
-        ("adversaries", ADVERSARY_HEADERS, adversary_rows(adversarial)),
-        ("honest miners", HONEST_HEADERS, honest),
-        ("validator cost", COST_HEADERS, cost),
-    ):
+    for title, headers, rows in found.tables():
         table = Table(title=title)
         for h in headers:
             table.add_column(h)
         for row in rows:
             table.add_row(*row)
         console.print(table)
-    for target in targets(honest, fractions, predicted, measured):
+    for target in found.targets:
         console.print(target.line())
     console.print(f"wrote {args.output}")
 

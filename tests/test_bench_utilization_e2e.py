@@ -65,6 +65,31 @@ def test_every_miner_and_validator_is_read_and_the_windows_are_the_committed_one
     assert run.config == net.config and run.seconds == 0.0
 
 
+def test_what_the_bench_waits_for_reads_the_committed_and_reported_windows(restart_net):
+    """`caught_up`, the bench's cue to stop a network's validators once each has reported the last
+    window a miner committed, reads the committed and the reported windows that the nodes' metrics
+    hold read as plain JSON. That it holds at this network's end is by construction (every node has
+    exited); its validators stop by themselves after `--max.windows` windows, here one before the
+    last committed one, which the bench's validators get two windows more to report."""
+    net = restart_net.net
+    committed = {
+        line["window"]
+        for n in net.neurons
+        if n.role == "miner"
+        for line in raw_lines(n.work_dir / "metrics.jsonl")
+        if line.get("event") == "train"
+    }
+    assert U.trained_windows(net) == committed and committed
+    for v in (n for n in net.neurons if n.role == "validator"):
+        reported = {
+            line["window"]
+            for line in raw_lines(v.work_dir / "metrics.jsonl")
+            if "event" not in line  # a validator's window record has none
+        }
+        assert U.validated_windows(net, v.name) == reported and reported, v.name
+    assert U.caught_up(net) and not net.failed()
+
+
 def test_each_honest_miner_is_measured(restart_net, run, honest):
     net = restart_net.net
     h, k = net.config.train.inner_steps, net.config.train.segment_steps

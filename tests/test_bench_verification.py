@@ -10,10 +10,11 @@ project's own challenge draws agrees with it.
 
 The verdicts of its Targets follow from the same rows: met, MISSED, or not measured where the
 measurement is missing or too small to judge (fewer than 200 honest verifications, a validator that
-replayed nothing). The bench's launch is not run here: its `--quick` run is three local networks (17
-adversaries, two honest miners, two validators, 120-s windows), minutes and far more CPU than a test
-of the suite may take; tests/test_bench_verification_e2e.py runs its reading and tables on the
-suite's adversary network. Its `--help` is parsed in this process.
+replayed nothing). The bench's `--quick` run is three local networks (17 adversaries, two honest
+miners, two validators, 120-s windows), minutes and far more CPU than a test of the suite may take:
+tests/test_bench_verification_e2e.py launches the suite's adversary network through the bench and
+writes its report from it; here, the bench refuses a network whose nodes exited with an error (a
+real one, whose nodes are given a flag they do not know). Its `--help` is parsed in this process.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 from support.bench_jobs import bench_module
 from support.metrics_lines import line, reveal_record, train_record
 
-from distrai.protocol.run import load_run_config
+from distrai.protocol.run import load_run_config, shipped_config_path
 from distrai.wire.window_documents import MinerEntry, WindowReport
 
 V = bench_module("verification")
@@ -226,3 +227,18 @@ def test_help_names_the_quick_run_and_the_output(capsys):
     assert done.value.code == 0
     shown = capsys.readouterr().out
     assert "--quick" in shown and "--output" in shown and "python bench/verification.py --quick" in shown
+
+
+def test_a_network_whose_nodes_exit_with_an_error_is_refused_with_their_names(tmp_path):
+    """`finished`, which turns an ended network into the tables' records, refuses one whose nodes did
+    not all exit cleanly, naming each (here every node is given a flag it does not know)."""
+    net = V.network(tmp_path / "net", shipped_config_path("cpu-localnet"), 1, (), 1)
+    net.setup()
+    for neuron in net.neurons:
+        neuron.args.append("--no-such-flag")
+    net.start()
+    assert net.wait(60), "the nodes did not exit"
+    with pytest.raises(
+        SystemExit, match=r"bad run: \['validator0', 'validator1', 'miner0'\] exited with an error"
+    ):
+        V.finished("bad run", net, 1.0)

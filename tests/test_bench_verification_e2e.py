@@ -7,15 +7,21 @@ built from what the nodes really wrote. A reworded report, a renamed metrics fie
 whose first word is no longer its check fails here, not in the next half-hour bench run.
 
 The adversary network is the bench's own, from its `network` (with the suite's config and windows, its
-nodes forked from a warm interpreter); the bench's wait for a network's end is not run here."""
+nodes forked from a warm interpreter), set up and started by its `launch` and read by its `finished`;
+its report is what the bench writes of three runs, this network standing for each. Not run here: the
+bench's wait for a network's end (`Localnet.wait`, the product's, with the bench's timeout) and its
+plan of three networks (`run_all`)."""
 
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
+from support.adversary_net import CONFIG, HONEST, NAME, WINDOWS
 from support.bench_jobs import bench_module
 
+from distrai.protocol.run import load_run_config
 from miners.adversaries import ADVERSARIES, EXPECTED_CHECK
 
 V = bench_module("verification")
@@ -24,7 +30,7 @@ V = bench_module("verification")
 @pytest.fixture(scope="module")
 def run(adversary_net):
     assert adversary_net.finished, "the network did not finish its windows"
-    return V.network_result("adversary run", adversary_net.net, seconds=math.nan)
+    return V.finished(NAME, adversary_net.net, seconds=math.nan)
 
 
 def test_the_bench_reads_every_miner_and_both_validators(run, adversary_net):
@@ -65,3 +71,34 @@ def test_each_validators_cost_and_the_reveal_are_measured(run):
     verdicts = V.targets(V.honest_counts([run]), fractions, 0.99, 0.99)
     assert verdicts[0].met is not False  # no false rejection; judged once there are 200
     assert all(t.met is not None for t in verdicts[1:])  # each cost was measured
+
+
+def test_the_report_has_every_section_and_a_verdict_per_target(run):
+    """What `bench/verification.py` writes above its kept notes, from this network standing for its
+    three runs (the suite runs one; a plan of the suite's shape, 200 draws of the catch odds)."""
+    plan = V.Plan(honest=HONEST, windows=WINDOWS, loss_honest=HONEST, loss_windows=WINDOWS, catch_trials=200)
+    found = V.findings(V.Runs(run, run, run), plan, load_run_config(CONFIG))
+    machine = V.Machine("a CPU", 2, "2.x", "3.11")
+    text = V.markdown(
+        found, V.Runs(run, run, run), plan, "python bench/verification.py --quick", 61.0, machine
+    )
+    headings = re.findall(r"^## (.+)$", text, re.M)
+    assert headings == [
+        "Adversaries",
+        "Honest miners",
+        "Validator cost",
+        "The global model with 30% adversarial miners",
+        "Catching a miner that fakes a quarter of its segments",
+        "Targets",
+    ]
+    assert "python bench/verification.py --quick" in text and "total wall time: 61 s" in text
+    assert f"windows {run.windows[0]}–{run.windows[-1]}" in text
+    for kind in V.ADVERSARIES:
+        assert re.search(rf"^\| {kind} \| {V.EXPECTED_CHECK[kind]} \|", text, re.M), kind
+    for title, headers, rows in found.tables():
+        assert rows and all(len(row) == len(headers) for row in rows), title
+    assert [line for line in text.splitlines() if line.startswith("- ") and line.endswith(".")][
+        -len(found.targets) :
+    ] == [t.line() for t in found.targets]
+    assert 0.0 <= found.measured <= 1.0 and 0.0 < found.predicted <= 1.0
+    assert text.endswith(V.NOTES_MARKER + "\n")

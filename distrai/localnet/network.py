@@ -384,16 +384,24 @@ class Localnet:
         return env
 
     def start(self, base_env: Mapping[str, str] | None = None) -> None:
-        """Start every node, in `env(base_env)`."""
+        """Start every node, in `env(base_env)`; if one cannot start, stop those that did and raise."""
         (self.work / "logs").mkdir(exist_ok=True)
         self.started_env = self.env(base_env)
-        if self.options.warm_start:
-            self.warm = WarmStarter(self.started_env, REPO, self.work / "logs" / "warm-start.log")
-        for neuron in self.neurons:
-            neuron.start(self.started_env, self.warm)
+        try:
+            if self.options.warm_start:
+                self.warm = WarmStarter(self.started_env, REPO, self.work / "logs" / "warm-start.log")
+            for neuron in self.neurons:
+                neuron.start(self.started_env, self.warm)
+        except BaseException:
+            self.stop()
+            raise
 
     def neuron(self, name: str) -> Neuron:
         return next(n for n in self.neurons if n.name == name)
+
+    def failed(self) -> list[str]:
+        """The nodes that have exited with an error (a nonzero status), by name."""
+        return [n.name for n in self.neurons if n.process is not None and n.process.poll() not in (None, 0)]
 
     def restart(self, name: str) -> None:
         """Kill node `name` and start it with the same command, in the environment the network

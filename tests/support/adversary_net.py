@@ -15,14 +15,17 @@ from pathlib import Path
 
 from distrai.localnet.network import Localnet
 from miners.adversaries import ADVERSARIES
-from support.background import start
 from support.bench_jobs import bench_module
 
 WINDOWS = 3
+HONEST = 3
+NAME = "adversary run"
 CONFIG = Path(__file__).parent / "adversary-localnet.toml"
 
 
 def start_adversary_net(work: Path, env: Mapping[str, str]) -> Localnet:
-    """`bench/verification.py`'s network of its adversary run, with the suite's config and windows."""
+    """`bench/verification.py`'s network of its adversary run, with the suite's config and windows,
+    set up and started by the bench's own `launch`."""
     verification = bench_module("verification")
-    return start(verification.network(work, CONFIG, 3, tuple(ADVERSARIES), WINDOWS, warm_start=True), env)
+    net = verification.network(work, CONFIG, HONEST, tuple(ADVERSARIES), WINDOWS, warm_start=True)
+    return verification.launch(NAME, net, env)

@@ -192,13 +192,9 @@ class Networks:
 
 
 def start(net: Localnet, env: Mapping[str, str]) -> Localnet:
-    """Set `net` up and start its nodes in `env`; if they cannot all start, stop those that did."""
+    """Set `net` up and start its nodes in `env`."""
     net.setup()
-    try:
-        net.start(env)
-    except BaseException:
-        net.stop()
-        raise
+    net.start(env)
     return net
 
 

@@ -36,6 +36,17 @@ def raw_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def committed_windows(net) -> set[int]:
+    """The windows of the miners' train records, read as plain JSON."""
+    return {
+        line["window"]
+        for n in net.neurons
+        if n.role == "miner"
+        for line in raw_lines(n.work_dir / "metrics.jsonl")
+        if line.get("event") == "train"
+    }
+
+
 @pytest.fixture(scope="module")
 def run(restart_net):
     assert restart_net.finished, "the restart network did not finish its windows"
@@ -53,13 +64,7 @@ def test_every_miner_and_validator_is_read_and_the_windows_are_the_committed_one
     assert [m.name for m in run.miners] == [n.name for n in net.neurons if n.role == "miner"]
     assert [v.name for v in run.validators] == [n.name for n in net.neurons if n.role == "validator"]
     assert len(run.miners) == net.options.miners and len(run.validators) == net.options.validators
-    committed = {
-        line["window"]
-        for n in net.neurons
-        if n.role == "miner"
-        for line in raw_lines(n.work_dir / "metrics.jsonl")
-        if line.get("event") == "train"
-    }
+    committed = committed_windows(net)
     assert committed, "no miner's metrics hold a committed window"
     assert run.windows == list(range(min(committed), max(committed) + 1))
     assert run.config == net.config and run.seconds == 0.0
@@ -72,13 +77,7 @@ def test_what_the_bench_waits_for_reads_the_committed_and_reported_windows(resta
     exited); its validators stop by themselves after `--max.windows` windows, here one before the
     last committed one, which the bench's validators get two windows more to report."""
     net = restart_net.net
-    committed = {
-        line["window"]
-        for n in net.neurons
-        if n.role == "miner"
-        for line in raw_lines(n.work_dir / "metrics.jsonl")
-        if line.get("event") == "train"
-    }
+    committed = committed_windows(net)
     assert U.trained_windows(net) == committed and committed
     for v in (n for n in net.neurons if n.role == "validator"):
         reported = {

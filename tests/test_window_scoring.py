@@ -91,12 +91,11 @@ def trained(runtime, base, hotkey, window=WINDOW, steps=FULL, miners=MINERS) -> 
 
 @pytest.fixture(scope="module")
 def model(runtime):
-    """The initial model after two windows of one miner's training each (HONEST[0]'s, then
-    HONEST[1]'s)."""
+    """The initial model after two windows of three miners' averaged updates."""
     params = runtime.initial_params()
-    for window, hk in ((1, HONEST[0]), (2, HONEST[1])):
-        update = trained(runtime, params, hk, window)
-        params = {n: p - update[n] for n, p in params.items()}
+    for window in (1, 2):
+        updates = [trained(runtime, params, hk, window) for hk in HONEST[:3]]
+        params = {n: p - sum(u[n] for u in updates) / 3 for n, p in params.items()}
     return GlobalModel(WINDOW, params, OuterState(momentum={}))
 
 

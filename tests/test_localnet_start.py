@@ -12,6 +12,7 @@ def test_a_node_that_cannot_start_stops_those_that_did(tmp_path):
     net = Localnet(LocalnetOptions(work=tmp_path / "net", miners=1, validators=1, windows=1))
     net.setup()
     first, last = net.neurons[0], net.neurons[-1]
+    first.args = ["-c", "import time; time.sleep(600)"]  # a process that starts at once and costs nothing
     last.log_path = tmp_path / "no such folder" / "node.log"
     with pytest.raises(FileNotFoundError, match="no such folder"):
         net.start()

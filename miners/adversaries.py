@@ -103,8 +103,8 @@ class Lazy(Behaviour):
 
     def train(self, miner, w, miners, states_dir):
         k, h = miner.rt.inner.segment_steps, miner.rt.inner.inner_steps
-        done = max(k, (h // k // 2) * k)
-        trained = miner.train(w, miners, states_dir, steps=done)
+        trained = miner.train(w, miners, states_dir, steps=max(k, (h // k // 2) * k))
+        done = trained.boundaries[-1][0]  # fewer steps when the window's pace cut its training short
         last = load_state(states_dir / f"{done:06d}.safetensors")
         boundaries = list(trained.boundaries)
         for step in range(done + k, h + 1, k):

@@ -4,6 +4,7 @@ model takes, dropout removal, and clear errors."""
 from __future__ import annotations
 
 import threading
+from typing import get_args
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from support.tiny_models import save_tiny_model, tiny_model
 from transformers import LlamaForCausalLM
 
 from distrai.data.byte_tokenizer import byte_tokenizer
+from distrai.protocol.run import ModelPreset
 from distrai.train.model import (
     PRESETS,
     ModelSpec,
@@ -23,6 +25,7 @@ from distrai.train.model import (
 
 # The sizes the presets are named for (issue 3): tiny ~1M, small 10–20M, 150m, 1b.
 EXPECTED_RANGES = {
+    "micro": (0.2e6, 0.35e6),
     "tiny": (0.5e6, 1.5e6),
     "small": (10e6, 20e6),
     "150m": (130e6, 170e6),
@@ -36,6 +39,12 @@ def test_preset_sizes(name):
         model = LlamaForCausalLM(preset_config(name, byte_tokenizer()))
     low, high = EXPECTED_RANGES[name]
     assert low <= count_parameters(model) <= high
+
+
+def test_a_run_config_takes_every_preset_and_no_other():
+    """The run config's `ModelPreset` names (kept apart so reading a config imports no torch) are
+    the presets the model builder has."""
+    assert get_args(ModelPreset) == tuple(PRESETS)
 
 
 def test_preset_uses_eager_attention_and_no_dropout():

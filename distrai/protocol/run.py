@@ -64,7 +64,7 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
-ModelPreset = Literal["tiny", "small", "150m", "1b"]
+ModelPreset = Literal["micro", "tiny", "small", "150m", "1b"]
 
 
 class ModelSource(_Section):

@@ -55,7 +55,8 @@ class Preset:
     max_positions: int
 
 
-PRESETS: dict[str, Preset] = {  # tiny 0.99M, small 14.4M, 150m 155M, 1b 1.03B parameters
+PRESETS: dict[str, Preset] = {  # micro 0.27M, tiny 0.99M, small 14.4M, 150m 155M, 1b 1.03B parameters
+    "micro": Preset(hidden_size=96, num_layers=2, num_heads=4, intermediate_size=256, max_positions=512),
     "tiny": Preset(hidden_size=192, num_layers=2, num_heads=4, intermediate_size=512, max_positions=512),
     "small": Preset(hidden_size=384, num_layers=8, num_heads=6, intermediate_size=1024, max_positions=1024),
     "150m": Preset(hidden_size=1024, num_layers=12, num_heads=16, intermediate_size=2816, max_positions=2048),

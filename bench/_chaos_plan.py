@@ -89,6 +89,8 @@ class ChaosOptions:
     warm_start: bool = False
     """nodes, restarts included, forked from a warm interpreter (`distrai.localnet.warm_start`), as
     the test suite's short run starts them; a plain `python` start is what an operator's restart costs"""
+    run_config: Path | None = None
+    """the run config the network runs; None: the shipped cpu-localnet config"""
 
     @property
     def on_s3(self) -> bool:

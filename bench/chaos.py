@@ -1,7 +1,7 @@
 """Bounded chaos run of a localnet; writes docs/reliability.md.
 
-Three miners and two validators run the pipelined cpu-localnet config as separate processes (the
-real entry points, `distrai.localnet`). While they run, the harness
+Three miners and two validators run the pipelined cpu-localnet config (or `--run-config`'s) as
+separate processes (the real entry points, `distrai.localnet`). While they run, the harness
 
 - SIGKILLs a miner or a validator at `--kills` moments drawn with `random.Random(--seed)`, spread
   over the run's windows and over every phase (`distrai.protocol.windows.activities` at the kill's block:
@@ -138,6 +138,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="fork nodes and restarts from a warm interpreter, as the test suite's short run does "
         "(default: a plain `python` start, what an operator's restart costs)",
     )
+    parser.add_argument(
+        "--run-config",
+        type=Path,
+        default=None,
+        help="the run config the network runs (default: the shipped cpu-localnet config)",
+    )
     parser.add_argument("--work", type=Path, default=None, help="localnet folder (default: a temp dir)")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="markdown report to write")
     return parser.parse_args(argv)
@@ -155,6 +161,7 @@ def main(argv: list[str]) -> int:
         block_time=args.block_time,
         outages=() if args.no_outages else tuple(args.outage or DEFAULT_OUTAGES),
         warm_start=args.warm_start,
+        run_config=args.run_config,
     )
     with Progress(
         TextColumn("[bold]block {task.completed:.0f} of {task.total:.0f}"),

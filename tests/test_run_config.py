@@ -276,7 +276,11 @@ def test_a_pinned_hub_model_with_its_own_tokenizer_validates():
             "run.toml: train.inner_steps: Input should be a valid integer (got True)",
         ),
         ("train.momentum", 0.9, "run.toml: train.momentum: is not a setting of the run config"),
-        ("model.preset", "huge", "run.toml: model.preset: Input should be 'micro', 'tiny', 'small', '150m' or '1b'"),
+        (
+            "model.preset",
+            "huge",
+            "run.toml: model.preset: Input should be 'micro', 'tiny', 'small', '150m' or '1b'",
+        ),
         ("model.path_or_id", "org/model", "run.toml: model: set exactly one of preset or path_or_id"),
         ("data.source", "hub", "run.toml: data.source: a run does not read 'hub' text itself"),
         ("data.manifest", "a" * 64, "run.toml: data: manifest applies only to source 'prepared'"),

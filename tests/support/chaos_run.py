@@ -2,10 +2,12 @@
 harness drives its own local network in a thread while other tests run, and keeps what it says for
 the tests that read it (a thread that printed would write into whichever test is running).
 
-3 miners and 2 validators on the pipelined cpu-localnet config at `BLOCK_TIME` s per block, `WINDOWS`
-windows, `KILLS` SIGKILLs at moments drawn from `SEED`, each followed at once by a restart with the
-same command (forked from a warm interpreter, `distrai.localnet.warm_start`, as every start of it); the `OUTAGES`: the store unreachable while the challenged miners upload their reveals,
-the chain locked across a window's first block."""
+3 miners and 2 validators on the pipelined cpu-localnet config with the micro model
+(`micro_run_config`) at `BLOCK_TIME` s per block, `WINDOWS` windows, `KILLS` SIGKILLs at moments
+drawn from `SEED`, each followed at once by a restart with the same command (forked from a warm
+interpreter, `distrai.localnet.warm_start`, as every start of it); the `OUTAGES`: the store
+unreachable while the challenged miners upload their reveals, the chain locked across a window's
+first block."""
 
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ from _chaos_plan import ChaosOptions, OutageSpec  # noqa: E402
 from _chaos_records import ChaosResult  # noqa: E402
 from _chaos_run import Harness  # noqa: E402
 from chaos import run_chaos  # noqa: E402
+
+from distrai.protocol.run import shipped_config_path  # noqa: E402
 
 SEED = 1
 KILLS = 7
@@ -35,6 +39,20 @@ slack, and 2-s blocks would add some 7 minutes to the suite. The long outages ru
 `bench/chaos.py` at 2-s blocks (docs/reliability.md, four runs)."""
 STOP_S = 120.0
 """How long a stopped run may take to end its checks."""
+
+
+def micro_run_config(folder: Path) -> Path:
+    """The shipped cpu-localnet config with the `micro` model (0.27M parameters, a training step
+    about 40% of `tiny`'s), written into `folder`: the nodes' checks and replays of each window take
+    less of the 2 cores the suite shares, and what the run checks (kills, restarts, outages) does not
+    depend on the model's size."""
+    shipped = shipped_config_path("cpu-localnet").read_text()
+    if shipped.count('preset = "tiny"') != 1:
+        raise ValueError("the shipped cpu-localnet config no longer names the tiny preset once")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "chaos-run.toml"
+    path.write_text(shipped.replace('preset = "tiny"', 'preset = "micro"'))
+    return path
 
 
 def chaos_options(work: Path, **changes) -> ChaosOptions:
@@ -56,7 +74,7 @@ class ChaosJob:
     """One chaos run in a thread: running while the thread is (`neurons`), its `outcome` or `error` after."""
 
     def __init__(self, work: Path, env: Mapping[str, str]):
-        self.options = chaos_options(work)
+        self.options = chaos_options(work, run_config=micro_run_config(work.parent))
         self.said: list[str] = []
         self.harness = Harness(self.options, self.said.append, base_env=env)
         self.outcome: ChaosResult | None = None

@@ -43,7 +43,7 @@ STOP_S = 120.0
 
 def micro_run_config(folder: Path) -> Path:
     """The shipped cpu-localnet config with the `micro` model (0.27M parameters, a training step
-    about 40% of `tiny`'s), written into `folder`: the nodes' checks and replays of each window take
+    about half of `tiny`'s), written into `folder`: the nodes' checks and replays of each window take
     less of the 2 cores the suite shares, and what the run checks (kills, restarts, outages) does not
     depend on the model's size."""
     shipped = shipped_config_path("cpu-localnet").read_text()

@@ -4,9 +4,10 @@ each falls."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from distrai.protocol.run import shipped_config_path
 from distrai.protocol.windows import Phase, WindowConfig, activities, window_start
 
 PHASES = ("train", "reveal", "validate")
@@ -89,8 +90,8 @@ class ChaosOptions:
     warm_start: bool = False
     """nodes, restarts included, forked from a warm interpreter (`distrai.localnet.warm_start`), as
     the test suite's short run starts them; a plain `python` start is what an operator's restart costs"""
-    run_config: Path | None = None
-    """the run config the network runs; None: the shipped cpu-localnet config"""
+    run_config: Path = field(default_factory=lambda: shipped_config_path("cpu-localnet"))
+    """the run config the network runs"""
 
     @property
     def on_s3(self) -> bool:

@@ -30,7 +30,7 @@ from distrai.localnet.s3server import (
 )
 from distrai.localnet.tcp_gate import TcpGate
 from distrai.node.wallets import open_wallet
-from distrai.protocol.run import run_id, shipped_config_path
+from distrai.protocol.run import run_id
 from distrai.protocol.windows import activities, commit_deadline, reveal_deadline, window_end, window_of
 from distrai.store import Store
 from validators.validator_state import ValidatorState
@@ -82,7 +82,7 @@ class Harness:
                 windows=options.windows,
                 block_time=options.block_time,
                 warm_start=options.warm_start,
-                run_config=options.run_config or shipped_config_path("cpu-localnet"),
+                run_config=options.run_config,
                 store_url=(
                     None
                     if self.s3_endpoint is None

@@ -72,6 +72,8 @@ from _chaos_run import Harness
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from distrai.protocol.run import shipped_config_path
+
 
 def run_chaos(
     options: ChaosOptions, say: Callable[[str], None] = print, progress=None, harness: Harness | None = None
@@ -141,7 +143,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--run-config",
         type=Path,
-        default=None,
+        default=shipped_config_path("cpu-localnet"),
         help="the run config the network runs (default: the shipped cpu-localnet config)",
     )
     parser.add_argument("--work", type=Path, default=None, help="localnet folder (default: a temp dir)")

@@ -34,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -554,11 +555,20 @@ def network_result(label: str, net: Localnet, bandwidth: float, curve: bool = Tr
 def calibrate(
     pipelined_path: Path, work: Path, windows: int, bandwidth: float, console: Console
 ) -> Calibration:
+    """The calibration run: the pipelined config with its train phase stretched
+    (`calibration_windows`), `windows` windows at the miners' `bandwidth`, read by `calibration_of`."""
     text = pipelined_path.read_text()
     stretched = calibration_windows(load_run_config(pipelined_path).windows)
     path = work / "calibration.toml"
     path.write_text(with_windows(text, stretched))
     run = run_network("calibration", path, work / "calibration", windows, bandwidth, console, curve=False)
+    return calibration_of(run)
+
+
+def calibration_of(run: RunResult) -> Calibration:
+    """What a finished run measured for the plan: each miner's seconds per window (training, per
+    step, fixed costs, uploads) and each validator's validations of a window that held updates,
+    beside the training of the next window or, for the run's last window, with the miners idle."""
     trained = set(run.windows)
     beside, idle = [], []
     for v in run.validators:
@@ -566,8 +576,8 @@ def calibrate(
             if v.updates.get(w):
                 (beside if w + 1 in trained else idle).append(seconds)
     return Calibration(
-        windows=stretched,
-        bandwidth=bandwidth,
+        windows=run.config.windows,
+        bandwidth=run.bandwidth,
         train_s=[s for m in run.miners for s in m.train_s],
         step_s=[s for m in run.miners for s in m.step_s],
         other_s=[s for m in run.miners for s in m.other_s],
@@ -576,6 +586,33 @@ def calibrate(
         upload_s=[s for m in run.miners for s in m.upload_s],
         seconds=run.seconds,
     )
+
+
+def calibrated_plan(calibration: Calibration, template: WindowConfig, link: Callable[[int], Link]) -> Plan:
+    """Both protocols' windows from a calibration: a train phase of `TARGET_STEPS` steps at the
+    median pace and the slowest fixed cost, the reveal phase the longer of the throttled reveal at
+    that window's `link` and the slowest calibrated upload at that link's rate, the validate phases
+    the slowest calibrated validations (`plan_windows`; ValueError when they do not fit)."""
+    if not calibration.step_s or not calibration.validate_s:
+        raise ValueError("no window was measured")
+    train = train_blocks(TARGET_STEPS * calibration.step_median, _max(calibration.other_s))
+    at_train = link(train)
+    measured_reveal = _max(calibration.upload_s) * calibration.bandwidth / at_train.bandwidth
+    return plan_windows(
+        template,
+        train=train,
+        reveal_s=max(at_train.bench_reveal_s, measured_reveal),
+        validate_s=_max(calibration.validate_s),
+        validate_idle_s=_max(calibration.validate_idle_s or calibration.validate_s),
+    )
+
+
+def planned_configs(plan: Plan, work: Path) -> tuple[Path, Path]:
+    """The bench TOMLs with the plan's windows, written in `work`: (sequential, pipelined)."""
+    sequential, pipelined = work / "sequential.toml", work / "pipelined.toml"
+    sequential.write_text(with_windows(SEQUENTIAL_CONFIG.read_text(), plan.sequential))
+    pipelined.write_text(with_windows(PIPELINED_CONFIG.read_text(), plan.pipelined))
+    return sequential, pipelined
 
 
 # -- the report -----------------------------------------------------------------------------------
@@ -1015,7 +1052,7 @@ def machine_line() -> str:
 # -- main -----------------------------------------------------------------------------------------
 
 
-def main(argv: list[str]) -> None:
+def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -1043,20 +1080,81 @@ def main(argv: list[str]) -> None:
         parser.error("--calibrate-only and --no-calibrate exclude each other")
     if args.windows < 2 or args.calibration_windows < 2:
         parser.error("--windows and --calibration-windows must be at least 2 (the first window is left out)")
-    console = Console(width=180)
-    started = time.perf_counter()
-    gpu = load_run_config(shipped_config_path("gpu-subnet"))
-    seq_cfg, pipe_cfg = load_run_config(SEQUENTIAL_CONFIG), load_run_config(PIPELINED_CONFIG)
-    differ = config_differences(seq_cfg, pipe_cfg)
-    if differ and not (differ == ["outer"] and same_but_momentum(seq_cfg, pipe_cfg)):
+    return args
+
+
+def bench_link(pipelined: RunConfig) -> Callable[[int], Link]:
+    """The miners' link for a train phase of so many blocks: the GPU config's share of its window
+    (`link_for`). SystemExit if the bench TOMLs differ in more than their windows and outer momentum."""
+    sequential = load_run_config(SEQUENTIAL_CONFIG)
+    differ = config_differences(sequential, pipelined)
+    if differ and not (differ == ["outer"] and same_but_momentum(sequential, pipelined)):
         raise SystemExit(f"the bench TOMLs differ in more than [windows] and the outer momentum: {differ}")
-    gpu_params, bench_params = linkcheck.parameter_count(gpu), linkcheck.parameter_count(pipe_cfg)
+    gpu = load_run_config(shipped_config_path("gpu-subnet"))
+    gpu_params, bench_params = linkcheck.parameter_count(gpu), linkcheck.parameter_count(pipelined)
 
     def link(window_blocks: int) -> Link:
         return link_for(
-            gpu, pipe_cfg, window_blocks * BLOCK_TIME, gpu_params=gpu_params, bench_params=bench_params
+            gpu, pipelined, window_blocks * BLOCK_TIME, gpu_params=gpu_params, bench_params=bench_params
         )
 
+    return link
+
+
+def plan_by_calibration(
+    args: argparse.Namespace, pipelined: RunConfig, link: Callable[[int], Link], work: Path, console: Console
+) -> tuple[Calibration, Plan]:
+    """The calibration run and the windows it gives (SystemExit when it measured none or they do not
+    fit), printed."""
+    calibration = calibrate(
+        PIPELINED_CONFIG,
+        work,
+        args.calibration_windows,
+        link(pipelined.windows.blocks_per_window).bandwidth,
+        console,
+    )
+    for line in calibration_lines(calibration, None)[2:]:
+        console.print(line)
+    try:
+        plan = calibrated_plan(calibration, pipelined.windows, link)
+    except ValueError as exc:
+        raise SystemExit(f"calibration: {exc}; logs in {work / 'calibration' / 'logs'}") from None
+    console.print(f"calibrated windows:\n[sequential]\n{windows_toml(plan.sequential)}")
+    console.print(f"[pipelined]\n{windows_toml(plan.pipelined)}")
+    for line in calibration_lines(calibration, plan)[-5:]:
+        console.print(line)
+    return calibration, plan
+
+
+def command_line(args: argparse.Namespace) -> str:
+    return "python bench/utilization.py" + "".join(
+        f" {a}"
+        for a, on in (
+            (f"--windows {args.windows}", args.windows != 7),
+            (f"--calibration-windows {args.calibration_windows}", args.calibration_windows != 4),
+            ("--no-calibrate", args.no_calibrate),
+            (f"--output {shlex.quote(str(args.output))}", args.output != DEFAULT_OUTPUT),
+        )
+        if on
+    )
+
+
+def print_report(report: Report, console: Console) -> None:
+    runs = [report.sequential, report.pipelined]
+    console.print(rich_table("schedules", SCHEDULE_HEADERS, schedule_rows(runs)))
+    console.print(rich_table("miners", MINER_HEADERS, miner_rows(runs)))
+    console.print(rich_table("validators", VALIDATOR_HEADERS, validator_rows(runs)))
+    console.print(rich_table("summary", SUMMARY_HEADERS, summary_rows(report.sequential, report.pipelined)))
+    for sentence in target_sentences(report.sequential, report.pipelined):
+        console.print(f"• {sentence}")
+
+
+def main(argv: list[str]) -> None:
+    args = parse_args(argv)
+    console = Console(width=180)
+    started = time.perf_counter()
+    pipe_cfg = load_run_config(PIPELINED_CONFIG)
+    link = bench_link(pipe_cfg)
     if args.work is not None:
         args.work.mkdir(parents=True, exist_ok=True)
     folder = (
@@ -1069,34 +1167,8 @@ def main(argv: list[str]) -> None:
         seq_path, pipe_path = SEQUENTIAL_CONFIG, PIPELINED_CONFIG
         calibration = plan = None
         if not args.no_calibrate:
-            prior = link(pipe_cfg.windows.blocks_per_window)
-            calibration = calibrate(
-                PIPELINED_CONFIG, work, args.calibration_windows, prior.bandwidth, console
-            )
-            if not calibration.step_s or not calibration.validate_s:
-                raise SystemExit("calibration: no window was measured; see the logs")
-            for line in calibration_lines(calibration, None)[2:]:
-                console.print(line)
-            w = train_blocks(TARGET_STEPS * calibration.step_median, _max(calibration.other_s))
-            at_w = link(w)
-            measured_reveal = _max(calibration.upload_s) * prior.bandwidth / at_w.bandwidth
-            try:
-                plan = plan_windows(
-                    pipe_cfg.windows,
-                    train=w,
-                    reveal_s=max(at_w.bench_reveal_s, measured_reveal),
-                    validate_s=_max(calibration.validate_s),
-                    validate_idle_s=_max(calibration.validate_idle_s or calibration.validate_s),
-                )
-            except ValueError as exc:
-                raise SystemExit(f"calibration: {exc}") from None
-            seq_path, pipe_path = work / "sequential.toml", work / "pipelined.toml"
-            seq_path.write_text(with_windows(SEQUENTIAL_CONFIG.read_text(), plan.sequential))
-            pipe_path.write_text(with_windows(PIPELINED_CONFIG.read_text(), plan.pipelined))
-            console.print(f"calibrated windows:\n[sequential]\n{windows_toml(plan.sequential)}")
-            console.print(f"[pipelined]\n{windows_toml(plan.pipelined)}")
-            for line in calibration_lines(calibration, plan)[-5:]:
-                console.print(line)
+            calibration, plan = plan_by_calibration(args, pipe_cfg, link, work, console)
+            seq_path, pipe_path = planned_configs(plan, work)
             if args.calibrate_only:
                 return
         w_blocks = load_run_config(pipe_path).windows.blocks_per_window
@@ -1111,19 +1183,8 @@ def main(argv: list[str]) -> None:
         pipelined = run_network(
             "pipelined", pipe_path, work / "pipelined", args.windows, chosen.bandwidth, console
         )
-
-    command = "python bench/utilization.py" + "".join(
-        f" {a}"
-        for a, on in (
-            (f"--windows {args.windows}", args.windows != 7),
-            (f"--calibration-windows {args.calibration_windows}", args.calibration_windows != 4),
-            ("--no-calibrate", args.no_calibrate),
-            (f"--output {shlex.quote(str(args.output))}", args.output != DEFAULT_OUTPUT),
-        )
-        if on
-    )
     report = Report(
-        command=command,
+        command=command_line(args),
         date=f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         machine=machine_line(),
         link=chosen,
@@ -1133,16 +1194,9 @@ def main(argv: list[str]) -> None:
         pipelined=pipelined,
         total_seconds=time.perf_counter() - started,
     )
-    text = markdown(report, kept_notes(args.output))
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
-    runs = [sequential, pipelined]
-    console.print(rich_table("schedules", SCHEDULE_HEADERS, schedule_rows(runs)))
-    console.print(rich_table("miners", MINER_HEADERS, miner_rows(runs)))
-    console.print(rich_table("validators", VALIDATOR_HEADERS, validator_rows(runs)))
-    console.print(rich_table("summary", SUMMARY_HEADERS, summary_rows(sequential, pipelined)))
-    for sentence in target_sentences(sequential, pipelined):
-        console.print(f"• {sentence}")
+    args.output.write_text(markdown(report, kept_notes(args.output)))
+    print_report(report, console)
     console.print(f"wrote {args.output}")
 
 

@@ -133,17 +133,33 @@ def finished(name: str, net: Localnet, seconds: float) -> RunResult:
     return network_result(name, net, seconds)
 
 
-def run_network(
-    name: str, work: Path, config: Path, honest: int, adversaries: tuple[str, ...], windows: int
-) -> RunResult:
+@dataclass(frozen=True)
+class NetworkPlan:
+    """One of the bench's networks: its name in the report, its folder under the bench's work folder,
+    its run config, its honest miners, one miner per adversary type in `adversaries`, and its windows."""
+
+    name: str
+    folder: str
+    config: Path
+    honest: int
+    adversaries: tuple[str, ...]
+    windows: int
+
+
+def run_network(spec: NetworkPlan, work: Path) -> RunResult:
+    """`spec`'s network launched in `work / spec.folder`, waited for until its nodes have exited (its
+    windows and `STARTUP_S`, else SystemExit), stopped, and read by `finished`."""
     started = time.perf_counter()
-    net = launch(name, network(work, config, honest, adversaries, windows))
+    folder = work / spec.folder
+    net = launch(spec.name, network(folder, spec.config, spec.honest, spec.adversaries, spec.windows))
     try:
-        if not net.wait(STARTUP_S + (windows + 2) * net.config.windows.blocks_per_window * BLOCK_TIME):
-            raise SystemExit(f"{name}: the network did not finish its windows; logs in {work / 'logs'}")
+        if not net.wait(STARTUP_S + (spec.windows + 2) * net.config.windows.blocks_per_window * BLOCK_TIME):
+            raise SystemExit(
+                f"{spec.name}: the network did not finish its windows; logs in {folder / 'logs'}"
+            )
     finally:
         net.stop()
-    return finished(name, net, time.perf_counter() - started)
+    return finished(spec.name, net, time.perf_counter() - started)
 
 
 def network_result(name: str, net: Localnet, seconds: float) -> RunResult:
@@ -401,13 +417,20 @@ class Runs:
     honest_only: RunResult
 
 
-def run_all(plan: Plan, work: Path) -> Runs:
+def networks(plan: Plan) -> tuple[NetworkPlan, NetworkPlan, NetworkPlan]:
+    """The bench's three networks: the adversary run on `BENCH_CONFIG` with every adversary type, and
+    the two loss runs on the shipped CPU config, the same honest miners and windows with and without
+    the damaging adversaries."""
     cpu_config = shipped_config_path("cpu-localnet")
-    return Runs(
-        run_network("adversary run", work / "a", BENCH_CONFIG, plan.honest, tuple(ADVERSARIES), plan.windows),
-        run_network("30% adversarial", work / "b", cpu_config, plan.loss_honest, DAMAGING, plan.loss_windows),
-        run_network("no adversaries", work / "c", cpu_config, plan.loss_honest, (), plan.loss_windows),
+    return (
+        NetworkPlan("adversary run", "a", BENCH_CONFIG, plan.honest, tuple(ADVERSARIES), plan.windows),
+        NetworkPlan("30% adversarial", "b", cpu_config, plan.loss_honest, DAMAGING, plan.loss_windows),
+        NetworkPlan("no adversaries", "c", cpu_config, plan.loss_honest, (), plan.loss_windows),
     )
+
+
+def run_all(plan: Plan, work: Path) -> Runs:
+    return Runs(*(run_network(spec, work) for spec in networks(plan)))
 
 
 @dataclass(frozen=True)

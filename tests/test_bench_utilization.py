@@ -1,15 +1,18 @@
-"""The pure parts of bench/utilization.py: the two bench run configs, the link arithmetic, the window
-plan, the per-miner and per-validator accounting, the report and its calibration section, and the
-command's refusals before it starts anything. Nothing here starts a process or times anything.
+"""The parts of bench/utilization.py that start no network: the two bench run configs, the link
+arithmetic, the window plan and the calibrated plan written as the bench TOMLs, the per-miner and
+per-validator accounting, the report and its calibration section, and the command's refusals before
+it starts anything. Then the command itself to its first network, whose nodes are given a setting
+they cannot read and exit at once: it is refused with each node named and writes no report.
 
 The benchmark itself runs three localnets (calibration, sequential, pipelined) for half an hour, and
-no smaller run of it fits a test's CPU. Its reading of a finished network (`network_result`: the
-nodes' metrics and logs, the held-out curve) and its tables run in tests/test_bench_utilization_e2e.py
-on the suite's restart network; the log lines it counts are checked here to be the ones the nodes
-write."""
+no smaller run of it fits a test's CPU. Its reading of a finished network (`network_result` and
+`calibration_of`: the nodes' metrics and logs, the held-out curve) and its tables run in
+tests/test_bench_utilization_e2e.py on the suite's restart network; the log lines it counts are
+checked here to be the ones the nodes write."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 import sys
@@ -290,6 +293,39 @@ def test_the_calibration_section_follows_from_its_measurements():
     assert "`--no-calibrate`" in U.calibration_lines(None, None)[0]
 
 
+def test_the_calibrated_plan_holds_the_slowest_measurements_and_is_written_as_the_bench_tomls(tmp_path):
+    """`main`'s step from a calibration to the two networks' configs: the train phase from the median
+    step, the reveal phase from the slower of the throttled reveal at that window's link and the
+    slowest upload at that link's rate (the calibration ran at `bandwidth`), the validate phases
+    from the slowest validations; written as the bench TOMLs that differ from the shipped ones in
+    their windows alone. A calibration that measured no window gives no plan."""
+    pipelined = load_run_config(U.PIPELINED_CONFIG)
+    link = U.bench_link(pipelined)
+    bandwidth = link(pipelined.windows.blocks_per_window).bandwidth  # the calibration's link, as in `main`
+    calibration = dataclasses.replace(measured_calibration(), bandwidth=bandwidth)
+    plan = U.calibrated_plan(calibration, pipelined.windows, link)
+    w = math.ceil(480 * 0.1 + 2.0 + 0.5)
+    at_w = link(w)
+    assert at_w == U.link_for(
+        load_run_config(shipped_config_path("gpu-subnet")), pipelined, float(w), gpu_params=GPU_PARAMS
+    )
+    reveal_s = max(at_w.bench_reveal_s, 14.0 * bandwidth / at_w.bandwidth)
+    assert reveal_s > at_w.bench_reveal_s  # the slowest upload decides here
+    assert plan == U.plan_windows(
+        pipelined.windows, train=w, reveal_s=reveal_s, validate_s=11.0, validate_idle_s=4.0
+    )
+    sequential_path, pipelined_path = U.planned_configs(plan, tmp_path)
+    assert sequential_path.parent == pipelined_path.parent == tmp_path
+    written = load_run_config(sequential_path), load_run_config(pipelined_path)
+    assert (written[0].windows, written[1].windows) == (plan.sequential, plan.pipelined)
+    assert written[0].windows.commit_offset == written[1].windows.blocks_per_window  # what `main` checks
+    shipped = load_run_config(U.SEQUENTIAL_CONFIG), pipelined
+    assert [U.config_differences(a, b) for a, b in zip(written, shipped, strict=True)] == [[], []]
+    for empty in ({"step_s": []}, {"validate_s": []}):
+        with pytest.raises(ValueError, match="no window was measured"):
+            U.calibrated_plan(dataclasses.replace(calibration, **empty), pipelined.windows, link)
+
+
 def test_the_log_lines_counted_are_the_ones_the_nodes_write():
     """The bench counts late aggregates by their words in the validators' logs: a reworded log line
     would count nothing, silently."""
@@ -325,3 +361,31 @@ def test_the_command_refuses_what_cannot_run_before_it_starts_a_network(argv, sa
     with pytest.raises(SystemExit) as done:
         U.main(argv)
     assert done.value.code == 2 and says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("calibrated", [True, False], ids=["calibration", "no-calibrate"])
+def test_the_command_stops_at_its_first_network_whose_nodes_exit_with_an_error(
+    calibrated, tmp_path, monkeypatch, capsys
+):
+    """`main` as an operator runs it, to its first network: the calibration run (the bench TOML's
+    windows stretched, written beside the networks' folders) or, with `--no-calibrate`, the sequential
+    run; its miners' store at the link for the TOML's window; refused, with every node named, when
+    its nodes exit with an error, and no report written. Here every node inherits a setting it cannot
+    read (`DISTRAI_DEVICE_MEMORY_GIB`, which the local network passes no flag for)."""
+    monkeypatch.setenv("DISTRAI_DEVICE_MEMORY_GIB", "lots")
+    work, output = tmp_path / "work", tmp_path / "utilization.md"
+    argv = ["--work", str(work), "--output", str(output), *([] if calibrated else ["--no-calibrate"])]
+    with pytest.raises(SystemExit) as refused:
+        U.main(argv)
+    first = "calibration" if calibrated else "sequential"
+    names = [f"validator{i}" for i in range(U.VALIDATORS)] + [f"miner{i}" for i in range(U.MINERS)]
+    logs = work / first / "logs"
+    assert str(refused.value) == f"{first}: {names} exited with an error; logs in {logs}"
+    assert all("--device.memory_gib must be a number" in (logs / f"{n}.log").read_text() for n in names)
+    pipelined = load_run_config(U.PIPELINED_CONFIG)
+    bandwidth = U.bench_link(pipelined)(pipelined.windows.blocks_per_window).bandwidth
+    assert f"miners' store at {bandwidth / 1e6:.2f} MB/s" in capsys.readouterr().out
+    if calibrated:
+        stretched = load_run_config(work / "calibration.toml").windows
+        assert stretched == U.calibration_windows(pipelined.windows)
+    assert not output.exists()

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from distrai.protocol.run import load_run_config
+
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("bench_utilization", ROOT / "bench" / "utilization.py")
 U = importlib.util.module_from_spec(_spec)
@@ -220,3 +222,28 @@ def test_the_tables_render_what_was_read(restart_net, run, honest):
     assert loss == [f"{run.heldout[-1]:.4f}", f"{run.heldout[-1]:.4f}", "1.0000"]
     assert summary["median miner utilization"][0] == U._pct(U.median_utilization(run))
     assert summary["tokens in the global model"][0] == f"{run.tokens[-1]:,}"
+
+
+def test_the_network_read_as_the_benchs_calibration_run(run):
+    """`main`'s calibration reads its run with `calibration_of`: here this network stands for it, at
+    the bench's link for its window. Each measurement is a node's own, and the validations of windows
+    that held updates are split by whether the miners trained the next window (pipelined) or not (the
+    last, what a sequential window sees); the plan that follows is tests/test_bench_utilization.py's."""
+    pipelined = load_run_config(U.PIPELINED_CONFIG)
+    bandwidth = U.bench_link(pipelined)(pipelined.windows.blocks_per_window).bandwidth
+    cal = U.calibration_of(dataclasses.replace(run, bandwidth=bandwidth, seconds=1.0))
+    assert (cal.windows, cal.bandwidth, cal.seconds) == (run.config.windows, bandwidth, 1.0)
+    assert cal.train_s == [s for m in run.miners for s in m.train_s]
+    assert cal.step_s == [s for m in run.miners for s in m.step_s]
+    assert cal.other_s == [s for m in run.miners for s in m.other_s]
+    assert cal.upload_s == [s for m in run.miners for s in m.upload_s]
+    assert cal.step_s and cal.upload_s
+    validated = [
+        (w, s)
+        for v in run.validators
+        for w, s in zip(v.windows, v.validate_s, strict=True)
+        if v.updates.get(w)
+    ]
+    assert sorted(cal.validate_s + cal.validate_idle_s) == sorted(s for _, s in validated)
+    assert len(cal.validate_s) == sum(w + 1 in run.windows for w, _ in validated) > 0
+    assert not any("nan" in line for line in U.calibration_lines(cal, None))

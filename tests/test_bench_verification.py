@@ -13,13 +13,17 @@ measurement is missing or too small to judge (fewer than 200 honest verification
 replayed nothing). The bench's `--quick` run is three local networks (17 adversaries, two honest
 miners, two validators, 120-s windows), minutes and far more CPU than a test of the suite may take:
 tests/test_bench_verification_e2e.py launches the suite's adversary network through the bench and
-writes its report from it; here, the bench refuses a network whose nodes exited with an error (a
-real one, whose nodes are given a flag they do not know). Its `--help` is parsed in this process.
+writes its report from it. Here: the plan of its three networks, and its command run to the first of
+them, whose nodes are given a setting they cannot read: the bench refuses the network, naming each
+node, and writes no report. Its `--help` is parsed in this process.
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import math
+import re
 
 import pytest
 from support.bench_jobs import bench_module
@@ -27,6 +31,7 @@ from support.metrics_lines import line, reveal_record, train_record
 
 from distrai.protocol.run import load_run_config, shipped_config_path
 from distrai.wire.window_documents import MinerEntry, WindowReport
+from miners.adversaries import ADVERSARIES
 
 V = bench_module("verification")
 RUN = "ab" * 32
@@ -229,16 +234,48 @@ def test_help_names_the_quick_run_and_the_output(capsys):
     assert "--quick" in shown and "--output" in shown and "python bench/verification.py --quick" in shown
 
 
-def test_a_network_whose_nodes_exit_with_an_error_is_refused_with_their_names(tmp_path):
-    """`finished`, which turns an ended network into the tables' records, refuses one whose nodes did
-    not all exit cleanly, naming each (here every node is given a flag it does not know)."""
-    net = V.network(tmp_path / "net", shipped_config_path("cpu-localnet"), 1, (), 1)
-    net.setup()
-    for neuron in net.neurons:
-        neuron.args.append("--no-such-flag")
-    net.start()
-    assert net.wait(60), "the nodes did not exit"
-    with pytest.raises(
-        SystemExit, match=r"bad run: \['validator0', 'validator1', 'miner0'\] exited with an error"
-    ):
-        V.finished("bad run", net, 1.0)
+@pytest.mark.parametrize("plan", [V.Plan(), V.QUICK], ids=["full", "quick"])
+def test_the_plan_is_the_adversary_run_and_two_loss_runs_apart_only_in_the_damaging_adversaries(plan):
+    adversary_run, with_30, honest_only = V.networks(plan)
+    assert (adversary_run.config, adversary_run.honest, adversary_run.windows) == (
+        V.BENCH_CONFIG,
+        plan.honest,
+        plan.windows,
+    )
+    assert adversary_run.adversaries == tuple(ADVERSARIES)
+    # the loss table compares the global model with and without the damaging ones, nothing else apart
+    assert dataclasses.replace(with_30, name="", folder="", adversaries=()) == dataclasses.replace(
+        honest_only, name="", folder=""
+    )
+    assert with_30.config == shipped_config_path("cpu-localnet")
+    assert (with_30.honest, with_30.windows) == (plan.loss_honest, plan.loss_windows)
+    assert with_30.adversaries == V.DAMAGING and honest_only.adversaries == ()
+    assert set(V.DAMAGING) <= set(ADVERSARIES)
+    assert len({n.name for n in (adversary_run, with_30, honest_only)}) == 3
+    assert len({n.folder for n in (adversary_run, with_30, honest_only)}) == 3
+
+
+def test_the_full_plans_loss_run_is_the_30_percent_adversarial_one_it_is_named():
+    _, with_30, _ = V.networks(V.Plan())
+    assert with_30.name == "30% adversarial"
+    assert len(with_30.adversaries) / (with_30.honest + len(with_30.adversaries)) == pytest.approx(0.3)
+
+
+def test_a_network_whose_nodes_exit_with_an_error_is_refused_with_their_names(tmp_path, monkeypatch):
+    """The bench's command runs its plan (`run_all`): each network launched by `run_network`, waited
+    for, and refused by `finished` when its nodes did not all exit cleanly, naming each; no report is
+    written. Here every node inherits a setting it cannot read (`DISTRAI_DEVICE_MEMORY_GIB`, which the
+    local network passes no flag for), so the first network's nodes exit at once and the bench stops
+    there."""
+    monkeypatch.setenv("DISTRAI_DEVICE_MEMORY_GIB", "lots")
+    output = tmp_path / "verification.md"
+    with pytest.raises(SystemExit) as refused:
+        V.main(["--quick", "--output", str(output)])
+    adversary_run = V.networks(V.QUICK)[0]
+    names = ["validator0", "validator1", *(f"miner{i}" for i in range(adversary_run.honest))]
+    names += [f"adversary-{kind}" for kind in adversary_run.adversaries]
+    said = re.fullmatch(r"adversary run: (\[.*\]) exited with an error; logs in (.+)", str(refused.value))
+    assert said, refused.value
+    assert ast.literal_eval(said[1]) == names
+    assert said[2].endswith(f"/{adversary_run.folder}/logs")
+    assert not output.exists()

@@ -8,9 +8,9 @@ whose first word is no longer its check fails here, not in the next half-hour be
 
 The adversary network is the bench's own, from its `network` (with the suite's config and windows, its
 nodes forked from a warm interpreter), set up and started by its `launch` and read by its `finished`;
-its report is what the bench writes of three runs, this network standing for each. Not run here: the
-bench's wait for a network's end (`Localnet.wait`, the product's, with the bench's timeout) and its
-plan of three networks (`run_all`)."""
+its report is what the bench writes of three runs, this network standing for each. The bench's plan
+of three networks (`networks`, `run_all`) and its wait for a network (`run_network`) run in
+tests/test_bench_verification.py, to a network whose nodes exit at once."""
 
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ def test_the_summary_gives_each_jobs_span_and_each_files_totals(tmp_path, capsys
         {"job_cpu": "leader_net", "cpu": 61.5},
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    summary(str(path))
+    summary([str(path)])
     lines = capsys.readouterr().out.splitlines()
     assert ["0", "leader_net", "10.0", "→", "185.5", "175.5", "61.5"] in [line.split() for line in lines], (
         lines
@@ -70,7 +70,7 @@ def test_without_cgroups_the_summary_says_no_jobs_cpu_was_measured(tmp_path, cap
         {"job_cpu": None},
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    summary(str(path))
+    summary([str(path)])
     out = capsys.readouterr().out
     assert "no job's CPU" in out and "the jobs' CPU" not in out
 

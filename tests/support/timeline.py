@@ -5,6 +5,9 @@ start, end and CPU, as JSON lines, and a summary of such a file.
     TIMELINE=/tmp/timeline.jsonl python -m pytest -q -p support.timeline
     python tests/support/timeline.py /tmp/timeline.jsonl
 
+Under pytest-xdist each worker writes its own file, the path with `.gw0`, `.gw1`, … appended; give
+the summary all of them (`/tmp/timeline.jsonl*`).
+
 The children's CPU of a test counts every child reaped while it ran, background jobs' included, so
 read it as a hint; so too the disk, which is the whole file system's that holds the temporary folder
 (statvfs), less what it held when the session began. A job's CPU is exact where the machine lets
@@ -116,7 +119,9 @@ class JobCpu:
 
 
 def pytest_configure(config):
-    timeline = Timeline(os.environ.get("TIMELINE", "timeline.jsonl"))
+    path = os.environ.get("TIMELINE", "timeline.jsonl")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    timeline = Timeline(f"{path}.{worker}" if worker else path)
     config.pluginmanager.register(timeline, "timeline-writer")
     from support.background import Networks
 
@@ -134,8 +139,8 @@ def pytest_unconfigure(config):
         timeline.emit(job_cpu=None)
 
 
-def summary(path: str) -> None:
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines()]
+def summary(paths: list[str]) -> None:
+    rows = [json.loads(line) for path in paths for line in Path(path).read_text().splitlines()]
     cpu = {r["job_cpu"]: r["cpu"] for r in rows if r.get("job_cpu")}
     measured = bool(cpu) or not any("job_cpu" in r for r in rows)
     print("background jobs (lane, name, start → end, seconds, CPU-s):")
@@ -172,4 +177,4 @@ def summary(path: str) -> None:
 
 
 if __name__ == "__main__":
-    summary(sys.argv[1])
+    summary(sys.argv[1:])

@@ -91,12 +91,11 @@ def trained(runtime, base, hotkey, window=WINDOW, steps=FULL, miners=MINERS) -> 
 
 @pytest.fixture(scope="module")
 def model(runtime):
-    """The initial model after two windows of one miner's updates (three miners' averaged updates
-    gave the honest marks about 1–2 standard errors more, at 240 more steps: docs/testing.md)."""
+    """The initial model after two windows of three miners' averaged updates."""
     params = runtime.initial_params()
     for window in (1, 2):
-        update = trained(runtime, params, HONEST[1], window)
-        params = {n: p - update[n] for n, p in params.items()}
+        updates = [trained(runtime, params, hk, window) for hk in HONEST[:3]]
+        params = {n: p - sum(u[n] for u in updates) / 3 for n, p in params.items()}
     return GlobalModel(WINDOW, params, OuterState(momentum={}))
 
 

@@ -1102,16 +1102,12 @@ def bench_link(pipelined: RunConfig) -> Callable[[int], Link]:
 
 
 def plan_by_calibration(
-    args: argparse.Namespace, pipelined: RunConfig, link: Callable[[int], Link], work: Path, console: Console
+    windows: int, pipelined: RunConfig, link: Callable[[int], Link], work: Path, console: Console
 ) -> tuple[Calibration, Plan]:
-    """The calibration run and the windows it gives (SystemExit when it measured none or they do not
-    fit), printed."""
+    """The calibration run of `windows` windows and the windows it gives (SystemExit when it measured
+    none or they do not fit), printed."""
     calibration = calibrate(
-        PIPELINED_CONFIG,
-        work,
-        args.calibration_windows,
-        link(pipelined.windows.blocks_per_window).bandwidth,
-        console,
+        PIPELINED_CONFIG, work, windows, link(pipelined.windows.blocks_per_window).bandwidth, console
     )
     for line in calibration_lines(calibration, None)[2:]:
         console.print(line)
@@ -1167,7 +1163,7 @@ def main(argv: list[str]) -> None:
         seq_path, pipe_path = SEQUENTIAL_CONFIG, PIPELINED_CONFIG
         calibration = plan = None
         if not args.no_calibrate:
-            calibration, plan = plan_by_calibration(args, pipe_cfg, link, work, console)
+            calibration, plan = plan_by_calibration(args.calibration_windows, pipe_cfg, link, work, console)
             seq_path, pipe_path = planned_configs(plan, work)
             if args.calibrate_only:
                 return

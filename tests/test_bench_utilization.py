@@ -2,7 +2,7 @@
 arithmetic, the window plan and the calibrated plan written as the bench TOMLs, the per-miner and
 per-validator accounting, the report and its calibration section, and the command's refusals before
 it starts anything. Then the command itself to its first network, whose nodes are given a setting
-they cannot read and exit at once: it is refused with each node named and writes no report.
+they cannot read and exit at once: it is refused, naming the nodes that failed, and writes no report.
 
 The benchmark itself runs three localnets (calibration, sequential, pipelined) for half an hour, and
 no smaller run of it fits a test's CPU. Its reading of a finished network (`network_result` and
@@ -12,9 +12,11 @@ checked here to be the ones the nodes write."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib.util
 import math
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -369,8 +371,8 @@ def test_the_command_stops_at_its_first_network_whose_nodes_exit_with_an_error(
 ):
     """`main` as an operator runs it, to its first network: the calibration run (the bench TOML's
     windows stretched, written beside the networks' folders) or, with `--no-calibrate`, the sequential
-    run; its miners' store at the link for the TOML's window; refused, with every node named, when
-    its nodes exit with an error, and no report written. Here every node inherits a setting it cannot
+    run; its miners' store at the link for the TOML's window; refused, naming the nodes that exited
+    with an error, and no report written. Here every node inherits a setting it cannot
     read (`DISTRAI_DEVICE_MEMORY_GIB`, which the local network passes no flag for)."""
     monkeypatch.setenv("DISTRAI_DEVICE_MEMORY_GIB", "lots")
     work, output = tmp_path / "work", tmp_path / "utilization.md"
@@ -378,10 +380,15 @@ def test_the_command_stops_at_its_first_network_whose_nodes_exit_with_an_error(
     with pytest.raises(SystemExit) as refused:
         U.main(argv)
     first = "calibration" if calibrated else "sequential"
-    names = [f"validator{i}" for i in range(U.VALIDATORS)] + [f"miner{i}" for i in range(U.MINERS)]
+    nodes = [f"validator{i}" for i in range(U.VALIDATORS)] + [f"miner{i}" for i in range(U.MINERS)]
     logs = work / first / "logs"
-    assert str(refused.value) == f"{first}: {names} exited with an error; logs in {logs}"
-    assert all("--device.memory_gib must be a number" in (logs / f"{n}.log").read_text() for n in names)
+    # the bench stops the network at the first poll that finds a node exited with an error: the
+    # nodes that had by then (on a busy machine, not always all of them)
+    said = re.fullmatch(rf"{first}: (\[.*\]) exited with an error; logs in (.+)", str(refused.value))
+    assert said and said[2] == str(logs), refused.value
+    named = ast.literal_eval(said[1])
+    assert named and set(named) <= set(nodes), named
+    assert all("--device.memory_gib must be a number" in (logs / f"{n}.log").read_text() for n in named)
     pipelined = load_run_config(U.PIPELINED_CONFIG)
     bandwidth = U.bench_link(pipelined)(pipelined.windows.blocks_per_window).bandwidth
     assert f"miners' store at {bandwidth / 1e6:.2f} MB/s" in capsys.readouterr().out

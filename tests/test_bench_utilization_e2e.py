@@ -8,7 +8,7 @@ disk), plus an idle miner and a validator restarted mid-run, neither of which th
 Each number is checked against what the network's files and config say independently of the bench:
 the metrics lines parsed as plain JSON, the config's steps, tokens and phases, and the validators'
 validate seconds against the late-aggregate lines the bench counts in their logs. The test starts no
-process; the held-out curve (5 evaluations of the tiny model) is its only cost, about 7 CPU-s."""
+process; the held-out curve (5 evaluations of the micro model) is its only cost."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from _chaos_run import Harness  # noqa: E402
 from chaos import run_chaos  # noqa: E402
 
 from distrai.protocol.run import shipped_config_path  # noqa: E402
+from support.tiny_models import with_micro_model  # noqa: E402
 
 SEED = 1
 KILLS = 7
@@ -42,16 +43,11 @@ STOP_S = 120.0
 
 
 def micro_run_config(folder: Path) -> Path:
-    """The shipped cpu-localnet config with the `micro` model (0.27M parameters, a training step
-    about half of `tiny`'s), written into `folder`: the nodes' checks and replays of each window take
-    less of the 2 cores the suite shares, and what the run checks (kills, restarts, outages) does not
-    depend on the model's size."""
-    shipped = shipped_config_path("cpu-localnet").read_text()
-    if shipped.count('preset = "tiny"') != 1:
-        raise ValueError("the shipped cpu-localnet config no longer names the tiny preset once")
+    """The shipped cpu-localnet config with the `micro` model (`with_micro_model`), written into
+    `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "chaos-run.toml"
-    path.write_text(shipped.replace('preset = "tiny"', 'preset = "micro"'))
+    path.write_text(with_micro_model(shipped_config_path("cpu-localnet").read_text()))
     return path
 
 

@@ -2,10 +2,13 @@
 session while other tests do (`support.background`); tests/test_localnet_e2e.py reads it.
 
 The owner first prepares the run's data from local files with `distrai data prepare` into a data
-store of its own, which the shipped CPU run config then names. 3 honest miners, 1 idle miner and 2
-validators run as separate processes through the real entry points, on the embedded chain and a file
-store, for `WINDOWS` windows at 1 s per block (the pace the config's offsets assume, with room for
-the tests running beside it).
+store of its own, which the shipped CPU run config then names, with the micro model in place of tiny.
+3 honest miners, 1 idle miner and 2 validators run as separate processes through the real entry
+points, on the embedded chain and a file store, for `WINDOWS` windows at 1 s per block (the pace the
+config's offsets assume). On `tiny` a validator checked a window in 8-12 s of the validate phase's
+12 s alone, and beside the suite both validators missed every aggregate deadline once (the global
+model never moved: the project's CI run of c6368b7); on `micro`, beside three busy loops on the 2
+cores, 4-7 s.
 
 A driver thread (`Restarter`) waits for validator1's first scored window, kills it, copies the state
 it saved to `BEFORE` in the network's folder and starts it again with the same command and
@@ -27,7 +30,7 @@ from distrai.localnet.network import Localnet, LocalnetOptions
 from distrai.node.metrics import read_metrics
 from distrai.protocol.run import shipped_config_path
 from support.background import start
-from support.tiny_models import write_corpus_files
+from support.tiny_models import with_micro_model, write_corpus_files
 
 REPO = Path(__file__).resolve().parents[2]
 WINDOWS = 4
@@ -46,7 +49,7 @@ INNER_STEPS = 30
 
 def prepared_run_config(folder: Path, env: Mapping[str, str]) -> Path:
     """`distrai data prepare` on local files, then the shipped CPU run config naming what it printed,
-    with `INNER_STEPS` steps a window."""
+    with `INNER_STEPS` steps a window and the micro model (`with_micro_model`)."""
     files = write_corpus_files(folder / "text", offline_documents(1000, seed=5))
     data_store = f"file://{folder / 'data'}"
     argv = ["data", "prepare", "--files", str(files["json"]), "--tokenizer", "byte", "--shard-tokens", "2048"]
@@ -68,7 +71,9 @@ def prepared_run_config(folder: Path, env: Mapping[str, str]) -> Path:
     ours = f'manifest = "{out.stdout.split()[-1]}"\nstore = "{data_store}"'
     steps = re.search(r"^inner_steps = 90 ", shipped, re.MULTILINE).group(0)
     path = folder / "run.toml"
-    path.write_text(shipped.replace(builtin, ours).replace(steps, f"inner_steps = {INNER_STEPS} "))
+    path.write_text(
+        with_micro_model(shipped.replace(builtin, ours).replace(steps, f"inner_steps = {INNER_STEPS} "))
+    )
     return path
 
 

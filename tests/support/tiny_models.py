@@ -79,6 +79,15 @@ def save_tiny_teacher(directory: Path, data: TokenData, steps: int = 40) -> Path
     return directory
 
 
+def with_micro_model(config_text: str) -> str:
+    """A run config's text with the `micro` model (0.27M parameters, a training step about half of
+    `tiny`'s) in place of `tiny`: a network's checks and replays of each window take less of the 2
+    cores the suite shares, and what a network test checks does not depend on the model's size."""
+    if config_text.count('preset = "tiny"') != 1:
+        raise ValueError("the run config does not name the tiny preset exactly once")
+    return config_text.replace('preset = "tiny"', 'preset = "micro"')
+
+
 def write_corpus_files(directory: Path, documents: list[str]) -> dict[str, Path]:
     """The same documents as a blank-line separated .txt, a .jsonl and a .parquet file."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@ The owner first prepares the run's data from local files with `distrai data prep
 store of its own, which the shipped CPU run config then names, with the micro model in place of tiny.
 3 honest miners, 1 idle miner and 2 validators run as separate processes through the real entry
 points, on the embedded chain and a file store, for `WINDOWS` windows at 1 s per block (the pace the
-config's offsets assume). On `tiny` a validator checked a window in 8-12 s of the validate phase's
+config's offsets assume). On `tiny` a validator checked a window in 6-12 s of the validate phase's
 12 s alone, and beside the suite both validators missed every aggregate deadline once (the global
 model never moved: the project's CI run of c6368b7); on `micro`, beside three busy loops on the 2
 cores, 4-7 s.

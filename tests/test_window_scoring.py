@@ -64,7 +64,8 @@ TINY, RELABELLED, RESCALED, PERTURBED, DISGUISED, STALE, WRONGDATA, SHRUNK = (
     for name in ("Tiny", "Relabelled", "Rescaled", "Perturbed", "Disguised", "Stale", "Wrongdata", "Shrunk")
 )
 COPIES = (RELABELLED, RESCALED, PERTURBED, DISGUISED)
-MINERS = sorted([*HONEST, *SPLIT, TINY, *COPIES, STALE, SHRUNK])
+MINERS = sorted([*HONEST, *SPLIT, TINY, *COPIES, STALE, SHRUNK, WRONGDATA])
+"""the run's registered miners, whose number and order assign each its data in every window"""
 SHRINK = 1e-4
 """what the `SHRUNK` miner scales its own honest update by"""
 
@@ -74,13 +75,13 @@ def runtime():
     return build_runtime(load_run_config(CONFIG))
 
 
-def trained(runtime, base, hotkey, window=WINDOW, steps=FULL, miners=MINERS) -> dict[str, torch.Tensor]:
+def trained(runtime, base, hotkey, window=WINDOW, steps=FULL) -> dict[str, torch.Tensor]:
     runtime.load_params(base)
     cfg = runtime.config.train
 
     def batch(t):
         return runtime.data.batch(
-            batch_indices(runtime.run_id, window, hotkey, t, cfg.batch_size, runtime.data.n_train, miners)
+            batch_indices(runtime.run_id, window, hotkey, t, cfg.batch_size, runtime.data.n_train, MINERS)
         )
 
     inner = dataclasses.replace(runtime.inner, inner_steps=steps)
@@ -90,13 +91,20 @@ def trained(runtime, base, hotkey, window=WINDOW, steps=FULL, miners=MINERS) -> 
 
 
 @pytest.fixture(scope="module")
-def model(runtime):
-    """The initial model after two windows of three miners' averaged updates."""
-    params = runtime.initial_params()
+def history(runtime) -> tuple[dict[int, dict[str, dict[str, torch.Tensor]]], GlobalModel]:
+    """Windows 1 and 2 of the run: three honest miners' pseudo-gradients in each, by window, and the
+    model they make, the initial one after both windows' averaged updates."""
+    params, updates = runtime.initial_params(), {}
     for window in (1, 2):
-        updates = [trained(runtime, params, hk, window) for hk in HONEST[:3]]
-        params = {n: p - sum(u[n] for u in updates) / 3 for n, p in params.items()}
-    return GlobalModel(WINDOW, params, OuterState(momentum={}))
+        updates[window] = {hk: trained(runtime, params, hk, window) for hk in HONEST[:3]}
+        params = {n: p - sum(u[n] for u in updates[window].values()) / 3 for n, p in params.items()}
+    return updates, GlobalModel(WINDOW, params, OuterState(momentum={}))
+
+
+@pytest.fixture(scope="module")
+def model(history):
+    """The window's base: the initial model after two windows of three miners' averaged updates."""
+    return history[1]
 
 
 def published(runtime, model, pseudo_gradient, residual=None) -> dict[str, torch.Tensor]:
@@ -125,11 +133,9 @@ def manifest(runtime, hotkey: str, steps: int) -> UpdateManifest:
     )
 
 
-def passed(
-    runtime, hotkey: str, update: dict[str, torch.Tensor], steps: int = FULL, miners=MINERS
-) -> MinerVerdict:
+def passed(runtime, hotkey: str, update: dict[str, torch.Tensor], steps: int = FULL) -> MinerVerdict:
     verdict = MinerVerdict(
-        hotkey, miners.index(hotkey), {"manifest": PASS, "consistency": PASS, "update": PASS}
+        hotkey, MINERS.index(hotkey), {"manifest": PASS, "consistency": PASS, "update": PASS}
     )
     verdict.manifest = manifest(runtime, hotkey, steps)
     verdict.update = update
@@ -280,16 +286,12 @@ def test_an_update_nobody_measured_is_not_scored(runtime, own_work):
     assert verdict.unmeasured and verdict.passed and verdict.score == 0.0 and "useful" not in verdict.verdicts
 
 
-FIRST_MINERS = sorted([*HONEST[:2], WRONGDATA])
-
-
 @pytest.fixture(scope="module")
-def first_updates(runtime):
-    """Window 1's base, the initial model, and what HONEST[0] and HONEST[1] publish from it."""
+def first_updates(runtime, history):
+    """Window 1's base, the initial model, and what HONEST[0] and HONEST[1] published from it."""
     model = GlobalModel(1, runtime.initial_params(), OuterState(momentum={}))
-    update = published(runtime, model, trained(runtime, model.params, HONEST[0], 1, miners=FIRST_MINERS))
-    other = published(runtime, model, trained(runtime, model.params, HONEST[1], 1, miners=FIRST_MINERS))
-    return model, update, other
+    first = history[0][1]
+    return model, published(runtime, model, first[HONEST[0]]), published(runtime, model, first[HONEST[1]])
 
 
 def first_verdicts(runtime, first_updates) -> list[MinerVerdict]:
@@ -297,9 +299,9 @@ def first_verdicts(runtime, first_updates) -> list[MinerVerdict]:
     data from the same base: the same update); HONEST[1] trained on its own."""
     _, update, other = first_updates
     return [
-        passed(runtime, HONEST[0], update, miners=FIRST_MINERS),
-        passed(runtime, WRONGDATA, {n: t.clone() for n, t in update.items()}, miners=FIRST_MINERS),
-        passed(runtime, HONEST[1], other, miners=FIRST_MINERS),
+        passed(runtime, HONEST[0], update),
+        passed(runtime, WRONGDATA, {n: t.clone() for n, t in update.items()}),
+        passed(runtime, HONEST[1], other),
     ]
 
 
@@ -308,7 +310,7 @@ def first_measured(runtime, first_updates):
     """What window 1's three updates measured (once for the module: a replay's verdict does not
     change what an update measures, only how it is scored)."""
     model = first_updates[0]
-    basis = WindowBasis.measured_outside(runtime, model, "0x" + "5d" * 32, FIRST_MINERS)
+    basis = WindowBasis.measured_outside(runtime, model, "0x" + "5d" * 32, MINERS)
     seed = reveal_seed("0x" + "5d" * 32, runtime.run_id, 1)
     updates = {v.hotkey: (FULL, v.update) for v in first_verdicts(runtime, first_updates)}
     return measure_updates(basis, seed, updates)

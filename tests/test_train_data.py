@@ -10,6 +10,7 @@ import torch
 from distrai.data.byte_tokenizer import byte_tokenizer
 from distrai.data.corpus import SplitMix64, offline_documents
 from distrai.data.stream import is_heldout_document
+from distrai.localnet.local_data import train_bpe
 from distrai.train.data import DataSpec, build_token_data
 
 TOKENIZER = byte_tokenizer()
@@ -70,6 +71,23 @@ def test_builtin_source_matches_its_documents():
     assert data.digest() == build_token_data(spec, TOKENIZER).digest()
     other_seed = DataSpec(seq_len=32, builtin_documents=60, heldout_fraction=0.1)
     assert data.digest() != build_token_data(other_seed, TOKENIZER).digest()
+
+
+def test_a_corpus_made_again_in_one_process_is_the_same_data_in_tensors_of_its_own():
+    spec = DataSpec(seq_len=32, builtin_documents=40, builtin_seed=5, heldout_fraction=0.1)
+    first = build_token_data(spec, TOKENIZER)
+    digest = first.digest()
+    first.train.zero_()
+    first.heldout.zero_()
+    again = build_token_data(spec, TOKENIZER)
+    assert again.digest() == digest, "a runtime that writes into its data changes no other runtime's"
+    texts = offline_documents(40, seed=5)
+    bpe = train_bpe(texts, 300)
+    other = build_token_data(spec, bpe)
+    assert other.digest() != digest
+    train, _ = expected_streams(texts, 0.1)
+    assert torch.equal(other.train.flatten()[:64], torch.tensor(bpe(texts[0])["input_ids"][:64]))
+    assert torch.equal(build_token_data(spec, TOKENIZER).train, rows(train, 32))
 
 
 def test_batch_selects_training_rows():

@@ -8,11 +8,11 @@ challenged, so the scores alone must hold:
   miner's update, and another miner's honest update scaled to a ten-thousandth, fail `duplicate`;
 - a miner's own honest work scaled to a ten-thousandth earns no more than a ten-thousandth of its
   claim: its gain on the reserve vouches for no more (`validators.scoring.vouched_tokens`);
-- a copy disguised beyond the sketches (noise, another codec residual) and another miner's update of
-  an earlier window pass the window's checks when nobody replays them, though their mark of the
-  hotkey's own data is within noise where every honest one stands out: the mark does not decide
-  pay (docs/protocol.md, "Scores"); what keeps them from being paid is a replay before their pay
-  matures (tests/test_deterrence.py, tests/test_pay.py);
+- a copy disguised beyond the sketches (noise, another codec residual) and an update trained from the
+  window's base on another miner's data of the window before pass the window's checks when nobody
+  replays them, though their mark of the hotkey's own data is within noise where every honest one
+  stands out: the mark does not decide pay (docs/protocol.md, "Scores"); what keeps them from being
+  paid is a replay before their pay matures (tests/test_deterrence.py, tests/test_pay.py);
 - an update nobody measured in time is not scored, neither paid nor zeroed;
 - in a run's first window, where the marks can barely tell a trainer from a copier, a miner that
   trained on an honest miner's public assignment (and so published its update) does not take the

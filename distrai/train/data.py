@@ -143,6 +143,7 @@ def split_documents(documents: Iterable[list[int]], seq_len: int, heldout_fracti
 _BUILT: dict[tuple[DataSpec, str], TokenData] = {}
 """The built-in corpora this process has made, by spec and tokenizer (`build_token_data`)."""
 _BUILT_MOST = 4
+"""how many `_BUILT` keeps (the oldest goes first): a process builds runtimes of one or two runs"""
 
 
 def build_token_data(spec: DataSpec, tokenizer: PreTrainedTokenizerBase) -> TokenData:

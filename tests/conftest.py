@@ -103,7 +103,8 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers",
         "e2e: starts a network, a node or a benchmark as processes, or a browser (given to every reader "
-        "of a background job and every `localnet` test); `-m 'not e2e'` is the fast tier",
+        "of a background job and every `localnet` test), or trains a whole window of miners to score it; "
+        "`-m 'not e2e'` is the fast tier",
     )
 
 

@@ -47,6 +47,8 @@ from validators.usefulness import measure_updates
 from validators.window import WindowBasis
 from validators.window_scoring import score_window
 
+pytestmark = pytest.mark.e2e  # trains and scores a whole window of miners: ~75 CPU-s, the full suite's
+
 CONFIG = Path(__file__).parent / "support" / "scoring.toml"
 WINDOW = 3
 FULL, QUARTER = 60, 15

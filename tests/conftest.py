@@ -11,11 +11,14 @@ run; they come last, once every background job has ended, so that no more networ
 
 from __future__ import annotations
 
+import importlib
 import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from support.adversary_net import start_adversary_net
-from support.background import FinishedNet, Networks, last_readers
+from support.background import FinishedNet, Net, Networks, Starter, last_readers
 from support.bench_jobs import (
     CommandJob,
     start_boundaries_bench,
@@ -29,31 +32,41 @@ from support.bench_jobs import (
     start_reveal_size_bench,
     start_verification_scale_bench,
 )
-from support.chaos_run import ChaosJob, start_chaos_run
-from support.findings_net import start_findings_net
 from support.folders import module_folders  # noqa: F401 - a fixture for every test module
-from support.leader_net import start_leader_net
-from support.readme_net import start_readme_net
-from support.restart_net import start_restart_net
-from support.smoke_net import start_smoke_net
+
+if TYPE_CHECKING:
+    from support.chaos_run import ChaosJob
+
+
+def starter_in(module: str) -> Starter:
+    """`support.<module>.start_<module>`, imported as its job starts: the networks' modules import torch
+    and the product (about 5 CPU-s), which a pytest process that starts no job need not (xdist's
+    controller, a run of a few files)."""
+
+    def start(work: Path, env: Mapping[str, str]) -> Net:
+        starter: Starter = getattr(importlib.import_module(f"support.{module}"), f"start_{module}")
+        return starter(work, env)
+
+    return start
+
 
 NETWORKS = {
-    "smoke_net": start_smoke_net,
-    "leader_net": start_leader_net,
-    "chaos_run": start_chaos_run,
-    "adversary_net": start_adversary_net,
-    "findings_net": start_findings_net,
+    "smoke_net": starter_in("smoke_net"),
+    "leader_net": starter_in("leader_net"),
+    "chaos_run": starter_in("chaos_run"),
+    "adversary_net": starter_in("adversary_net"),
+    "findings_net": starter_in("findings_net"),
     "gpu_bench": start_gpu_bench,
     "incentives_bench": start_incentives_bench,
     "convergence_bench": start_convergence_bench,
     "reveal_size_bench": start_reveal_size_bench,
     "outer_delay_bench": start_outer_delay_bench,
-    "restart_net": start_restart_net,
+    "restart_net": starter_in("restart_net"),
     "verification_scale_bench": start_verification_scale_bench,
     "inner_recipe_bench": start_inner_recipe_bench,
     "calibrate_replay_bench": start_calibrate_replay_bench,
     "boundaries_bench": start_boundaries_bench,
-    "readme_net": start_readme_net,
+    "readme_net": starter_in("readme_net"),
     "data_memory_bench": start_data_memory_bench,
 }
 """The background jobs, by the name of the fixture that gives each, in the order their readers run

@@ -19,11 +19,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import pytest
 
-from distrai.localnet.network import Localnet
+if TYPE_CHECKING:
+    from distrai.localnet.network import Localnet
 
 TIMEOUT_S = 600.0
 """How long a network may run before it is stopped and counted as unfinished."""

@@ -11,6 +11,7 @@ resumes or the client's read timeout passes, as with a server that stalls.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import signal
@@ -25,6 +26,12 @@ from pathlib import Path
 FAKE_ACCESS_KEY_ID = "moto-test-access-key"
 FAKE_SECRET_ACCESS_KEY = "moto-test-secret-key"
 STARTUP_TIMEOUT_S = 30.0
+PORT_ATTEMPTS = 5
+"""Free ports tried in turn: another program may take the one probed before the server binds it."""
+
+
+class PortTaken(RuntimeError):
+    """The server exited at start because another program listens on its port."""
 
 
 def free_port() -> int:
@@ -38,9 +45,9 @@ def wait_until_serving(endpoint: str, process: subprocess.Popen[bytes], log_path
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(
-                f"moto server exited with {process.returncode}: {log_path.read_text()[-2000:]}"
-            )
+            said = log_path.read_text()[-2000:]
+            error = PortTaken if "Address already in use" in said else RuntimeError
+            raise error(f"moto server at {endpoint} exited with {process.returncode}: {said}")
         try:
             with urllib.request.urlopen(endpoint + "/moto-api/", timeout=1):
                 return
@@ -50,13 +57,21 @@ def wait_until_serving(endpoint: str, process: subprocess.Popen[bytes], log_path
 
 
 def start_server(log_path: Path, port: int | None = None) -> tuple[str, subprocess.Popen[bytes]]:
-    """A moto server on `port` of 127.0.0.1 (by default a free one), serving once this returns: its
-    URL and process, which `stop_server` ends; its output goes to `log_path`."""
+    """A moto server on `port` of 127.0.0.1, serving once this returns: its URL and process, which
+    `stop_server` ends; its output goes to `log_path`. Without a port, a free one: when another program
+    takes it between the probe and the server's bind (a busy machine starts many servers), another, up
+    to `PORT_ATTEMPTS` in all. A given port that is taken is an error (`PortTaken`)."""
     if importlib.util.find_spec("moto") is None:
         raise RuntimeError(
             'a local S3 server needs moto\'s server: pip install "moto[server]" (pip install -e ".[dev]")'
         )
-    port = free_port() if port is None else port
+    for _ in range(PORT_ATTEMPTS - 1 if port is None else 0):
+        with contextlib.suppress(PortTaken):
+            return _start_on(free_port(), log_path)
+    return _start_on(free_port() if port is None else port, log_path)
+
+
+def _start_on(port: int, log_path: Path) -> tuple[str, subprocess.Popen[bytes]]:
     endpoint = f"http://127.0.0.1:{port}"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(

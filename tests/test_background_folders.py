@@ -84,6 +84,37 @@ def test_a_job_folder_goes_once_the_job_has_ended_and_not_before(tmp_path_factor
         networks.close()
 
 
+def test_a_shared_job_goes_to_the_first_lane_free_of_its_own(tmp_path_factory, monkeypatch):
+    monkeypatch.setattr(Networks, "listeners", [])
+    jobs = ("long", "own", "first", "second")
+    networks = Networks(
+        dict.fromkeys(jobs, start_writer), [["long"], ["own"]], tmp_path_factory, {}, ["first", "second"]
+    )
+
+    def lanes() -> list[str | None]:
+        return [r.name if r else None for r in networks._running]
+
+    def end(lane: int, name: str) -> None:
+        running = networks._running[lane]
+        assert running is not None and running.name == name
+        running.net.process.stdin.close()
+        networks.result(name)
+
+    try:
+        networks.tick()
+        assert lanes() == ["long", "own"], "each lane's own jobs first"
+        end(1, "own")
+        assert lanes() == ["long", "first"], "the free lane takes the first shared job"
+        end(1, "first")
+        assert lanes() == ["long", "second"], "and the next, while the other lane is still busy"
+        end(1, "second")
+        end(0, "long")
+        assert lanes() == [None, None]
+        assert all(networks.result(name).finished for name in jobs)
+    finally:
+        networks.close()
+
+
 MODULE = """
 import pytest
 

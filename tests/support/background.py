@@ -4,7 +4,9 @@ A local network's nodes spend most of a run waiting for the chain's blocks, whic
 clock: a network whose tests only read it once it has ended need not hold the session up while it
 runs. `Networks` runs the session's networks in lanes: one network at a time in each lane, the next
 started as soon as the one before it has ended (by a watcher thread, or between two tests), and the
-tests that read a network wait for its end (tests/conftest.py runs them after the others).
+tests that read a network wait for its end (tests/conftest.py runs them after the others). Jobs
+that may run in any lane (`shared`) go, in their order, to the first lane that has started all of
+its own: the lanes end together however fast the machine runs each job.
 
 A network starts from the session's environment, captured when the session began, never from a
 test's monkeypatched one, and never while a test that patches process-wide state runs (`hold`): the
@@ -64,8 +66,8 @@ class _Running:
 
 
 class Networks:
-    """The networks of `lanes` (each a sequence of keys of `starters`, in the order they run), started
-    in `env`."""
+    """The networks of `lanes` (each a sequence of keys of `starters`, in the order they run), then
+    those of `shared`, each in the first lane free of its own, started in `env`."""
 
     listeners: list[Callable[..., None]] = []
     """Called with `job`, `lane`, `ev` and, at an end, `finished`, as each job starts ("start", in the
@@ -78,9 +80,11 @@ class Networks:
         lanes: Sequence[Sequence[str]],
         folders: pytest.TempPathFactory,
         env: Mapping[str, str],
+        shared: Sequence[str] = (),
     ):
         self._starters = starters
-        self._queues = [list(lane) for lane in lanes if lane]
+        self._queues = [list(lane) for lane in lanes]
+        self._shared = list(shared)
         self._running: list[_Running | None] = [None] * len(self._queues)
         self._folders = folders
         self._env = dict(env)
@@ -133,7 +137,7 @@ class Networks:
         while True:
             with self._lock:
                 self._advance()
-                if not any(self._queues) and not any(self._running):
+                if not any(self._queues) and not self._shared and not any(self._running):
                     return
             time.sleep(POLL_S)
 
@@ -142,7 +146,7 @@ class Networks:
         self._closed.set()
         self._watcher.join()
         with self._lock:
-            for queue in self._queues:
+            for queue in [*self._queues, self._shared]:
                 queue.clear()
             for lane, running in enumerate(self._running):
                 if running is not None:
@@ -155,7 +159,7 @@ class Networks:
                     self._advance()
 
     def _pending(self, name: str) -> bool:
-        return any(name in queue for queue in self._queues) or any(
+        return any(name in queue for queue in [*self._queues, self._shared]) or any(
             r is not None and r.name == name for r in self._running
         )
 
@@ -166,8 +170,9 @@ class Networks:
                     self._end(lane, finished=True)
                 elif time.monotonic() - running.started > TIMEOUT_S:
                     self._end(lane, finished=False)
-            if self._running[lane] is None and self._queues[lane] and not self._closed.is_set():
-                self._start(lane, self._queues[lane].pop(0))
+            queue = self._queues[lane] or self._shared
+            if self._running[lane] is None and queue and not self._closed.is_set():
+                self._start(lane, queue.pop(0))
 
     def _tell(self, **event) -> None:
         for listener in self.listeners:

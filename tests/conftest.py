@@ -95,8 +95,8 @@ SHARED = (
 which take a core each, and the README's walk beside the other networks. They were split between
 the lanes by hand, and each machine's speed undid the split: at d0fa8bc the first lane ended 90 s
 after the second, at d3a5908 and 3c06d6e 77 and 94 s before it, at 2ed8319 47 s after it and at
-6ae2489 163 s after it (docs/testing.md has the timelines). Taken by whichever lane is free, they end
-the lanes together. The benchmarks' runs were tests of the foreground, which waited on each process
+6ae2489 163 s after it (docs/testing.md has the timelines). Taken by whichever lane is free, they go
+where the time is. The benchmarks' runs were tests of the foreground, which waited on each process
 in turn; as jobs they come out of the foreground's time."""
 
 

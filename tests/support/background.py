@@ -6,7 +6,8 @@ runs. `Networks` runs the session's networks in lanes: one network at a time in 
 started as soon as the one before it has ended (by a watcher thread, or between two tests), and the
 tests that read a network wait for its end (tests/conftest.py runs them after the others). Jobs
 that may run in any lane (`shared`) go, in their order, to the first lane that has started all of
-its own: the lanes end together however fast the machine runs each job.
+its own: which lane runs them follows how long the jobs take on the machine at hand, not a split
+made for one machine's speed.
 
 A network starts from the session's environment, captured when the session began, never from a
 test's monkeypatched one, and never while a test that patches process-wide state runs (`hold`): the
